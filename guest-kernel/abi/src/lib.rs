@@ -1,0 +1,131 @@
+//! The Holdfast kernel ABI: what ring-3 programs and the host may rely on.
+//!
+//! Everything here is a commitment. Numbers are never reused; a change of meaning bumps
+//! [`ABI_VERSION`], which the kernel prints at boot and checks against every program it
+//! loads from the initial image.
+//!
+//! The foundation ABI has one system call, `invoke`, entered with the `syscall` instruction:
+//!
+//! | register | in                        | out                  |
+//! |----------|---------------------------|----------------------|
+//! | `rdi`    | capability register index | —                    |
+//! | `rsi`    | order code                | —                    |
+//! | `rdx`    | word 0                    | —                    |
+//! | `r10`    | word 1                    | —                    |
+//! | `r8`     | word 2                    | —                    |
+//! | `r9`     | word 3                    | —                    |
+//! | `rax`    | —                         | [`InvokeResult`] code |
+//! | `rdx`    | —                         | result word          |
+//!
+//! `rcx` and `r11` are clobbered by the instruction itself; every other register is kept.
+#![no_std]
+
+/// Version of the kernel ABI (system call registers, capability types, orders, results).
+pub const ABI_VERSION: u32 = 1;
+
+/// Number of capability registers a process has.
+pub const CAPABILITY_REGISTER_COUNT: usize = 16;
+
+/// Longest string an invocation may carry, in bytes.
+pub const INVOCATION_STRING_BYTES_MAX: usize = 4096;
+
+/// Lowest and highest+1 addresses of a ring-3 address space (the lower canonical half).
+pub const USER_ADDRESS_MIN: u64 = 0x0000_0000_0040_0000;
+pub const USER_ADDRESS_END: u64 = 0x0000_8000_0000_0000;
+
+/// Where a user program's stack ends (grows down) and how large it is.
+pub const USER_STACK_TOP: u64 = 0x0000_7fff_ff00_0000;
+pub const USER_STACK_BYTES: u64 = 64 * 1024;
+
+/// Orders understood by the console capability.
+pub mod console {
+    /// Write the string at (word0 = address, word1 = length) to the console.
+    pub const WRITE: u64 = 1;
+}
+
+/// Orders understood by a process capability.
+pub mod process {
+    /// Stop the process; word 0 is its exit code, reported by the kernel.
+    pub const STOP: u64 = 1;
+}
+
+/// What `invoke` returns in `rax`.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvokeResult {
+    Ok = 0,
+    /// The capability register holds no capability, or a void one.
+    Void = 1,
+    /// The capability does not understand the order.
+    UnknownOrder = 2,
+    /// The capability register index is out of range.
+    InvalidRegister = 3,
+    /// A string argument lies outside the caller's mapped address space.
+    BadAddress = 4,
+    /// A string argument is longer than [`INVOCATION_STRING_BYTES_MAX`].
+    StringTooLong = 5,
+}
+
+impl InvokeResult {
+    pub fn from_code(code: u64) -> Option<Self> {
+        Some(match code {
+            0 => Self::Ok,
+            1 => Self::Void,
+            2 => Self::UnknownOrder,
+            3 => Self::InvalidRegister,
+            4 => Self::BadAddress,
+            5 => Self::StringTooLong,
+            _ => return None,
+        })
+    }
+}
+
+/// How the guest tells the host it is done: QEMU's `isa-debug-exit` device at this port
+/// makes QEMU exit with status `(value << 1) | 1`.
+pub mod exit {
+    pub const DEBUG_EXIT_PORT: u16 = 0xf4;
+    /// Values written to [`DEBUG_EXIT_PORT`].
+    pub const VALUE_SUCCESS: u32 = 0x10;
+    pub const VALUE_FAILURE: u32 = 0x11;
+    /// The QEMU exit status each value produces.
+    pub const fn qemu_status(value: u32) -> i32 {
+        ((value << 1) | 1) as i32
+    }
+    pub const QEMU_STATUS_SUCCESS: i32 = qemu_status(VALUE_SUCCESS);
+    pub const QEMU_STATUS_FAILURE: i32 = qemu_status(VALUE_FAILURE);
+}
+
+/// Lines the kernel prints on the serial console that the host acts on.
+pub mod serial {
+    /// Printed once the kernel is initialised and about to start ring-3 programs. It is
+    /// followed by ` <microseconds since the kernel's first instruction>`.
+    pub const READY_MARKER: &str = "HOLDFAST-READY";
+    /// Printed before the self-test report's last line, followed by ` PASS` or ` FAIL`.
+    pub const SELFTEST_MARKER: &str = "HOLDFAST-SELFTEST";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_are_distinct_and_odd() {
+        assert_eq!(exit::QEMU_STATUS_SUCCESS, 33);
+        assert_eq!(exit::QEMU_STATUS_FAILURE, 35);
+    }
+
+    #[test]
+    fn every_result_code_round_trips() {
+        for code in 0..=5 {
+            let result = InvokeResult::from_code(code).expect("known code");
+            assert_eq!(result as u64, code);
+        }
+        assert_eq!(InvokeResult::from_code(6), None);
+    }
+
+    #[test]
+    fn user_layout_is_in_the_lower_half() {
+        assert!(USER_ADDRESS_MIN < USER_STACK_TOP - USER_STACK_BYTES);
+        assert!(USER_STACK_TOP < USER_ADDRESS_END);
+    }
+}

@@ -1,0 +1,380 @@
+//! The Holdfast initial image (`.hfi`), format version 1.
+//!
+//! The image travels beside the kernel (a PVH module or a multiboot2 module) and holds the
+//! ring-3 programs the kernel starts. All integers are little-endian.
+//!
+//! ```text
+//! offset  size  field
+//! 0       8     magic "HOLDFAST"
+//! 8       4     format version (1)
+//! 12      4     entry count (at most ENTRY_COUNT_MAX)
+//! 16      8     image length in bytes (the whole file)
+//! 24      4     CRC-32C of the header and the entry table, this field taken as zero
+//! 28      4     reserved, zero
+//! 32      64×n  entry table
+//! ...           payloads, each starting on a PAYLOAD_ALIGN boundary
+//!
+//! entry:  0 name (32 bytes, UTF-8, NUL-padded, non-empty)
+//!        32 kind (u32, 1 = ring-3 program as an ELF file)
+//!        36 reserved (u32, zero)
+//!        40 payload offset (u64)
+//!        48 payload length (u64)
+//!        56 CRC-32C of the payload (u32)
+//!        60 reserved (u32, zero)
+//! ```
+//!
+//! Each payload's checksum lives in the table, apart from the payload, and the table is
+//! covered by the header checksum: a payload written to the wrong place, truncated or
+//! bit-rotted is caught, and so is a damaged table.
+#![cfg_attr(not(test), no_std)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+use core::fmt;
+
+pub const MAGIC: [u8; 8] = *b"HOLDFAST";
+pub const FORMAT_VERSION: u32 = 1;
+pub const HEADER_BYTES: usize = 32;
+pub const ENTRY_BYTES: usize = 64;
+pub const ENTRY_NAME_BYTES: usize = 32;
+pub const ENTRY_COUNT_MAX: u32 = 256;
+pub const PAYLOAD_ALIGN: usize = 4096;
+
+const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+/// CRC-32C (Castagnoli), the checksum of every Holdfast record.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    CRC32C.checksum(bytes)
+}
+
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A statically linked x86-64 ELF executable to run in ring 3.
+    Program = 1,
+}
+
+/// Why a byte string is not a valid initial image. Each names what check failed and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormatError {
+    TooShort { length: usize },
+    BadMagic,
+    UnsupportedVersion { version: u32 },
+    TooManyEntries { count: u32 },
+    LengthMismatch { recorded: u64, actual: usize },
+    HeaderChecksum { recorded: u32, computed: u32 },
+    EntryName { index: usize },
+    EntryKind { index: usize, kind: u32 },
+    EntryOutOfBounds { index: usize },
+    EntryChecksum { index: usize, recorded: u32, computed: u32 },
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::TooShort { length } => {
+                write!(f, "{length} bytes is too short for an image header")
+            }
+            Self::BadMagic => write!(f, "bad magic (not a Holdfast image)"),
+            Self::UnsupportedVersion { version } => write!(
+                f,
+                "image format version {version} is not supported (this build reads {FORMAT_VERSION})"
+            ),
+            Self::TooManyEntries { count } => {
+                write!(f, "{count} entries is more than the limit of {ENTRY_COUNT_MAX}")
+            }
+            Self::LengthMismatch { recorded, actual } => {
+                write!(f, "header says {recorded} bytes but the image has {actual} (truncated?)")
+            }
+            Self::HeaderChecksum { recorded, computed } => write!(
+                f,
+                "header checksum mismatch (recorded {recorded:#010x}, computed {computed:#010x})"
+            ),
+            Self::EntryName { index } => write!(f, "entry {index}: name is empty or not UTF-8"),
+            Self::EntryKind { index, kind } => write!(f, "entry {index}: unknown kind {kind}"),
+            Self::EntryOutOfBounds { index } => {
+                write!(f, "entry {index}: payload lies outside the image")
+            }
+            Self::EntryChecksum { index, recorded, computed } => write!(
+                f,
+                "entry {index}: payload checksum mismatch (recorded {recorded:#010x}, computed {computed:#010x})"
+            ),
+        }
+    }
+}
+
+/// A checked view of an image. Every entry was verified when the image was parsed.
+#[derive(Clone, Copy, Debug)]
+pub struct Image<'a> {
+    bytes: &'a [u8],
+    entry_count: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    pub name: &'a str,
+    pub kind: EntryKind,
+    pub payload: &'a [u8],
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn header_checksum(header_and_table: &[u8]) -> u32 {
+    let mut digest = CRC32C.digest();
+    digest.update(&header_and_table[..24]);
+    digest.update(&[0; 4]);
+    digest.update(&header_and_table[28..]);
+    digest.finalize()
+}
+
+impl<'a> Image<'a> {
+    /// Checks the whole image: header, table and every payload's checksum.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
+        if bytes.len() < HEADER_BYTES {
+            return Err(FormatError::TooShort { length: bytes.len() });
+        }
+        if bytes[..8] != MAGIC {
+            return Err(FormatError::BadMagic);
+        }
+        let version = read_u32(bytes, 8);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::UnsupportedVersion { version });
+        }
+        let count = read_u32(bytes, 12);
+        if count > ENTRY_COUNT_MAX {
+            return Err(FormatError::TooManyEntries { count });
+        }
+        let recorded_length = read_u64(bytes, 16);
+        if recorded_length != bytes.len() as u64 {
+            return Err(FormatError::LengthMismatch { recorded: recorded_length, actual: bytes.len() });
+        }
+        let table_end = HEADER_BYTES + count as usize * ENTRY_BYTES;
+        if table_end > bytes.len() {
+            return Err(FormatError::TooShort { length: bytes.len() });
+        }
+        let recorded = read_u32(bytes, 24);
+        let computed = header_checksum(&bytes[..table_end]);
+        if recorded != computed {
+            return Err(FormatError::HeaderChecksum { recorded, computed });
+        }
+        let image = Self { bytes, entry_count: count as usize };
+        for index in 0..image.entry_count {
+            image.entry_checked(index)?;
+        }
+        Ok(image)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entry_count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entry_count == 0
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'a>> + '_ {
+        (0..self.entry_count).map(|index| self.entry_checked(index).expect("checked by parse"))
+    }
+
+    pub fn find(&self, name: &str) -> Option<Entry<'a>> {
+        self.entries().find(|entry| entry.name == name)
+    }
+
+    fn entry_checked(&self, index: usize) -> Result<Entry<'a>, FormatError> {
+        let bytes = self.bytes;
+        let at = HEADER_BYTES + index * ENTRY_BYTES;
+        let raw_name = &bytes[at..at + ENTRY_NAME_BYTES];
+        let name_length = raw_name.iter().position(|&b| b == 0).unwrap_or(ENTRY_NAME_BYTES);
+        let name = core::str::from_utf8(&raw_name[..name_length])
+            .ok()
+            .filter(|name| !name.is_empty())
+            .ok_or(FormatError::EntryName { index })?;
+        let kind = match read_u32(bytes, at + 32) {
+            1 => EntryKind::Program,
+            kind => return Err(FormatError::EntryKind { index, kind }),
+        };
+        let offset = read_u64(bytes, at + 40);
+        let length = read_u64(bytes, at + 48);
+        let end = offset.checked_add(length).ok_or(FormatError::EntryOutOfBounds { index })?;
+        let table_end = (HEADER_BYTES + self.entry_count * ENTRY_BYTES) as u64;
+        if offset < table_end || end > bytes.len() as u64 {
+            return Err(FormatError::EntryOutOfBounds { index });
+        }
+        let payload = &bytes[offset as usize..end as usize];
+        let recorded = read_u32(bytes, at + 56);
+        let computed = crc32c(payload);
+        if recorded != computed {
+            return Err(FormatError::EntryChecksum { index, recorded, computed });
+        }
+        Ok(Entry { name, kind, payload })
+    }
+}
+
+/// Builds an image in memory.
+#[cfg(feature = "alloc")]
+#[derive(Default)]
+pub struct ImageBuilder {
+    entries: alloc::vec::Vec<(alloc::string::String, EntryKind, alloc::vec::Vec<u8>)>,
+}
+
+/// Why an image could not be built.
+#[cfg(feature = "alloc")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildError {
+    NameLength { name: alloc::string::String },
+    DuplicateName { name: alloc::string::String },
+    TooManyEntries,
+}
+
+#[cfg(feature = "alloc")]
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NameLength { name } => {
+                write!(f, "entry name {name:?} must be 1 to {ENTRY_NAME_BYTES} bytes")
+            }
+            Self::DuplicateName { name } => write!(f, "entry name {name:?} appears twice"),
+            Self::TooManyEntries => write!(f, "more than {ENTRY_COUNT_MAX} entries"),
+        }
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl ImageBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, name: &str, kind: EntryKind, payload: &[u8]) -> Result<(), BuildError> {
+        if name.is_empty() || name.len() > ENTRY_NAME_BYTES || name.contains('\0') {
+            return Err(BuildError::NameLength { name: name.into() });
+        }
+        if self.entries.iter().any(|(existing, _, _)| existing == name) {
+            return Err(BuildError::DuplicateName { name: name.into() });
+        }
+        if self.entries.len() >= ENTRY_COUNT_MAX as usize {
+            return Err(BuildError::TooManyEntries);
+        }
+        self.entries.push((name.into(), kind, payload.into()));
+        Ok(())
+    }
+
+    pub fn finish(&self) -> alloc::vec::Vec<u8> {
+        let table_end = HEADER_BYTES + self.entries.len() * ENTRY_BYTES;
+        let mut bytes = alloc::vec![0u8; table_end];
+        for (index, (name, kind, payload)) in self.entries.iter().enumerate() {
+            let offset = bytes.len().next_multiple_of(PAYLOAD_ALIGN);
+            bytes.resize(offset, 0);
+            bytes.extend_from_slice(payload);
+            let at = HEADER_BYTES + index * ENTRY_BYTES;
+            bytes[at..at + name.len()].copy_from_slice(name.as_bytes());
+            bytes[at + 32..at + 36].copy_from_slice(&(*kind as u32).to_le_bytes());
+            bytes[at + 40..at + 48].copy_from_slice(&(offset as u64).to_le_bytes());
+            bytes[at + 48..at + 56].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+            bytes[at + 56..at + 60].copy_from_slice(&crc32c(payload).to_le_bytes());
+        }
+        let length = bytes.len() as u64;
+        bytes[..8].copy_from_slice(&MAGIC);
+        bytes[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes[12..16].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        bytes[16..24].copy_from_slice(&length.to_le_bytes());
+        let checksum = header_checksum(&bytes[..table_end]);
+        bytes[24..28].copy_from_slice(&checksum.to_le_bytes());
+        bytes
+    }
+}
+
+#[cfg(all(test, feature = "alloc"))]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    fn two_entry_image() -> Vec<u8> {
+        let mut builder = ImageBuilder::new();
+        builder.add("hello", EntryKind::Program, b"\x7fELF hello").unwrap();
+        builder.add("fault-null", EntryKind::Program, &[7u8; 5000]).unwrap();
+        builder.finish()
+    }
+
+    #[test]
+    fn built_image_parses_back() {
+        let bytes = two_entry_image();
+        let image = Image::parse(&bytes).unwrap();
+        assert_eq!(image.len(), 2);
+        let hello = image.find("hello").unwrap();
+        assert_eq!(hello.payload, b"\x7fELF hello");
+        assert_eq!(image.find("fault-null").unwrap().payload.len(), 5000);
+        assert!(image.find("absent").is_none());
+    }
+
+    #[test]
+    fn payloads_are_page_aligned() {
+        let bytes = two_entry_image();
+        for index in 0..2 {
+            let offset = read_u64(&bytes, HEADER_BYTES + index * ENTRY_BYTES + 40) as usize;
+            assert_eq!(offset % PAYLOAD_ALIGN, 0);
+        }
+    }
+
+    #[test]
+    fn every_flipped_bit_is_caught() {
+        let bytes = two_entry_image();
+        // Every byte of header, table and payloads is covered by some checksum or check.
+        for at in (0..bytes.len()).step_by(7) {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x10;
+            // Padding between payloads is the only uncovered region.
+            let in_padding = (HEADER_BYTES + 2 * ENTRY_BYTES + 0..).contains(&at)
+                && !(4096..4096 + 10).contains(&at)
+                && !(8192..8192 + 5000).contains(&at);
+            if !in_padding {
+                assert!(Image::parse(&damaged).is_err(), "flip at {at} went unnoticed");
+            }
+        }
+    }
+
+    #[test]
+    fn errors_name_the_check() {
+        let bytes = two_entry_image();
+        assert_eq!(Image::parse(&bytes[..10]).unwrap_err(), FormatError::TooShort { length: 10 });
+        assert_eq!(Image::parse(&[0u8; 64]).unwrap_err(), FormatError::BadMagic);
+        let mut wrong_version = bytes.clone();
+        wrong_version[8] = 9;
+        assert_eq!(
+            Image::parse(&wrong_version).unwrap_err(),
+            FormatError::UnsupportedVersion { version: 9 }
+        );
+        let truncated = &bytes[..bytes.len() - 1];
+        assert!(matches!(Image::parse(truncated), Err(FormatError::LengthMismatch { .. })));
+        let mut rotted = bytes.clone();
+        let last = rotted.len() - 1;
+        rotted[last] ^= 1;
+        assert!(matches!(
+            Image::parse(&rotted),
+            Err(FormatError::EntryChecksum { index: 1, .. })
+        ));
+        assert_eq!(
+            FormatError::BadMagic.to_string(),
+            "bad magic (not a Holdfast image)"
+        );
+    }
+
+    #[test]
+    fn builder_rejects_bad_names() {
+        let mut builder = ImageBuilder::new();
+        assert!(builder.add("", EntryKind::Program, b"").is_err());
+        assert!(builder.add(&"x".repeat(33), EntryKind::Program, b"").is_err());
+        builder.add("a", EntryKind::Program, b"").unwrap();
+        assert_eq!(
+            builder.add("a", EntryKind::Program, b""),
+            Err(BuildError::DuplicateName { name: "a".into() })
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! The system call entry and the two ways back to ring 3.
+//!
+//! `syscall` arrives on the one kernel stack, reset to empty at each entry: the user
+//! registers are saved into a [`UserRegisters`] on it and handed to
+//! [`crate::process::system_call`]. When that returns, the same process continues through
+//! `sysretq`; when the kernel switches process instead, [`enter_user`] starts the chosen one
+//! through `iretq` from a fresh stack.
+
+use core::arch::{global_asm, naked_asm};
+use x86_64::VirtAddr;
+use x86_64::registers::model_specific::{Efer, EferFlags, LStar, SFMask, Star};
+use x86_64::registers::rflags::RFlags;
+
+/// A ring-3 register file, as saved at every kernel entry. The field order is the push
+/// order of the entry stubs below, reversed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserRegisters {
+    pub rax: u64,
+    pub rbx: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rbp: u64,
+    pub r8: u64,
+    pub r9: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    pub rip: u64,
+    pub rsp: u64,
+    pub rflags: u64,
+}
+
+/// User code and stack selectors (GDT entries 4 and 3 with RPL 3); `gdt::init` lays the
+/// table out so, and [`init`] checks it.
+const USER_CODE_SELECTOR: u64 = 0x23;
+const USER_DATA_SELECTOR: u64 = 0x1b;
+
+global_asm!(
+    r#"
+    .section .bss.syscall_scratch, "aw", @nobits
+    .balign 8
+syscall_user_rsp: .quad 0
+
+    .section .text.syscall_entry, "ax"
+    .global syscall_entry
+syscall_entry:
+    /* Interrupts are off (SFMASK clears IF). One CPU: the scratch slot is ours. */
+    mov [rip + syscall_user_rsp], rsp
+    lea rsp, [rip + kernel_stack_top]
+    push r11                           /* rflags */
+    push qword ptr [rip + syscall_user_rsp]
+    push rcx                           /* rip */
+    push r15
+    push r14
+    push r13
+    push r12
+    push r11
+    push r10
+    push r9
+    push r8
+    push rbp
+    push rdi
+    push rsi
+    push rdx
+    push rcx
+    push rbx
+    push rax
+    mov rdi, rsp
+    call {system_call}
+    pop rax
+    pop rbx
+    pop rcx
+    pop rdx
+    pop rsi
+    pop rdi
+    pop rbp
+    pop r8
+    pop r9
+    pop r10
+    pop r11
+    pop r12
+    pop r13
+    pop r14
+    pop r15
+    pop rcx                            /* rip */
+    mov r11, [rsp + 8]                 /* rflags */
+    mov rsp, [rsp]                     /* user rsp */
+    sysretq
+"#,
+    system_call = sym crate::process::system_call,
+);
+
+unsafe extern "C" {
+    fn syscall_entry();
+}
+
+pub fn init() {
+    let selectors = super::gdt::selectors();
+    assert_eq!(selectors.user_code.0 as u64, USER_CODE_SELECTOR);
+    assert_eq!(selectors.user_data.0 as u64, USER_DATA_SELECTOR);
+    Star::write(selectors.user_code, selectors.user_data, selectors.kernel_code, selectors.kernel_data)
+        .expect("GDT order fits syscall/sysret");
+    LStar::write(VirtAddr::new(syscall_entry as *const () as u64));
+    // Enter the kernel with interrupts off and direction flag clear.
+    SFMask::write(RFlags::INTERRUPT_FLAG | RFlags::DIRECTION_FLAG | RFlags::TRAP_FLAG);
+    // SAFETY: turning on SYSCALL/SYSRET, whose MSRs were just set up.
+    unsafe { Efer::update(|flags| flags.insert(EferFlags::SYSTEM_CALL_EXTENSIONS)) };
+}
+
+/// Starts or resumes ring-3 execution with `registers`, in whatever address space is in CR3.
+/// The kernel stack is abandoned: nothing on it is live across a switch to user mode.
+///
+/// # Safety
+/// CR3 holds the page tables of the process whose registers these are, and `rip`/`rsp`
+/// are user addresses.
+#[unsafe(naked)]
+pub unsafe extern "C" fn enter_user(registers: *const UserRegisters) -> ! {
+    naked_asm!(
+        "lea rsp, [rip + kernel_stack_top]",
+        "push {user_data}",
+        "push qword ptr [rdi + 16 * 8]", // rsp
+        "push qword ptr [rdi + 17 * 8]", // rflags
+        "push {user_code}",
+        "push qword ptr [rdi + 15 * 8]", // rip
+        "mov rax, [rdi + 0 * 8]",
+        "mov rbx, [rdi + 1 * 8]",
+        "mov rcx, [rdi + 2 * 8]",
+        "mov rdx, [rdi + 3 * 8]",
+        "mov rsi, [rdi + 4 * 8]",
+        "mov rbp, [rdi + 6 * 8]",
+        "mov r8, [rdi + 7 * 8]",
+        "mov r9, [rdi + 8 * 8]",
+        "mov r10, [rdi + 9 * 8]",
+        "mov r11, [rdi + 10 * 8]",
+        "mov r12, [rdi + 11 * 8]",
+        "mov r13, [rdi + 12 * 8]",
+        "mov r14, [rdi + 13 * 8]",
+        "mov r15, [rdi + 14 * 8]",
+        "mov rdi, [rdi + 5 * 8]",
+        "iretq",
+        user_data = const USER_DATA_SELECTOR,
+        user_code = const USER_CODE_SELECTOR,
+    )
+}

@@ -1,0 +1,86 @@
+//! The Holdfast kernel.
+//!
+//! Design principles, from KeyKOS and EROS:
+//! - Capabilities are the only authority; invocation is the only system call.
+//! - The kernel owns no state that is not a cache of pages and nodes (from the kernel-core
+//!   issue on); kernel operations are atomic and restartable, so there is one kernel stack
+//!   and no process owns kernel state between entries.
+//! - Simple, checked code over clever code: assertions stay on in release builds.
+//!
+//! Boot: `arch::boot` (PVH or multiboot2, 32-bit) → long mode → [`kernel_main`], which sets
+//! up the CPU, memory, time and devices, tells the host it is ready, runs its self-test and
+//! the ring-3 programs of the initial image, and reports.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+mod arch;
+mod bootinfo;
+mod console;
+mod drivers;
+mod memory;
+mod process;
+mod selftest;
+
+use holdfast_abi as abi;
+
+/// What the command line asks of this boot (`holdfast.<key>=<value>` words).
+pub struct BootOptions {
+    /// Stay up after the self-test (for control over QMP) instead of exiting.
+    pub stay_up: bool,
+    /// A deliberate kernel fault, to show the fault report: `ud` or `page`.
+    pub kernel_fault: Option<&'static str>,
+}
+
+impl BootOptions {
+    fn parse(command_line: &'static str) -> Self {
+        let mut options = Self { stay_up: false, kernel_fault: None };
+        for word in command_line.split_ascii_whitespace() {
+            match word.split_once('=') {
+                Some(("holdfast.after", "stay")) => options.stay_up = true,
+                Some(("holdfast.kernel-fault", kind)) => options.kernel_fault = Some(kind),
+                _ => {}
+            }
+        }
+        options
+    }
+}
+
+pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
+    console::init();
+    // SAFETY: these are the registers the boot loader handed to `start32`.
+    let boot = unsafe { bootinfo::read(boot_magic, boot_information_physical) };
+    if boot.command_line.split_ascii_whitespace().any(|word| word == "holdfast.probe") {
+        selftest::accelerator_probe();
+    }
+    println!(
+        "holdfast: kernel {} (abi {}) booted by {}",
+        env!("CARGO_PKG_VERSION"),
+        abi::ABI_VERSION,
+        boot.protocol.name()
+    );
+    let options = BootOptions::parse(boot.command_line);
+    arch::gdt::init();
+    arch::idt::init();
+    arch::syscall::init();
+    let kernel_end_physical = memory::virtual_to_physical(arch::boot::kernel_end_address());
+    memory::init_heap(boot.usable_ranges(), boot.reserved_end.max(kernel_end_physical));
+    let calibration = arch::timer::init();
+    let devices = drivers::probe();
+    let ready_us = arch::timer::tsc_to_microseconds(arch::read_tsc() - arch::boot::tsc_at_entry());
+    println!("{} {ready_us}", abi::serial::READY_MARKER);
+    x86_64::instructions::interrupts::enable();
+
+    if let Some(kind) = options.kernel_fault {
+        selftest::kernel_fault(kind);
+    }
+    selftest::run(&boot, &calibration, devices, options)
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    x86_64::instructions::interrupts::disable();
+    println!("holdfast: kernel panic: {info}");
+    arch::exit_qemu(abi::exit::VALUE_FAILURE)
+}

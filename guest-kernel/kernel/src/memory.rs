@@ -1,0 +1,65 @@
+//! Physical memory as the kernel sees it: the direct map, the kernel heap and page frames.
+//!
+//! The foundation kernel takes its heap from the first large free RAM region above the
+//! kernel and the boot modules; the object cache of the kernel-core issue replaces this.
+
+use linked_list_allocator::LockedHeap;
+
+/// Physical memory 0..4 GiB is mapped here (boot page tables, PML4 slot 256).
+pub const DIRECT_MAP_OFFSET: u64 = 0xFFFF_8000_0000_0000;
+/// The kernel image is linked here (PML4 slot 511, -2 GiB).
+pub const KERNEL_OFFSET: u64 = 0xFFFF_FFFF_8000_0000;
+/// How much of physical memory the boot page tables map.
+pub const DIRECT_MAP_BYTES: u64 = 4 << 30;
+pub const PAGE_BYTES: usize = 4096;
+
+const HEAP_BYTES: u64 = 32 << 20;
+
+#[global_allocator]
+static HEAP: LockedHeap = LockedHeap::empty();
+
+/// Kernel virtual address of a physical address below 4 GiB.
+pub fn physical_to_virtual(physical: u64) -> u64 {
+    assert!(physical < DIRECT_MAP_BYTES, "physical address {physical:#x} beyond the direct map");
+    physical + DIRECT_MAP_OFFSET
+}
+
+/// Physical address of a kernel virtual address (direct map or kernel image).
+pub fn virtual_to_physical(virtual_address: u64) -> u64 {
+    if virtual_address >= KERNEL_OFFSET {
+        virtual_address - KERNEL_OFFSET
+    } else {
+        assert!(
+            (DIRECT_MAP_OFFSET..DIRECT_MAP_OFFSET + DIRECT_MAP_BYTES).contains(&virtual_address),
+            "{virtual_address:#x} is not a kernel address"
+        );
+        virtual_address - DIRECT_MAP_OFFSET
+    }
+}
+
+/// Sets up the heap in the first usable RAM range that can hold it above `reserved_end`.
+pub fn init_heap(usable: &[(u64, u64)], reserved_end: u64) {
+    let start = usable
+        .iter()
+        .filter_map(|&(start, end)| {
+            let start = start.max(reserved_end).next_multiple_of(PAGE_BYTES as u64);
+            (end.min(DIRECT_MAP_BYTES) >= start + HEAP_BYTES).then_some(start)
+        })
+        .next()
+        .expect("no RAM range can hold the kernel heap");
+    // SAFETY: the range is usable RAM per the firmware's memory map, lies above the kernel
+    // image and every boot module, is mapped by the direct map, and is handed out only here.
+    unsafe {
+        HEAP.lock().init(physical_to_virtual(start) as *mut u8, HEAP_BYTES as usize);
+    }
+}
+
+/// A zeroed, page-aligned block of `pages` pages from the heap; never freed by callers that
+/// hand it to devices or page tables for the life of the system.
+pub fn allocate_pages(pages: usize) -> *mut u8 {
+    let layout = core::alloc::Layout::from_size_align(pages * PAGE_BYTES, PAGE_BYTES).unwrap();
+    // SAFETY: the layout has a non-zero size.
+    let block = unsafe { alloc::alloc::alloc_zeroed(layout) };
+    assert!(!block.is_null(), "kernel heap exhausted");
+    block
+}

@@ -1,0 +1,141 @@
+//! The boot self-test: checks each part of the machine the kernel relies on, runs the
+//! ring-3 programs of the initial image, prints one line per check and a verdict line
+//! (`HOLDFAST-SELFTEST PASS|FAIL`), then exits the VM with the matching status.
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use holdfast_abi as abi;
+use holdfast_boot_image::{EntryKind, Image};
+
+use crate::arch::{self, timer};
+use crate::bootinfo::BootInformation;
+use crate::process::{self, Capability, ProcessState};
+use crate::{BootOptions, drivers, println};
+
+static FAILED: AtomicBool = AtomicBool::new(false);
+static STAY_UP: AtomicBool = AtomicBool::new(false);
+
+pub fn check(passed: bool) -> &'static str {
+    if !passed {
+        FAILED.store(true, Ordering::Relaxed);
+    }
+    if passed { "ok" } else { "FAILED" }
+}
+
+/// What each program of the self-test image must do: stop with exit code 0, or fault with
+/// the given vector.
+fn expected_vector(program: &str) -> Option<u8> {
+    match program {
+        "fault-null" | "fault-kernel-read" => Some(14),
+        "fault-gp" => Some(13),
+        "fault-ud" => Some(6),
+        _ => None,
+    }
+}
+
+/// The accelerator probe: a fixed loop of 10 million `dec/jnz`, then exit. The host times
+/// it to tell a fast accelerator from a slow one.
+pub fn accelerator_probe() -> ! {
+    // SAFETY: a register-only loop.
+    unsafe {
+        core::arch::asm!("2:", "dec {0}", "jnz 2b", inout(reg) 10_000_000u64 => _);
+    }
+    arch::exit_qemu(abi::exit::VALUE_SUCCESS)
+}
+
+/// A deliberate kernel fault, so that tests can see the kernel's fault report.
+pub fn kernel_fault(kind: &str) -> ! {
+    println!("holdfast: raising a deliberate kernel fault ({kind})");
+    match kind {
+        "page" => {
+            // SAFETY: not safe at all: this address is unmapped and the read faults on
+            // purpose; the fault handler reports it and ends the VM.
+            let value = unsafe { core::ptr::read_volatile(0xffff_9000_dead_0000 as *const u64) };
+            println!("read {value}");
+        }
+        // SAFETY: ud2 raises #UD on purpose; the handler reports it and ends the VM.
+        _ => unsafe { core::arch::asm!("ud2") },
+    }
+    arch::exit_qemu(abi::exit::VALUE_FAILURE)
+}
+
+pub fn run(
+    boot: &BootInformation,
+    calibration: &timer::Calibration,
+    mut devices: drivers::Devices,
+    options: BootOptions,
+) -> ! {
+    STAY_UP.store(options.stay_up, Ordering::Relaxed);
+    println!("selftest: boot protocol {}, command line {:?}", boot.protocol.name(), boot.command_line);
+    let tsc_mhz = calibration.tsc_hz / 1_000_000;
+    let apic_mhz = calibration.apic_timer_hz / 1_000_000;
+    let measured_millihertz = timer::measure_frequency_millihertz(20);
+    let requested_millihertz = timer::TIMER_HZ * 1000;
+    let close = measured_millihertz.abs_diff(requested_millihertz) * 10 < requested_millihertz;
+    println!(
+        "selftest: timer: TSC {tsc_mhz} MHz, local APIC timer {apic_mhz} MHz, periodic interrupt {} Hz requested, {}.{:03} Hz measured [{}]",
+        timer::TIMER_HZ,
+        measured_millihertz / 1000,
+        measured_millihertz % 1000,
+        check(close)
+    );
+    drivers::self_test(&mut devices);
+
+    let Some(bytes) = boot.initial_image_bytes() else {
+        println!("selftest: initial image: missing (no boot module) [{}]", check(false));
+        finish()
+    };
+    let image = match Image::parse(bytes) {
+        Ok(image) => image,
+        Err(error) => {
+            println!("selftest: initial image: {error} [{}]", check(false));
+            finish()
+        }
+    };
+    println!("selftest: initial image: {} programs, {} bytes [ok]", image.len(), bytes.len());
+    let capabilities = [Capability::Console, Capability::OwnProcess];
+    for entry in image.entries().filter(|entry| entry.kind == EntryKind::Program) {
+        if let Err(error) = process::load(entry.name, entry.payload, &capabilities) {
+            println!("selftest: ring3 {}: cannot load: {error:?} [{}]", entry.name, check(false));
+        }
+    }
+    process::run(report_processes)
+}
+
+fn report_processes() -> ! {
+    process::restore_kernel_address_space();
+    process::for_each_process(|process| {
+        let expected = expected_vector(process.name);
+        match (process.state, expected) {
+            (ProcessState::Stopped { exit_code }, None) => println!(
+                "selftest: ring3 {}: stopped with exit code {exit_code} after {} invocations [{}]",
+                process.name,
+                process.invocation_count,
+                check(exit_code == 0)
+            ),
+            (ProcessState::Faulted(report), Some(vector)) => println!(
+                "selftest: ring3 {}: contained {} [{}]",
+                process.name,
+                report,
+                check(report.vector == vector)
+            ),
+            (state, _) => println!(
+                "selftest: ring3 {}: unexpected end {state:?} [{}]",
+                process.name,
+                check(false)
+            ),
+        }
+    });
+    finish()
+}
+
+fn finish() -> ! {
+    let passed = !FAILED.load(Ordering::Relaxed);
+    println!("{} {}", abi::serial::SELFTEST_MARKER, if passed { "PASS" } else { "FAIL" });
+    if STAY_UP.load(Ordering::Relaxed) {
+        println!("holdfast: staying up (holdfast.after=stay); stop me over QMP");
+        loop {
+            x86_64::instructions::interrupts::enable_and_hlt();
+        }
+    }
+    arch::exit_qemu(if passed { abi::exit::VALUE_SUCCESS } else { abi::exit::VALUE_FAILURE })
+}

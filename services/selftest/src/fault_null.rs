@@ -1,0 +1,13 @@
+//! Reads address 0, which no space maps: a page fault the kernel must contain.
+#![no_std]
+#![no_main]
+
+use holdfast_userlib as user;
+
+fn main() -> u64 {
+    // SAFETY: not safe: the read faults on purpose.
+    let value = unsafe { core::ptr::read_volatile(core::ptr::null::<u64>()) };
+    value
+}
+
+user::entry!(main);
