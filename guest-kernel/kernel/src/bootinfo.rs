@@ -31,8 +31,9 @@ pub struct BootInformation {
     pub usable_count: usize,
     /// The first module: the initial image, as (physical start, length).
     pub initial_image: Option<(u64, u64)>,
-    /// Highest physical address used by the boot information and modules.
-    pub reserved_end: u64,
+    /// Physical ranges (start, end) that hold the boot information and the modules.
+    pub reserved: [(u64, u64); RANGES_MAX],
+    pub reserved_count: usize,
 }
 
 impl BootInformation {
@@ -47,6 +48,16 @@ impl BootInformation {
         Some(unsafe {
             core::slice::from_raw_parts(physical_to_virtual(start) as *const u8, length as usize)
         })
+    }
+
+    pub fn reserved_ranges(&self) -> &[(u64, u64)] {
+        &self.reserved[..self.reserved_count]
+    }
+
+    fn push_reserved(&mut self, start: u64, end: u64) {
+        assert!(self.reserved_count < RANGES_MAX, "too many reserved ranges");
+        self.reserved[self.reserved_count] = (start, end);
+        self.reserved_count += 1;
     }
 
     fn push_usable(&mut self, start: u64, end: u64) {
@@ -82,7 +93,8 @@ pub unsafe fn read(magic: u32, information_physical: u64) -> BootInformation {
         usable: [(0, 0); RANGES_MAX],
         usable_count: 0,
         initial_image: None,
-        reserved_end: 0,
+        reserved: [(0, 0); RANGES_MAX],
+        reserved_count: 0,
     };
     let base = physical_to_virtual(information_physical);
     if magic == MULTIBOOT2_BOOTLOADER_MAGIC {
@@ -128,6 +140,11 @@ struct PvhMemoryMapEntry {
     reserved: u32,
 }
 
+/// The physical range of a NUL-terminated string, for reservation.
+fn c_string_range(physical: u64, text: &str) -> (u64, u64) {
+    (physical, physical + text.len() as u64 + 1)
+}
+
 /// # Safety
 /// `base` maps a valid `hvm_start_info` (version 1 or later).
 unsafe fn read_pvh(information: &mut BootInformation, base: u64) {
@@ -137,12 +154,15 @@ unsafe fn read_pvh(information: &mut BootInformation, base: u64) {
     information.protocol = BootProtocol::Pvh;
     // SAFETY: the loader's command line is NUL-terminated.
     information.command_line = unsafe { c_string(start.command_line_physical) };
-    let mut reserved_end = 0;
+    let (line_start, line_end) = c_string_range(start.command_line_physical, information.command_line);
+    information.push_reserved(line_start, line_end);
+    let information_physical = base - crate::memory::DIRECT_MAP_OFFSET;
+    information.push_reserved(information_physical, information_physical + size_of::<PvhStartInformation>() as u64);
     if start.module_count > 0 {
         // SAFETY: the module list has `module_count` entries.
         let module = unsafe { &*(physical_to_virtual(start.module_list_physical) as *const PvhModule) };
         information.initial_image = Some((module.physical, module.size));
-        reserved_end = module.physical + module.size;
+        information.push_reserved(module.physical, module.physical + module.size);
     }
     for index in 0..start.memory_map_entry_count as u64 {
         let address = start.memory_map_physical + index * size_of::<PvhMemoryMapEntry>() as u64;
@@ -152,7 +172,6 @@ unsafe fn read_pvh(information: &mut BootInformation, base: u64) {
             information.push_usable(entry.address, entry.address + entry.size);
         }
     }
-    information.reserved_end = reserved_end;
 }
 
 /// # Safety
@@ -164,7 +183,8 @@ unsafe fn read_multiboot2(information: &mut BootInformation, base: u64) {
     }
     .expect("malformed multiboot2 information");
     information.protocol = BootProtocol::Multiboot2;
-    let mut reserved_end = information_end(base, boot.total_size());
+    let information_physical = base - crate::memory::DIRECT_MAP_OFFSET;
+    information.push_reserved(information_physical, information_physical + boot.total_size() as u64);
     if let Some(command_line) = boot.command_line_tag() {
         let text = command_line.cmdline().unwrap_or("");
         // SAFETY: the tag lives in the information structure, which we never overwrite
@@ -175,7 +195,7 @@ unsafe fn read_multiboot2(information: &mut BootInformation, base: u64) {
         let start = module.start_address() as u64;
         let end = module.end_address() as u64;
         information.initial_image = Some((start, end - start));
-        reserved_end = reserved_end.max(end);
+        information.push_reserved(start, end);
     }
     if let Some(map) = boot.memory_map_tag() {
         for area in map.memory_areas() {
@@ -184,9 +204,4 @@ unsafe fn read_multiboot2(information: &mut BootInformation, base: u64) {
             }
         }
     }
-    information.reserved_end = reserved_end;
-}
-
-fn information_end(base: u64, size: usize) -> u64 {
-    base - crate::memory::DIRECT_MAP_OFFSET + size as u64
 }

@@ -65,7 +65,10 @@ pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
     arch::idt::init();
     arch::syscall::init();
     let kernel_end_physical = memory::virtual_to_physical(arch::boot::kernel_end_address());
-    memory::init_heap(boot.usable_ranges(), boot.reserved_end.max(kernel_end_physical));
+    let mut reserved = [(0, 0); bootinfo::RANGES_MAX + 1];
+    reserved[0] = (0, kernel_end_physical);
+    reserved[1..=boot.reserved_ranges().len()].copy_from_slice(boot.reserved_ranges());
+    memory::init_heap(boot.usable_ranges(), &reserved[..=boot.reserved_ranges().len()]);
     let calibration = arch::timer::init();
     let devices = drivers::probe();
     let ready_us = arch::timer::tsc_to_microseconds(arch::read_tsc() - arch::boot::tsc_at_entry());

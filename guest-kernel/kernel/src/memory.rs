@@ -37,18 +37,29 @@ pub fn virtual_to_physical(virtual_address: u64) -> u64 {
     }
 }
 
-/// Sets up the heap in the first usable RAM range that can hold it above `reserved_end`.
-pub fn init_heap(usable: &[(u64, u64)], reserved_end: u64) {
+/// Sets up the heap in the first usable RAM that overlaps no `reserved` range (kernel
+/// image, boot information, modules) and is mapped by the direct map.
+pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)]) {
+    let page = PAGE_BYTES as u64;
+    let overlaps = |start: u64| {
+        reserved.iter().any(|&(reserved_start, reserved_end)| {
+            start < reserved_end && reserved_start < start + HEAP_BYTES
+        })
+    };
     let start = usable
         .iter()
-        .filter_map(|&(start, end)| {
-            let start = start.max(reserved_end).next_multiple_of(PAGE_BYTES as u64);
-            (end.min(DIRECT_MAP_BYTES) >= start + HEAP_BYTES).then_some(start)
+        .flat_map(|&(start, end)| {
+            // Candidate starts: the range's start and the end of each reservation inside it.
+            let end = end.min(DIRECT_MAP_BYTES);
+            core::iter::once(start)
+                .chain(reserved.iter().map(|&(_, reserved_end)| reserved_end))
+                .map(move |candidate| candidate.max(start).next_multiple_of(page))
+                .filter(move |&candidate| candidate + HEAP_BYTES <= end)
         })
-        .next()
+        .find(|&candidate| candidate >= 1 << 20 && !overlaps(candidate))
         .expect("no RAM range can hold the kernel heap");
-    // SAFETY: the range is usable RAM per the firmware's memory map, lies above the kernel
-    // image and every boot module, is mapped by the direct map, and is handed out only here.
+    // SAFETY: the range is usable RAM per the firmware's memory map, overlaps no
+    // reservation, is mapped by the direct map, and is handed out only here.
     unsafe {
         HEAP.lock().init(physical_to_virtual(start) as *mut u8, HEAP_BYTES as usize);
     }

@@ -26,7 +26,7 @@ pub fn check(passed: bool) -> &'static str {
 fn expected_vector(program: &str) -> Option<u8> {
     match program {
         "fault-null" | "fault-kernel-read" => Some(14),
-        "fault-gp" => Some(13),
+        "fault-gp" | "fault-int" => Some(13),
         "fault-ud" => Some(6),
         _ => None,
     }
