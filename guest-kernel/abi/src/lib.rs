@@ -23,6 +23,15 @@
 /// Version of the kernel ABI (system call registers, capability types, orders, results).
 pub const ABI_VERSION: u32 = 1;
 
+/// Every ring-3 program carries an ELF note (in a `PT_NOTE` segment) naming the ABI version
+/// it was built against; the kernel refuses a program without it or with another version.
+pub mod note {
+    /// The note's name, NUL included, as ELF stores it.
+    pub const NAME: &[u8] = b"Holdfast\0";
+    /// Note type whose 4-byte little-endian descriptor is [`super::ABI_VERSION`].
+    pub const TYPE_ABI_VERSION: u32 = 1;
+}
+
 /// Number of capability registers a process has.
 pub const CAPABILITY_REGISTER_COUNT: usize = 16;
 

@@ -71,8 +71,49 @@ unsafe impl FrameAllocator<Size4KiB> for HeapFrames {
 pub enum LoadError {
     NotElf,
     NotStaticExecutable,
-    SegmentOutsideUserSpace { _virtual_address: u64 },
+    SegmentOutsideUserSpace { virtual_address: u64 },
     SegmentOutsideFile,
+    /// No Holdfast ABI note: not built with `holdfast-userlib`.
+    NoAbiNote,
+    AbiVersion { found: u32 },
+}
+
+impl core::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NotElf => write!(f, "not an ELF file"),
+            Self::NotStaticExecutable => write!(f, "not a statically linked executable"),
+            Self::SegmentOutsideUserSpace { virtual_address } => {
+                write!(f, "segment at {virtual_address:#x} lies outside the user half")
+            }
+            Self::SegmentOutsideFile => write!(f, "segment data lies outside the file"),
+            Self::NoAbiNote => write!(f, "no Holdfast ABI note (not built with holdfast-userlib)"),
+            Self::AbiVersion { found } => write!(
+                f,
+                "built for ABI version {found}, this kernel has version {}",
+                abi::ABI_VERSION
+            ),
+        }
+    }
+}
+
+/// Finds the program's ABI version note (see `holdfast_abi::note`).
+fn abi_version_of(file: &elf::ElfBytes<elf::endian::LittleEndian>) -> Option<u32> {
+    let segments = file.segments()?;
+    segments
+        .iter()
+        .filter(|segment| segment.p_type == elf::abi::PT_NOTE)
+        .filter_map(|segment| file.segment_data_as_notes(&segment).ok())
+        .flatten()
+        .find_map(|note| match note {
+            elf::note::Note::Unknown(any)
+                if any.n_type == abi::note::TYPE_ABI_VERSION as u64
+                    && any.name == abi::note::NAME =>
+            {
+                Some(u32::from_le_bytes(any.desc.get(..4)?.try_into().ok()?))
+            }
+            _ => None,
+        })
 }
 
 fn page_table_at(frame: PhysFrame) -> &'static mut PageTable {
@@ -148,6 +189,11 @@ pub fn load(name: &'static str, elf_bytes: &[u8], capabilities: &[Capability]) -
     if file.ehdr.e_type != ET_EXEC {
         return Err(LoadError::NotStaticExecutable);
     }
+    match abi_version_of(&file) {
+        None => return Err(LoadError::NoAbiNote),
+        Some(abi::ABI_VERSION) => {}
+        Some(found) => return Err(LoadError::AbiVersion { found }),
+    }
     let root = new_address_space();
     let mut mapper = mapper_for(root);
     let segments = file.segments().ok_or(LoadError::NotStaticExecutable)?;
@@ -155,7 +201,7 @@ pub fn load(name: &'static str, elf_bytes: &[u8], capabilities: &[Capability]) -
         let start = segment.p_vaddr;
         let end = start.checked_add(segment.p_memsz).unwrap_or(u64::MAX);
         if start < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END || segment.p_memsz == 0 {
-            return Err(LoadError::SegmentOutsideUserSpace { _virtual_address: start });
+            return Err(LoadError::SegmentOutsideUserSpace { virtual_address: start });
         }
         let file_range = segment.p_offset as usize..(segment.p_offset + segment.p_filesz) as usize;
         let contents = elf_bytes.get(file_range).ok_or(LoadError::SegmentOutsideFile)?;

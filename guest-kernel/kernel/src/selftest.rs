@@ -95,7 +95,7 @@ pub fn run(
     let capabilities = [Capability::Console, Capability::OwnProcess];
     for entry in image.entries().filter(|entry| entry.kind == EntryKind::Program) {
         if let Err(error) = process::load(entry.name, entry.payload, &capabilities) {
-            println!("selftest: ring3 {}: cannot load: {error:?} [{}]", entry.name, check(false));
+            println!("selftest: ring3 {}: cannot load: {error} [{}]", entry.name, check(false));
         }
     }
     process::run(report_processes)

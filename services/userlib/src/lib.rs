@@ -58,9 +58,24 @@ pub fn stop(exit_code: u64) -> ! {
 }
 
 /// Defines the program's entry point: runs `$main` and stops with the code it returns.
+/// Also stamps the program with the ABI version note the kernel's loader checks.
 #[macro_export]
 macro_rules! entry {
     ($main:path) => {
+        core::arch::global_asm!(
+            ".pushsection .note.holdfast, \"a\", @note",
+            ".balign 4",
+            ".long 9",  // name size: "Holdfast\0"
+            ".long 4",  // descriptor size
+            ".long {note_type}",
+            ".asciz \"Holdfast\"",
+            ".balign 4",
+            ".long {abi_version}",
+            ".popsection",
+            note_type = const $crate::abi::note::TYPE_ABI_VERSION,
+            abi_version = const $crate::abi::ABI_VERSION,
+        );
+
         #[unsafe(no_mangle)]
         pub extern "C" fn _start() -> ! {
             $crate::stop($main())
