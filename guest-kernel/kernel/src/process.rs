@@ -199,7 +199,7 @@ pub fn load(name: &'static str, elf_bytes: &[u8], capabilities: &[Capability]) -
     let segments = file.segments().ok_or(LoadError::NotStaticExecutable)?;
     for segment in segments.iter().filter(|segment| segment.p_type == PT_LOAD) {
         let start = segment.p_vaddr;
-        let end = start.checked_add(segment.p_memsz).unwrap_or(u64::MAX);
+        let end = start.saturating_add(segment.p_memsz);
         if start < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END || segment.p_memsz == 0 {
             return Err(LoadError::SegmentOutsideUserSpace { virtual_address: start });
         }

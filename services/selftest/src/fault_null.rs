@@ -6,8 +6,7 @@ use holdfast_userlib as user;
 
 fn main() -> u64 {
     // SAFETY: not safe: the read faults on purpose.
-    let value = unsafe { core::ptr::read_volatile(core::ptr::null::<u64>()) };
-    value
+    unsafe { core::ptr::read_volatile(core::ptr::null::<u64>()) }
 }
 
 user::entry!(main);

@@ -4,9 +4,12 @@
 
 use holdfast_userlib::{self as user, abi::InvokeResult};
 
+/// What was tried, what the kernel answered, what it should have answered.
+type Check = (&'static str, Result<(), InvokeResult>, Result<(), InvokeResult>);
+
 fn main() -> u64 {
     user::print("hello from ring 3\n");
-    let checks: [(&str, Result<(), InvokeResult>, Result<(), InvokeResult>); 4] = [
+    let checks: [Check; 4] = [
         ("empty register", user::write_to(7, b"x"), Err(InvokeResult::Void)),
         ("register out of range", user::write_to(99, b"x"), Err(InvokeResult::InvalidRegister)),
         (

@@ -133,7 +133,7 @@ pub struct TrapFrame {
 }
 
 impl TrapFrame {
-    pub fn from_user_mode(&self) -> bool {
+    pub fn is_from_user_mode(&self) -> bool {
         self.cs & 3 == 3
     }
 
@@ -218,7 +218,7 @@ extern "C" fn interrupt_dispatch(frame: &mut TrapFrame) {
         0..=31 => exception(frame),
         TIMER_VECTOR => {
             super::timer::tick();
-            if frame.from_user_mode() {
+            if frame.is_from_user_mode() {
                 crate::process::timer_in_user_mode(frame.user_registers());
             }
         }
@@ -242,7 +242,7 @@ fn exception(frame: &TrapFrame) {
         rip: frame.rip,
         address: (vector == PAGE_FAULT_VECTOR).then(Cr2::read_raw),
     };
-    if frame.from_user_mode() {
+    if frame.is_from_user_mode() {
         crate::process::fault_in_user_mode(report);
     }
     crate::println!("holdfast: kernel fault: {report}");
@@ -255,14 +255,16 @@ pub fn init() {
     let idt = IDT.call_once(|| {
         let mut idt = InterruptDescriptorTable::new();
         // SAFETY: the stub table is 256 addresses, written by the assembly above.
-        let stubs = unsafe { &*(&raw const interrupt_stub_table) };
+        let stubs = unsafe { &interrupt_stub_table };
         let stub = |vector: u8| VirtAddr::new(stubs[vector as usize]);
-        // SAFETY (for every set_handler_addr below): each stub is a valid interrupt entry
-        // (it ends in iretq through `interrupt_common`) and pushes a zero exactly where the
-        // CPU pushes no error code for its vector.
         macro_rules! exceptions {
             ($($field:ident = $vector:expr),* $(,)?) => {
-                $( unsafe { idt.$field.set_handler_addr(stub($vector)); } )*
+                $(
+                    // SAFETY: each stub is a valid interrupt entry (it ends in iretq through
+                    // `interrupt_common`) and pushes a zero exactly where the CPU pushes no
+                    // error code for its vector.
+                    unsafe { idt.$field.set_handler_addr(stub($vector)); }
+                )*
             };
         }
         exceptions!(
