@@ -45,6 +45,8 @@ pub const USER_ADDRESS_END: u64 = 0x0000_8000_0000_0000;
 /// Where a user program's stack ends (grows down) and how large it is.
 pub const USER_STACK_TOP: u64 = 0x0000_7fff_ff00_0000;
 pub const USER_STACK_BYTES: u64 = 64 * 1024;
+const _: () = assert!(USER_ADDRESS_MIN < USER_STACK_TOP - USER_STACK_BYTES);
+const _: () = assert!(USER_STACK_TOP < USER_ADDRESS_END);
 
 /// Orders understood by the console capability.
 pub mod console {
@@ -113,6 +115,26 @@ pub mod serial {
     pub const SELFTEST_MARKER: &str = "HOLDFAST-SELFTEST";
 }
 
+/// The contract between the kernel's virtio-blk self-test and the host test that checks it.
+/// The guest writes only to a disk the host marked as a test disk, and only sectors
+/// 1..=[`SECTORS`](test_disk::SECTORS): sector 0 of a test disk starts with
+/// [`MAGIC`](test_disk::MAGIC) followed by a little-endian u64 seed.
+pub mod test_disk {
+    pub const MAGIC: &[u8] = b"HOLDFAST-DISK-TEST";
+    pub const SECTORS: u64 = 64;
+    pub const SECTOR_BYTES: u64 = 512;
+
+    /// The byte written at `offset` (0..512) of `sector`: the top byte of
+    /// `(seed + sector * 512 + offset) * 0x9E3779B97F4A7C15` (Fibonacci hashing), all
+    /// arithmetic wrapping in u64, so that a byte in the wrong place shows.
+    pub fn pattern_byte(seed: u64, sector: u64, offset: u64) -> u8 {
+        (seed
+            .wrapping_add(sector.wrapping_mul(SECTOR_BYTES).wrapping_add(offset))
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            >> 56) as u8
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,8 +155,12 @@ mod tests {
     }
 
     #[test]
-    fn user_layout_is_in_the_lower_half() {
-        assert!(USER_ADDRESS_MIN < USER_STACK_TOP - USER_STACK_BYTES);
-        assert!(USER_STACK_TOP < USER_ADDRESS_END);
+    fn test_disk_sectors_differ_between_seeds_and_sectors() {
+        let sector = |seed, sector| -> [u8; 512] {
+            core::array::from_fn(|offset| test_disk::pattern_byte(seed, sector, offset as u64))
+        };
+        assert_ne!(sector(7, 1), sector(7, 2));
+        assert_ne!(sector(7, 1), sector(8 << 20, 1));
+        assert!(sector(7, 1).windows(2).any(|pair| pair[0] != pair[1]));
     }
 }

@@ -20,7 +20,10 @@ static HEAP: LockedHeap = LockedHeap::empty();
 
 /// Kernel virtual address of a physical address below 4 GiB.
 pub fn physical_to_virtual(physical: u64) -> u64 {
-    assert!(physical < DIRECT_MAP_BYTES, "physical address {physical:#x} beyond the direct map");
+    assert!(
+        physical < DIRECT_MAP_BYTES,
+        "physical address {physical:#x} beyond the direct map"
+    );
     physical + DIRECT_MAP_OFFSET
 }
 
@@ -61,7 +64,8 @@ pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)]) {
     // SAFETY: the range is usable RAM per the firmware's memory map, overlaps no
     // reservation, is mapped by the direct map, and is handed out only here.
     unsafe {
-        HEAP.lock().init(physical_to_virtual(start) as *mut u8, HEAP_BYTES as usize);
+        HEAP.lock()
+            .init(physical_to_virtual(start) as *mut u8, HEAP_BYTES as usize);
     }
 }
 
@@ -73,4 +77,16 @@ pub fn allocate_pages(pages: usize) -> *mut u8 {
     let block = unsafe { alloc::alloc::alloc_zeroed(layout) };
     assert!(!block.is_null(), "kernel heap exhausted");
     block
+}
+
+/// Returns a block from [`allocate_pages`] to the heap.
+///
+/// # Safety
+///
+/// `block` came from `allocate_pages(pages)` with the same `pages`, and nothing (no
+/// reference, page table or device) uses it any more.
+pub unsafe fn free_pages(block: *mut u8, pages: usize) {
+    let layout = core::alloc::Layout::from_size_align(pages * PAGE_BYTES, PAGE_BYTES).unwrap();
+    // SAFETY: the caller guarantees `block` was allocated with this layout and is unused.
+    unsafe { alloc::alloc::dealloc(block, layout) };
 }

@@ -1,15 +1,107 @@
 //! Bottom-half drivers: PCI discovery and the virtio devices (through the `virtio-drivers`
 //! crate). The store (virtio-blk) and the network (virtio-net) sit on these.
+//!
+//! - [`pci`]: configuration space by port I/O, finding virtio functions on bus 0;
+//! - [`hal`]: DMA memory and device memory for the crate;
+//! - [`block`], [`net`]: the two device types the kernel drives, each with its self-test.
+//!
+//! The first device of each type is driven; the host attaches at most one of each today.
 
-pub struct Devices {}
+mod block;
+mod hal;
+mod net;
+mod pci;
 
-/// Finds the devices the kernel drives.
+use alloc::format;
+use alloc::string::String;
+use virtio_drivers::transport::DeviceType;
+use virtio_drivers::transport::pci::PciTransport;
+use virtio_drivers::transport::pci::bus::DeviceFunction;
+
+use crate::{println, selftest};
+pub use block::Block;
+pub use net::Net;
+
+/// A device the kernel looked for.
+pub enum Device<T> {
+    Absent,
+    /// Present but not driven, and why.
+    Unusable(String),
+    Ready(T),
+}
+
+pub struct Devices {
+    pub block: Device<Block>,
+    pub net: Device<Net>,
+}
+
+/// Finds the devices the kernel drives, printing one line per virtio function.
 pub fn probe() -> Devices {
-    Devices {}
+    let mut devices = Devices {
+        block: Device::Absent,
+        net: Device::Absent,
+    };
+    for pci::Found {
+        location,
+        device_type,
+        transport,
+    } in pci::discover()
+    {
+        let status = match device_type {
+            DeviceType::Block => attach(&mut devices.block, location, transport, Block::new),
+            DeviceType::Network => attach(&mut devices.net, location, transport, Net::new),
+            _ => String::from("not driven"),
+        };
+        println!("holdfast: pci {location}: virtio {device_type:?}, {status}");
+    }
+    devices
+}
+
+/// Starts the driver of a device of a type not seen yet, records it (or why there is
+/// none) in `slot` and says what happened.
+fn attach<T>(
+    slot: &mut Device<T>,
+    location: DeviceFunction,
+    transport: Result<PciTransport, String>,
+    new: fn(PciTransport) -> Result<T, String>,
+) -> String {
+    if !matches!(slot, Device::Absent) {
+        return String::from("not driven (the kernel drives the first of each type)");
+    }
+    match transport.and_then(new) {
+        Ok(driver) => {
+            *slot = Device::Ready(driver);
+            String::from("driven")
+        }
+        Err(error) => {
+            *slot = Device::Unusable(format!("pci {location}: {error}"));
+            format!("unusable: {error}")
+        }
+    }
 }
 
 /// Exercises each device found; prints one report line per device and returns whether all
-/// passed.
-pub fn self_test(_devices: &mut Devices) -> bool {
-    true
+/// passed. A missing device is not a failure; a device that is present but unusable is.
+pub fn self_test(devices: &mut Devices) -> bool {
+    let block = report("virtio-blk", &mut devices.block, Block::self_test);
+    let net = report("virtio-net", &mut devices.net, Net::self_test);
+    block && net
+}
+
+fn report<T>(name: &str, device: &mut Device<T>, test: fn(&mut T) -> (bool, String)) -> bool {
+    match device {
+        Device::Absent => {
+            println!("selftest: {name}: no device");
+            true
+        }
+        Device::Unusable(why) => {
+            println!("selftest: {name}: {why} [{}]", selftest::check(false));
+            false
+        }
+        Device::Ready(driver) => {
+            let (passed, what) = test(driver);
+            println!("selftest: {name}: {what} [{}]", selftest::check(passed));
+            passed
+        }
+    }
 }

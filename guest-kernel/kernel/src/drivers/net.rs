@@ -1,0 +1,205 @@
+//! The virtio-net driver: raw Ethernet frames in and out, polled. The kernel's network
+//! stack (a ring-3 service) and the replication link will sit on this.
+//!
+//! We use the crate's `VirtIONetRaw` (the buffer-managing `VirtIONet` needs its `alloc`
+//! feature) and own the buffers here: a ring of receive buffers always posted to the
+//! device, and one transmit buffer. Waits are bounded by the TSC, never endless: a device
+//! whose peer is gone must not hang the kernel.
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use virtio_drivers::device::net::VirtIONetRaw;
+use virtio_drivers::transport::pci::PciTransport;
+
+use super::hal::KernelHal;
+use crate::arch::{self, timer};
+
+const QUEUE_SIZE: usize = 16;
+const RECEIVE_BUFFERS: usize = 8;
+/// Room for the virtio-net header and a 1514-byte frame.
+const BUFFER_BYTES: usize = 2048;
+
+/// The self-test's EtherType (IEEE 802 "local experimental 1").
+pub const TEST_ETHERTYPE: u16 = 0x88b5;
+pub const PING_PREFIX: &[u8] = b"HOLDFAST-NET-PING ";
+pub const PONG_PREFIX: &[u8] = b"HOLDFAST-NET-PONG ";
+const PONG_WAIT_SECONDS: u64 = 3;
+/// The ping is repeated this often until the pong arrives, in case the host's end of the
+/// link was not connected yet when the first one left.
+const PING_INTERVAL_MILLISECONDS: u64 = 500;
+
+pub struct Net {
+    // Declared first so that it drops first: dropping it takes the queues away from the
+    // device before the buffers below go back to the heap.
+    device: VirtIONetRaw<KernelHal, PciTransport, QUEUE_SIZE>,
+    /// Buffers posted to the receive queue, with the token the device will complete them
+    /// under. Never touched while posted (the boxes may move, their contents do not).
+    receiving: Vec<(u16, Box<[u8]>)>,
+    /// The transmit buffer, and the token of the transmission that still owns it.
+    transmit: Box<[u8]>,
+    transmitting: Option<u16>,
+}
+
+impl Net {
+    pub fn new(transport: PciTransport) -> Result<Self, String> {
+        let mut device = VirtIONetRaw::new(transport).map_err(|error| format!("{error}"))?;
+        device.disable_interrupts();
+        let mut net = Self {
+            device,
+            receiving: Vec::with_capacity(RECEIVE_BUFFERS),
+            transmit: vec![0; BUFFER_BYTES].into_boxed_slice(),
+            transmitting: None,
+        };
+        for _ in 0..RECEIVE_BUFFERS {
+            net.post_receive(vec![0; BUFFER_BYTES].into_boxed_slice())?;
+        }
+        Ok(net)
+    }
+
+    pub fn mac_address(&self) -> [u8; 6] {
+        self.device.mac_address()
+    }
+
+    fn post_receive(&mut self, mut buffer: Box<[u8]>) -> Result<(), String> {
+        // SAFETY: the buffer is kept in `receiving` and not accessed until the device
+        // completes it (`poll_receive`); `device` is dropped before `receiving`.
+        let token = unsafe { self.device.receive_begin(&mut buffer) }
+            .map_err(|error| format!("posting a receive buffer: {error}"))?;
+        self.receiving.push((token, buffer));
+        Ok(())
+    }
+
+    /// Whether the transmit buffer is free, collecting a finished transmission.
+    fn transmit_free(&mut self) -> Result<bool, String> {
+        let Some(token) = self.transmitting else {
+            return Ok(true);
+        };
+        if self.device.poll_transmit() != Some(token) {
+            return Ok(false);
+        }
+        self.transmitting = None;
+        // SAFETY: the same buffer that `transmit_begin` was given under this token.
+        unsafe { self.device.transmit_complete(token, &self.transmit) }
+            .map_err(|error| format!("completing a transmission: {error}"))?;
+        Ok(true)
+    }
+
+    /// Queues one Ethernet frame (without FCS) for transmission; fails if the previous one
+    /// has not left yet.
+    pub fn send(&mut self, frame: &[u8]) -> Result<(), String> {
+        if !self.transmit_free()? {
+            return Err(String::from("the previous frame has not been transmitted"));
+        }
+        let header = self
+            .device
+            .fill_buffer_header(&mut self.transmit)
+            .map_err(|error| format!("{error}"))?;
+        if header + frame.len() > self.transmit.len() {
+            return Err(format!("frame of {} bytes is too long", frame.len()));
+        }
+        self.transmit[header..header + frame.len()].copy_from_slice(frame);
+        // SAFETY: the transmit buffer is not accessed until `transmit_free` sees the device
+        // complete this token; `device` is dropped before the buffer.
+        let token = unsafe {
+            self.device
+                .transmit_begin(&self.transmit[..header + frame.len()])
+        }
+        .map_err(|error| format!("transmitting: {error}"))?;
+        self.transmitting = Some(token);
+        Ok(())
+    }
+
+    /// Hands the next received frame (if any) to `receive`, then gives its buffer back to
+    /// the device.
+    pub fn poll<T>(&mut self, receive: impl FnOnce(&[u8]) -> T) -> Result<Option<T>, String> {
+        let Some(token) = self.device.poll_receive() else {
+            return Ok(None);
+        };
+        let index = self
+            .receiving
+            .iter()
+            .position(|&(posted, _)| posted == token)
+            .ok_or_else(|| format!("the device completed unknown receive token {token}"))?;
+        let (_, mut buffer) = self.receiving.swap_remove(index);
+        // SAFETY: the same buffer that `receive_begin` was given under this token.
+        let (header, length) = unsafe { self.device.receive_complete(token, &mut buffer) }
+            .map_err(|error| format!("completing a reception: {error}"))?;
+        let frame = buffer.get(header..header + length).map(receive);
+        self.post_receive(buffer)?;
+        frame.map(Some).ok_or_else(|| {
+            format!("the device reported a {length}-byte frame in a {BUFFER_BYTES}-byte buffer")
+        })
+    }
+
+    /// The self-test: returns whether it passed and what to report.
+    pub fn self_test(&mut self) -> (bool, String) {
+        let mac = self.mac_address();
+        let mac_text = format!(
+            "mac {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]
+        );
+        match self.ping_pong(mac) {
+            Ok(()) => (true, format!("{mac_text}, sent ping, received pong")),
+            Err(error) => (false, format!("{mac_text}, {error}")),
+        }
+    }
+
+    /// Broadcasts `HOLDFAST-NET-PING <nonce>` and waits for `HOLDFAST-NET-PONG <nonce>`.
+    fn ping_pong(&mut self, mac: [u8; 6]) -> Result<(), String> {
+        let nonce = arch::read_tsc().to_string();
+        let mut ping = Vec::with_capacity(64);
+        ping.extend_from_slice(&[0xff; 6]);
+        ping.extend_from_slice(&mac);
+        ping.extend_from_slice(&TEST_ETHERTYPE.to_be_bytes());
+        ping.extend_from_slice(PING_PREFIX);
+        ping.extend_from_slice(nonce.as_bytes());
+
+        let ticks_per_ms = timer::tsc_hz() / 1000;
+        let start = arch::read_tsc();
+        let deadline = start + PONG_WAIT_SECONDS * 1000 * ticks_per_ms;
+        let mut next_ping = start;
+        let mut pings = 0u32;
+        let mut other_frames = 0u32;
+        loop {
+            let now = arch::read_tsc();
+            if now >= deadline {
+                break;
+            }
+            if now >= next_ping && self.transmit_free()? {
+                self.send(&ping)?;
+                pings += 1;
+                next_ping = now + PING_INTERVAL_MILLISECONDS * ticks_per_ms;
+            }
+            match self.poll(|frame| is_pong(frame, nonce.as_bytes()))? {
+                Some(true) => return Ok(()),
+                Some(false) => other_frames += 1,
+                None => core::hint::spin_loop(),
+            }
+        }
+        if pings == 0 || !self.transmit_free()? {
+            return Err(String::from(
+                "the ping was never transmitted (the device kept it)",
+            ));
+        }
+        Err(format!(
+            "sent ping ({pings} times), no pong with nonce {nonce} within {PONG_WAIT_SECONDS} s ({other_frames} other frames received)"
+        ))
+    }
+}
+
+/// Whether `frame` is a test-EtherType frame whose payload is `HOLDFAST-NET-PONG <nonce>`,
+/// possibly followed by zero padding up to the Ethernet minimum.
+fn is_pong(frame: &[u8], nonce: &[u8]) -> bool {
+    let Some(payload) = frame.get(14..) else {
+        return false;
+    };
+    let rest = match payload.strip_prefix(PONG_PREFIX) {
+        Some(rest) if frame[12..14] == TEST_ETHERTYPE.to_be_bytes() => rest,
+        _ => return false,
+    };
+    rest.strip_prefix(nonce)
+        .is_some_and(|padding| padding.iter().all(|&byte| byte == 0))
+}
