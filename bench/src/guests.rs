@@ -1,0 +1,205 @@
+//! The three guests of the boot benchmark, their VMs and what each must print and return.
+//!
+//! Every guest gets the same VM from the shared launcher's [`VmSpec`]: machine, accelerator,
+//! memory and devices (Holdfast's exit device included, which Linux ignores). Only how the
+//! kernel gets into memory differs, so that the comparison is of boot paths and kernels,
+//! not of VM configurations.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use holdfast_abi as abi;
+use holdfast_qemu::{Accelerator, Boot, VmSpec};
+
+use crate::linux_peer;
+use crate::runner::{BootExpectation, GuestClock, ReadyMarker};
+
+/// The guests, in the table's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guest {
+    HoldfastPvh,
+    HoldfastGrub,
+    Linux,
+}
+
+impl Guest {
+    pub const ALL: [Guest; 3] = [Guest::HoldfastPvh, Guest::HoldfastGrub, Guest::Linux];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Guest::HoldfastPvh => "Holdfast PVH",
+            Guest::HoldfastGrub => "Holdfast GRUB",
+            Guest::Linux => "Linux (Debian cloud kernel)",
+        }
+    }
+
+    /// The line that ends the boot and the exit that must follow it.
+    pub fn expectation(self, timeout: Duration) -> BootExpectation {
+        match self {
+            Guest::HoldfastPvh | Guest::HoldfastGrub => BootExpectation {
+                marker: ReadyMarker {
+                    text: abi::serial::READY_MARKER,
+                    clock: GuestClock::Microseconds,
+                },
+                // The self-test that follows ready must pass: a kernel that reports ready
+                // and then fails is not a boot worth timing.
+                exit_code: abi::exit::QEMU_STATUS_SUCCESS,
+                timeout,
+            },
+            Guest::Linux => BootExpectation {
+                marker: linux_peer::READY_MARKER,
+                exit_code: linux_peer::EXIT_CODE_POWEROFF,
+                timeout,
+            },
+        }
+    }
+}
+
+/// The files the guests boot from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestFiles {
+    pub holdfast_kernel: PathBuf,
+    pub initial_image: PathBuf,
+    pub boot_disk: PathBuf,
+    pub linux_kernel: PathBuf,
+    pub linux_initramfs: PathBuf,
+}
+
+/// The VM that boots `guest`.
+pub fn vm_spec(
+    guest: Guest,
+    files: &GuestFiles,
+    accelerator: Accelerator,
+    memory_mib: u32,
+) -> VmSpec {
+    let boot = match guest {
+        Guest::HoldfastPvh => Boot::Pvh {
+            kernel: files.holdfast_kernel.clone(),
+            initial_image: Some(files.initial_image.clone()),
+            command_line: String::new(),
+        },
+        Guest::HoldfastGrub => Boot::Disk {
+            boot_disk: files.boot_disk.clone(),
+        },
+        // The launcher's direct kernel boot is `-kernel/-initrd/-append`, which QEMU also
+        // uses for a Linux bzImage (through its linuxboot option ROM rather than PVH).
+        Guest::Linux => Boot::Pvh {
+            kernel: files.linux_kernel.clone(),
+            initial_image: Some(files.linux_initramfs.clone()),
+            command_line: linux_peer::KERNEL_COMMAND_LINE.to_owned(),
+        },
+    };
+    let mut spec = VmSpec::new(boot, accelerator);
+    spec.memory_mib = memory_mib;
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> GuestFiles {
+        GuestFiles {
+            holdfast_kernel: "img/holdfast-kernel.elf".into(),
+            initial_image: "img/initial.hfi".into(),
+            boot_disk: "img/holdfast-boot.img".into(),
+            linux_kernel: "/boot/vmlinuz".into(),
+            linux_initramfs: "cache/initramfs.cpio".into(),
+        }
+    }
+
+    fn words(guest: Guest) -> Vec<String> {
+        vm_spec(guest, &files(), Accelerator::Tcg, 384)
+            .qemu_arguments()
+            .into_iter()
+            .map(|word| word.into_string().unwrap())
+            .collect()
+    }
+
+    fn value_of(words: &[String], option: &str) -> Option<String> {
+        words
+            .windows(2)
+            .find(|pair| pair[0] == option)
+            .map(|pair| pair[1].clone())
+    }
+
+    /// Everything but how the kernel is loaded is the same for all guests.
+    #[test]
+    fn guests_differ_only_in_how_the_kernel_is_loaded() {
+        let loading = ["-kernel", "-initrd", "-append", "-drive", "-device"];
+        let common = |words: Vec<String>| -> Vec<String> {
+            let mut kept = Vec::new();
+            let mut skip_value = false;
+            for word in words {
+                if skip_value {
+                    skip_value = false;
+                } else if loading.contains(&word.as_str()) {
+                    skip_value = true;
+                } else {
+                    kept.push(word);
+                }
+            }
+            kept
+        };
+        let pvh = words(Guest::HoldfastPvh);
+        assert_eq!(common(pvh.clone()), common(words(Guest::HoldfastGrub)));
+        assert_eq!(common(pvh.clone()), common(words(Guest::Linux)));
+        assert_eq!(value_of(&pvh, "-machine").as_deref(), Some("q35"));
+        assert_eq!(value_of(&pvh, "-accel").as_deref(), Some("tcg"));
+        assert_eq!(value_of(&pvh, "-m").as_deref(), Some("384"));
+        for guest in Guest::ALL {
+            assert!(
+                words(guest).contains(&"isa-debug-exit,iobase=0xf4,iosize=0x04".to_owned()),
+                "{guest:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_guest_loads_its_own_files() {
+        let pvh = words(Guest::HoldfastPvh);
+        assert_eq!(
+            value_of(&pvh, "-kernel").as_deref(),
+            Some("img/holdfast-kernel.elf")
+        );
+        assert_eq!(
+            value_of(&pvh, "-initrd").as_deref(),
+            Some("img/initial.hfi")
+        );
+        assert_eq!(value_of(&pvh, "-append"), None);
+
+        let grub = words(Guest::HoldfastGrub);
+        assert_eq!(value_of(&grub, "-kernel"), None);
+        assert!(
+            value_of(&grub, "-drive")
+                .unwrap()
+                .ends_with("file=img/holdfast-boot.img")
+        );
+
+        let linux = words(Guest::Linux);
+        assert_eq!(
+            value_of(&linux, "-kernel").as_deref(),
+            Some("/boot/vmlinuz")
+        );
+        assert_eq!(
+            value_of(&linux, "-initrd").as_deref(),
+            Some("cache/initramfs.cpio")
+        );
+        assert_eq!(
+            value_of(&linux, "-append").as_deref(),
+            Some(linux_peer::KERNEL_COMMAND_LINE)
+        );
+    }
+
+    #[test]
+    fn holdfast_must_pass_its_self_test_and_linux_power_off() {
+        let timeout = Duration::from_secs(1);
+        assert_eq!(Guest::HoldfastPvh.expectation(timeout).exit_code, 33);
+        assert_eq!(
+            Guest::HoldfastGrub.expectation(timeout).marker.text,
+            "HOLDFAST-READY"
+        );
+        assert_eq!(Guest::Linux.expectation(timeout).exit_code, 0);
+        assert_eq!(Guest::Linux.expectation(timeout).marker.text, "LINUX-READY");
+    }
+}
