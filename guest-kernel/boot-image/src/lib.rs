@@ -58,16 +58,39 @@ pub enum EntryKind {
 /// Why a byte string is not a valid initial image. Each names what check failed and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FormatError {
-    TooShort { length: usize },
+    TooShort {
+        length: usize,
+    },
     BadMagic,
-    UnsupportedVersion { version: u32 },
-    TooManyEntries { count: u32 },
-    LengthMismatch { recorded: u64, actual: usize },
-    HeaderChecksum { recorded: u32, computed: u32 },
-    EntryName { index: usize },
-    EntryKind { index: usize, kind: u32 },
-    EntryOutOfBounds { index: usize },
-    EntryChecksum { index: usize, recorded: u32, computed: u32 },
+    UnsupportedVersion {
+        version: u32,
+    },
+    TooManyEntries {
+        count: u32,
+    },
+    LengthMismatch {
+        recorded: u64,
+        actual: usize,
+    },
+    HeaderChecksum {
+        recorded: u32,
+        computed: u32,
+    },
+    EntryName {
+        index: usize,
+    },
+    EntryKind {
+        index: usize,
+        kind: u32,
+    },
+    EntryOutOfBounds {
+        index: usize,
+    },
+    EntryChecksum {
+        index: usize,
+        recorded: u32,
+        computed: u32,
+    },
 }
 
 impl fmt::Display for FormatError {
@@ -82,10 +105,16 @@ impl fmt::Display for FormatError {
                 "image format version {version} is not supported (this build reads {FORMAT_VERSION})"
             ),
             Self::TooManyEntries { count } => {
-                write!(f, "{count} entries is more than the limit of {ENTRY_COUNT_MAX}")
+                write!(
+                    f,
+                    "{count} entries is more than the limit of {ENTRY_COUNT_MAX}"
+                )
             }
             Self::LengthMismatch { recorded, actual } => {
-                write!(f, "header says {recorded} bytes but the image has {actual} (truncated?)")
+                write!(
+                    f,
+                    "header says {recorded} bytes but the image has {actual} (truncated?)"
+                )
             }
             Self::HeaderChecksum { recorded, computed } => write!(
                 f,
@@ -96,7 +125,11 @@ impl fmt::Display for FormatError {
             Self::EntryOutOfBounds { index } => {
                 write!(f, "entry {index}: payload lies outside the image")
             }
-            Self::EntryChecksum { index, recorded, computed } => write!(
+            Self::EntryChecksum {
+                index,
+                recorded,
+                computed,
+            } => write!(
                 f,
                 "entry {index}: payload checksum mismatch (recorded {recorded:#010x}, computed {computed:#010x})"
             ),
@@ -138,7 +171,9 @@ impl<'a> Image<'a> {
     /// Checks the whole image: header, table and every payload's checksum.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
         if bytes.len() < HEADER_BYTES {
-            return Err(FormatError::TooShort { length: bytes.len() });
+            return Err(FormatError::TooShort {
+                length: bytes.len(),
+            });
         }
         if bytes[..8] != MAGIC {
             return Err(FormatError::BadMagic);
@@ -153,18 +188,26 @@ impl<'a> Image<'a> {
         }
         let recorded_length = read_u64(bytes, 16);
         if recorded_length != bytes.len() as u64 {
-            return Err(FormatError::LengthMismatch { recorded: recorded_length, actual: bytes.len() });
+            return Err(FormatError::LengthMismatch {
+                recorded: recorded_length,
+                actual: bytes.len(),
+            });
         }
         let table_end = HEADER_BYTES + count as usize * ENTRY_BYTES;
         if table_end > bytes.len() {
-            return Err(FormatError::TooShort { length: bytes.len() });
+            return Err(FormatError::TooShort {
+                length: bytes.len(),
+            });
         }
         let recorded = read_u32(bytes, 24);
         let computed = header_checksum(&bytes[..table_end]);
         if recorded != computed {
             return Err(FormatError::HeaderChecksum { recorded, computed });
         }
-        let image = Self { bytes, entry_count: count as usize };
+        let image = Self {
+            bytes,
+            entry_count: count as usize,
+        };
         for index in 0..image.entry_count {
             image.entry_checked(index)?;
         }
@@ -191,7 +234,10 @@ impl<'a> Image<'a> {
         let bytes = self.bytes;
         let at = HEADER_BYTES + index * ENTRY_BYTES;
         let raw_name = &bytes[at..at + ENTRY_NAME_BYTES];
-        let name_length = raw_name.iter().position(|&b| b == 0).unwrap_or(ENTRY_NAME_BYTES);
+        let name_length = raw_name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(ENTRY_NAME_BYTES);
         let name = core::str::from_utf8(&raw_name[..name_length])
             .ok()
             .filter(|name| !name.is_empty())
@@ -202,7 +248,9 @@ impl<'a> Image<'a> {
         };
         let offset = read_u64(bytes, at + 40);
         let length = read_u64(bytes, at + 48);
-        let end = offset.checked_add(length).ok_or(FormatError::EntryOutOfBounds { index })?;
+        let end = offset
+            .checked_add(length)
+            .ok_or(FormatError::EntryOutOfBounds { index })?;
         let table_end = (HEADER_BYTES + self.entry_count * ENTRY_BYTES) as u64;
         if offset < table_end || end > bytes.len() as u64 {
             return Err(FormatError::EntryOutOfBounds { index });
@@ -211,9 +259,17 @@ impl<'a> Image<'a> {
         let recorded = read_u32(bytes, at + 56);
         let computed = crc32c(payload);
         if recorded != computed {
-            return Err(FormatError::EntryChecksum { index, recorded, computed });
+            return Err(FormatError::EntryChecksum {
+                index,
+                recorded,
+                computed,
+            });
         }
-        Ok(Entry { name, kind, payload })
+        Ok(Entry {
+            name,
+            kind,
+            payload,
+        })
     }
 }
 
@@ -238,7 +294,10 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NameLength { name } => {
-                write!(f, "entry name {name:?} must be 1 to {ENTRY_NAME_BYTES} bytes")
+                write!(
+                    f,
+                    "entry name {name:?} must be 1 to {ENTRY_NAME_BYTES} bytes"
+                )
             }
             Self::DuplicateName { name } => write!(f, "entry name {name:?} appears twice"),
             Self::TooManyEntries => write!(f, "more than {ENTRY_COUNT_MAX} entries"),
@@ -298,8 +357,12 @@ mod tests {
 
     fn two_entry_image() -> Vec<u8> {
         let mut builder = ImageBuilder::new();
-        builder.add("hello", EntryKind::Program, b"\x7fELF hello").unwrap();
-        builder.add("fault-null", EntryKind::Program, &[7u8; 5000]).unwrap();
+        builder
+            .add("hello", EntryKind::Program, b"\x7fELF hello")
+            .unwrap();
+        builder
+            .add("fault-null", EntryKind::Program, &[7u8; 5000])
+            .unwrap();
         builder.finish()
     }
 
@@ -331,11 +394,14 @@ mod tests {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x10;
             // Padding between payloads is the only uncovered region.
-            let in_padding = (HEADER_BYTES + 2 * ENTRY_BYTES + 0..).contains(&at)
+            let in_padding = (HEADER_BYTES + 2 * ENTRY_BYTES..).contains(&at)
                 && !(4096..4096 + 10).contains(&at)
                 && !(8192..8192 + 5000).contains(&at);
             if !in_padding {
-                assert!(Image::parse(&damaged).is_err(), "flip at {at} went unnoticed");
+                assert!(
+                    Image::parse(&damaged).is_err(),
+                    "flip at {at} went unnoticed"
+                );
             }
         }
     }
@@ -343,7 +409,10 @@ mod tests {
     #[test]
     fn errors_name_the_check() {
         let bytes = two_entry_image();
-        assert_eq!(Image::parse(&bytes[..10]).unwrap_err(), FormatError::TooShort { length: 10 });
+        assert_eq!(
+            Image::parse(&bytes[..10]).unwrap_err(),
+            FormatError::TooShort { length: 10 }
+        );
         assert_eq!(Image::parse(&[0u8; 64]).unwrap_err(), FormatError::BadMagic);
         let mut wrong_version = bytes.clone();
         wrong_version[8] = 9;
@@ -352,7 +421,10 @@ mod tests {
             FormatError::UnsupportedVersion { version: 9 }
         );
         let truncated = &bytes[..bytes.len() - 1];
-        assert!(matches!(Image::parse(truncated), Err(FormatError::LengthMismatch { .. })));
+        assert!(matches!(
+            Image::parse(truncated),
+            Err(FormatError::LengthMismatch { .. })
+        ));
         let mut rotted = bytes.clone();
         let last = rotted.len() - 1;
         rotted[last] ^= 1;
@@ -370,7 +442,11 @@ mod tests {
     fn builder_rejects_bad_names() {
         let mut builder = ImageBuilder::new();
         assert!(builder.add("", EntryKind::Program, b"").is_err());
-        assert!(builder.add(&"x".repeat(33), EntryKind::Program, b"").is_err());
+        assert!(
+            builder
+                .add(&"x".repeat(33), EntryKind::Program, b"")
+                .is_err()
+        );
         builder.add("a", EntryKind::Program, b"").unwrap();
         assert_eq!(
             builder.add("a", EntryKind::Program, b""),

@@ -150,17 +150,25 @@ fn c_string_range(physical: u64, text: &str) -> (u64, u64) {
 unsafe fn read_pvh(information: &mut BootInformation, base: u64) {
     // SAFETY: guaranteed by the caller.
     let start = unsafe { &*(base as *const PvhStartInformation) };
-    assert!(start.version >= 1, "PVH start info version 0 has no memory map");
+    assert!(
+        start.version >= 1,
+        "PVH start info version 0 has no memory map"
+    );
     information.protocol = BootProtocol::Pvh;
     // SAFETY: the loader's command line is NUL-terminated.
     information.command_line = unsafe { c_string(start.command_line_physical) };
-    let (line_start, line_end) = c_string_range(start.command_line_physical, information.command_line);
+    let (line_start, line_end) =
+        c_string_range(start.command_line_physical, information.command_line);
     information.push_reserved(line_start, line_end);
     let information_physical = base - crate::memory::DIRECT_MAP_OFFSET;
-    information.push_reserved(information_physical, information_physical + size_of::<PvhStartInformation>() as u64);
+    information.push_reserved(
+        information_physical,
+        information_physical + size_of::<PvhStartInformation>() as u64,
+    );
     if start.module_count > 0 {
         // SAFETY: the module list has `module_count` entries.
-        let module = unsafe { &*(physical_to_virtual(start.module_list_physical) as *const PvhModule) };
+        let module =
+            unsafe { &*(physical_to_virtual(start.module_list_physical) as *const PvhModule) };
         information.initial_image = Some((module.physical, module.size));
         information.push_reserved(module.physical, module.physical + module.size);
     }
@@ -184,7 +192,10 @@ unsafe fn read_multiboot2(information: &mut BootInformation, base: u64) {
     .expect("malformed multiboot2 information");
     information.protocol = BootProtocol::Multiboot2;
     let information_physical = base - crate::memory::DIRECT_MAP_OFFSET;
-    information.push_reserved(information_physical, information_physical + boot.total_size() as u64);
+    information.push_reserved(
+        information_physical,
+        information_physical + boot.total_size() as u64,
+    );
     if let Some(command_line) = boot.command_line_tag() {
         let text = command_line.cmdline().unwrap_or("");
         // SAFETY: the tag lives in the information structure, which we never overwrite

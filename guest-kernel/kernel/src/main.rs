@@ -35,7 +35,10 @@ pub struct BootOptions {
 
 impl BootOptions {
     fn parse(command_line: &'static str) -> Self {
-        let mut options = Self { stay_up: false, kernel_fault: None };
+        let mut options = Self {
+            stay_up: false,
+            kernel_fault: None,
+        };
         for word in command_line.split_ascii_whitespace() {
             match word.split_once('=') {
                 Some(("holdfast.after", "stay")) => options.stay_up = true,
@@ -51,7 +54,11 @@ pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
     console::init();
     // SAFETY: these are the registers the boot loader handed to `start32`.
     let boot = unsafe { bootinfo::read(boot_magic, boot_information_physical) };
-    if boot.command_line.split_ascii_whitespace().any(|word| word == "holdfast.probe") {
+    if boot
+        .command_line
+        .split_ascii_whitespace()
+        .any(|word| word == "holdfast.probe")
+    {
         selftest::accelerator_probe();
     }
     println!(
@@ -68,7 +75,10 @@ pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
     let mut reserved = [(0, 0); bootinfo::RANGES_MAX + 1];
     reserved[0] = (0, kernel_end_physical);
     reserved[1..=boot.reserved_ranges().len()].copy_from_slice(boot.reserved_ranges());
-    memory::init_heap(boot.usable_ranges(), &reserved[..=boot.reserved_ranges().len()]);
+    memory::init_heap(
+        boot.usable_ranges(),
+        &reserved[..=boot.reserved_ranges().len()],
+    );
     let calibration = arch::timer::init();
     let devices = drivers::probe();
     let ready_us = arch::timer::tsc_to_microseconds(arch::read_tsc() - arch::boot::tsc_at_entry());

@@ -11,8 +11,8 @@ use holdfast_abi::{self as abi, InvokeResult};
 use spin::Mutex;
 use x86_64::registers::control::{Cr3, Cr3Flags};
 use x86_64::structures::paging::{
-    FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame,
-    Size4KiB, Translate, mapper::TranslateResult,
+    FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame, Size4KiB,
+    Translate, mapper::TranslateResult,
 };
 use x86_64::{PhysAddr, VirtAddr};
 
@@ -51,8 +51,11 @@ struct Scheduler {
     on_all_done: Option<fn() -> !>,
 }
 
-static SCHEDULER: Mutex<Scheduler> =
-    Mutex::new(Scheduler { processes: Vec::new(), current: None, on_all_done: None });
+static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
+    processes: Vec::new(),
+    current: None,
+    on_all_done: None,
+});
 
 /// Page-table frames come from the kernel heap, which lies in the direct map.
 struct HeapFrames;
@@ -62,7 +65,9 @@ struct HeapFrames;
 unsafe impl FrameAllocator<Size4KiB> for HeapFrames {
     fn allocate_frame(&mut self) -> Option<PhysFrame> {
         let block = memory::allocate_pages(1);
-        Some(PhysFrame::containing_address(PhysAddr::new(memory::virtual_to_physical(block as u64))))
+        Some(PhysFrame::containing_address(PhysAddr::new(
+            memory::virtual_to_physical(block as u64),
+        )))
     }
 }
 
@@ -71,11 +76,15 @@ unsafe impl FrameAllocator<Size4KiB> for HeapFrames {
 pub enum LoadError {
     NotElf,
     NotStaticExecutable,
-    SegmentOutsideUserSpace { virtual_address: u64 },
+    SegmentOutsideUserSpace {
+        virtual_address: u64,
+    },
     SegmentOutsideFile,
     /// No Holdfast ABI note: not built with `holdfast-userlib`.
     NoAbiNote,
-    AbiVersion { found: u32 },
+    AbiVersion {
+        found: u32,
+    },
 }
 
 impl core::fmt::Display for LoadError {
@@ -84,7 +93,10 @@ impl core::fmt::Display for LoadError {
             Self::NotElf => write!(f, "not an ELF file"),
             Self::NotStaticExecutable => write!(f, "not a statically linked executable"),
             Self::SegmentOutsideUserSpace { virtual_address } => {
-                write!(f, "segment at {virtual_address:#x} lies outside the user half")
+                write!(
+                    f,
+                    "segment at {virtual_address:#x} lies outside the user half"
+                )
             }
             Self::SegmentOutsideFile => write!(f, "segment data lies outside the file"),
             Self::NoAbiNote => write!(f, "no Holdfast ABI note (not built with holdfast-userlib)"),
@@ -152,7 +164,12 @@ fn map_user_range(mapper: &mut OffsetPageTable, start: u64, end: u64, flags: Pag
         // SAFETY: a fresh frame mapped at a user address in a space nobody runs yet.
         unsafe {
             mapper
-                .map_to(page, frame, flags | PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE, &mut HeapFrames)
+                .map_to(
+                    page,
+                    frame,
+                    flags | PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE,
+                    &mut HeapFrames,
+                )
                 .expect("page was free")
                 .ignore();
         }
@@ -164,7 +181,9 @@ fn copy_into(mapper: &OffsetPageTable, address: u64, bytes: &[u8]) {
         let mut target = address + (offset * PAGE_BYTES) as u64;
         let mut remaining = chunk;
         while !remaining.is_empty() {
-            let physical = mapper.translate_addr(VirtAddr::new(target)).expect("mapped above");
+            let physical = mapper
+                .translate_addr(VirtAddr::new(target))
+                .expect("mapped above");
             let room = PAGE_BYTES - (target as usize % PAGE_BYTES);
             let count = room.min(remaining.len());
             // SAFETY: the destination is a frame of this new space, reached by the direct map.
@@ -182,7 +201,11 @@ fn copy_into(mapper: &OffsetPageTable, address: u64, bytes: &[u8]) {
 }
 
 /// Loads a statically linked ELF executable into a new address space.
-pub fn load(name: &'static str, elf_bytes: &[u8], capabilities: &[Capability]) -> Result<(), LoadError> {
+pub fn load(
+    name: &'static str,
+    elf_bytes: &[u8],
+    capabilities: &[Capability],
+) -> Result<(), LoadError> {
     use elf::abi::{ET_EXEC, PF_W, PF_X, PT_LOAD};
     let file = elf::ElfBytes::<elf::endian::LittleEndian>::minimal_parse(elf_bytes)
         .map_err(|_| LoadError::NotElf)?;
@@ -201,10 +224,14 @@ pub fn load(name: &'static str, elf_bytes: &[u8], capabilities: &[Capability]) -
         let start = segment.p_vaddr;
         let end = start.saturating_add(segment.p_memsz);
         if start < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END || segment.p_memsz == 0 {
-            return Err(LoadError::SegmentOutsideUserSpace { virtual_address: start });
+            return Err(LoadError::SegmentOutsideUserSpace {
+                virtual_address: start,
+            });
         }
         let file_range = segment.p_offset as usize..(segment.p_offset + segment.p_filesz) as usize;
-        let contents = elf_bytes.get(file_range).ok_or(LoadError::SegmentOutsideFile)?;
+        let contents = elf_bytes
+            .get(file_range)
+            .ok_or(LoadError::SegmentOutsideFile)?;
         let mut flags = PageTableFlags::empty();
         if segment.p_flags & PF_W != 0 {
             flags |= PageTableFlags::WRITABLE;
@@ -220,7 +247,12 @@ pub fn load(name: &'static str, elf_bytes: &[u8], capabilities: &[Capability]) -
         for page in Page::range_inclusive(first, last) {
             let final_flags = flags | PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE;
             // SAFETY: the page was mapped above in this unused space.
-            unsafe { mapper.update_flags(page, final_flags).expect("mapped").ignore() };
+            unsafe {
+                mapper
+                    .update_flags(page, final_flags)
+                    .expect("mapped")
+                    .ignore()
+            };
         }
     }
     map_user_range(
@@ -326,7 +358,10 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
 pub fn fault_in_user_mode(report: FaultReport) -> ! {
     let name = {
         let scheduler = SCHEDULER.lock();
-        scheduler.current.map(|index| scheduler.processes[index].name).unwrap_or("?")
+        scheduler
+            .current
+            .map(|index| scheduler.processes[index].name)
+            .unwrap_or("?")
     };
     crate::println!("holdfast: process {name} faulted: {report}; process stopped");
     stop_current(ProcessState::Faulted(report))
@@ -334,7 +369,9 @@ pub fn fault_in_user_mode(report: FaultReport) -> ! {
 
 /// Checks that `[address, address + length)` is mapped readable for ring 3 in `root`.
 fn user_range_readable(root: PhysFrame, address: u64, length: u64) -> bool {
-    let Some(end) = address.checked_add(length) else { return false };
+    let Some(end) = address.checked_add(length) else {
+        return false;
+    };
     if address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END {
         return false;
     }
@@ -374,7 +411,9 @@ pub extern "C" fn system_call(registers: &mut UserRegisters) {
             _ => (InvokeResult::UnknownOrder, 0),
         },
         Some(Capability::OwnProcess) => match order {
-            abi::process::STOP => stop_current(ProcessState::Stopped { exit_code: words[0] }),
+            abi::process::STOP => stop_current(ProcessState::Stopped {
+                exit_code: words[0],
+            }),
             _ => (InvokeResult::UnknownOrder, 0),
         },
     };

@@ -65,7 +65,11 @@ pub fn run(
     options: BootOptions,
 ) -> ! {
     STAY_UP.store(options.stay_up, Ordering::Relaxed);
-    println!("selftest: boot protocol {}, command line {:?}", boot.protocol.name(), boot.command_line);
+    println!(
+        "selftest: boot protocol {}, command line {:?}",
+        boot.protocol.name(),
+        boot.command_line
+    );
     let tsc_mhz = calibration.tsc_hz / 1_000_000;
     let apic_mhz = calibration.apic_timer_hz / 1_000_000;
     let measured_millihertz = timer::measure_frequency_millihertz(20);
@@ -81,7 +85,10 @@ pub fn run(
     drivers::self_test(&mut devices);
 
     let Some(bytes) = boot.initial_image_bytes() else {
-        println!("selftest: initial image: missing (no boot module) [{}]", check(false));
+        println!(
+            "selftest: initial image: missing (no boot module) [{}]",
+            check(false)
+        );
         finish()
     };
     let image = match Image::parse(bytes) {
@@ -91,11 +98,22 @@ pub fn run(
             finish()
         }
     };
-    println!("selftest: initial image: {} programs, {} bytes [ok]", image.len(), bytes.len());
+    println!(
+        "selftest: initial image: {} programs, {} bytes [ok]",
+        image.len(),
+        bytes.len()
+    );
     let capabilities = [Capability::Console, Capability::OwnProcess];
-    for entry in image.entries().filter(|entry| entry.kind == EntryKind::Program) {
+    for entry in image
+        .entries()
+        .filter(|entry| entry.kind == EntryKind::Program)
+    {
         if let Err(error) = process::load(entry.name, entry.payload, &capabilities) {
-            println!("selftest: ring3 {}: cannot load: {error} [{}]", entry.name, check(false));
+            println!(
+                "selftest: ring3 {}: cannot load: {error} [{}]",
+                entry.name,
+                check(false)
+            );
         }
     }
     process::run(report_processes)
@@ -130,12 +148,20 @@ fn report_processes() -> ! {
 
 fn finish() -> ! {
     let passed = !FAILED.load(Ordering::Relaxed);
-    println!("{} {}", abi::serial::SELFTEST_MARKER, if passed { "PASS" } else { "FAIL" });
+    println!(
+        "{} {}",
+        abi::serial::SELFTEST_MARKER,
+        if passed { "PASS" } else { "FAIL" }
+    );
     if STAY_UP.load(Ordering::Relaxed) {
         println!("holdfast: staying up (holdfast.after=stay); stop me over QMP");
         loop {
             x86_64::instructions::interrupts::enable_and_hlt();
         }
     }
-    arch::exit_qemu(if passed { abi::exit::VALUE_SUCCESS } else { abi::exit::VALUE_FAILURE })
+    arch::exit_qemu(if passed {
+        abi::exit::VALUE_SUCCESS
+    } else {
+        abi::exit::VALUE_FAILURE
+    })
 }

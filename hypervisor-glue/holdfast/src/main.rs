@@ -1,1 +1,37 @@
-fn main() {}
+//! `holdfast`: build the appliance image, run it under QEMU, control running VMs.
+//!
+//! Every failure is one line on stderr, `holdfast: <what is wrong>`, and an exit status
+//! that says whose fault it was (see [`exit_status`]).
+
+mod cli;
+mod commands;
+mod failure;
+mod paths;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::failure::exit_status;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return cli::report_parse_error(error),
+    };
+    let result = match cli.command {
+        Command::Image(command) => commands::image::run(command),
+        Command::Run(arguments) => commands::run::run(arguments),
+        Command::Vm(command) => commands::vm::run(command),
+        Command::Accel(arguments) => commands::accel::run(arguments),
+        Command::Bench(command) => commands::bench::run(command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("holdfast: {failure}");
+            ExitCode::from(exit_status::of(&failure))
+        }
+    }
+}

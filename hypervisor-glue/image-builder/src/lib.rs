@@ -1,1 +1,112 @@
+//! Builds a Holdfast appliance image into a directory:
+//!
+//! | file | what it is |
+//! |---|---|
+//! | `holdfast-kernel.elf` | the kernel, bootable by PVH (QEMU `-kernel`) or multiboot2 (GRUB) |
+//! | `initial.hfi` | the initial image: the ring-3 programs of [`INITIAL_PROGRAMS`], in that order |
+//! | `holdfast-boot.img` | a BIOS-bootable disk: GRUB, `grub.cfg`, the kernel and the initial image |
+//!
+//! [`build`] does it all from the source tree (running cargo for the guest crates);
+//! [`ImageDir`] names the files and checks them before a VM is started from them.
 
+pub mod boot_disk;
+pub mod guest_build;
+pub mod image_dir;
+pub mod initial_image;
+
+use std::path::{Path, PathBuf};
+
+pub use boot_disk::BootDiskError;
+pub use guest_build::{GuestArtifacts, GuestBuildError};
+pub use image_dir::{ImageDir, ImageDirError};
+pub use initial_image::{INITIAL_PROGRAMS, InitialImageError};
+
+/// What [`build`] needs.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// The root of the Holdfast source tree (the Cargo workspace).
+    pub source_dir: PathBuf,
+    /// Where the image files go; created if missing.
+    pub out_dir: PathBuf,
+    /// The kernel command line fixed in the boot disk's `grub.cfg`.
+    pub grub_command_line: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Guest(#[from] GuestBuildError),
+    #[error(transparent)]
+    InitialImage(#[from] InitialImageError),
+    #[error(transparent)]
+    BootDisk(#[from] BootDiskError),
+    #[error("cannot write '{}': {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Builds the guest crates and writes the three image files, reporting each step through
+/// `progress` (one line each, for a user who waits).
+pub fn build(
+    options: &BuildOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<ImageDir, BuildError> {
+    let image_dir = ImageDir::new(&options.out_dir);
+    std::fs::create_dir_all(&options.out_dir).map_err(|source| BuildError::Write {
+        path: options.out_dir.clone(),
+        source,
+    })?;
+
+    progress(&format!(
+        "building guest crates: {}",
+        guest_build::CARGO_COMMAND_TEXT
+    ));
+    let artifacts = guest_build::build_guest_crates(&options.source_dir)?;
+
+    copy_file(&artifacts.kernel, &image_dir.kernel())?;
+    progress(&format!("wrote {}", describe_file(&image_dir.kernel())));
+
+    let image = initial_image::make_initial_image(&artifacts.programs)?;
+    write_file(&image_dir.initial_image(), &image)?;
+    progress(&format!(
+        "wrote {}: {}",
+        describe_file(&image_dir.initial_image()),
+        INITIAL_PROGRAMS.join(", ")
+    ));
+
+    progress("making the GRUB boot disk: grub-mkrescue");
+    boot_disk::make_boot_disk(
+        &image_dir.kernel(),
+        &image_dir.initial_image(),
+        &options.grub_command_line,
+        &image_dir.boot_disk(),
+    )?;
+    progress(&format!("wrote {}", describe_file(&image_dir.boot_disk())));
+    Ok(image_dir)
+}
+
+fn copy_file(from: &Path, to: &Path) -> Result<(), BuildError> {
+    std::fs::copy(from, to)
+        .map(drop)
+        .map_err(|source| BuildError::Write {
+            path: to.to_owned(),
+            source,
+        })
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    std::fs::write(path, bytes).map_err(|source| BuildError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// `build/image/initial.hfi (412 KiB)`.
+fn describe_file(path: &Path) -> String {
+    match std::fs::metadata(path) {
+        Ok(metadata) => format!("{} ({} KiB)", path.display(), metadata.len().div_ceil(1024)),
+        Err(_) => path.display().to_string(),
+    }
+}

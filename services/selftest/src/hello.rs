@@ -5,19 +5,40 @@
 use holdfast_userlib::{self as user, abi::InvokeResult};
 
 /// What was tried, what the kernel answered, what it should have answered.
-type Check = (&'static str, Result<(), InvokeResult>, Result<(), InvokeResult>);
+type Check = (
+    &'static str,
+    Result<(), InvokeResult>,
+    Result<(), InvokeResult>,
+);
 
 fn main() -> u64 {
     user::print("hello from ring 3\n");
     let checks: [Check; 4] = [
-        ("empty register", user::write_to(7, b"x"), Err(InvokeResult::Void)),
-        ("register out of range", user::write_to(99, b"x"), Err(InvokeResult::InvalidRegister)),
+        (
+            "empty register",
+            user::write_to(7, b"x"),
+            Err(InvokeResult::Void),
+        ),
+        (
+            "register out of range",
+            user::write_to(99, b"x"),
+            Err(InvokeResult::InvalidRegister),
+        ),
         (
             "kernel address",
-            user::invoke(user::CONSOLE, user::abi::console::WRITE, [0xffff_ffff_8010_0000, 8, 0, 0]).0,
+            user::invoke(
+                user::CONSOLE,
+                user::abi::console::WRITE,
+                [0xffff_ffff_8010_0000, 8, 0, 0],
+            )
+            .0,
             Err(InvokeResult::BadAddress),
         ),
-        ("string too long", user::write_to(user::CONSOLE, &[b'x'; 5000]), Err(InvokeResult::StringTooLong)),
+        (
+            "string too long",
+            user::write_to(user::CONSOLE, &[b'x'; 5000]),
+            Err(InvokeResult::StringTooLong),
+        ),
     ];
     let mut failures = 0;
     for (what, got, expected) in checks {

@@ -13,7 +13,14 @@ fn main() -> u64 {
             checksum = checksum.wrapping_mul(31).wrapping_add(step ^ round);
             core::hint::black_box(checksum);
         }
-        user::print(["ticker: round 0\n", "ticker: round 1\n", "ticker: round 2\n", "ticker: round 3\n"][round as usize]);
+        user::print(
+            [
+                "ticker: round 0\n",
+                "ticker: round 1\n",
+                "ticker: round 2\n",
+                "ticker: round 3\n",
+            ][round as usize],
+        );
     }
     0
 }

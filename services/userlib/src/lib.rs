@@ -5,8 +5,8 @@
 //! Capability registers given to every foundation program: 0 = console, 1 = own process.
 #![no_std]
 
-pub use holdfast_abi as abi;
 use abi::InvokeResult;
+pub use holdfast_abi as abi;
 
 pub const CONSOLE: u64 = 0;
 pub const OWN_PROCESS: u64 = 1;
@@ -42,7 +42,12 @@ pub fn invoke(capability: u64, order: u64, words: [u64; 4]) -> (Result<(), Invok
 
 /// Writes `text` to the console capability in register `capability`.
 pub fn write_to(capability: u64, text: &[u8]) -> Result<(), InvokeResult> {
-    invoke(capability, abi::console::WRITE, [text.as_ptr() as u64, text.len() as u64, 0, 0]).0
+    invoke(
+        capability,
+        abi::console::WRITE,
+        [text.as_ptr() as u64, text.len() as u64, 0, 0],
+    )
+    .0
 }
 
 pub fn print(text: &str) {

@@ -24,7 +24,8 @@ static GDT: Once<(GlobalDescriptorTable, Selectors)> = Once::new();
 
 pub fn init() {
     let tss = TSS.call_once(|| {
-        static mut DOUBLE_FAULT_STACK: [u8; DOUBLE_FAULT_STACK_BYTES] = [0; DOUBLE_FAULT_STACK_BYTES];
+        static mut DOUBLE_FAULT_STACK: [u8; DOUBLE_FAULT_STACK_BYTES] =
+            [0; DOUBLE_FAULT_STACK_BYTES];
         let mut tss = TaskStateSegment::new();
         tss.privilege_stack_table[0] = VirtAddr::new(super::boot::kernel_stack_top_address());
         let double_fault_stack = &raw const DOUBLE_FAULT_STACK;
@@ -39,7 +40,16 @@ pub fn init() {
         let user_data = gdt.append(Descriptor::user_data_segment());
         let user_code = gdt.append(Descriptor::user_code_segment());
         let tss = gdt.append(Descriptor::tss_segment(tss));
-        (gdt, Selectors { kernel_code, kernel_data, user_code, user_data, tss })
+        (
+            gdt,
+            Selectors {
+                kernel_code,
+                kernel_data,
+                user_code,
+                user_data,
+                tss,
+            },
+        )
     });
     gdt.load();
     // SAFETY: the selectors index the GDT just loaded, with the descriptors named.

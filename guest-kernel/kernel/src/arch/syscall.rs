@@ -104,8 +104,13 @@ pub fn init() {
     let selectors = super::gdt::selectors();
     assert_eq!(selectors.user_code.0 as u64, USER_CODE_SELECTOR);
     assert_eq!(selectors.user_data.0 as u64, USER_DATA_SELECTOR);
-    Star::write(selectors.user_code, selectors.user_data, selectors.kernel_code, selectors.kernel_data)
-        .expect("GDT order fits syscall/sysret");
+    Star::write(
+        selectors.user_code,
+        selectors.user_data,
+        selectors.kernel_code,
+        selectors.kernel_data,
+    )
+    .expect("GDT order fits syscall/sysret");
     LStar::write(VirtAddr::new(syscall_entry as *const () as u64));
     // Enter the kernel with interrupts off and direction flag clear.
     SFMask::write(RFlags::INTERRUPT_FLAG | RFlags::DIRECTION_FLAG | RFlags::TRAP_FLAG);

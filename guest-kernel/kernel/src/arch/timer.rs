@@ -35,9 +35,18 @@ fn disable_legacy_pic() {
     // SAFETY: ports 0x20/0x21/0xa0/0xa1 are the 8259 pair on every PC QEMU models; the
     // initialisation sequence (ICW1..ICW4) then masking all lines has no other effect.
     unsafe {
-        for (port, value) in [(0x20u16, 0x11u8), (0xa0, 0x11), (0x21, 0x20), (0xa1, 0x28),
-            (0x21, 4), (0xa1, 2), (0x21, 1), (0xa1, 1), (0x21, 0xff), (0xa1, 0xff)]
-        {
+        for (port, value) in [
+            (0x20u16, 0x11u8),
+            (0xa0, 0x11),
+            (0x21, 0x20),
+            (0xa1, 0x28),
+            (0x21, 4),
+            (0xa1, 2),
+            (0x21, 1),
+            (0xa1, 1),
+            (0x21, 0xff),
+            (0xa1, 0xff),
+        ] {
             Port::<u8>::new(port).write(value);
         }
     }
@@ -92,7 +101,10 @@ pub fn init() -> Calibration {
         apic.set_timer_initial((apic_timer_hz / TIMER_HZ).max(1) as u32);
     }
     *LOCAL_APIC.lock() = Some(OwnedApic(apic));
-    Calibration { tsc_hz, apic_timer_hz }
+    Calibration {
+        tsc_hz,
+        apic_timer_hz,
+    }
 }
 
 /// Called by the timer interrupt.

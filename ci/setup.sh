@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what building, testing and benchmarking Holdfast needs. Idempotent: anything
+# already there is left alone, so a second run costs a few seconds.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Debian packages: QEMU; GRUB and the ISO tools grub-mkrescue uses (the GRUB boot disk);
+# the Linux kernel and busybox the boot benchmark compares against.
+packages=(
+    qemu-system-x86 qemu-utils
+    grub-pc-bin grub-common xorriso mtools
+    linux-image-cloud-amd64 busybox-static
+)
+missing=()
+for package in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+if ((${#missing[@]})); then
+    sudo=()
+    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+    echo "ci/setup: installing ${missing[*]}"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Rust: the toolchain pinned in rust-toolchain.toml, with the guest target and clippy.
+if ! command -v rustup >/dev/null; then
+    echo "ci/setup: rustup not found: install Rust with rustup (https://rustup.rs)" >&2
+    exit 1
+fi
+toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
+if ! rustup toolchain list | grep -q "^$toolchain"; then
+    rustup toolchain install "$toolchain" --profile minimal --component clippy,rustfmt
+fi
+if ! rustup target list --installed --toolchain "$toolchain" | grep -qx x86_64-unknown-none; then
+    rustup target add --toolchain "$toolchain" x86_64-unknown-none
+fi
+if ! rustup component list --installed --toolchain "$toolchain" | grep -q '^clippy'; then
+    rustup component add --toolchain "$toolchain" clippy
+fi
+echo "ci/setup: ready (Rust $toolchain, $(qemu-system-x86_64 --version | head -1))"

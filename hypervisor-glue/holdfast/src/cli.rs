@@ -1,0 +1,269 @@
+//! The command line, as clap derives it: these doc comments are the `--help` text.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use holdfast_qemu::NetConnect;
+
+use crate::failure::exit_status;
+
+/// Holdfast: a persistent capability operating system packaged as a QEMU appliance.
+///
+/// Build the image once (`holdfast image build`), then boot it (`holdfast run`).
+#[derive(Debug, Parser)]
+#[command(name = "holdfast", version, propagate_version = true)]
+#[command(after_help = EXIT_STATUS_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const EXIT_STATUS_HELP: &str = "\
+Exit status: 0 success (for `run`: the guest passed its self-test), 1 the guest reported \
+failure, 2 a usage or input error, 3 any other failure (QEMU missing or dying, time limit).";
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Build the appliance image: kernel, initial image, GRUB boot disk.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Boot a Holdfast VM under QEMU; its serial console is copied to stdout.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Run(RunArguments),
+    /// Control a VM started with `holdfast run --name NAME`, over its QMP socket.
+    #[command(subcommand)]
+    Vm(VmCommand),
+    /// Say whether VMs run under KVM or TCG on this host, and why.
+    Accel(AccelArguments),
+    /// Benchmarks: print tables of figures against peers measured in the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build the guest crates (cargo, release, x86_64-unknown-none) and write
+    /// holdfast-kernel.elf, initial.hfi and holdfast-boot.img (a BIOS disk made with
+    /// grub-mkrescue) into the output directory.
+    Build(ImageBuildArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct ImageBuildArguments {
+    /// Output directory [default: build/image in the source tree]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Kernel command-line words fixed in the boot disk's grub.cfg (a GRUB boot cannot be
+    /// given a command line at run time)
+    #[arg(long, value_name = "WORDS", default_value = "")]
+    pub grub_append: String,
+}
+
+/// How the kernel is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BootMethod {
+    /// QEMU loads the kernel ELF directly (-kernel, -initrd, -append)
+    Pvh,
+    /// The firmware boots holdfast-boot.img; GRUB loads the kernel by multiboot2
+    Grub,
+}
+
+/// Which QEMU accelerator to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AccelArgument {
+    /// KVM if a timed probe shows it is fast here, else TCG (the verdict is cached)
+    Auto,
+    /// KVM, with the host's CPU model
+    Kvm,
+    /// TCG, QEMU's binary translator
+    Tcg,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArguments {
+    /// Directory made by `holdfast image build` [default: build/image in the source tree]
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Option<PathBuf>,
+    /// How to boot
+    #[arg(long, value_enum, default_value_t = BootMethod::Pvh)]
+    pub boot: BootMethod,
+    /// A raw disk image to attach as a virtio-blk PCI device (repeatable; in order)
+    #[arg(long = "disk", value_name = "FILE")]
+    pub disks: Vec<PathBuf>,
+    /// Connect a virtio-net device to this TCP endpoint (QEMU -netdev stream)
+    #[arg(long, value_name = "HOST:PORT")]
+    pub net_connect: Option<NetConnect>,
+    /// Accelerator
+    #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
+    pub accel: AccelArgument,
+    /// Guest memory in MiB
+    #[arg(long, value_name = "N", default_value_t = holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
+          value_parser = clap::value_parser!(u32).range(32..=1_048_576))]
+    pub memory_mib: u32,
+    /// Extra kernel command-line words (PVH boot only: GRUB's command line is in grub.cfg)
+    #[arg(long, value_name = "WORDS")]
+    pub append: Option<String>,
+    /// Keep the VM running after its self-test (adds holdfast.after=stay; PVH boot only);
+    /// stop it with `holdfast vm quit NAME`
+    #[arg(long)]
+    pub stay_up: bool,
+    /// Name the VM, so that `holdfast vm ... NAME` can reach its QMP socket
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Kill the VM if it has not finished after this many seconds [default: 120, or no
+    /// limit with --stay-up]
+    #[arg(long, value_name = "N")]
+    pub timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VmCommand {
+    /// Print the VM's run state (running, paused, ...)
+    Status(VmName),
+    /// Stop the VM's virtual CPUs
+    Pause(VmName),
+    /// Restart the VM's virtual CPUs
+    Resume(VmName),
+    /// End the VM (QEMU exits; `holdfast run` returns)
+    Quit(VmName),
+}
+
+#[derive(Debug, Args)]
+pub struct VmName {
+    /// The name given to `holdfast run --name`
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AccelArguments {
+    /// Probe KVM again instead of using the cached verdict
+    #[arg(long)]
+    pub reprobe: bool,
+    /// Directory whose kernel runs the probe [default: build/image in the source tree]
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Time to "ready" of Holdfast booted by PVH and by GRUB, against a Linux peer booted in
+    /// the same QEMU, interleaved; prints a table.
+    Boot(BenchBootArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchBootArguments {
+    /// Fewer boots per guest (for CI)
+    #[arg(long)]
+    pub quick: bool,
+    /// Boots per guest [default: 5, or 3 with --quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: Option<u32>,
+    /// Directory made by `holdfast image build` [default: build/image in the source tree]
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Option<PathBuf>,
+    /// Accelerator for every guest
+    #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
+    pub accel: AccelArgument,
+    /// Guest memory in MiB, for every guest
+    #[arg(long, value_name = "N", default_value_t = holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
+          value_parser = clap::value_parser!(u32).range(32..=1_048_576))]
+    pub memory_mib: u32,
+}
+
+/// Prints clap's verdict on a bad command line. Help and version go out as clap formats
+/// them; an error becomes one line naming the command's help.
+pub fn report_parse_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            // Printing help can only fail on a closed stdout; nothing to tell then.
+            let _ = error.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = error.print();
+            ExitCode::from(exit_status::INPUT_ERROR)
+        }
+        _ => {
+            let message = first_paragraph(&error.render().to_string());
+            let command = subcommand_path(std::env::args().skip(1));
+            eprintln!("holdfast: {message} (see '{command} --help')");
+            ExitCode::from(exit_status::INPUT_ERROR)
+        }
+    }
+}
+
+/// clap's error message without its `error: ` prefix, its indented continuation lines
+/// (`the following required arguments were not provided:` / `  <NAME>`) joined on.
+fn first_paragraph(rendered: &str) -> String {
+    let mut lines = rendered.lines();
+    let first_line = lines.next().unwrap_or("invalid command line");
+    let mut message = first_line
+        .strip_prefix("error: ")
+        .unwrap_or(first_line)
+        .to_owned();
+    for continuation in lines.take_while(|line| line.starts_with(' ')) {
+        message.push(' ');
+        message.push_str(continuation.trim());
+    }
+    message
+}
+
+/// `holdfast vm status` for the arguments `vm status --bad`: the subcommands named before
+/// the first word that is not one.
+fn subcommand_path(arguments: impl Iterator<Item = String>) -> String {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    let mut path = vec![command.get_name().to_owned()];
+    for argument in arguments {
+        let Some(subcommand) = command.find_subcommand(&argument).cloned() else {
+            break;
+        };
+        path.push(subcommand.get_name().to_owned());
+        command = subcommand;
+    }
+    path.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn error_continuation_lines_are_joined() {
+        let rendered =
+            "error: the following required arguments were not provided:\n  <NAME>\n\nUsage: x\n";
+        assert_eq!(
+            first_paragraph(rendered),
+            "the following required arguments were not provided: <NAME>"
+        );
+        assert_eq!(
+            first_paragraph("error: unexpected argument '--x' found\n\n  tip: y\n"),
+            "unexpected argument '--x' found"
+        );
+    }
+
+    #[test]
+    fn subcommand_path_stops_at_the_first_other_word() {
+        let words = |text: &str| {
+            text.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        assert_eq!(subcommand_path(words("run --frobnicate")), "holdfast run");
+        assert_eq!(
+            subcommand_path(words("vm status x --bad")),
+            "holdfast vm status"
+        );
+        assert_eq!(subcommand_path(words("--bad run")), "holdfast");
+    }
+}

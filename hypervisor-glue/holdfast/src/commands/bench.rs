@@ -1,0 +1,37 @@
+//! `holdfast bench boot`: the boot benchmark of the `holdfast-bench` crate, with the
+//! accelerator chosen as `holdfast run` chooses it.
+
+use std::process::ExitCode;
+
+use holdfast_bench::BootBenchOptions;
+use holdfast_image_builder::ImageDir;
+use holdfast_qemu::QemuBinary;
+
+use crate::cli::{BenchBootArguments, BenchCommand};
+use crate::commands::accel;
+use crate::failure::Failure;
+use crate::paths;
+
+pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
+    match command {
+        BenchCommand::Boot(arguments) => boot(arguments),
+    }
+}
+
+fn boot(arguments: BenchBootArguments) -> Result<ExitCode, Failure> {
+    let image_dir = arguments.image_dir.unwrap_or_else(paths::default_image_dir);
+    let mut options = if arguments.quick {
+        BootBenchOptions::quick(&image_dir)
+    } else {
+        BootBenchOptions::new(&image_dir)
+    };
+    if let Some(runs) = arguments.runs {
+        options.runs_per_guest = runs as usize;
+    }
+    options.memory_mib = arguments.memory_mib;
+    let qemu = QemuBinary::find().map_err(Failure::other)?;
+    options.accelerator =
+        accel::resolve(arguments.accel, &qemu, &ImageDir::new(&image_dir).kernel())?;
+    holdfast_bench::boot(&options)?;
+    Ok(ExitCode::SUCCESS)
+}

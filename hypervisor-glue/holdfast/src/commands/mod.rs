@@ -1,0 +1,7 @@
+//! One module per verb. Each returns the process's exit code or a [`crate::failure::Failure`].
+
+pub mod accel;
+pub mod bench;
+pub mod image;
+pub mod run;
+pub mod vm;

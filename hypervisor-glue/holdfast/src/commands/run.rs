@@ -1,0 +1,228 @@
+//! `holdfast run`: check the inputs, choose the accelerator, boot, copy the serial console to
+//! stdout, and turn the way the VM ended into an exit status.
+
+use std::io::{Read, Write};
+use std::ops::ControlFlow;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use holdfast_image_builder::ImageDir;
+use holdfast_qemu::{Boot, QemuBinary, RunningVm, SelftestVerdict, VmEnding, VmReport, VmSpec};
+
+use crate::cli::{BootMethod, RunArguments};
+use crate::commands::accel;
+use crate::failure::{Failure, exit_status};
+use crate::paths;
+
+/// The time limit when neither `--timeout-seconds` nor `--stay-up` is given. A TCG boot
+/// through the self-test takes about a second.
+const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(120);
+
+/// The kernel command-line word that keeps the VM up after its self-test.
+const STAY_UP_WORD: &str = "holdfast.after=stay";
+
+pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
+    if let Some(name) = &arguments.name {
+        paths::check_vm_name(name)?;
+    }
+    if arguments.boot == BootMethod::Grub {
+        if arguments.append.is_some() {
+            return Err(Failure::input(
+                "--append works only with --boot pvh: GRUB's kernel command line is fixed in the boot disk's grub.cfg \
+                 (see 'holdfast image build --grub-append')",
+            ));
+        }
+        if arguments.stay_up {
+            return Err(Failure::input(
+                "--stay-up works only with --boot pvh: GRUB's kernel command line is fixed in the boot disk's grub.cfg \
+                 (see 'holdfast image build --grub-append')",
+            ));
+        }
+    }
+    let image_dir = ImageDir::new(
+        arguments
+            .image_dir
+            .clone()
+            .unwrap_or_else(paths::default_image_dir),
+    );
+    let boot = match arguments.boot {
+        BootMethod::Pvh => {
+            image_dir.check_for_pvh_boot().map_err(Failure::input)?;
+            Boot::Pvh {
+                kernel: image_dir.kernel(),
+                initial_image: Some(image_dir.initial_image()),
+                command_line: kernel_command_line(&arguments),
+            }
+        }
+        BootMethod::Grub => {
+            image_dir.check_for_disk_boot().map_err(Failure::input)?;
+            Boot::Disk {
+                boot_disk: image_dir.boot_disk(),
+            }
+        }
+    };
+    for disk in &arguments.disks {
+        check_disk_image(disk)?;
+    }
+    let qemu = QemuBinary::find().map_err(Failure::other)?;
+    let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
+
+    let qmp_socket = QmpSocket::claim(arguments.name.as_deref())?;
+    let spec = VmSpec {
+        boot,
+        disks: arguments.disks.clone(),
+        net_connect: arguments.net_connect.clone(),
+        accelerator,
+        memory_mib: arguments.memory_mib,
+        qmp_socket: Some(qmp_socket.path.clone()),
+    };
+    let time_limit = match (arguments.timeout_seconds, arguments.stay_up) {
+        (Some(seconds), _) => Some(Duration::from_secs(seconds)),
+        (None, true) => None,
+        (None, false) => Some(DEFAULT_TIME_LIMIT),
+    };
+    let vm = RunningVm::launch(&qemu, &spec).map_err(|error| {
+        Failure::other(format!(
+            "cannot start QEMU ({}): {error}",
+            qemu.path().display()
+        ))
+    })?;
+    let mut stdout = std::io::stdout().lock();
+    let report = vm
+        .wait(time_limit, |line| {
+            // A closed stdout must not stop the VM: the exit status still tells the result.
+            let _ = writeln!(stdout, "{}", line.text);
+            let _ = stdout.flush();
+            ControlFlow::Continue(())
+        })
+        .map_err(|error| Failure::other(format!("lost track of QEMU: {error}")))?;
+    drop(qmp_socket);
+    outcome(&report)
+}
+
+/// `--append`'s words, then `holdfast.after=stay` for `--stay-up`.
+fn kernel_command_line(arguments: &RunArguments) -> String {
+    let mut words: Vec<&str> = arguments
+        .append
+        .as_deref()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    if arguments.stay_up {
+        words.push(STAY_UP_WORD);
+    }
+    words.join(" ")
+}
+
+/// A disk image must exist and be readable before QEMU is asked to open it, so that the
+/// user gets one clear line rather than QEMU's.
+fn check_disk_image(disk: &Path) -> Result<(), Failure> {
+    let unreadable = |error: std::io::Error| {
+        Failure::input(format!(
+            "disk image '{}' cannot be read: {error}",
+            disk.display()
+        ))
+    };
+    let mut file = std::fs::File::open(disk).map_err(|error| match error.kind() {
+        std::io::ErrorKind::NotFound => {
+            Failure::input(format!("disk image '{}' not found", disk.display()))
+        }
+        _ => unreadable(error),
+    })?;
+    // Opening a directory succeeds; reading it does not.
+    file.read(&mut [0u8; 1]).map_err(unreadable)?;
+    Ok(())
+}
+
+/// The exit status for the way the VM ended, or the failure to report.
+fn outcome(report: &VmReport) -> Result<ExitCode, Failure> {
+    let qemu_said = || {
+        let lines: Vec<&str> = report
+            .qemu_stderr
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .collect();
+        if lines.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", lines.join("; "))
+        }
+    };
+    match report.ending {
+        VmEnding::GuestPassed => Ok(ExitCode::from(exit_status::GUEST_PASSED)),
+        VmEnding::GuestFailed => {
+            eprintln!("holdfast: the guest reported failure");
+            Ok(ExitCode::from(exit_status::GUEST_FAILED))
+        }
+        // Quit over QMP after the self-test (a VM that stayed up): its verdict stands.
+        VmEnding::QemuExited {
+            status: Some(0), ..
+        } if report.selftest.is_some() => match report.selftest {
+            Some(SelftestVerdict::Pass) => Ok(ExitCode::from(exit_status::GUEST_PASSED)),
+            _ => Ok(ExitCode::from(exit_status::GUEST_FAILED)),
+        },
+        VmEnding::QemuExited {
+            status: Some(0), ..
+        } => Err(Failure::other(format!(
+            "QEMU exited (status 0) before the guest reported a result: quit over QMP, or a guest reset (triple fault?){}",
+            qemu_said()
+        ))),
+        ending @ VmEnding::QemuExited { .. } => {
+            Err(Failure::other(format!("{ending}{}", qemu_said())))
+        }
+        VmEnding::TimedOut { limit } => Err(Failure::other(format!(
+            "the VM did not finish within {} s; QEMU was killed (--timeout-seconds sets the limit)",
+            limit.as_secs()
+        ))),
+        VmEnding::StoppedByCaller => Err(Failure::other("the VM was stopped")),
+    }
+}
+
+/// The VM's QMP socket: named VMs' sockets are in the state directory (for `holdfast vm`),
+/// others' in a private temporary directory. Removed when dropped.
+struct QmpSocket {
+    path: PathBuf,
+}
+
+impl QmpSocket {
+    fn claim(name: Option<&str>) -> Result<Self, Failure> {
+        let path = match name {
+            Some(name) => paths::qmp_socket_of(name)?,
+            None => paths::private_qmp_socket()?,
+        };
+        if UnixStream::connect(&path).is_ok() {
+            return Err(Failure::input(format!(
+                "a VM named '{}' is already running (its QMP socket {} answers)",
+                name.unwrap_or_default(),
+                path.display()
+            )));
+        }
+        let directory = path.parent().expect("the socket is inside a directory");
+        let prepared =
+            std::fs::create_dir_all(directory).and_then(|()| match std::fs::remove_file(&path) {
+                // A socket left by a VM that was killed.
+                Ok(()) => Ok(()),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(error) => Err(error),
+            });
+        prepared.map_err(|error| {
+            Failure::other(format!(
+                "cannot prepare the QMP socket directory '{}': {error}",
+                directory.display()
+            ))
+        })?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for QmpSocket {
+    fn drop(&mut self) {
+        // Leftovers are harmless: the next run of the same name removes a stale socket.
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(directory) = self.path.parent() {
+            let _ = std::fs::remove_dir(directory);
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! What the integration tests share: running the built `holdfast` binary as a user would,
+//! and the image it boots, built once.
+// Each test crate uses only some of these helpers.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// Longest a test lets one VM run; a TCG boot through the self-test takes about a second.
+pub const VM_TIME_LIMIT_SECONDS: &str = "60";
+
+/// The repository root.
+pub fn source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// Cargo's target directory (the parent of the integration tests' scratch directory).
+pub fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target directory")
+        .to_owned()
+}
+
+/// A scratch directory for one test, emptied first.
+pub fn scratch_dir(test_name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("holdfast-{test_name}"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).expect("remove old scratch directory");
+    }
+    std::fs::create_dir_all(&dir).expect("create scratch directory");
+    dir
+}
+
+/// The `holdfast` binary with its per-user directories pointed into the target directory,
+/// so that tests neither read nor disturb the user's VMs and cache.
+pub fn holdfast() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+    command
+        .env("HOLDFAST_SOURCE_DIR", source_dir())
+        .env(
+            "HOLDFAST_STATE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state"),
+        )
+        .env(
+            "HOLDFAST_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-cache"),
+        )
+        .env_remove("HOLDFAST_QEMU")
+        .stdin(Stdio::null());
+    command
+}
+
+/// What a finished `holdfast` run showed.
+pub struct Run {
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from_output(output: Output) -> Self {
+        Self {
+            status: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Both streams, for assertion messages.
+    pub fn transcript(&self) -> String {
+        format!(
+            "exit status {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `holdfast` with `arguments` to the end.
+pub fn run_holdfast(arguments: &[&str]) -> Run {
+    run_command(holdfast().args(arguments))
+}
+
+pub fn run_command(command: &mut Command) -> Run {
+    Run::from_output(command.output().expect("run holdfast"))
+}
+
+/// `holdfast run` of the test image under TCG, with a time limit, plus `arguments`.
+pub fn boot(arguments: &[&str]) -> Run {
+    let image_dir = image_dir().to_str().expect("UTF-8 path").to_owned();
+    let mut all = vec![
+        "run",
+        "--image-dir",
+        &image_dir,
+        "--accel",
+        "tcg",
+        "--timeout-seconds",
+        VM_TIME_LIMIT_SECONDS,
+    ];
+    all.extend_from_slice(arguments);
+    run_holdfast(&all)
+}
+
+/// The image every test boots: `holdfast image build --out <target>/test-image`, run once
+/// per test process. A file lock keeps test processes that run at the same time from
+/// building over each other.
+pub fn image_dir() -> &'static Path {
+    static IMAGE_DIR: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE_DIR.get_or_init(|| {
+        let dir = target_dir().join("test-image");
+        let lock = File::create(target_dir().join("test-image.lock")).expect("create lock file");
+        lock.lock().expect("lock the test image");
+        let build = run_holdfast(&["image", "build", "--out", dir.to_str().expect("UTF-8 path")]);
+        assert_eq!(
+            build.status,
+            Some(0),
+            "holdfast image build failed\n{}",
+            build.transcript()
+        );
+        dir
+    })
+}
+
+/// A child process that is killed if the test ends (or panics) before it exits.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Asserts that `run` failed with `status` and exactly one stderr line, `expected`.
+pub fn assert_one_line_error(run: &Run, status: i32, expected: &str) {
+    assert_eq!(run.status, Some(status), "{}", run.transcript());
+    assert_eq!(run.stderr, format!("{expected}\n"), "{}", run.transcript());
+}
