@@ -1,0 +1,294 @@
+//! The object cache: every page and node the kernel has in memory, by id, with its version.
+//!
+//! Every use of a capability goes through [`ObjectCache::check`] or one of the accessors
+//! built on it, so a capability whose version is behind its object's is void everywhere at
+//! once — that is revocation, and it costs one comparison. The store (a later part of the
+//! kernel) fills this cache on demand and evicts from it; until then every object is
+//! resident from boot.
+
+use alloc::collections::BTreeMap;
+
+use crate::capability::ObjectKind;
+use crate::{CapType, Capability, Node, ObjectId, Slot, Version};
+
+/// The capability is void: its type is void, its object is gone, or its version is stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Void;
+
+struct NodeEntry {
+    version: Version,
+    /// The version resume capabilities to this node's process must carry: moved on each
+    /// time one of them is used, so that a resume capability works at most once.
+    resume_version: Version,
+    node: Node,
+}
+
+struct PageEntry<F> {
+    version: Version,
+    frame: F,
+}
+
+/// Pages hold frames of type `F` (in the kernel a physical frame, on the host a buffer).
+pub struct ObjectCache<F> {
+    nodes: BTreeMap<ObjectId, NodeEntry>,
+    pages: BTreeMap<ObjectId, PageEntry<F>>,
+}
+
+impl<F> Default for ObjectCache<F> {
+    fn default() -> Self {
+        Self {
+            nodes: BTreeMap::new(),
+            pages: BTreeMap::new(),
+        }
+    }
+}
+
+impl<F> ObjectCache<F> {
+    /// Adds node `id` with `version`; returns `false` (and changes nothing) if it is
+    /// already here.
+    pub fn insert_node(&mut self, id: ObjectId, version: Version, node: Node) -> bool {
+        if self.nodes.contains_key(&id) {
+            return false;
+        }
+        let entry = NodeEntry {
+            version,
+            resume_version: Version::default(),
+            node,
+        };
+        self.nodes.insert(id, entry);
+        true
+    }
+
+    /// Adds page `id` with `version`; returns the frame back if the page is already here.
+    pub fn insert_page(&mut self, id: ObjectId, version: Version, frame: F) -> Result<(), F> {
+        if self.pages.contains_key(&id) {
+            return Err(frame);
+        }
+        self.pages.insert(id, PageEntry { version, frame });
+        Ok(())
+    }
+
+    /// The current capability of `kind` to node `id`, as its owner would mint it.
+    pub fn node_capability(&self, kind: CapType, id: ObjectId) -> Option<Capability> {
+        let entry = self.nodes.get(&id)?;
+        let version = if kind == CapType::Resume {
+            entry.resume_version
+        } else {
+            entry.version
+        };
+        Some(Capability::new(kind, id, version))
+    }
+
+    pub fn page_capability(&self, id: ObjectId) -> Option<Capability> {
+        let entry = self.pages.get(&id)?;
+        Some(Capability::new(CapType::Page, id, entry.version))
+    }
+
+    /// `Ok` if `capability` is live: not void, and if it names an object, that object is
+    /// here at the capability's version.
+    pub fn check(&self, capability: &Capability) -> Result<(), Void> {
+        match capability.kind().object_kind() {
+            _ if capability.is_void() => Err(Void),
+            None => Ok(()),
+            Some(ObjectKind::Page) => {
+                let entry = self.pages.get(&capability.object()).ok_or(Void)?;
+                (entry.version == capability.version())
+                    .then_some(())
+                    .ok_or(Void)
+            }
+            Some(ObjectKind::Node) => {
+                let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
+                let version = if capability.kind() == CapType::Resume {
+                    entry.resume_version
+                } else {
+                    entry.version
+                };
+                (version == capability.version()).then_some(()).ok_or(Void)
+            }
+        }
+    }
+
+    /// `capability` itself if live, else the void capability: what a program sees when it
+    /// fetches or identifies a revoked capability.
+    pub fn live_or_void(&self, capability: Capability) -> Capability {
+        if self.check(&capability).is_ok() {
+            capability
+        } else {
+            Capability::VOID
+        }
+    }
+
+    /// The node a live node-backed capability names (node, space, process, start, meter,
+    /// indirector); the caller checks the rights its method needs.
+    pub fn node(&self, capability: &Capability) -> Result<&Node, Void> {
+        self.check_node_backed(capability)?;
+        Ok(&self.nodes[&capability.object()].node)
+    }
+
+    pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {
+        self.check_node_backed(capability)?;
+        Ok(&mut self.nodes.get_mut(&capability.object()).ok_or(Void)?.node)
+    }
+
+    fn check_node_backed(&self, capability: &Capability) -> Result<(), Void> {
+        if capability.kind().object_kind() != Some(ObjectKind::Node) {
+            return Err(Void);
+        }
+        self.check(capability)
+    }
+
+    pub fn page(&self, capability: &Capability) -> Result<&F, Void> {
+        if capability.kind() != CapType::Page {
+            return Err(Void);
+        }
+        self.check(capability)?;
+        Ok(&self.pages[&capability.object()].frame)
+    }
+
+    pub fn page_mut(&mut self, capability: &Capability) -> Result<&mut F, Void> {
+        if capability.kind() != CapType::Page {
+            return Err(Void);
+        }
+        self.check(capability)?;
+        Ok(&mut self.pages.get_mut(&capability.object()).ok_or(Void)?.frame)
+    }
+
+    /// What a program fetching `slot` through `node_capability` receives: the slot's
+    /// capability, weakened if the path is weak, void if revoked.
+    pub fn fetch(&self, node_capability: &Capability, slot: Slot) -> Result<Capability, Void> {
+        let fetched = self.live_or_void(self.node(node_capability)?.get(slot));
+        Ok(if node_capability.rights().contains(crate::Rights::WEAK) {
+            fetched.weakened()
+        } else {
+            fetched
+        })
+    }
+
+    /// Voids every capability to node `id` (resume capabilities included) by moving its
+    /// version on. Returns `false` if the node is not here.
+    pub fn rescind_node(&mut self, id: ObjectId) -> bool {
+        let Some(entry) = self.nodes.get_mut(&id) else {
+            return false;
+        };
+        entry.version = entry.version.next();
+        entry.resume_version = entry.resume_version.next();
+        true
+    }
+
+    pub fn rescind_page(&mut self, id: ObjectId) -> bool {
+        let Some(entry) = self.pages.get_mut(&id) else {
+            return false;
+        };
+        entry.version = entry.version.next();
+        true
+    }
+
+    /// Uses up a resume capability: `Ok` once for a live one, after which it and every copy
+    /// of it are void.
+    pub fn consume_resume(&mut self, resume: &Capability) -> Result<(), Void> {
+        if resume.kind() != CapType::Resume {
+            return Err(Void);
+        }
+        self.check(resume)?;
+        let entry = self.nodes.get_mut(&resume.object()).ok_or(Void)?;
+        entry.resume_version = entry.resume_version.next();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Rights;
+
+    type Cache = ObjectCache<[u8; 8]>;
+
+    fn cache_with_node_and_page() -> (Cache, Capability, Capability) {
+        let mut cache = Cache::default();
+        assert!(cache.insert_node(ObjectId(1), Version(4), Node::default()));
+        cache.insert_page(ObjectId(1), Version(9), [0; 8]).unwrap();
+        let node = cache.node_capability(CapType::Node, ObjectId(1)).unwrap();
+        let page = cache.page_capability(ObjectId(1)).unwrap();
+        (cache, node, page)
+    }
+
+    fn slot(index: u64) -> Slot {
+        Slot::new(index).unwrap()
+    }
+
+    #[test]
+    fn objects_cannot_be_inserted_twice() {
+        let (mut cache, _, _) = cache_with_node_and_page();
+        assert!(!cache.insert_node(ObjectId(1), Version(0), Node::default()));
+        assert_eq!(
+            cache.insert_page(ObjectId(1), Version(0), [1; 8]),
+            Err([1; 8])
+        );
+    }
+
+    #[test]
+    fn rescinding_voids_every_copy_and_only_that_object() {
+        let (mut cache, node, page) = cache_with_node_and_page();
+        let read_only_copy = node.restricted(Rights::READ_ONLY).with_badge(3);
+        cache.node_mut(&node).unwrap().swap(slot(0), page);
+        assert!(cache.rescind_node(ObjectId(1)));
+        assert_eq!(cache.check(&node), Err(Void));
+        assert_eq!(cache.check(&read_only_copy), Err(Void));
+        assert_eq!(cache.node(&node).err(), Some(Void));
+        assert_eq!(cache.check(&page), Ok(()), "the page has its own version");
+        let fresh = cache.node_capability(CapType::Node, ObjectId(1)).unwrap();
+        assert_eq!(cache.fetch(&fresh, slot(0)), Ok(page));
+    }
+
+    #[test]
+    fn a_revoked_capability_is_fetched_as_void() {
+        let (mut cache, node, page) = cache_with_node_and_page();
+        cache.node_mut(&node).unwrap().swap(slot(2), page);
+        assert!(cache.rescind_page(ObjectId(1)));
+        assert_eq!(cache.fetch(&node, slot(2)), Ok(Capability::VOID));
+        assert_eq!(cache.page(&page).err(), Some(Void));
+    }
+
+    #[test]
+    fn a_weak_path_weakens_what_it_fetches() {
+        let (mut cache, node, page) = cache_with_node_and_page();
+        let start = cache.node_capability(CapType::Start, ObjectId(1)).unwrap();
+        let node_mut = cache.node_mut(&node).unwrap();
+        node_mut.swap(slot(0), page);
+        node_mut.swap(slot(1), start);
+        let weak = node.weakened();
+        let fetched_page = cache.fetch(&weak, slot(0)).unwrap();
+        assert!(!fetched_page.may_write());
+        assert!(fetched_page.rights().contains(Rights::WEAK));
+        assert_eq!(cache.fetch(&weak, slot(1)), Ok(Capability::VOID));
+        assert_eq!(
+            cache.fetch(&node, slot(1)),
+            Ok(start),
+            "a strong path fetches as is"
+        );
+    }
+
+    #[test]
+    fn a_resume_capability_works_once() {
+        let (mut cache, node, _) = cache_with_node_and_page();
+        let resume = cache.node_capability(CapType::Resume, ObjectId(1)).unwrap();
+        let copy = resume;
+        assert_eq!(cache.consume_resume(&resume), Ok(()));
+        assert_eq!(cache.consume_resume(&copy), Err(Void));
+        assert_eq!(cache.check(&node), Ok(()), "the process itself lives on");
+        let next = cache.node_capability(CapType::Resume, ObjectId(1)).unwrap();
+        assert_eq!(cache.consume_resume(&next), Ok(()));
+    }
+
+    #[test]
+    fn accessors_refuse_the_wrong_type_and_kernel_services_need_no_object() {
+        let (cache, node, page) = cache_with_node_and_page();
+        assert_eq!(cache.page(&node).err(), Some(Void));
+        assert_eq!(cache.node(&page).err(), Some(Void));
+        assert_eq!(cache.check(&Capability::VOID), Err(Void));
+        let console = Capability::new(CapType::Console, ObjectId(0), Version(0));
+        assert_eq!(cache.check(&console), Ok(()));
+        let missing = Capability::new(CapType::Node, ObjectId(77), Version(0));
+        assert_eq!(cache.check(&missing), Err(Void));
+    }
+}
