@@ -20,8 +20,10 @@ mod bootinfo;
 mod console;
 mod drivers;
 mod memory;
+mod objects;
 mod process;
 mod selftest;
+mod space;
 
 use holdfast_abi as abi;
 

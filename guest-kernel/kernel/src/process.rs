@@ -1,32 +1,32 @@
-//! Ring-3 processes of the foundation kernel: each runs a program from the initial image
-//! in its own page tables, holds capability registers, and enters the kernel only through
-//! `syscall` (invocation) or by faulting. A fault stops the faulting process and the kernel
-//! goes on with the next one.
+//! Ring-3 processes: each is a root node (DESIGN.md; slots in
+//! `holdfast_objects::node::process_root`) holding its capability registers and its address
+//! space, a tree of nodes and pages. It runs at CPL 3 and enters the kernel only through
+//! `syscall` (invocation) or by faulting. A fault the space tree cannot resolve stops the
+//! faulting process and the kernel goes on with the next one.
 //!
-//! The kernel-core issue replaces this with processes made of nodes; the entry paths in
-//! `arch::syscall` and `arch::idt` stay.
+//! The process table here is a cache: capability registers and the space are read from the
+//! root node at each use, and page tables are filled lazily from the space tree (see
+//! [`crate::space`]). Registers are cached here while the process exists; writing them back
+//! to the root node is the checkpoint's job (the store issue).
 
+use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 use holdfast_abi::{self as abi, InvokeResult};
+use holdfast_objects::node::process_root;
+use holdfast_objects::{CapType, Capability, ObjectId, Rights};
 use spin::Mutex;
 use x86_64::registers::control::{Cr3, Cr3Flags};
-use x86_64::structures::paging::{
-    FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame, Size4KiB,
-    Translate, mapper::TranslateResult,
-};
-use x86_64::{PhysAddr, VirtAddr};
+use x86_64::structures::paging::PhysFrame;
 
 use crate::arch::idt::FaultReport;
 use crate::arch::syscall::{UserRegisters, enter_user};
-use crate::memory::{self, DIRECT_MAP_OFFSET, PAGE_BYTES};
+use crate::memory::PAGE_BYTES;
+use crate::objects::{OBJECTS, Objects};
+use crate::space;
+use holdfast_objects::space::{Walk, slot_for, walk};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Capability {
-    Void,
-    Console,
-    /// The holder's own process.
-    OwnProcess,
-}
+/// The height of every program's space: 4 KiB × 32^7 covers the whole 2^47-byte user half.
+const SPACE_HEIGHT: u8 = 7;
 
 #[derive(Clone, Copy, Debug)]
 pub enum ProcessState {
@@ -37,9 +37,11 @@ pub enum ProcessState {
 
 pub struct Process {
     pub name: &'static str,
-    page_table_root: PhysFrame,
+    /// The root node, as a process capability.
+    root: Capability,
+    /// A cache of the space tree; emptied whenever a translation it holds may be stale.
+    page_tables: PhysFrame,
     registers: UserRegisters,
-    capabilities: [Capability; abi::CAPABILITY_REGISTER_COUNT],
     pub state: ProcessState,
     pub invocation_count: u64,
 }
@@ -57,18 +59,12 @@ static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     on_all_done: None,
 });
 
-/// Page-table frames come from the kernel heap, which lies in the direct map.
-struct HeapFrames;
-
-// SAFETY: every frame returned is a fresh, zeroed, page-aligned heap block used for nothing
-// else.
-unsafe impl FrameAllocator<Size4KiB> for HeapFrames {
-    fn allocate_frame(&mut self) -> Option<PhysFrame> {
-        let block = memory::allocate_pages(1);
-        Some(PhysFrame::containing_address(PhysAddr::new(
-            memory::virtual_to_physical(block as u64),
-        )))
-    }
+/// The capabilities a program of the initial image is given.
+#[derive(Clone, Copy, Debug)]
+pub enum InitialCapability {
+    Console,
+    /// The process's own process capability.
+    OwnProcess,
 }
 
 /// Why a program could not be loaded.
@@ -128,85 +124,79 @@ fn abi_version_of(file: &elf::ElfBytes<elf::endian::LittleEndian>) -> Option<u32
         })
 }
 
-fn page_table_at(frame: PhysFrame) -> &'static mut PageTable {
-    let address = memory::physical_to_virtual(frame.start_address().as_u64());
-    // SAFETY: page-table frames are heap pages owned by one address space; the kernel
-    // touches them only with interrupts off, on its single CPU.
-    unsafe { &mut *(address as *mut PageTable) }
-}
-
-fn mapper_for(root: PhysFrame) -> OffsetPageTable<'static> {
-    // SAFETY: all of physical memory that holds page tables is in the direct map at
-    // DIRECT_MAP_OFFSET.
-    unsafe { OffsetPageTable::new(page_table_at(root), VirtAddr::new(DIRECT_MAP_OFFSET)) }
-}
-
-/// A new address space: the kernel half shared with the boot page tables, the user half empty.
-fn new_address_space() -> PhysFrame {
-    let root = HeapFrames.allocate_frame().expect("heap frame");
-    let (kernel_root, _) = Cr3::read();
-    let kernel_table = page_table_at(kernel_root);
-    let table = page_table_at(root);
-    for index in 256..512 {
-        table[index] = kernel_table[index].clone();
-    }
-    root
-}
-
-fn map_user_range(mapper: &mut OffsetPageTable, start: u64, end: u64, flags: PageTableFlags) {
-    let first = Page::<Size4KiB>::containing_address(VirtAddr::new(start));
-    let last = Page::<Size4KiB>::containing_address(VirtAddr::new(end - 1));
-    for page in Page::range_inclusive(first, last) {
-        if mapper.translate_page(page).is_ok() {
-            continue; // shared with a previous segment
+/// Puts `page` at `address` in the space tree `space`, making the nodes on the way.
+fn place_page(objects: &mut Objects, space: Capability, address: u64, page: Capability) {
+    let mut level = space;
+    for height in (1..=SPACE_HEIGHT).rev() {
+        let slot = slot_for(height, address);
+        if height == 1 {
+            objects
+                .cache
+                .node_mut(&level)
+                .expect("a live space")
+                .swap(slot, page);
+            return;
         }
-        let frame = HeapFrames.allocate_frame().expect("heap frame");
-        // SAFETY: a fresh frame mapped at a user address in a space nobody runs yet.
-        unsafe {
-            mapper
-                .map_to(
-                    page,
-                    frame,
-                    flags | PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE,
-                    &mut HeapFrames,
-                )
-                .expect("page was free")
-                .ignore();
-        }
+        let existing = objects.cache.node(&level).expect("a live space").get(slot);
+        level = if existing.kind() == CapType::Space {
+            existing
+        } else {
+            let node = objects.create_node(CapType::Node);
+            let child = Capability::space(node.object(), node.version(), height - 1, false)
+                .expect("height below the maximum");
+            objects
+                .cache
+                .node_mut(&level)
+                .expect("a live space")
+                .swap(slot, child);
+            child
+        };
     }
 }
 
-fn copy_into(mapper: &OffsetPageTable, address: u64, bytes: &[u8]) {
-    for (offset, chunk) in bytes.chunks(PAGE_BYTES).enumerate() {
-        let mut target = address + (offset * PAGE_BYTES) as u64;
-        let mut remaining = chunk;
-        while !remaining.is_empty() {
-            let physical = mapper
-                .translate_addr(VirtAddr::new(target))
-                .expect("mapped above");
-            let room = PAGE_BYTES - (target as usize % PAGE_BYTES);
-            let count = room.min(remaining.len());
-            // SAFETY: the destination is a frame of this new space, reached by the direct map.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    remaining.as_ptr(),
-                    memory::physical_to_virtual(physical.as_u64()) as *mut u8,
-                    count,
-                );
+/// Makes fresh pages for `[start, end)` in `space` (read-only where `writable` is false)
+/// and copies `contents` to the start of the range.
+fn fill_range(
+    objects: &mut Objects,
+    space: Capability,
+    (start, end): (u64, u64),
+    contents: &[u8],
+    writable: bool,
+) {
+    let page_bytes = PAGE_BYTES as u64;
+    let mut page_address = start & !(page_bytes - 1);
+    while page_address < end {
+        let page = objects.create_page();
+        let frame = objects.cache.page_mut(&page).expect("just made");
+        let bytes = frame.bytes_mut();
+        for (offset, byte) in bytes.iter_mut().enumerate() {
+            let address = page_address + offset as u64;
+            if let Some(&value) = address
+                .checked_sub(start)
+                .and_then(|i| contents.get(i as usize))
+            {
+                *byte = value;
             }
-            target += count as u64;
-            remaining = &remaining[count..];
         }
+        let page = if writable {
+            page
+        } else {
+            page.restricted(Rights::READ_ONLY)
+        };
+        place_page(objects, space, page_address, page);
+        page_address += page_bytes;
     }
 }
 
-/// Loads a statically linked ELF executable into a new address space.
+/// Loads a statically linked ELF executable as a new process: a root node holding
+/// `capabilities` in its first capability registers and a space tree holding the program's
+/// segments and stack.
 pub fn load(
     name: &'static str,
     elf_bytes: &[u8],
-    capabilities: &[Capability],
+    capabilities: &[InitialCapability],
 ) -> Result<(), LoadError> {
-    use elf::abi::{ET_EXEC, PF_W, PF_X, PT_LOAD};
+    use elf::abi::{ET_EXEC, PF_W, PT_LOAD};
     let file = elf::ElfBytes::<elf::endian::LittleEndian>::minimal_parse(elf_bytes)
         .map_err(|_| LoadError::NotElf)?;
     if file.ehdr.e_type != ET_EXEC {
@@ -217,9 +207,8 @@ pub fn load(
         Some(abi::ABI_VERSION) => {}
         Some(found) => return Err(LoadError::AbiVersion { found }),
     }
-    let root = new_address_space();
-    let mut mapper = mapper_for(root);
     let segments = file.segments().ok_or(LoadError::NotStaticExecutable)?;
+    let mut loads = Vec::new();
     for segment in segments.iter().filter(|segment| segment.p_type == PT_LOAD) {
         let start = segment.p_vaddr;
         let end = start.saturating_add(segment.p_memsz);
@@ -232,48 +221,54 @@ pub fn load(
         let contents = elf_bytes
             .get(file_range)
             .ok_or(LoadError::SegmentOutsideFile)?;
-        let mut flags = PageTableFlags::empty();
-        if segment.p_flags & PF_W != 0 {
-            flags |= PageTableFlags::WRITABLE;
-        }
-        if segment.p_flags & PF_X == 0 {
-            flags |= PageTableFlags::NO_EXECUTE;
-        }
-        map_user_range(&mut mapper, start, end, flags | PageTableFlags::WRITABLE);
-        copy_into(&mapper, start, contents);
-        // Segments are writable only while we fill them; now apply the real protection.
-        let first = Page::<Size4KiB>::containing_address(VirtAddr::new(start));
-        let last = Page::<Size4KiB>::containing_address(VirtAddr::new(end - 1));
-        for page in Page::range_inclusive(first, last) {
-            let final_flags = flags | PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE;
-            // SAFETY: the page was mapped above in this unused space.
-            unsafe {
-                mapper
-                    .update_flags(page, final_flags)
-                    .expect("mapped")
-                    .ignore()
-            };
-        }
+        loads.push(((start, end), contents, segment.p_flags & PF_W != 0));
     }
-    map_user_range(
-        &mut mapper,
+
+    let mut objects = OBJECTS.lock();
+    let root = objects.create_node(CapType::Process);
+    let space_node = objects.create_node(CapType::Node);
+    let space = Capability::space(
+        space_node.object(),
+        space_node.version(),
+        SPACE_HEIGHT,
+        false,
+    )
+    .expect("height within the maximum");
+    for (range, contents, writable) in loads {
+        fill_range(&mut objects, space, range, contents, writable);
+    }
+    let stack = (
         abi::USER_STACK_TOP - abi::USER_STACK_BYTES,
         abi::USER_STACK_TOP,
-        PageTableFlags::WRITABLE | PageTableFlags::NO_EXECUTE,
     );
+    fill_range(&mut objects, space, stack, &[], true);
+    let root_node = objects.cache.node_mut(&root).expect("just made");
+    root_node.swap(process_root::SPACE, space);
+    for (index, capability) in capabilities.iter().enumerate() {
+        let capability = match capability {
+            InitialCapability::Console => {
+                Capability::new(CapType::Console, ObjectId(0), Default::default())
+            }
+            InitialCapability::OwnProcess => root,
+        };
+        let register = process_root::capability_register(index as u64)
+            .expect("at most 16 initial capabilities");
+        root_node.swap(register, capability);
+    }
+    drop(objects);
+
     let registers = UserRegisters {
         rip: file.ehdr.e_entry,
         rsp: abi::USER_STACK_TOP,
         rflags: 0x202, // interrupts on
         ..UserRegisters::default()
     };
-    let mut capability_registers = [Capability::Void; abi::CAPABILITY_REGISTER_COUNT];
-    capability_registers[..capabilities.len()].copy_from_slice(capabilities);
+    let page_tables = space::new_page_tables(*KERNEL_ROOT.call_once(|| Cr3::read().0));
     SCHEDULER.lock().processes.push(Process {
         name,
-        page_table_root: root,
+        root,
+        page_tables,
         registers,
-        capabilities: capability_registers,
         state: ProcessState::Runnable,
         invocation_count: 0,
     });
@@ -282,7 +277,6 @@ pub fn load(
 
 /// Runs the loaded processes, each until it stops or faults, then calls `on_all_done`.
 pub fn run(on_all_done: fn() -> !) -> ! {
-    KERNEL_ROOT.call_once(|| Cr3::read().0);
     SCHEDULER.lock().on_all_done = Some(on_all_done);
     switch_to_next()
 }
@@ -300,24 +294,26 @@ fn switch_to_next() -> ! {
         let done = scheduler.on_all_done.expect("run() set it");
         scheduler.current = None;
         drop(scheduler);
-        // Back to the kernel's own page tables before the self-test report.
         done()
     };
     scheduler.current = Some(index);
     let process = &scheduler.processes[index];
-    let registers = process.registers;
-    let root = process.page_table_root;
+    let (registers, page_tables) = (process.registers, process.page_tables);
     drop(scheduler);
-    // SAFETY: `root` is a complete address space: the kernel half is shared with the
+    resume_user(page_tables, &registers)
+}
+
+fn resume_user(page_tables: PhysFrame, registers: &UserRegisters) -> ! {
+    // SAFETY: `page_tables` is a complete address space: the kernel half is shared with the
     // current tables, so this code and its stack stay mapped; `registers` hold the
-    // process's user rip and rsp.
+    // process's user rip and rsp. Writing CR3 also flushes stale user TLB entries.
     unsafe {
-        Cr3::write(root, Cr3Flags::empty());
-        enter_user(&registers)
+        Cr3::write(page_tables, Cr3Flags::empty());
+        enter_user(registers)
     }
 }
 
-/// Calls `with` on the result of the stopped or faulted processes, in load order.
+/// Calls `with` on each process, in load order.
 pub fn for_each_process(mut with: impl FnMut(&Process)) {
     for process in SCHEDULER.lock().processes.iter() {
         with(process);
@@ -329,7 +325,7 @@ static KERNEL_ROOT: spin::Once<PhysFrame> = spin::Once::new();
 /// Back to the page tables the kernel started with, for code that runs after the last
 /// process (a stopped process's tables stay mapped otherwise).
 pub fn restore_kernel_address_space() {
-    let root = *KERNEL_ROOT.get().expect("run() recorded it");
+    let root = *KERNEL_ROOT.get().expect("load() recorded it");
     // SAFETY: the boot page tables map the kernel as every process's tables do.
     unsafe { Cr3::write(root, Cr3Flags::empty()) };
 }
@@ -354,8 +350,41 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
     switch_to_next()
 }
 
-/// An exception in ring 3: report it, stop the process, go on.
-pub fn fault_in_user_mode(report: FaultReport) -> ! {
+/// Page-fault error code bits (Intel SDM vol. 3, 4.7).
+const PAGE_FAULT_WRITE: u64 = 1 << 1;
+
+/// An exception in ring 3. A page fault that the space tree resolves is mapped and the
+/// process resumes; anything else is reported and stops the process.
+pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
+    if let (14, Some(address), Some(error_code)) =
+        (report.vector, report.address, report.error_code)
+    {
+        let (root, page_tables) = current_root_and_tables();
+        let mut visited = BTreeSet::new();
+        let found = {
+            let objects = OBJECTS.lock();
+            let space = objects
+                .cache
+                .node(&root)
+                .map(|node| node.get(process_root::SPACE));
+            match space.map(|space| walk(&objects.cache, space, address, &mut visited)) {
+                Ok(Walk::Page { page, writable }) => objects
+                    .cache
+                    .page(&page)
+                    .ok()
+                    .map(|frame| (frame.physical(), writable)),
+                _ => None,
+            }
+        };
+        if let Some((frame, writable)) = found
+            && (writable || error_code & PAGE_FAULT_WRITE == 0)
+            && address < abi::USER_ADDRESS_END
+        {
+            space::remember_translated(visited);
+            space::map_page(page_tables, address, frame, writable);
+            resume_user(page_tables, &registers)
+        }
+    }
     let name = {
         let scheduler = SCHEDULER.lock();
         scheduler
@@ -367,70 +396,90 @@ pub fn fault_in_user_mode(report: FaultReport) -> ! {
     stop_current(ProcessState::Faulted(report))
 }
 
-/// Checks that `[address, address + length)` is mapped readable for ring 3 in `root`.
-fn user_range_readable(root: PhysFrame, address: u64, length: u64) -> bool {
-    let Some(end) = address.checked_add(length) else {
-        return false;
-    };
+fn current_root_and_tables() -> (Capability, PhysFrame) {
+    let scheduler = SCHEDULER.lock();
+    let process = &scheduler.processes[scheduler.current.expect("a process was running")];
+    (process.root, process.page_tables)
+}
+
+/// Copies `[address, address + length)` of `root`'s space into a kernel buffer, reading
+/// through the space tree (the page tables are only a cache and may not hold it yet).
+fn copy_from_user(root: Capability, address: u64, length: u64) -> Result<Vec<u8>, InvokeResult> {
+    if length > abi::INVOCATION_STRING_BYTES_MAX as u64 {
+        return Err(InvokeResult::StringTooLong);
+    }
+    let end = address
+        .checked_add(length)
+        .ok_or(InvokeResult::BadAddress)?;
     if address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END {
-        return false;
+        return Err(InvokeResult::BadAddress);
     }
-    if length == 0 {
-        return true;
+    let objects = OBJECTS.lock();
+    let space = objects
+        .cache
+        .node(&root)
+        .map_err(|_| InvokeResult::Void)?
+        .get(process_root::SPACE);
+    let mut bytes = Vec::with_capacity(length as usize);
+    let mut at = address;
+    while at < end {
+        let Walk::Page { page, .. } = walk(&objects.cache, space, at, &mut BTreeSet::new()) else {
+            return Err(InvokeResult::BadAddress);
+        };
+        let frame = objects
+            .cache
+            .page(&page)
+            .map_err(|_| InvokeResult::BadAddress)?
+            .physical();
+        let offset = (at % PAGE_BYTES as u64) as usize;
+        let count = (PAGE_BYTES - offset).min((end - at) as usize);
+        let page = crate::memory::physical_to_virtual(frame.start_address().as_u64());
+        // SAFETY: `frame` is an object page's frame, in the direct map, 4 KiB long; the
+        // range `offset..offset + count` lies within it.
+        let data = unsafe { core::slice::from_raw_parts((page as *const u8).add(offset), count) };
+        bytes.extend_from_slice(data);
+        at += count as u64;
     }
-    let mapper = mapper_for(root);
-    let mut page = address & !(PAGE_BYTES as u64 - 1);
-    while page < end {
-        match mapper.translate(VirtAddr::new(page)) {
-            TranslateResult::Mapped { flags, .. }
-                if flags.contains(PageTableFlags::USER_ACCESSIBLE) => {}
-            _ => return false,
-        }
-        page += PAGE_BYTES as u64;
-    }
-    true
+    Ok(bytes)
 }
 
 /// The kernel side of `invoke` (see `holdfast_abi` for the registers).
 pub extern "C" fn system_call(registers: &mut UserRegisters) {
     let (capability_index, order) = (registers.rdi, registers.rsi);
     let words = [registers.rdx, registers.r10, registers.r8, registers.r9];
-    let (capability, root) = {
+    let root = {
         let mut scheduler = SCHEDULER.lock();
         let current = scheduler.current.expect("a process was running");
         let process = &mut scheduler.processes[current];
         process.invocation_count += 1;
-        let capability = process.capabilities.get(capability_index as usize).copied();
-        (capability, process.page_table_root)
+        process.root
     };
-    let (result, value) = match capability {
+    let capability = process_root::capability_register(capability_index).map(|register| {
+        let objects = OBJECTS.lock();
+        let held = objects.cache.node(&root).map(|node| node.get(register));
+        held.map_or(Capability::VOID, |held| objects.cache.live_or_void(held))
+    });
+    let (result, value) = match capability.map(|capability| (capability.kind(), capability)) {
         None => (InvokeResult::InvalidRegister, 0),
-        Some(Capability::Void) => (InvokeResult::Void, 0),
-        Some(Capability::Console) => match order {
-            abi::console::WRITE => console_write(root, words[0], words[1]),
+        Some((CapType::Console, _)) => match order {
+            abi::console::WRITE => match copy_from_user(root, words[0], words[1]) {
+                Ok(bytes) => {
+                    crate::console::write_bytes(&bytes);
+                    (InvokeResult::Ok, bytes.len() as u64)
+                }
+                Err(error) => (error, 0),
+            },
             _ => (InvokeResult::UnknownOrder, 0),
         },
-        Some(Capability::OwnProcess) => match order {
+        Some((CapType::Process, process)) if process.object() == root.object() => match order {
             abi::process::STOP => stop_current(ProcessState::Stopped {
                 exit_code: words[0],
             }),
             _ => (InvokeResult::UnknownOrder, 0),
         },
+        Some((CapType::Void, _)) => (InvokeResult::Void, 0),
+        Some(_) => (InvokeResult::UnknownOrder, 0),
     };
     registers.rax = result as u64;
     registers.rdx = value;
-}
-
-fn console_write(root: PhysFrame, address: u64, length: u64) -> (InvokeResult, u64) {
-    if length > abi::INVOCATION_STRING_BYTES_MAX as u64 {
-        return (InvokeResult::StringTooLong, 0);
-    }
-    if !user_range_readable(root, address, length) {
-        return (InvokeResult::BadAddress, 0);
-    }
-    // SAFETY: the range was just checked to be mapped and user-readable in the current
-    // address space (CR3 = root), and a single CPU means nobody unmaps it meanwhile.
-    let bytes = unsafe { core::slice::from_raw_parts(address as *const u8, length as usize) };
-    crate::console::write_bytes(bytes);
-    (InvokeResult::Ok, length)
 }

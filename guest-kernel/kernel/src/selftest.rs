@@ -8,7 +8,7 @@ use holdfast_boot_image::{EntryKind, Image};
 
 use crate::arch::{self, timer};
 use crate::bootinfo::BootInformation;
-use crate::process::{self, Capability, ProcessState};
+use crate::process::{self, InitialCapability, ProcessState};
 use crate::{BootOptions, drivers, println};
 
 static FAILED: AtomicBool = AtomicBool::new(false);
@@ -103,7 +103,7 @@ pub fn run(
         image.len(),
         bytes.len()
     );
-    let capabilities = [Capability::Console, Capability::OwnProcess];
+    let capabilities = [InitialCapability::Console, InitialCapability::OwnProcess];
     for entry in image
         .entries()
         .filter(|entry| entry.kind == EntryKind::Program)

@@ -36,14 +36,18 @@ pub struct ObjectCache<F> {
 
 impl<F> Default for ObjectCache<F> {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<F> ObjectCache<F> {
+    pub const fn new() -> Self {
         Self {
             nodes: BTreeMap::new(),
             pages: BTreeMap::new(),
         }
     }
-}
 
-impl<F> ObjectCache<F> {
     /// Adds node `id` with `version`; returns `false` (and changes nothing) if it is
     /// already here.
     pub fn insert_node(&mut self, id: ObjectId, version: Version, node: Node) -> bool {

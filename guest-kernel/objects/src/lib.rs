@@ -18,6 +18,7 @@ extern crate alloc;
 pub mod cache;
 pub mod capability;
 pub mod node;
+pub mod space;
 
 pub use cache::{ObjectCache, Void};
 pub use capability::{CapType, Capability, Rights};

@@ -243,7 +243,7 @@ fn exception(frame: &TrapFrame) {
         address: (vector == PAGE_FAULT_VECTOR).then(Cr2::read_raw),
     };
     if frame.is_from_user_mode() {
-        crate::process::fault_in_user_mode(report);
+        crate::process::fault_in_user_mode(report, frame.user_registers());
     }
     crate::println!("holdfast: kernel fault: {report}");
     crate::arch::exit_qemu(holdfast_abi::exit::VALUE_FAILURE);

@@ -1,0 +1,248 @@
+//! Address spaces as trees of nodes with pages as leaves (EROS 4.2): the walk that
+//! translates an address, shared by the kernel's page-fault path and its reads of user
+//! memory. Page tables are only a cache of what [`walk`] finds.
+//!
+//! A space capability of height h names a node whose slot i covers the i-th 4 KiB × 32^(h-1)
+//! of its 4 KiB × 32^h bytes; a slot of a height-1 node holds a page. A space capability
+//! with the keeper flag names a keeper node: slot 0 holds the inner space (same height),
+//! slot 1 the start capability of the keeper that faults under it go to.
+
+use alloc::collections::BTreeSet;
+
+use crate::capability::SPACE_HEIGHT_MAX;
+use crate::{CapType, Capability, ObjectCache, ObjectId, Slot};
+
+/// log2 of the slots per node: each level of the tree resolves 5 bits of the address.
+const SLOT_BITS: u32 = 5;
+const PAGE_BITS: u32 = 12;
+
+/// Where a walk of a space tree ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    /// A page, and whether every capability on the path allowed writing.
+    Page { page: Capability, writable: bool },
+    /// No page there (a void or revoked slot, a malformed tree, an address beyond the
+    /// space); `keeper` is the start capability in the innermost keeper node on the path, if
+    /// any and if no no-call capability on the way hid it.
+    Missing { keeper: Option<Capability> },
+}
+
+/// The slot of a height-`height` space node that covers `address`.
+pub fn slot_for(height: u8, address: u64) -> Slot {
+    let shift = PAGE_BITS + SLOT_BITS * (u32::from(height) - 1);
+    Slot::new((address >> shift) & 0x1f).expect("five bits")
+}
+
+/// Walks `space` down to the page holding `address`; every node passed is added to
+/// `visited` (the nodes the translation depends on).
+pub fn walk<F>(
+    cache: &ObjectCache<F>,
+    space: Capability,
+    address: u64,
+    visited: &mut BTreeSet<ObjectId>,
+) -> Walk {
+    let mut capability = space;
+    // The part of the address the current level resolves; each descent drops the bits of
+    // the slot taken.
+    let mut offset = address;
+    let mut writable = true;
+    let mut keeper = None;
+    // Each step descends a level or unwraps a keeper node, so twice the greatest height
+    // bounds the loop whatever a program put in its nodes.
+    for _ in 0..2 * (usize::from(SPACE_HEIGHT_MAX) + 1) {
+        if cache.check(&capability).is_err() {
+            break;
+        }
+        writable &= capability.may_write();
+        let Some((height, is_keeper_node)) = capability.space_shape() else {
+            if capability.kind() == CapType::Page {
+                return Walk::Page {
+                    page: capability,
+                    writable,
+                };
+            }
+            break;
+        };
+        let Ok(node) = cache.node(&capability) else {
+            break;
+        };
+        visited.insert(capability.object());
+        if is_keeper_node {
+            let keeper_start = node.get(slot(1));
+            keeper = (capability.may_call() && keeper_start.kind() == CapType::Start)
+                .then_some(keeper_start);
+            let inner = node.get(slot(0));
+            // A keeper node wraps a space of its own height; anything else is malformed.
+            if inner.space_shape() != Some((height, false)) {
+                break;
+            }
+            capability = inner.restricted(capability.rights());
+            continue;
+        }
+        let covered_bits = PAGE_BITS + SLOT_BITS * u32::from(height);
+        if height == 0 || offset >> covered_bits != 0 {
+            break;
+        }
+        let child = node.get(slot_for(height, offset));
+        offset &= (1 << (covered_bits - SLOT_BITS)) - 1;
+        let child_fits = match child.space_shape() {
+            Some((child_height, _)) => child_height == height - 1,
+            None => child.kind() == CapType::Page && height == 1,
+        };
+        if !child_fits {
+            break;
+        }
+        capability = child.restricted(capability.rights());
+    }
+    Walk::Missing { keeper }
+}
+
+fn slot(index: u64) -> Slot {
+    Slot::new(index).expect("index below 32")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Node, Rights, Version};
+
+    /// A cache with a height-2 space holding one page at `address`; returns the space, the
+    /// node of height 1 on the way, and the page.
+    fn two_level_space(address: u64) -> (ObjectCache<()>, Capability, Capability, Capability) {
+        let mut cache = ObjectCache::new();
+        for id in [1, 2] {
+            cache.insert_node(ObjectId(id), Version(0), Node::default());
+        }
+        cache.insert_page(ObjectId(1), Version(0), ()).unwrap();
+        let top = Capability::space(ObjectId(1), Version(0), 2, false).unwrap();
+        let leaf = Capability::space(ObjectId(2), Version(0), 1, false).unwrap();
+        let page = cache.page_capability(ObjectId(1)).unwrap();
+        cache
+            .node_mut(&top)
+            .unwrap()
+            .swap(slot_for(2, address), leaf);
+        cache
+            .node_mut(&leaf)
+            .unwrap()
+            .swap(slot_for(1, address), page);
+        (cache, top, leaf, page)
+    }
+
+    const ADDRESS: u64 = (3 << 17) | (5 << 12) | 0x123;
+
+    #[test]
+    fn a_walk_finds_the_page_and_records_the_nodes_passed() {
+        let (cache, top, _, page) = two_level_space(ADDRESS);
+        let mut visited = BTreeSet::new();
+        let found = walk(&cache, top, ADDRESS, &mut visited);
+        assert_eq!(
+            found,
+            Walk::Page {
+                page,
+                writable: true
+            }
+        );
+        assert_eq!(
+            visited.into_iter().collect::<alloc::vec::Vec<_>>(),
+            [ObjectId(1), ObjectId(2)]
+        );
+    }
+
+    #[test]
+    fn other_addresses_and_addresses_beyond_the_space_miss() {
+        let (cache, top, _, _) = two_level_space(ADDRESS);
+        let missing = Walk::Missing { keeper: None };
+        for address in [ADDRESS + 4096, ADDRESS - (1 << 17), 1 << 22, u64::MAX] {
+            assert_eq!(
+                walk(&cache, top, address, &mut BTreeSet::new()),
+                missing,
+                "{address:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_read_only_capability_anywhere_on_the_path_makes_the_page_read_only() {
+        let (mut cache, top, leaf, page) = two_level_space(ADDRESS);
+        let read_only_leaf = leaf.restricted(Rights::READ_ONLY);
+        cache
+            .node_mut(&top)
+            .unwrap()
+            .swap(slot_for(2, ADDRESS), read_only_leaf);
+        assert_eq!(
+            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            Walk::Page {
+                page: page.restricted(Rights::READ_ONLY),
+                writable: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_changed_slot_is_seen_by_the_next_walk() {
+        let (mut cache, top, leaf, _) = two_level_space(ADDRESS);
+        cache
+            .node_mut(&leaf)
+            .unwrap()
+            .swap(slot_for(1, ADDRESS), Capability::VOID);
+        assert_eq!(
+            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            Walk::Missing { keeper: None }
+        );
+    }
+
+    #[test]
+    fn a_revoked_page_or_node_ends_the_walk() {
+        let (mut cache, top, _, _) = two_level_space(ADDRESS);
+        cache.rescind_node(ObjectId(2));
+        assert_eq!(
+            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            Walk::Missing { keeper: None }
+        );
+        let (mut cache, top, _, _) = two_level_space(ADDRESS);
+        cache.rescind_page(ObjectId(1));
+        assert_eq!(
+            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            Walk::Missing { keeper: None }
+        );
+    }
+
+    #[test]
+    fn a_miss_under_a_keeper_node_names_its_keeper_unless_no_call_hides_it() {
+        let (mut cache, top, _, _) = two_level_space(ADDRESS);
+        cache.insert_node(ObjectId(3), Version(0), Node::default());
+        let keeper = Capability::new(CapType::Start, ObjectId(9), Version(0));
+        let wrapper = Capability::space(ObjectId(3), Version(0), 2, true).unwrap();
+        let wrapper_node = cache.node_mut(&wrapper).unwrap();
+        wrapper_node.swap(slot(0), top);
+        wrapper_node.swap(slot(1), keeper);
+        let elsewhere = ADDRESS + 4096;
+        assert_eq!(
+            walk(&cache, wrapper, elsewhere, &mut BTreeSet::new()),
+            Walk::Missing {
+                keeper: Some(keeper)
+            }
+        );
+        assert!(matches!(
+            walk(&cache, wrapper, ADDRESS, &mut BTreeSet::new()),
+            Walk::Page { .. }
+        ));
+        let no_call = wrapper.restricted(Rights::NO_CALL);
+        assert_eq!(
+            walk(&cache, no_call, elsewhere, &mut BTreeSet::new()),
+            Walk::Missing { keeper: None }
+        );
+    }
+
+    #[test]
+    fn a_cycle_of_nodes_ends_the_walk() {
+        let mut cache: ObjectCache<()> = ObjectCache::new();
+        cache.insert_node(ObjectId(1), Version(0), Node::default());
+        let wrapper = Capability::space(ObjectId(1), Version(0), 3, true).unwrap();
+        cache.node_mut(&wrapper).unwrap().swap(slot(0), wrapper);
+        assert_eq!(
+            walk(&cache, wrapper, 0, &mut BTreeSet::new()),
+            Walk::Missing { keeper: None }
+        );
+    }
+}
