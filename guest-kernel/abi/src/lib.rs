@@ -4,24 +4,23 @@
 //! [`ABI_VERSION`], which the kernel prints at boot and checks against every program it
 //! loads from the initial image.
 //!
-//! The foundation ABI has one system call, `invoke`, entered with the `syscall` instruction:
+//! There is one system call, `invoke`, entered with the `syscall` instruction:
 //!
-//! | register | in                        | out                  |
-//! |----------|---------------------------|----------------------|
-//! | `rdi`    | capability register index | —                    |
-//! | `rsi`    | order code                | —                    |
-//! | `rdx`    | word 0                    | —                    |
-//! | `r10`    | word 1                    | —                    |
-//! | `r8`     | word 2                    | —                    |
-//! | `r9`     | word 3                    | —                    |
-//! | `rax`    | —                         | [`InvokeResult`] code |
-//! | `rdx`    | —                         | result word          |
+//! | register | in | out |
+//! |---|---|---|
+//! | `rdi` | the [`descriptor`]: target capability register, call/return/send, capability registers sent and received | — |
+//! | `rsi` | order code (call, send) or reply code (return) | result code: 0 ok, an object error, or an [`InvocationError`] |
+//! | `rdx`, `r10`, `r8`, `r9` | words 0..=3 | words 0..=3 |
+//! | `r12`, `r13` | string address and length (at most [`INVOCATION_STRING_BYTES_MAX`]) | badge of the capability invoked; length of the string received |
+//! | `r14`, `r15` | receive buffer address and capacity | — |
 //!
 //! `rcx` and `r11` are clobbered by the instruction itself; every other register is kept.
 #![no_std]
 
+pub mod descriptor;
+
 /// Version of the kernel ABI (system call registers, capability types, orders, results).
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Every ring-3 program carries an ELF note (in a `PT_NOTE` segment) naming the ABI version
 /// it was built against; the kernel refuses a program without it or with another version.
@@ -48,9 +47,24 @@ pub const USER_STACK_BYTES: u64 = 64 * 1024;
 const _: () = assert!(USER_ADDRESS_MIN < USER_STACK_TOP - USER_STACK_BYTES);
 const _: () = assert!(USER_STACK_TOP < USER_ADDRESS_END);
 
+/// The order every kernel object understands: returns its capability type and rights.
+pub const IDENTIFY: u64 = 0;
+
+/// Orders understood by the clock capability.
+pub mod clock {
+    /// Word 0 of the result: nanoseconds since boot.
+    pub const NOW: u64 = 1;
+}
+
+/// Orders understood by a number capability.
+pub mod number {
+    /// Words 0 and 1 of the result: the number's two words.
+    pub const VALUE: u64 = 1;
+}
+
 /// Orders understood by the console capability.
 pub mod console {
-    /// Write the string at (word0 = address, word1 = length) to the console.
+    /// Write the invocation's string to the console; word 0 of the result is its length.
     pub const WRITE: u64 = 1;
 }
 
@@ -60,34 +74,35 @@ pub mod process {
     pub const STOP: u64 = 1;
 }
 
-/// What `invoke` returns in `rax`.
+/// Why the kernel refused an invocation itself (as opposed to an object's method or a
+/// server refusing it). The codes have the top bit set, so that they never collide with a
+/// server's reply codes.
 #[repr(u64)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InvokeResult {
-    Ok = 0,
-    /// The capability register holds no capability, or a void one.
-    Void = 1,
-    /// The capability does not understand the order.
-    UnknownOrder = 2,
-    /// The capability register index is out of range.
-    InvalidRegister = 3,
-    /// A string argument lies outside the caller's mapped address space.
-    BadAddress = 4,
-    /// A string argument is longer than [`INVOCATION_STRING_BYTES_MAX`].
-    StringTooLong = 5,
+pub enum InvocationError {
+    /// The target capability is void (or revoked, or a resume capability already used).
+    Void = 1 << 63,
+    /// `rdi` has undefined bits set or counts more than four capabilities.
+    MalformedDescriptor = (1 << 63) | 1,
+    /// The string is longer than [`INVOCATION_STRING_BYTES_MAX`].
+    StringTooLong = (1 << 63) | 2,
+    /// The string is not mapped in the invoker's space.
+    BadAddress = (1 << 63) | 3,
+    /// A call through a start capability without the right to call.
+    NoCall = (1 << 63) | 4,
 }
 
-impl InvokeResult {
+impl InvocationError {
+    pub const ALL: [Self; 5] = [
+        Self::Void,
+        Self::MalformedDescriptor,
+        Self::StringTooLong,
+        Self::BadAddress,
+        Self::NoCall,
+    ];
+
     pub fn from_code(code: u64) -> Option<Self> {
-        Some(match code {
-            0 => Self::Ok,
-            1 => Self::Void,
-            2 => Self::UnknownOrder,
-            3 => Self::InvalidRegister,
-            4 => Self::BadAddress,
-            5 => Self::StringTooLong,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|error| *error as u64 == code)
     }
 }
 
@@ -146,12 +161,13 @@ mod tests {
     }
 
     #[test]
-    fn every_result_code_round_trips() {
-        for code in 0..=5 {
-            let result = InvokeResult::from_code(code).expect("known code");
-            assert_eq!(result as u64, code);
+    fn invocation_error_codes_round_trip_and_have_the_top_bit() {
+        for error in InvocationError::ALL {
+            assert_eq!(InvocationError::from_code(error as u64), Some(error));
+            assert!(error as u64 >= 1 << 63);
         }
-        assert_eq!(InvokeResult::from_code(6), None);
+        assert_eq!(InvocationError::from_code(0), None);
+        assert_eq!(InvocationError::from_code((1 << 63) | 5), None);
     }
 
     #[test]

@@ -19,11 +19,14 @@ mod arch;
 mod bootinfo;
 mod console;
 mod drivers;
+mod ipc;
+mod methods;
 mod memory;
 mod objects;
 mod process;
 mod selftest;
 mod space;
+mod user_memory;
 
 use holdfast_abi as abi;
 

@@ -9,9 +9,9 @@
 //! [`crate::space`]). Registers are cached here while the process exists; writing them back
 //! to the root node is the checkpoint's job (the store issue).
 
-use alloc::collections::BTreeSet;
+use alloc::collections::{BTreeSet, VecDeque};
 use alloc::vec::Vec;
-use holdfast_abi::{self as abi, InvokeResult};
+use holdfast_abi as abi;
 use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, ObjectId, Rights};
 use spin::Mutex;
@@ -28,32 +28,59 @@ use holdfast_objects::space::{Walk, slot_for, walk};
 /// The height of every program's space: 4 KiB × 32^7 covers the whole 2^47-byte user half.
 const SPACE_HEIGHT: u8 = 7;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcessState {
     Runnable,
-    Stopped { exit_code: u64 },
+    /// Waiting for a message: it returned (or waited) and anyone may invoke it.
+    Available,
+    /// In a call, until its resume capability is invoked.
+    WaitingForReply,
+    /// Its invocation found the target busy. It is queued on the target and runs its
+    /// `syscall` again when the target becomes available: nothing is buffered in the kernel.
+    Stalled,
+    Stopped {
+        exit_code: u64,
+    },
     Faulted(FaultReport),
 }
 
 pub struct Process {
     pub name: &'static str,
     /// The root node, as a process capability.
-    root: Capability,
+    pub root: Capability,
     /// A cache of the space tree; emptied whenever a translation it holds may be stale.
-    page_tables: PhysFrame,
-    registers: UserRegisters,
+    pub page_tables: PhysFrame,
+    /// The user registers, saved whenever the process is not running. While it waits in an
+    /// invocation they still hold its `invoke` arguments, which say where a message for it
+    /// goes (receive registers and buffer).
+    pub registers: UserRegisters,
     pub state: ProcessState,
+    /// Processes stalled invoking this one, first come first served.
+    pub stalled: VecDeque<usize>,
     pub invocation_count: u64,
 }
 
-struct Scheduler {
-    processes: Vec<Process>,
-    current: Option<usize>,
+pub struct Scheduler {
+    pub processes: Vec<Process>,
+    pub current: Option<usize>,
     /// Called when no process is runnable any more.
     on_all_done: Option<fn() -> !>,
 }
 
-static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
+impl Scheduler {
+    /// The process whose root node is `root`.
+    pub fn index_of(&self, root: ObjectId) -> Option<usize> {
+        self.processes
+            .iter()
+            .position(|process| process.root.object() == root)
+    }
+
+    pub fn current(&self) -> usize {
+        self.current.expect("a process was running")
+    }
+}
+
+pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     processes: Vec::new(),
     current: None,
     on_all_done: None,
@@ -270,6 +297,7 @@ pub fn load(
         page_tables,
         registers,
         state: ProcessState::Runnable,
+        stalled: VecDeque::new(),
         invocation_count: 0,
     });
     Ok(())
@@ -283,7 +311,7 @@ pub fn run(on_all_done: fn() -> !) -> ! {
 
 /// Chooses the next runnable process after the current one (round robin) and enters it;
 /// never returns.
-fn switch_to_next() -> ! {
+pub fn switch_to_next() -> ! {
     let mut scheduler = SCHEDULER.lock();
     let count = scheduler.processes.len();
     let after = scheduler.current.map_or(0, |current| current + 1);
@@ -296,6 +324,16 @@ fn switch_to_next() -> ! {
         drop(scheduler);
         done()
     };
+    scheduler.current = Some(index);
+    let process = &scheduler.processes[index];
+    let (registers, page_tables) = (process.registers, process.page_tables);
+    drop(scheduler);
+    resume_user(page_tables, &registers)
+}
+
+/// Makes process `index` the current one and enters it.
+pub fn switch_to(index: usize) -> ! {
+    let mut scheduler = SCHEDULER.lock();
     scheduler.current = Some(index);
     let process = &scheduler.processes[index];
     let (registers, page_tables) = (process.registers, process.page_tables);
@@ -330,7 +368,7 @@ pub fn restore_kernel_address_space() {
     unsafe { Cr3::write(root, Cr3Flags::empty()) };
 }
 
-fn stop_current(state: ProcessState) -> ! {
+pub fn stop_current(state: ProcessState) -> ! {
     {
         let mut scheduler = SCHEDULER.lock();
         let current = scheduler.current.expect("a process was running");
@@ -400,86 +438,4 @@ fn current_root_and_tables() -> (Capability, PhysFrame) {
     let scheduler = SCHEDULER.lock();
     let process = &scheduler.processes[scheduler.current.expect("a process was running")];
     (process.root, process.page_tables)
-}
-
-/// Copies `[address, address + length)` of `root`'s space into a kernel buffer, reading
-/// through the space tree (the page tables are only a cache and may not hold it yet).
-fn copy_from_user(root: Capability, address: u64, length: u64) -> Result<Vec<u8>, InvokeResult> {
-    if length > abi::INVOCATION_STRING_BYTES_MAX as u64 {
-        return Err(InvokeResult::StringTooLong);
-    }
-    let end = address
-        .checked_add(length)
-        .ok_or(InvokeResult::BadAddress)?;
-    if address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END {
-        return Err(InvokeResult::BadAddress);
-    }
-    let objects = OBJECTS.lock();
-    let space = objects
-        .cache
-        .node(&root)
-        .map_err(|_| InvokeResult::Void)?
-        .get(process_root::SPACE);
-    let mut bytes = Vec::with_capacity(length as usize);
-    let mut at = address;
-    while at < end {
-        let Walk::Page { page, .. } = walk(&objects.cache, space, at, &mut BTreeSet::new()) else {
-            return Err(InvokeResult::BadAddress);
-        };
-        let frame = objects
-            .cache
-            .page(&page)
-            .map_err(|_| InvokeResult::BadAddress)?
-            .physical();
-        let offset = (at % PAGE_BYTES as u64) as usize;
-        let count = (PAGE_BYTES - offset).min((end - at) as usize);
-        let page = crate::memory::physical_to_virtual(frame.start_address().as_u64());
-        // SAFETY: `frame` is an object page's frame, in the direct map, 4 KiB long; the
-        // range `offset..offset + count` lies within it.
-        let data = unsafe { core::slice::from_raw_parts((page as *const u8).add(offset), count) };
-        bytes.extend_from_slice(data);
-        at += count as u64;
-    }
-    Ok(bytes)
-}
-
-/// The kernel side of `invoke` (see `holdfast_abi` for the registers).
-pub extern "C" fn system_call(registers: &mut UserRegisters) {
-    let (capability_index, order) = (registers.rdi, registers.rsi);
-    let words = [registers.rdx, registers.r10, registers.r8, registers.r9];
-    let root = {
-        let mut scheduler = SCHEDULER.lock();
-        let current = scheduler.current.expect("a process was running");
-        let process = &mut scheduler.processes[current];
-        process.invocation_count += 1;
-        process.root
-    };
-    let capability = process_root::capability_register(capability_index).map(|register| {
-        let objects = OBJECTS.lock();
-        let held = objects.cache.node(&root).map(|node| node.get(register));
-        held.map_or(Capability::VOID, |held| objects.cache.live_or_void(held))
-    });
-    let (result, value) = match capability.map(|capability| (capability.kind(), capability)) {
-        None => (InvokeResult::InvalidRegister, 0),
-        Some((CapType::Console, _)) => match order {
-            abi::console::WRITE => match copy_from_user(root, words[0], words[1]) {
-                Ok(bytes) => {
-                    crate::console::write_bytes(&bytes);
-                    (InvokeResult::Ok, bytes.len() as u64)
-                }
-                Err(error) => (error, 0),
-            },
-            _ => (InvokeResult::UnknownOrder, 0),
-        },
-        Some((CapType::Process, process)) if process.object() == root.object() => match order {
-            abi::process::STOP => stop_current(ProcessState::Stopped {
-                exit_code: words[0],
-            }),
-            _ => (InvokeResult::UnknownOrder, 0),
-        },
-        Some((CapType::Void, _)) => (InvokeResult::Void, 0),
-        Some(_) => (InvokeResult::UnknownOrder, 0),
-    };
-    registers.rax = result as u64;
-    registers.rdx = value;
 }

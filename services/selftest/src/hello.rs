@@ -2,42 +2,54 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::{self as user, abi::InvokeResult};
+use holdfast_userlib::abi::{InvocationError, console};
+use holdfast_userlib::{self as user, Invocation};
+
+/// Object error: the capability's type has no method with this order code.
+const INVALID_ORDER: u64 = 1;
 
 /// What was tried, what the kernel answered, what it should have answered.
-type Check = (
-    &'static str,
-    Result<(), InvokeResult>,
-    Result<(), InvokeResult>,
-);
+type Check = (&'static str, Result<(), u64>, Result<(), u64>);
 
 fn main() -> u64 {
     user::print("hello from ring 3\n");
-    let checks: [Check; 4] = [
+    let write = Invocation::call(user::CONSOLE, console::WRITE, [0; 4]);
+    let kernel_string = write.with_string(
+        // SAFETY: only the address is taken; the kernel must refuse to read it.
+        unsafe { core::slice::from_raw_parts(0xffff_ffff_8010_0000 as *const u8, 8) },
+    );
+    let code = |reply: user::Reply| {
+        if reply.code == 0 {
+            Ok(())
+        } else {
+            Err(reply.code)
+        }
+    };
+    let checks: [Check; 5] = [
         (
             "empty register",
             user::write_to(7, b"x"),
-            Err(InvokeResult::Void),
+            Err(InvocationError::Void as u64),
         ),
         (
-            "register out of range",
-            user::write_to(99, b"x"),
-            Err(InvokeResult::InvalidRegister),
+            "undefined descriptor bit",
+            code(write.invoke_raw(1 << 62, &mut [])),
+            Err(InvocationError::MalformedDescriptor as u64),
         ),
         (
             "kernel address",
-            user::invoke(
-                user::CONSOLE,
-                user::abi::console::WRITE,
-                [0xffff_ffff_8010_0000, 8, 0, 0],
-            )
-            .0,
-            Err(InvokeResult::BadAddress),
+            code(kernel_string.invoke(&mut [])),
+            Err(InvocationError::BadAddress as u64),
         ),
         (
             "string too long",
             user::write_to(user::CONSOLE, &[b'x'; 5000]),
-            Err(InvokeResult::StringTooLong),
+            Err(InvocationError::StringTooLong as u64),
+        ),
+        (
+            "unknown order",
+            user::call(user::CONSOLE, 99, [0; 4]).map(|_| ()),
+            Err(INVALID_ORDER),
         ),
     ];
     let mut failures = 0;

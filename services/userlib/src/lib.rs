@@ -5,49 +5,127 @@
 //! Capability registers given to every foundation program: 0 = console, 1 = own process.
 #![no_std]
 
-use abi::InvokeResult;
+use abi::InvocationError;
+use abi::descriptor::{Descriptor, Kind, Registers};
 pub use holdfast_abi as abi;
 
-pub const CONSOLE: u64 = 0;
-pub const OWN_PROCESS: u64 = 1;
+pub const CONSOLE: u8 = 0;
+pub const OWN_PROCESS: u8 = 1;
 
-/// `invoke(capability register, order, four words)`: the one system call.
-pub fn invoke(capability: u64, order: u64, words: [u64; 4]) -> (Result<(), InvokeResult>, u64) {
-    let result: u64;
-    let value: u64;
-    // SAFETY: `syscall` enters the kernel, which reads the registers named here, writes rax
-    // and rdx, and clobbers rcx and r11 (the instruction saves rip and rflags in them);
-    // nothing else changes and no memory of ours is written.
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            in("rdi") capability,
-            in("rsi") order,
-            inout("rdx") words[0] => value,
-            in("r10") words[1],
-            in("r8") words[2],
-            in("r9") words[3],
-            lateout("rax") result,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
+/// What an `invoke` returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// 0, an object error code, a server's reply code, or an [`InvocationError`] code.
+    pub code: u64,
+    pub words: [u64; 4],
+    /// The badge of the capability this process was invoked through (when receiving).
+    pub badge: u64,
+    /// How many bytes of the receive buffer the message filled.
+    pub string_length: usize,
+}
+
+impl Reply {
+    /// The kernel's own refusal, if this is one.
+    pub fn invocation_error(&self) -> Option<InvocationError> {
+        InvocationError::from_code(self.code)
     }
-    match InvokeResult::from_code(result) {
-        Some(InvokeResult::Ok) => (Ok(()), value),
-        Some(error) => (Err(error), value),
-        None => panic!("kernel returned unknown result code {result}"),
+}
+
+/// One invocation, as the kernel sees it: see `holdfast_abi` for the registers.
+#[derive(Clone, Copy)]
+pub struct Invocation<'a> {
+    pub descriptor: Descriptor,
+    pub order: u64,
+    pub words: [u64; 4],
+    pub string: &'a [u8],
+}
+
+impl<'a> Invocation<'a> {
+    /// A call of `order` on capability register `target`, sending and receiving nothing but
+    /// words.
+    pub fn call(target: u8, order: u64, words: [u64; 4]) -> Self {
+        let descriptor = Descriptor {
+            target,
+            kind: Kind::Call,
+            send: Registers::NONE,
+            receive: Registers::NONE,
+            resume: None,
+        };
+        Self {
+            descriptor,
+            order,
+            words,
+            string: &[],
+        }
+    }
+
+    #[must_use]
+    pub fn with_string(self, string: &'a [u8]) -> Self {
+        Self { string, ..self }
+    }
+
+    /// Performs the invocation; a string received lands in `buffer`.
+    pub fn invoke(&self, buffer: &mut [u8]) -> Reply {
+        self.invoke_raw(self.descriptor.encode(), buffer)
+    }
+
+    /// As [`Self::invoke`] with `rdi` given as is (tests of malformed descriptors).
+    pub fn invoke_raw(&self, descriptor: u64, buffer: &mut [u8]) -> Reply {
+        let (code, badge, string_length): (u64, u64, u64);
+        let [mut word0, mut word1, mut word2, mut word3] = self.words;
+        // SAFETY: `syscall` enters the kernel, which reads the registers named here and
+        // writes rax, rdx, r10, r8, r9, r12 and r13 (declared as outputs), and the CPU
+        // clobbers rcx and r11. The kernel writes memory only within `buffer` (r14, r15),
+        // which we borrow mutably for the call, and reads only the string, which we borrow.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                in("rdi") descriptor,
+                inout("rsi") self.order => _,
+                inout("rdx") word0,
+                inout("r10") word1,
+                inout("r8") word2,
+                inout("r9") word3,
+                inout("r12") self.string.as_ptr() as u64 => badge,
+                inout("r13") self.string.len() as u64 => string_length,
+                in("r14") buffer.as_mut_ptr() as u64,
+                in("r15") buffer.len() as u64,
+                lateout("rax") code,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        Reply {
+            code,
+            words: [word0, word1, word2, word3],
+            badge,
+            string_length: string_length as usize,
+        }
+    }
+}
+
+/// Calls `order` on capability register `target` with `words`; the result words, or the
+/// reply code if it is not 0.
+pub fn call(target: u8, order: u64, words: [u64; 4]) -> Result<[u64; 4], u64> {
+    let reply = Invocation::call(target, order, words).invoke(&mut []);
+    if reply.code == 0 {
+        Ok(reply.words)
+    } else {
+        Err(reply.code)
     }
 }
 
 /// Writes `text` to the console capability in register `capability`.
-pub fn write_to(capability: u64, text: &[u8]) -> Result<(), InvokeResult> {
-    invoke(
-        capability,
-        abi::console::WRITE,
-        [text.as_ptr() as u64, text.len() as u64, 0, 0],
-    )
-    .0
+pub fn write_to(capability: u8, text: &[u8]) -> Result<(), u64> {
+    let reply = Invocation::call(capability, abi::console::WRITE, [0; 4])
+        .with_string(text)
+        .invoke(&mut []);
+    if reply.code == 0 {
+        Ok(())
+    } else {
+        Err(reply.code)
+    }
 }
 
 pub fn print(text: &str) {
@@ -56,7 +134,7 @@ pub fn print(text: &str) {
 
 /// Stops this process with `exit_code`.
 pub fn stop(exit_code: u64) -> ! {
-    let _ = invoke(OWN_PROCESS, abi::process::STOP, [exit_code, 0, 0, 0]);
+    let _ = call(OWN_PROCESS, abi::process::STOP, [exit_code, 0, 0, 0]);
     // The kernel never resumes a stopped process; if it did, fault rather than run on.
     // SAFETY: ud2 only raises #UD.
     unsafe { core::arch::asm!("ud2", options(noreturn)) }

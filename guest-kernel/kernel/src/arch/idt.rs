@@ -162,7 +162,7 @@ impl TrapFrame {
 }
 
 /// What the CPU told us about an exception.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultReport {
     pub vector: u8,
     pub error_code: Option<u64>,

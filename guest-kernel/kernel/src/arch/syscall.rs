@@ -2,7 +2,7 @@
 //!
 //! `syscall` arrives on the one kernel stack, reset to empty at each entry: the user
 //! registers are saved into a [`UserRegisters`] on it and handed to
-//! [`crate::process::system_call`]. When that returns, the same process continues through
+//! [`crate::ipc::system_call`]. When that returns, the same process continues through
 //! `sysretq`; when the kernel switches process instead, [`enter_user`] starts the chosen one
 //! through `iretq` from a fresh stack.
 
@@ -93,7 +93,7 @@ syscall_entry:
     mov rsp, [rsp]                     /* user rsp */
     sysretq
 "#,
-    system_call = sym crate::process::system_call,
+    system_call = sym crate::ipc::system_call,
 );
 
 unsafe extern "C" {

@@ -128,6 +128,11 @@ pub fn tsc_hz() -> u64 {
     TSC_HZ.load(Ordering::Relaxed)
 }
 
+/// Nanoseconds in `tsc_delta` TSC ticks.
+pub fn tsc_to_nanoseconds(tsc_delta: u64) -> u64 {
+    (tsc_delta as u128 * 1_000_000_000 / tsc_hz().max(1) as u128) as u64
+}
+
 /// Microseconds between two TSC readings.
 pub fn tsc_to_microseconds(tsc_delta: u64) -> u64 {
     (tsc_delta as u128 * 1_000_000 / tsc_hz().max(1) as u128) as u64

@@ -1,0 +1,287 @@
+//! The invocation path: `invoke` is the only system call (see `holdfast_abi::descriptor` for
+//! its registers).
+//!
+//! Invoking a start capability delivers a message to an available process; invoking a
+//! resume capability delivers the reply to the process waiting in a call; invoking any
+//! other capability runs a kernel object's method ([`crate::methods`]). Nothing is buffered:
+//! an invocation of a busy process stalls the invoker, which runs its `syscall` again when
+//! the target becomes available. So every invocation either completes or leaves no trace,
+//! and no process needs a kernel stack of its own while it waits.
+
+use alloc::vec::Vec;
+use holdfast_abi::descriptor::{Descriptor, Kind};
+use holdfast_abi::{self as abi, InvocationError};
+use holdfast_objects::node::process_root;
+use holdfast_objects::{CapType, Capability, Slot};
+
+use crate::arch::syscall::UserRegisters;
+use crate::methods;
+use crate::objects::{OBJECTS, Objects};
+use crate::process::{self, ProcessState, SCHEDULER};
+use crate::user_memory;
+
+/// A message on its way: what the receiver's registers, buffer and capability registers
+/// get.
+pub struct Message {
+    pub code: u64,
+    pub words: [u64; 4],
+    pub string: Vec<u8>,
+    pub capabilities: Vec<Capability>,
+    pub badge: u64,
+    /// For a call: the capability to reply with.
+    pub resume: Option<Capability>,
+}
+
+impl Message {
+    pub fn reply(code: u64, words: [u64; 4]) -> Self {
+        Self {
+            code,
+            words,
+            string: Vec::new(),
+            capabilities: Vec::new(),
+            badge: 0,
+            resume: None,
+        }
+    }
+}
+
+/// How many indirectors an invocation may pass through: a bound on kernel work that a
+/// cycle of forwarders cannot defeat.
+const INDIRECTION_DEPTH_MAX: usize = 8;
+
+fn register_slot(index: u8) -> Slot {
+    process_root::capability_register(u64::from(index)).expect("descriptor registers are 0..=15")
+}
+
+/// The capability in register `index` of process `root`, void if revoked.
+fn capability_register(objects: &Objects, root: &Capability, index: u8) -> Capability {
+    let held = objects
+        .cache
+        .node(root)
+        .map(|node| node.get(register_slot(index)));
+    held.map_or(Capability::VOID, |held| objects.cache.live_or_void(held))
+}
+
+/// Hands `message` to the process whose saved registers are `registers` (its root node
+/// `root`), as the result of its pending `invoke`: the descriptor it used says which
+/// capability registers receive, `r14`/`r15` where the string goes.
+pub fn deliver(
+    objects: &mut Objects,
+    root: &Capability,
+    registers: &mut UserRegisters,
+    message: Message,
+) {
+    // The receiver's descriptor was checked when it invoked; a process that never invoked
+    // (or whose saved rdi is not a descriptor) receives no capabilities.
+    let descriptor = Descriptor::decode(registers.rdi).ok();
+    let receive = descriptor
+        .map(|descriptor| descriptor.receive)
+        .unwrap_or_default();
+    for (&index, capability) in receive.as_slice().iter().zip(message.capabilities.iter()) {
+        if let Ok(node) = objects.cache.node_mut(root) {
+            node.swap(register_slot(index), *capability);
+        }
+    }
+    if let (Some(resume), Some(index)) = (message.resume, descriptor.and_then(|d| d.resume)) {
+        if let Ok(node) = objects.cache.node_mut(root) {
+            node.swap(register_slot(index), resume);
+        }
+    }
+    // The receiver's buffer: as much of the string as fits; a buffer that is not mapped
+    // writable receives nothing (the receiver's own doing, so not the sender's error).
+    let length = message.string.len().min(registers.r15 as usize);
+    let delivered = length > 0
+        && user_memory::write(
+            &objects.cache,
+            root,
+            registers.r14,
+            &message.string[..length],
+        )
+        .is_ok();
+    registers.rax = message.code;
+    [registers.rdx, registers.r10, registers.r8, registers.r9] = message.words;
+    registers.r12 = message.badge;
+    registers.r13 = if delivered { length as u64 } else { 0 };
+}
+
+/// The kernel side of `invoke`. Returns to the invoker (through `sysretq`) when the
+/// invocation is done; otherwise switches to another process and does not return.
+pub extern "C" fn system_call(registers: &mut UserRegisters) {
+    if let Err(error) = invoke(registers) {
+        registers.rax = error as u64;
+    }
+}
+
+fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
+    let (invoker, root) = {
+        let mut scheduler = SCHEDULER.lock();
+        let current = scheduler.current();
+        let process = &mut scheduler.processes[current];
+        process.invocation_count += 1;
+        (current, process.root)
+    };
+    let descriptor =
+        Descriptor::decode(registers.rdi).map_err(|_| InvocationError::MalformedDescriptor)?;
+    let mut objects = OBJECTS.lock();
+    let mut target = capability_register(&objects, &root, descriptor.target);
+    for _ in 0..INDIRECTION_DEPTH_MAX {
+        if target.kind() != CapType::Indirector {
+            break;
+        }
+        let forward = objects
+            .cache
+            .node(&target)
+            .map(|node| node.get(register_slot(0)));
+        target = forward.map_or(Capability::VOID, |forward| {
+            objects.cache.live_or_void(forward)
+        });
+    }
+
+    let (string_address, string_length) = (registers.r12, registers.r13);
+    if string_length > abi::INVOCATION_STRING_BYTES_MAX as u64 {
+        return Err(InvocationError::StringTooLong);
+    }
+    let string = user_memory::read(&objects.cache, &root, string_address, string_length)
+        .map_err(|_| InvocationError::BadAddress)?;
+    let capabilities = descriptor
+        .send
+        .as_slice()
+        .iter()
+        .map(|&index| capability_register(&objects, &root, index))
+        .collect();
+    let words = [registers.rdx, registers.r10, registers.r8, registers.r9];
+    let mut message = Message {
+        code: registers.rsi,
+        words,
+        string,
+        capabilities,
+        badge: target.badge(),
+        resume: None,
+    };
+
+    let receiver = match target.kind() {
+        CapType::Start => {
+            if descriptor.kind == Kind::Call && !target.may_call() {
+                return Err(InvocationError::NoCall);
+            }
+            let scheduler = SCHEDULER.lock();
+            let receiver = scheduler
+                .index_of(target.object())
+                .ok_or(InvocationError::Void)?;
+            let available = scheduler.processes[receiver].state == ProcessState::Available;
+            // Returning to oneself: the invoker is about to become available.
+            let returning_to_self = receiver == invoker && descriptor.kind == Kind::Return;
+            if !available && !returning_to_self {
+                drop(scheduler);
+                drop(objects);
+                stall(invoker, receiver, registers)
+            }
+            receiver
+        }
+        CapType::Resume => {
+            let scheduler = SCHEDULER.lock();
+            let waiting = scheduler.index_of(target.object()).filter(|&caller| {
+                scheduler.processes[caller].state == ProcessState::WaitingForReply
+            });
+            let caller = waiting.ok_or(InvocationError::Void)?;
+            objects
+                .cache
+                .consume_resume(&target)
+                .map_err(|_| InvocationError::Void)?;
+            message.badge = 0;
+            caller
+        }
+        CapType::Void if descriptor.kind == Kind::Return => {
+            // Returning to nothing: just wait for the next message.
+            drop(objects);
+            become_available_and_switch(invoker, registers)
+        }
+        CapType::Void => return Err(InvocationError::Void),
+        _ => {
+            drop(objects);
+            let reply = methods::invoke(target, message);
+            let invoker_stopped =
+                SCHEDULER.lock().processes[invoker].state != ProcessState::Runnable;
+            if invoker_stopped {
+                process::switch_to_next()
+            }
+            if descriptor.kind == Kind::Return {
+                become_available_and_switch(invoker, registers)
+            }
+            let mut objects = OBJECTS.lock();
+            deliver(&mut objects, &root, registers, reply);
+            return Ok(());
+        }
+    };
+
+    if descriptor.kind == Kind::Call {
+        message.resume = objects
+            .cache
+            .node_capability(CapType::Resume, root.object());
+    }
+    let mut scheduler = SCHEDULER.lock();
+    match descriptor.kind {
+        Kind::Call => {
+            let process = &mut scheduler.processes[invoker];
+            process.registers = *registers;
+            process.state = ProcessState::WaitingForReply;
+        }
+        Kind::Return => {
+            scheduler.processes[invoker].registers = *registers;
+            make_available(&mut scheduler, invoker);
+        }
+        Kind::Send => registers.rax = 0,
+    }
+    let target_process = &mut scheduler.processes[receiver];
+    let (receiver_root, mut receiver_registers) = (target_process.root, target_process.registers);
+    deliver(
+        &mut objects,
+        &receiver_root,
+        &mut receiver_registers,
+        message,
+    );
+    let target_process = &mut scheduler.processes[receiver];
+    target_process.registers = receiver_registers;
+    target_process.state = ProcessState::Runnable;
+    drop(scheduler);
+    drop(objects);
+    match descriptor.kind {
+        // Hand the CPU straight to the receiver: the invoker waits anyway.
+        Kind::Call | Kind::Return => process::switch_to(receiver),
+        Kind::Send => Ok(()),
+    }
+}
+
+/// The target is busy: the invoker waits on its queue and will run its `syscall` again.
+fn stall(invoker: usize, target: usize, registers: &UserRegisters) -> ! {
+    {
+        let mut scheduler = SCHEDULER.lock();
+        let process = &mut scheduler.processes[invoker];
+        process.registers = *registers;
+        // Back over the two-byte `syscall`, so that the invocation restarts from scratch.
+        process.registers.rip -= 2;
+        process.state = ProcessState::Stalled;
+        scheduler.processes[target].stalled.push_back(invoker);
+    }
+    process::switch_to_next()
+}
+
+/// Marks `index` available and lets every process stalled on it try again (the first to
+/// run wins; the others stall again).
+fn make_available(scheduler: &mut process::Scheduler, index: usize) {
+    scheduler.processes[index].state = ProcessState::Available;
+    while let Some(stalled) = scheduler.processes[index].stalled.pop_front() {
+        if scheduler.processes[stalled].state == ProcessState::Stalled {
+            scheduler.processes[stalled].state = ProcessState::Runnable;
+        }
+    }
+}
+
+fn become_available_and_switch(invoker: usize, registers: &UserRegisters) -> ! {
+    {
+        let mut scheduler = SCHEDULER.lock();
+        scheduler.processes[invoker].registers = *registers;
+        make_available(&mut scheduler, invoker);
+    }
+    process::switch_to_next()
+}
