@@ -47,31 +47,17 @@ pub const USER_STACK_BYTES: u64 = 64 * 1024;
 const _: () = assert!(USER_ADDRESS_MIN < USER_STACK_TOP - USER_STACK_BYTES);
 const _: () = assert!(USER_STACK_TOP < USER_ADDRESS_END);
 
-/// The order every kernel object understands: returns its capability type and rights.
-pub const IDENTIFY: u64 = 0;
+pub mod methods;
 
-/// Orders understood by the clock capability.
-pub mod clock {
-    /// Word 0 of the result: nanoseconds since boot.
-    pub const NOW: u64 = 1;
-}
-
-/// Orders understood by a number capability.
-pub mod number {
-    /// Words 0 and 1 of the result: the number's two words.
-    pub const VALUE: u64 = 1;
-}
-
-/// Orders understood by the console capability.
-pub mod console {
-    /// Write the invocation's string to the console; word 0 of the result is its length.
-    pub const WRITE: u64 = 1;
-}
-
-/// Orders understood by a process capability.
-pub mod process {
-    /// Stop the process; word 0 is its exit code, reported by the kernel.
-    pub const STOP: u64 = 1;
+/// What keepers receive: the order code says why; the words say where.
+pub mod keeper {
+    /// A CPU exception (or a page fault no space keeper takes): words vector, error code
+    /// (`u64::MAX` if none), rip, faulting address. Capability 0 is the process; replying
+    /// to the resume capability restarts it from its registers.
+    pub const EXCEPTION: u64 = 1;
+    /// A page fault the space tree could not resolve, to the keeper of the innermost keeper
+    /// node on the path; words as for [`EXCEPTION`].
+    pub const SPACE_FAULT: u64 = 2;
 }
 
 /// Why the kernel refused an invocation itself (as opposed to an object's method or a

@@ -82,10 +82,10 @@ pub fn deliver(
             node.swap(register_slot(index), *capability);
         }
     }
-    if let (Some(resume), Some(index)) = (message.resume, descriptor.and_then(|d| d.resume)) {
-        if let Ok(node) = objects.cache.node_mut(root) {
-            node.swap(register_slot(index), resume);
-        }
+    if let (Some(resume), Some(index)) = (message.resume, descriptor.and_then(|d| d.resume))
+        && let Ok(node) = objects.cache.node_mut(root)
+    {
+        node.swap(register_slot(index), resume);
     }
     // The receiver's buffer: as much of the string as fits; a buffer that is not mapped
     // writable receives nothing (the receiver's own doing, so not the sender's error).
@@ -198,8 +198,8 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         }
         CapType::Void => return Err(InvocationError::Void),
         _ => {
+            let reply = methods::invoke(&mut objects, target, message);
             drop(objects);
-            let reply = methods::invoke(target, message);
             let invoker_stopped =
                 SCHEDULER.lock().processes[invoker].state != ProcessState::Runnable;
             if invoker_stopped {
@@ -284,4 +284,58 @@ fn become_available_and_switch(invoker: usize, registers: &UserRegisters) -> ! {
         make_available(&mut scheduler, invoker);
     }
     process::switch_to_next()
+}
+
+/// The current process faulted (its `registers` at the faulting instruction) and `keeper`,
+/// a start capability, is to handle it: the process waits for the keeper's reply, which
+/// restarts it. If the keeper is busy, the process stalls at the faulting instruction and
+/// faults again when the keeper becomes available.
+pub fn invoke_keeper(
+    keeper: Capability,
+    keeper_message: process::KeeperMessage,
+    registers: &UserRegisters,
+) -> ! {
+    let mut objects = OBJECTS.lock();
+    let mut scheduler = SCHEDULER.lock();
+    let faulter = scheduler.current();
+    let Some(receiver) = scheduler.index_of(keeper.object()) else {
+        drop(scheduler);
+        drop(objects);
+        process::stop_current(ProcessState::Stopped {
+            exit_code: u64::MAX,
+        })
+    };
+    if scheduler.processes[receiver].state != ProcessState::Available {
+        let process = &mut scheduler.processes[faulter];
+        process.registers = *registers;
+        process.state = ProcessState::Stalled;
+        scheduler.processes[receiver].stalled.push_back(faulter);
+        drop(scheduler);
+        drop(objects);
+        process::switch_to_next()
+    }
+    let root = scheduler.processes[faulter].root;
+    let message = Message {
+        code: keeper_message.code,
+        words: keeper_message.words,
+        string: Vec::new(),
+        capabilities: alloc::vec![root],
+        badge: keeper.badge(),
+        resume: objects
+            .cache
+            .node_capability(CapType::Resume, root.object()),
+    };
+    let process = &mut scheduler.processes[faulter];
+    process.registers = *registers;
+    process.state = ProcessState::WaitingForReply;
+    process.waiting_for_keeper = true;
+    let keeper_process = &scheduler.processes[receiver];
+    let (keeper_root, mut keeper_registers) = (keeper_process.root, keeper_process.registers);
+    deliver(&mut objects, &keeper_root, &mut keeper_registers, message);
+    let keeper_process = &mut scheduler.processes[receiver];
+    keeper_process.registers = keeper_registers;
+    keeper_process.state = ProcessState::Runnable;
+    drop(scheduler);
+    drop(objects);
+    process::switch_to(receiver)
 }

@@ -20,9 +20,11 @@ use x86_64::structures::paging::PhysFrame;
 
 use crate::arch::idt::FaultReport;
 use crate::arch::syscall::{UserRegisters, enter_user};
+use crate::ipc;
 use crate::memory::PAGE_BYTES;
 use crate::objects::{OBJECTS, Objects};
 use crate::space;
+use holdfast_abi::keeper;
 use holdfast_objects::space::{Walk, slot_for, walk};
 
 /// The height of every program's space: 4 KiB × 32^7 covers the whole 2^47-byte user half.
@@ -57,6 +59,9 @@ pub struct Process {
     pub state: ProcessState,
     /// Processes stalled invoking this one, first come first served.
     pub stalled: VecDeque<usize>,
+    /// Waiting for its keeper: the reply restarts it from its registers (which the keeper
+    /// may have changed) instead of being delivered into them.
+    pub waiting_for_keeper: bool,
     pub invocation_count: u64,
 }
 
@@ -298,6 +303,7 @@ pub fn load(
         registers,
         state: ProcessState::Runnable,
         stalled: VecDeque::new(),
+        waiting_for_keeper: false,
         invocation_count: 0,
     });
     Ok(())
@@ -351,6 +357,42 @@ fn resume_user(page_tables: PhysFrame, registers: &UserRegisters) -> ! {
     }
 }
 
+/// Adds the process whose root node `root` names to the table, stopped, if it is not
+/// there: `node.make_process` made it, and `process.start` will run it.
+pub fn adopt(root: Capability) {
+    let mut scheduler = SCHEDULER.lock();
+    if scheduler.index_of(root.object()).is_some() {
+        return;
+    }
+    let page_tables = space::new_page_tables(*KERNEL_ROOT.get().expect("load() recorded it"));
+    scheduler.processes.push(Process {
+        name: "(made)",
+        root,
+        page_tables,
+        registers: UserRegisters::default(),
+        state: ProcessState::Stopped { exit_code: 0 },
+        stalled: VecDeque::new(),
+        waiting_for_keeper: false,
+        invocation_count: 0,
+    });
+}
+
+/// Node `node` changed: if a cached translation went through it, drop every process's user
+/// mappings, so that each sees the change at its next access.
+pub fn node_changed(node: ObjectId) {
+    if !space::take_translation_dependency(node) {
+        return;
+    }
+    let scheduler = SCHEDULER.lock();
+    for process in &scheduler.processes {
+        space::clear_user_half(process.page_tables);
+    }
+    // Reloading CR3 flushes the TLB of the current space's user entries.
+    let (current, flags) = Cr3::read();
+    // SAFETY: the same tables, with user mappings dropped: the kernel half is unchanged.
+    unsafe { Cr3::write(current, flags) };
+}
+
 /// Calls `with` on each process, in load order.
 pub fn for_each_process(mut with: impl FnMut(&Process)) {
     for process in SCHEDULER.lock().processes.iter() {
@@ -394,11 +436,13 @@ const PAGE_FAULT_WRITE: u64 = 1 << 1;
 /// An exception in ring 3. A page fault that the space tree resolves is mapped and the
 /// process resumes; anything else is reported and stops the process.
 pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
+    let (root, page_tables) = current_root_and_tables();
+    let mut space_keeper = None;
     if let (14, Some(address), Some(error_code)) =
         (report.vector, report.address, report.error_code)
     {
-        let (root, page_tables) = current_root_and_tables();
-        let mut visited = BTreeSet::new();
+        // The root node holds the space capability: changing it changes the translation.
+        let mut visited = BTreeSet::from([root.object()]);
         let found = {
             let objects = OBJECTS.lock();
             let space = objects
@@ -406,22 +450,50 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 .node(&root)
                 .map(|node| node.get(process_root::SPACE));
             match space.map(|space| walk(&objects.cache, space, address, &mut visited)) {
-                Ok(Walk::Page { page, writable }) => objects
-                    .cache
-                    .page(&page)
-                    .ok()
-                    .map(|frame| (frame.physical(), writable)),
-                _ => None,
+                Ok(Walk::Page { page, writable }) => {
+                    let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());
+                    frame.map(|frame| Ok((frame, writable)))
+                }
+                Ok(Walk::Missing { keeper }) => keeper.map(Err),
+                Err(_) => None,
             }
         };
-        if let Some((frame, writable)) = found
-            && (writable || error_code & PAGE_FAULT_WRITE == 0)
-            && address < abi::USER_ADDRESS_END
-        {
-            space::remember_translated(visited);
-            space::map_page(page_tables, address, frame, writable);
-            resume_user(page_tables, &registers)
+        match found {
+            Some(Ok((frame, writable))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
+                space::remember_translated(visited);
+                space::map_page(page_tables, address, frame, writable);
+                resume_user(page_tables, &registers)
+            }
+            Some(Err(keeper)) => space_keeper = Some(keeper),
+            _ => {}
         }
+    }
+    let keeper_message = KeeperMessage {
+        code: if space_keeper.is_some() {
+            keeper::SPACE_FAULT
+        } else {
+            keeper::EXCEPTION
+        },
+        words: [
+            u64::from(report.vector),
+            report.error_code.unwrap_or(u64::MAX),
+            report.rip,
+            report.address.unwrap_or(0),
+        ],
+    };
+    let process_keeper = || {
+        let objects = OBJECTS.lock();
+        let held = objects
+            .cache
+            .node(&root)
+            .map(|node| node.get(process_root::KEEPER));
+        held.ok().map(|keeper| objects.cache.live_or_void(keeper))
+    };
+    if let Some(keeper) = space_keeper
+        .or_else(process_keeper)
+        .filter(|k| k.kind() == CapType::Start)
+    {
+        ipc::invoke_keeper(keeper, keeper_message, &registers)
     }
     let name = {
         let scheduler = SCHEDULER.lock();
@@ -432,6 +504,12 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
     };
     crate::println!("holdfast: process {name} faulted: {report}; process stopped");
     stop_current(ProcessState::Faulted(report))
+}
+
+/// What a keeper is told: why (a [`keeper`] code) and four words of detail.
+pub struct KeeperMessage {
+    pub code: u64,
+    pub words: [u64; 4],
 }
 
 fn current_root_and_tables() -> (Capability, PhysFrame) {

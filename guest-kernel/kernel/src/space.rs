@@ -71,3 +71,45 @@ pub fn map_page(root: PhysFrame, address: u64, frame: PhysFrame, writable: bool)
     table[page_address.p1_index()].set_frame(frame, flags);
     x86_64::instructions::tlb::flush(page_address);
 }
+/// Whether a change to `node` may change some translation already cached in page tables.
+/// Forgets the node: the caller drops every mapping, after which no translation depends on
+/// anything.
+pub fn take_translation_dependency(node: ObjectId) -> bool {
+    let mut translated = TRANSLATED_NODES.lock();
+    if translated.contains(&node) {
+        translated.clear();
+        true
+    } else {
+        false
+    }
+}
+
+/// Drops every user mapping of the tables at `root`, returning their frames to the heap.
+/// The caller reloads CR3 (or is about to switch) so that no stale TLB entry survives.
+pub fn clear_user_half(root: PhysFrame) {
+    fn free_below(frame: PhysFrame, level: u8) {
+        if level > 1 {
+            for entry in table_at(frame).iter_mut() {
+                if let Ok(child) = entry.frame() {
+                    free_below(child, level - 1);
+                    free_table(child);
+                }
+                entry.set_unused();
+            }
+        }
+    }
+    fn free_table(frame: PhysFrame) {
+        let block = memory::physical_to_virtual(frame.start_address().as_u64()) as *mut u8;
+        // SAFETY: table frames come from `new_table_frame`, one page each, and the entry
+        // that pointed here was cleared: nothing references the table any more.
+        unsafe { memory::free_pages(block, 1) };
+    }
+    let table = table_at(root);
+    for index in 0..256 {
+        if let Ok(child) = table[index].frame() {
+            free_below(child, 3);
+            free_table(child);
+        }
+        table[index].set_unused();
+    }
+}

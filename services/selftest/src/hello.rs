@@ -2,11 +2,9 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::{InvocationError, console};
+use holdfast_userlib::abi::InvocationError;
+use holdfast_userlib::abi::methods::{ObjectError, console};
 use holdfast_userlib::{self as user, Invocation};
-
-/// Object error: the capability's type has no method with this order code.
-const INVALID_ORDER: u64 = 1;
 
 /// What was tried, what the kernel answered, what it should have answered.
 type Check = (&'static str, Result<(), u64>, Result<(), u64>);
@@ -49,7 +47,7 @@ fn main() -> u64 {
         (
             "unknown order",
             user::call(user::CONSOLE, 99, [0; 4]).map(|_| ()),
-            Err(INVALID_ORDER),
+            Err(ObjectError::InvalidOrder as u64),
         ),
     ];
     let mut failures = 0;

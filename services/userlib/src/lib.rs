@@ -118,7 +118,7 @@ pub fn call(target: u8, order: u64, words: [u64; 4]) -> Result<[u64; 4], u64> {
 
 /// Writes `text` to the console capability in register `capability`.
 pub fn write_to(capability: u8, text: &[u8]) -> Result<(), u64> {
-    let reply = Invocation::call(capability, abi::console::WRITE, [0; 4])
+    let reply = Invocation::call(capability, abi::methods::console::WRITE, [0; 4])
         .with_string(text)
         .invoke(&mut []);
     if reply.code == 0 {
@@ -134,7 +134,11 @@ pub fn print(text: &str) {
 
 /// Stops this process with `exit_code`.
 pub fn stop(exit_code: u64) -> ! {
-    let _ = call(OWN_PROCESS, abi::process::STOP, [exit_code, 0, 0, 0]);
+    let _ = call(
+        OWN_PROCESS,
+        abi::methods::process::STOP,
+        [exit_code, 0, 0, 0],
+    );
     // The kernel never resumes a stopped process; if it did, fault rather than run on.
     // SAFETY: ud2 only raises #UD.
     unsafe { core::arch::asm!("ud2", options(noreturn)) }
