@@ -49,6 +49,22 @@ const _: () = assert!(USER_STACK_TOP < USER_ADDRESS_END);
 
 pub mod methods;
 
+/// Capability type codes, as `identify` returns them in word 0.
+pub mod capability_type {
+    pub const VOID: u64 = 0;
+    pub const NUMBER: u64 = 1;
+    pub const PAGE: u64 = 2;
+    pub const NODE: u64 = 3;
+    pub const SPACE: u64 = 4;
+    pub const PROCESS: u64 = 5;
+    pub const START: u64 = 6;
+    pub const RESUME: u64 = 7;
+    pub const METER: u64 = 8;
+    pub const INDIRECTOR: u64 = 9;
+    pub const CONSOLE: u64 = 10;
+    pub const CLOCK: u64 = 11;
+}
+
 /// What keepers receive: the order code says why; the words say where.
 pub mod keeper {
     /// A CPU exception (or a page fault no space keeper takes): words vector, error code

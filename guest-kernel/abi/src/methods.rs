@@ -104,6 +104,8 @@ pub mod process {
     pub const START: u64 = 9;
     /// Word 0 exit code.
     pub const STOP: u64 = 10;
+    /// The process's space capability.
+    pub const FETCH_SPACE: u64 = 11;
 }
 
 pub mod meter {

@@ -82,10 +82,15 @@ pub fn deliver(
             node.swap(register_slot(index), *capability);
         }
     }
-    if let (Some(resume), Some(index)) = (message.resume, descriptor.and_then(|d| d.resume))
+    // The resume register always changes: to the caller's resume capability for a call,
+    // to void otherwise, so that a server cannot mistake an old one for the current caller.
+    if let Some(index) = descriptor.and_then(|descriptor| descriptor.resume)
         && let Ok(node) = objects.cache.node_mut(root)
     {
-        node.swap(register_slot(index), resume);
+        node.swap(
+            register_slot(index),
+            message.resume.unwrap_or(Capability::VOID),
+        );
     }
     // The receiver's buffer: as much of the string as fits; a buffer that is not mapped
     // writable receives nothing (the receiver's own doing, so not the sender's error).

@@ -366,6 +366,13 @@ fn process_method(objects: &mut Objects, target: Capability, message: &Message) 
             let old = node.swap(register, argument);
             ok_capability(objects.cache.live_or_void(old))
         }
+        orders::process::FETCH_SPACE => {
+            let node = objects
+                .cache
+                .node(&target)
+                .map_err(|_| ObjectError::InvalidOrder)?;
+            ok_capability(objects.cache.live_or_void(node.get(process_root::SPACE)))
+        }
         orders::process::SET_SPACE => set_slot(objects, process_root::SPACE, &[CapType::Space]),
         orders::process::SET_KEEPER => set_slot(objects, process_root::KEEPER, &[CapType::Start]),
         orders::process::SET_METER => set_slot(objects, process_root::METER, &[CapType::Meter]),

@@ -5,30 +5,33 @@
 //! every use ([`crate::ObjectCache::check`]); this module holds the rules that need no
 //! object: rights, restriction and weakening.
 
+use holdfast_abi::capability_type as codes;
+
 use crate::{ObjectId, Version};
 
-/// What a capability designates and so which methods it has. The codes are the ABI's.
+/// What a capability designates and so which methods it has. The codes are the ABI's
+/// (`holdfast_abi::capability_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum CapType {
-    Void = 0,
+    Void = codes::VOID as u8,
     /// Two words of data and no object.
-    Number = 1,
-    Page = 2,
-    Node = 3,
+    Number = codes::NUMBER as u8,
+    Page = codes::PAGE as u8,
+    Node = codes::NODE as u8,
     /// A node seen as an address-space tree.
-    Space = 4,
+    Space = codes::SPACE as u8,
     /// Full authority over a process: its registers, space, keeper and meter.
-    Process = 5,
+    Process = codes::PROCESS as u8,
     /// The right to invoke a process (call or send); carries the badge the process sees.
-    Start = 6,
+    Start = codes::START as u8,
     /// The right to reply once to a process waiting in a call.
-    Resume = 7,
-    Meter = 8,
+    Resume = codes::RESUME as u8,
+    Meter = codes::METER as u8,
     /// A revocable forwarder: invocations go to the capability in slot 0 of its node.
-    Indirector = 9,
-    Console = 10,
-    Clock = 11,
+    Indirector = codes::INDIRECTOR as u8,
+    Console = codes::CONSOLE as u8,
+    Clock = codes::CLOCK as u8,
 }
 
 impl CapType {

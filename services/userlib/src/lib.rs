@@ -9,6 +9,8 @@ use abi::InvocationError;
 use abi::descriptor::{Descriptor, Kind, Registers};
 pub use holdfast_abi as abi;
 
+pub mod check;
+
 pub const CONSOLE: u8 = 0;
 pub const OWN_PROCESS: u8 = 1;
 
@@ -59,9 +61,55 @@ impl<'a> Invocation<'a> {
         }
     }
 
+    /// A send: the invoker goes on without waiting.
+    pub fn send(target: u8, order: u64, words: [u64; 4]) -> Self {
+        let call = Self::call(target, order, words);
+        Self {
+            descriptor: Descriptor {
+                kind: Kind::Send,
+                ..call.descriptor
+            },
+            ..call
+        }
+    }
+
+    /// A return: replies through `target` (usually a resume capability; a void register
+    /// just waits), then waits for the next message.
+    pub fn return_to(target: u8, code: u64, words: [u64; 4]) -> Self {
+        let call = Self::call(target, code, words);
+        Self {
+            descriptor: Descriptor {
+                kind: Kind::Return,
+                ..call.descriptor
+            },
+            ..call
+        }
+    }
+
     #[must_use]
     pub fn with_string(self, string: &'a [u8]) -> Self {
         Self { string, ..self }
+    }
+
+    /// Sends the capabilities in these registers (at most four).
+    #[must_use]
+    pub fn sending(mut self, registers: &[u8]) -> Self {
+        self.descriptor.send = Registers::new(registers).expect("at most four registers 0..=15");
+        self
+    }
+
+    /// Capabilities received land in these registers (at most four).
+    #[must_use]
+    pub fn receiving(mut self, registers: &[u8]) -> Self {
+        self.descriptor.receive = Registers::new(registers).expect("at most four registers 0..=15");
+        self
+    }
+
+    /// The resume capability of a call received lands in `register`.
+    #[must_use]
+    pub fn resume_into(mut self, register: u8) -> Self {
+        self.descriptor.resume = Some(register);
+        self
     }
 
     /// Performs the invocation; a string received lands in `buffer`.
@@ -130,6 +178,22 @@ pub fn write_to(capability: u8, text: &[u8]) -> Result<(), u64> {
 
 pub fn print(text: &str) {
     let _ = write_to(CONSOLE, text.as_bytes());
+}
+
+/// Prints `value` in decimal.
+pub fn print_u64(value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = value;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let _ = write_to(CONSOLE, &digits[start..]);
 }
 
 /// Stops this process with `exit_code`.

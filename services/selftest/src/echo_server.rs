@@ -1,0 +1,72 @@
+//! A server for the IPC checks: echoes what it is called with.
+//!
+//! Capability registers: 0 console, 1 own process. It waits with capabilities received in
+//! 12 and 13 and the caller's resume capability in 15.
+//!
+//! Orders: `ECHO` replies with the words (word 3 replaced by the badge it was invoked
+//! through), the string and the capability received first; `SLOW` spins a while
+//! first, so that a caller meanwhile finds it busy; `REPLY_TWICE` replies, then tries the
+//! same resume capability again and reports a failure unless the kernel refuses. Anything
+//! else gets reply code 99. It never stops: the self-test expects it to end available.
+#![no_std]
+#![no_main]
+
+use holdfast_userlib::{self as user, Invocation, abi::InvocationError};
+
+pub const ECHO: u64 = 1;
+pub const SLOW: u64 = 2;
+pub const REPLY_TWICE: u64 = 3;
+const RESUME: u8 = 15;
+const NOTHING: u8 = 14;
+
+fn main() -> u64 {
+    // Never returns: each round replies and waits for the next message.
+    let mut received = [0u8; 4096];
+    let mut out = [0u8; 4096];
+    let wait = |buffer: &mut [u8]| {
+        Invocation::return_to(NOTHING, 0, [0; 4])
+            .receiving(&[12, 13])
+            .resume_into(RESUME)
+            .invoke(buffer)
+    };
+    let mut message = wait(&mut received);
+    loop {
+        let length = message.string_length;
+        out[..length].copy_from_slice(&received[..length]);
+        let [word0, word1, word2, _] = message.words;
+        let echo = [word0, word1, word2, message.badge];
+        let reply = match message.code {
+            ECHO => Invocation::return_to(RESUME, 0, echo)
+                .with_string(&out[..length])
+                .sending(&[12]),
+            SLOW => {
+                spin();
+                Invocation::return_to(RESUME, 0, echo)
+            }
+            REPLY_TWICE => {
+                let first = Invocation::send(RESUME, 0, echo).invoke(&mut []);
+                let second = Invocation::send(RESUME, 0, echo).invoke(&mut []);
+                if first.code != 0 || second.invocation_error() != Some(InvocationError::Void) {
+                    user::print("echo-server: a resume capability worked twice [FAILED]\n");
+                }
+                Invocation::return_to(NOTHING, 0, [0; 4])
+            }
+            _ => Invocation::return_to(RESUME, 99, [0; 4]),
+        };
+        message = reply
+            .receiving(&[12, 13])
+            .resume_into(RESUME)
+            .invoke(&mut received);
+    }
+}
+
+/// A fixed amount of work, a few milliseconds under emulation: long enough for a caller to
+/// find the server busy.
+fn spin() {
+    let mut value: u64 = 0;
+    for step in 0..1_000_000 {
+        value = core::hint::black_box(value.wrapping_mul(31).wrapping_add(step));
+    }
+}
+
+user::entry!(main);

@@ -1,0 +1,111 @@
+//! Invokes random capabilities with random orders, words, strings and capability lists for
+//! a while, to show that nothing a program can ask makes the kernel panic or disturbs
+//! another process. Prints how many invocations it made.
+//!
+//! Capability registers: 0 console, 1 own process (never invoked or sent: the program
+//! must live to report), 2 clock, 3 a node, 4 a page, 5 a start capability to echo-server
+//! (badge 99: it cannot stop the server). What it fetches and swaps lands in 6..=15.
+//! The run lasts `DURATION_SECONDS`, by the clock.
+#![no_std]
+#![no_main]
+
+use holdfast_userlib::abi::methods::clock;
+use holdfast_userlib::{self as user, Invocation};
+
+const CLOCK: u8 = 2;
+const DURATION_SECONDS: u64 = 10;
+
+/// xorshift64*: reproducible from its seed, good enough to reach every path.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+
+    /// A capability register other than the own process's.
+    fn register(&mut self) -> u8 {
+        let register = self.below(15) as u8;
+        if register >= 1 {
+            register + 1
+        } else {
+            register
+        }
+    }
+}
+
+fn now_nanoseconds() -> u64 {
+    user::call(CLOCK, clock::NOW, [0; 4]).map_or(0, |words| words[0])
+}
+
+fn main() -> u64 {
+    let start = now_nanoseconds();
+    let mut random = Random(start | 1);
+    let mut string = [0u8; 4200];
+    let mut buffer = [0u8; 4200];
+    let mut invocations: u64 = 0;
+    while now_nanoseconds() - start < DURATION_SECONDS * 1_000_000_000 {
+        for byte in string.iter_mut().take(64) {
+            *byte = random.next() as u8;
+        }
+        let words = [
+            random.next(),
+            random.below(40),
+            random.below(5000),
+            random.next(),
+        ];
+        // Small orders reach real methods; now and then anything at all.
+        let order = if random.below(8) == 0 {
+            random.next()
+        } else {
+            random.below(13)
+        };
+        let target = random.register();
+        // A return would wait for a message that never comes, so calls and sends only.
+        let mut invocation = if random.below(4) == 0 {
+            Invocation::send(target, order, words)
+        } else {
+            Invocation::call(target, order, words)
+        };
+        let send_count = random.below(5) as usize;
+        let receive_count = random.below(5) as usize;
+        let sent: [u8; 4] = core::array::from_fn(|_| random.register());
+        let received: [u8; 4] = core::array::from_fn(|_| random.register());
+        invocation = invocation
+            .sending(&sent[..send_count])
+            .receiving(&received[..receive_count]);
+        let length = match random.below(4) {
+            0 => 0,
+            1 => random.below(64) as usize,
+            2 => random.below(4200) as usize,
+            _ => 4096,
+        };
+        invocation = invocation.with_string(&string[..length]);
+        let reply = match random.below(16) {
+            // A descriptor with random bits: the kernel must refuse it, not misread it. Kind
+            // call and nothing sent, so that it neither waits forever nor gives away the
+            // own process capability.
+            0 => {
+                const TARGET_KIND_AND_SENT: u64 = 0x3f | 0x07ff_ff00;
+                let descriptor = random.next() & !TARGET_KIND_AND_SENT | u64::from(target);
+                invocation.invoke_raw(descriptor, &mut buffer)
+            }
+            _ => invocation.invoke(&mut buffer),
+        };
+        let _ = reply;
+        invocations += 1;
+    }
+    user::print("hostile: ");
+    user::print_u64(invocations);
+    user::print(" random invocations, kernel and other processes unharmed\n");
+    0
+}
+
+user::entry!(main);

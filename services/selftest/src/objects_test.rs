@@ -1,0 +1,142 @@
+//! Checks of node, page and process methods, each error included.
+//!
+//! Capability registers: 0 console, 1 own process, 2 a node, 3 a page.
+#![no_std]
+#![no_main]
+
+use holdfast_userlib::abi::capability_type as types;
+use holdfast_userlib::abi::methods::{self, ObjectError, node, page, process};
+use holdfast_userlib::{self as user, Invocation};
+
+const NODE: u8 = 2;
+const PAGE: u8 = 3;
+const FETCHED: u8 = 6;
+const WEAK_NODE: u8 = 7;
+const READ_ONLY_PAGE: u8 = 8;
+
+fn error(error: ObjectError) -> Result<[u64; 4], u64> {
+    Err(error as u64)
+}
+
+fn type_of(register: u8) -> Option<u64> {
+    user::call(register, methods::IDENTIFY, [0; 4])
+        .ok()
+        .map(|words| words[0])
+}
+
+fn into(register: u8, target: u8, order: u64, words: [u64; 4]) -> u64 {
+    Invocation::call(target, order, words)
+        .receiving(&[register])
+        .invoke(&mut [])
+        .code
+}
+
+fn main() -> u64 {
+    let mut checks = user::check::Checks::new("objects-test");
+    let swap = Invocation::call(NODE, node::SWAP, [0; 4])
+        .sending(&[PAGE])
+        .receiving(&[FETCHED]);
+    let swapped = swap.invoke(&mut []);
+    checks.check(
+        "node swap: returns the old (void) capability",
+        swapped.code == 0 && type_of(FETCHED) == Some(types::VOID),
+    );
+    into(FETCHED, NODE, node::FETCH, [0; 4]);
+    checks.check(
+        "node fetch: the page comes back",
+        type_of(FETCHED) == Some(types::PAGE),
+    );
+    checks.check(
+        "node fetch: slot 32 is invalid",
+        user::call(NODE, node::FETCH, [32, 0, 0, 0]) == error(ObjectError::InvalidSlot),
+    );
+
+    into(WEAK_NODE, NODE, node::WEAKEN, [0; 4]);
+    let weak_swap = Invocation::call(WEAK_NODE, node::SWAP, [1, 0, 0, 0])
+        .sending(&[PAGE])
+        .invoke(&mut []);
+    checks.code(
+        "weak node: swap is read-only",
+        weak_swap.code,
+        ObjectError::ReadOnly as u64,
+    );
+    into(FETCHED, WEAK_NODE, node::FETCH, [0; 4]);
+    let weak_fetch_write = Invocation::call(FETCHED, page::WRITE, [0; 4])
+        .with_string(b"x")
+        .invoke(&mut []);
+    checks.code(
+        "weak fetch: the page fetched is read-only",
+        weak_fetch_write.code,
+        ObjectError::ReadOnly as u64,
+    );
+    Invocation::call(NODE, node::SWAP, [1, 0, 0, 0])
+        .sending(&[user::OWN_PROCESS])
+        .invoke(&mut []);
+    into(FETCHED, WEAK_NODE, node::FETCH, [1, 0, 0, 0]);
+    checks.check(
+        "weak fetch: a process capability comes back void",
+        type_of(FETCHED) == Some(types::VOID),
+    );
+
+    let wrote = Invocation::call(PAGE, page::WRITE, [10, 0, 0, 0])
+        .with_string(b"abc")
+        .invoke(&mut []);
+    let mut read = [0u8; 8];
+    let reply = Invocation::call(PAGE, page::READ, [9, 5, 0, 0]).invoke(&mut read);
+    checks.check(
+        "page: write then read",
+        wrote.code == 0 && reply.code == 0 && read[..reply.string_length] == *b"\0abc\0",
+    );
+    checks.check(
+        "page: a read past the end is out of range",
+        user::call(PAGE, page::READ, [4090, 10, 0, 0]) == error(ObjectError::OutOfRange),
+    );
+    into(READ_ONLY_PAGE, PAGE, page::WEAKEN, [0; 4]);
+    let read_only_write = Invocation::call(READ_ONLY_PAGE, page::WRITE, [0; 4])
+        .with_string(b"x")
+        .invoke(&mut []);
+    checks.code(
+        "page: writing through a read-only capability",
+        read_only_write.code,
+        ObjectError::ReadOnly as u64,
+    );
+    checks.check(
+        "page: zero through a read-only capability",
+        user::call(READ_ONLY_PAGE, page::ZERO, [0; 4]) == error(ObjectError::ReadOnly),
+    );
+
+    checks.check(
+        "unknown order",
+        user::call(PAGE, 77, [0; 4]) == error(ObjectError::InvalidOrder),
+    );
+    checks.check(
+        "node: space height 8 is out of range",
+        user::call(NODE, node::MAKE_SPACE, [8, 0, 0, 0]) == error(ObjectError::OutOfRange),
+    );
+    into(
+        FETCHED,
+        user::OWN_PROCESS,
+        process::MAKE_START,
+        [3, 0, 0, 0],
+    );
+    checks.check(
+        "process: make a start capability",
+        type_of(FETCHED) == Some(types::START),
+    );
+    checks.check(
+        "process: writing one's own registers is refused",
+        Invocation::call(user::OWN_PROCESS, process::WRITE_REGISTERS, [0; 4])
+            .with_string(&[0; 144])
+            .invoke(&mut [])
+            .code
+            == ObjectError::NoRight as u64,
+    );
+    checks.check(
+        "process: a register index of 16 is invalid",
+        user::call(user::OWN_PROCESS, process::FETCH_REGISTER, [16, 0, 0, 0])
+            == error(ObjectError::InvalidSlot),
+    );
+    checks.failures
+}
+
+user::entry!(main);

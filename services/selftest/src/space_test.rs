@@ -1,0 +1,75 @@
+//! Address spaces are node trees and page tables only their cache: a page swapped into a
+//! slot of this program's own space tree is seen at the next access, and so is its
+//! replacement.
+//!
+//! Capability registers: 0 console, 1 own process, 3 and 4 two pages; it fetches its own
+//! space (height 7) into 2.
+#![no_std]
+#![no_main]
+
+use holdfast_userlib::abi::methods::{node, page, process};
+use holdfast_userlib::abi::{USER_STACK_BYTES, USER_STACK_TOP};
+use holdfast_userlib::{self as user, Invocation};
+
+const SPACE: u8 = 2;
+const FIRST_PAGE: u8 = 3;
+const SECOND_PAGE: u8 = 4;
+const LEVEL: u8 = 5;
+
+/// Below the stack, in the same height-1 node (which covers 128 KiB; the stack is 64 KiB):
+/// the loader made that node, and this slot of it is empty.
+const ADDRESS: u64 = USER_STACK_TOP - USER_STACK_BYTES - 4096;
+
+fn slot(height: u64) -> u64 {
+    (ADDRESS >> (12 + 5 * (height - 1))) & 31
+}
+
+fn read_at_address() -> u8 {
+    // SAFETY: ADDRESS is mapped by the time this runs (the checks say whether it is); the
+    // volatile read makes each call touch memory, not a cached value.
+    unsafe { core::ptr::read_volatile(ADDRESS as *const u8) }
+}
+
+fn main() -> u64 {
+    let mut checks = user::check::Checks::new("space-test");
+    let fetched = Invocation::call(user::OWN_PROCESS, process::FETCH_SPACE, [0; 4])
+        .receiving(&[SPACE])
+        .invoke(&mut []);
+    // Walk down this program's own tree to the height-1 node that covers ADDRESS.
+    let mut from = SPACE;
+    let mut walked = fetched.code == 0;
+    for height in (2..=7).rev() {
+        let reply = Invocation::call(from, node::FETCH, [slot(height), 0, 0, 0])
+            .receiving(&[LEVEL])
+            .invoke(&mut []);
+        walked &= reply.code == 0;
+        from = LEVEL;
+    }
+    checks.check("walk down the own space tree", walked);
+
+    let first = Invocation::call(FIRST_PAGE, page::WRITE, [0; 4])
+        .with_string(b"F")
+        .invoke(&mut []);
+    let second = Invocation::call(SECOND_PAGE, page::WRITE, [0; 4])
+        .with_string(b"S")
+        .invoke(&mut []);
+    let swap = |page: u8| {
+        Invocation::call(LEVEL, node::SWAP, [slot(1), 0, 0, 0])
+            .sending(&[page])
+            .invoke(&mut [])
+            .code
+    };
+    let swapped = swap(FIRST_PAGE);
+    checks.check(
+        "a page swapped into the tree is mapped",
+        first.code == 0 && swapped == 0 && read_at_address() == b'F',
+    );
+    let swapped = swap(SECOND_PAGE);
+    checks.check(
+        "its replacement is seen at the next access",
+        second.code == 0 && swapped == 0 && read_at_address() == b'S',
+    );
+    checks.failures
+}
+
+user::entry!(main);

@@ -1,0 +1,34 @@
+//! Checks for the self-test programs: each prints one line naming what it checked and
+//! counts failures, which become the program's exit code.
+
+use crate as user;
+
+pub struct Checks {
+    program: &'static str,
+    pub failures: u64,
+}
+
+impl Checks {
+    pub fn new(program: &'static str) -> Self {
+        Self {
+            program,
+            failures: 0,
+        }
+    }
+
+    /// Prints `<program>: <what> [ok|FAILED]`.
+    pub fn check(&mut self, what: &str, passed: bool) {
+        if !passed {
+            self.failures += 1;
+        }
+        user::print(self.program);
+        user::print(": ");
+        user::print(what);
+        user::print(if passed { " [ok]\n" } else { " [FAILED]\n" });
+    }
+
+    /// Checks that `got` is `expected` (both reply codes).
+    pub fn code(&mut self, what: &str, got: u64, expected: u64) {
+        self.check(what, got == expected);
+    }
+}
