@@ -74,6 +74,9 @@ pub mod keeper {
     /// A page fault the space tree could not resolve, to the keeper of the innermost keeper
     /// node on the path; words as for [`EXCEPTION`].
     pub const SPACE_FAULT: u64 = 2;
+    /// The process's meter ran out: capability 0 is the process; the keeper refills the
+    /// meter (or not) and replies to restart it.
+    pub const METER_EXHAUSTED: u64 = 3;
 }
 
 /// Why the kernel refused an invocation itself (as opposed to an object's method or a

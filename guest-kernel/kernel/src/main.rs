@@ -19,6 +19,7 @@ mod arch;
 mod bootinfo;
 mod console;
 mod drivers;
+mod initial_system;
 mod ipc;
 mod memory;
 mod methods;

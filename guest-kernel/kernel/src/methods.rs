@@ -429,6 +429,7 @@ fn meter(objects: &mut Objects, target: Capability, message: &Message) -> Method
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
             node.swap(slot(0)?, Capability::number([message.words[0], 0]));
+            process::meter_refilled(objects, target.object());
             ok([0; 4])
         }
         orders::meter::SET_KEEPER => {

@@ -13,7 +13,7 @@ use alloc::collections::{BTreeSet, VecDeque};
 use alloc::vec::Vec;
 use holdfast_abi as abi;
 use holdfast_objects::node::process_root;
-use holdfast_objects::{CapType, Capability, ObjectId, Rights};
+use holdfast_objects::{CapType, Capability, ObjectId, Rights, Slot};
 use spin::Mutex;
 use x86_64::registers::control::{Cr3, Cr3Flags};
 use x86_64::structures::paging::PhysFrame;
@@ -40,6 +40,8 @@ pub enum ProcessState {
     /// Its invocation found the target busy. It is queued on the target and runs its
     /// `syscall` again when the target becomes available: nothing is buffered in the kernel.
     Stalled,
+    /// Its meter ran out and has no keeper; it runs again when the meter is refilled.
+    OutOfTime,
     Stopped {
         exit_code: u64,
     },
@@ -90,14 +92,6 @@ pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     current: None,
     on_all_done: None,
 });
-
-/// The capabilities a program of the initial image is given.
-#[derive(Clone, Copy, Debug)]
-pub enum InitialCapability {
-    Console,
-    /// The process's own process capability.
-    OwnProcess,
-}
 
 /// Why a program could not be loaded.
 #[derive(Debug)]
@@ -220,14 +214,10 @@ fn fill_range(
     }
 }
 
-/// Loads a statically linked ELF executable as a new process: a root node holding
-/// `capabilities` in its first capability registers and a space tree holding the program's
-/// segments and stack.
-pub fn load(
-    name: &'static str,
-    elf_bytes: &[u8],
-    capabilities: &[InitialCapability],
-) -> Result<(), LoadError> {
+/// Loads a statically linked ELF executable as a new, runnable process: a root node whose
+/// space is a tree holding the program's segments and stack. Returns its process
+/// capability; the caller fills its capability registers.
+pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadError> {
     use elf::abi::{ET_EXEC, PF_W, PT_LOAD};
     let file = elf::ElfBytes::<elf::endian::LittleEndian>::minimal_parse(elf_bytes)
         .map_err(|_| LoadError::NotElf)?;
@@ -276,17 +266,6 @@ pub fn load(
     fill_range(&mut objects, space, stack, &[], true);
     let root_node = objects.cache.node_mut(&root).expect("just made");
     root_node.swap(process_root::SPACE, space);
-    for (index, capability) in capabilities.iter().enumerate() {
-        let capability = match capability {
-            InitialCapability::Console => {
-                Capability::new(CapType::Console, ObjectId(0), Default::default())
-            }
-            InitialCapability::OwnProcess => root,
-        };
-        let register = process_root::capability_register(index as u64)
-            .expect("at most 16 initial capabilities");
-        root_node.swap(register, capability);
-    }
     drop(objects);
 
     let registers = UserRegisters {
@@ -306,7 +285,7 @@ pub fn load(
         waiting_for_keeper: false,
         invocation_count: 0,
     });
-    Ok(())
+    Ok(root)
 }
 
 /// Runs the loaded processes, each until it stops or faults, then calls `on_all_done`.
@@ -422,12 +401,74 @@ pub fn stop_current(state: ProcessState) -> ! {
 /// The timer interrupted ring 3: the time slice is over; save the registers, go on with
 /// the next runnable process.
 pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
-    {
+    let root = {
         let mut scheduler = SCHEDULER.lock();
-        let current = scheduler.current.expect("a process was running");
+        let current = scheduler.current();
         scheduler.processes[current].registers = registers;
+        scheduler.processes[current].root
+    };
+    if let Some(meter) = charge_meter(&root) {
+        let keeper = {
+            let objects = OBJECTS.lock();
+            let held = objects
+                .cache
+                .node(&meter)
+                .map(|node| node.get(METER_KEEPER_SLOT));
+            held.map(|keeper| objects.cache.live_or_void(keeper))
+                .unwrap_or(Capability::VOID)
+        };
+        if keeper.kind() == CapType::Start {
+            let message = KeeperMessage {
+                code: keeper::METER_EXHAUSTED,
+                words: [0; 4],
+            };
+            ipc::invoke_keeper(keeper, message, &registers)
+        }
+        // No keeper: the process waits until someone refills its meter.
+        let mut scheduler = SCHEDULER.lock();
+        let current = scheduler.current();
+        scheduler.processes[current].state = ProcessState::OutOfTime;
     }
     switch_to_next()
+}
+
+/// The microseconds a meter holds are a number in slot 0 of its node; its keeper is in
+/// slot 1.
+const METER_TIME_SLOT: Slot = Slot::constant(0);
+const METER_KEEPER_SLOT: Slot = Slot::constant(1);
+
+/// Charges one timer period to the meter of the process `root`, if it has one. Returns the
+/// meter if it has run out.
+fn charge_meter(root: &Capability) -> Option<Capability> {
+    const PERIOD_MICROSECONDS: u64 = 1_000_000 / crate::arch::timer::TIMER_HZ;
+    let mut objects = OBJECTS.lock();
+    let meter = objects.cache.node(root).ok()?.get(process_root::METER);
+    let meter = objects.cache.live_or_void(meter);
+    if meter.kind() != CapType::Meter {
+        return None;
+    }
+    let node = objects.cache.node_mut(&meter).ok()?;
+    let left = node
+        .get(METER_TIME_SLOT)
+        .number_words()
+        .map_or(0, |[left, _]| left);
+    let left = left.saturating_sub(PERIOD_MICROSECONDS);
+    node.swap(METER_TIME_SLOT, Capability::number([left, 0]));
+    (left == 0).then_some(meter)
+}
+
+/// Meter `meter` (a node) was refilled: every process that ran out of time on it runs again.
+pub fn meter_refilled(objects: &Objects, meter: ObjectId) {
+    let mut scheduler = SCHEDULER.lock();
+    for process in scheduler.processes.iter_mut() {
+        let on_meter = objects
+            .cache
+            .node(&process.root)
+            .map(|node| node.get(process_root::METER).object() == meter);
+        if process.state == ProcessState::OutOfTime && on_meter == Ok(true) {
+            process.state = ProcessState::Runnable;
+        }
+    }
 }
 
 /// Page-fault error code bits (Intel SDM vol. 3, 4.7).

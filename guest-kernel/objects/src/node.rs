@@ -16,6 +16,15 @@ impl Slot {
         (index < NODE_SLOT_COUNT as u64).then_some(Self(index as u8))
     }
 
+    /// A slot index fixed in the code; out of range fails the build where used in a const.
+    pub const fn constant(index: u8) -> Self {
+        assert!(
+            (index as usize) < NODE_SLOT_COUNT,
+            "slot index beyond the node"
+        );
+        Self(index)
+    }
+
     pub const fn index(self) -> usize {
         self.0 as usize
     }
