@@ -4,12 +4,12 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use holdfast_abi as abi;
-use holdfast_boot_image::{EntryKind, Image};
+use holdfast_boot_image::Image;
 
 use crate::arch::{self, timer};
 use crate::bootinfo::BootInformation;
-use crate::process::{self, InitialCapability, ProcessState};
-use crate::{BootOptions, drivers, println};
+use crate::process::{self, ProcessState};
+use crate::{BootOptions, drivers, initial_system, println};
 
 static FAILED: AtomicBool = AtomicBool::new(false);
 static STAY_UP: AtomicBool = AtomicBool::new(false);
@@ -21,14 +21,24 @@ pub fn check(passed: bool) -> &'static str {
     if passed { "ok" } else { "FAILED" }
 }
 
-/// What each program of the self-test image must do: stop with exit code 0, or fault with
-/// the given vector.
-fn expected_vector(program: &str) -> Option<u8> {
-    match program {
-        "fault-null" | "fault-kernel-read" => Some(14),
-        "fault-gp" | "fault-int" => Some(13),
-        "fault-ud" => Some(6),
-        _ => None,
+/// How each process of the self-test system must end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expected {
+    /// Stopped with exit code 0 (its checks passed).
+    Stop,
+    /// Faulted with this vector, contained.
+    Fault(u8),
+    /// A server: waiting for the next message.
+    Available,
+}
+
+fn expected(process: &str) -> Expected {
+    match process {
+        "fault-null" | "fault-kernel-read" => Expected::Fault(14),
+        "fault-gp" | "fault-int" => Expected::Fault(13),
+        "fault-ud" => Expected::Fault(6),
+        "echo-server" | "zero-keeper" | "exception-keeper" | "meter-keeper" => Expected::Available,
+        _ => Expected::Stop,
     }
 }
 
@@ -98,22 +108,33 @@ pub fn run(
             finish()
         }
     };
-    println!(
-        "selftest: initial image: {} programs, {} bytes [ok]",
-        image.len(),
-        bytes.len()
-    );
-    let capabilities = [InitialCapability::Console, InitialCapability::OwnProcess];
-    for entry in image
-        .entries()
-        .filter(|entry| entry.kind == EntryKind::Program)
-    {
-        if let Err(error) = process::load(entry.name, entry.payload, &capabilities) {
+    let system = match image.system_table() {
+        Some(Ok(system)) => system,
+        Some(Err(error)) => {
             println!(
-                "selftest: ring3 {}: cannot load: {error} [{}]",
-                entry.name,
+                "selftest: initial image: system table: {error} [{}]",
                 check(false)
             );
+            finish()
+        }
+        None => {
+            println!(
+                "selftest: initial image: no system table [{}]",
+                check(false)
+            );
+            finish()
+        }
+    };
+    println!(
+        "selftest: initial image: {} programs, {} bytes [ok]",
+        image.programs().count(),
+        bytes.len()
+    );
+    match initial_system::build(&image, &system) {
+        Ok(count) => println!("selftest: initial system: {count} processes [ok]"),
+        Err(error) => {
+            println!("selftest: initial system: {error} [{}]", check(false));
+            finish()
         }
     }
     process::run(report_processes)
@@ -121,27 +142,30 @@ pub fn run(
 
 fn report_processes() -> ! {
     process::restore_kernel_address_space();
-    process::for_each_process(|process| {
-        let expected = expected_vector(process.name);
-        match (process.state, expected) {
-            (ProcessState::Stopped { exit_code }, None) => println!(
-                "selftest: ring3 {}: stopped with exit code {exit_code} after {} invocations [{}]",
-                process.name,
-                process.invocation_count,
-                check(exit_code == 0)
-            ),
-            (ProcessState::Faulted(report), Some(vector)) => println!(
-                "selftest: ring3 {}: contained {} [{}]",
-                process.name,
-                report,
-                check(report.vector == vector)
-            ),
-            (state, _) => println!(
-                "selftest: ring3 {}: unexpected end {state:?} [{}]",
-                process.name,
-                check(false)
-            ),
-        }
+    process::for_each_process(|process| match (process.state, expected(process.name)) {
+        (ProcessState::Stopped { exit_code }, Expected::Stop) => println!(
+            "selftest: ring3 {}: stopped with exit code {exit_code} after {} invocations [{}]",
+            process.name,
+            process.invocation_count,
+            check(exit_code == 0)
+        ),
+        (ProcessState::Available, Expected::Available) => println!(
+            "selftest: ring3 {}: serving, after {} invocations [{}]",
+            process.name,
+            process.invocation_count,
+            check(true)
+        ),
+        (ProcessState::Faulted(report), Expected::Fault(vector)) => println!(
+            "selftest: ring3 {}: contained {} [{}]",
+            process.name,
+            report,
+            check(report.vector == vector)
+        ),
+        (state, _) => println!(
+            "selftest: ring3 {}: unexpected end {state:?} [{}]",
+            process.name,
+            check(false)
+        ),
     });
     finish()
 }

@@ -3,17 +3,17 @@
 //! another process. Prints how many invocations it made.
 //!
 //! Capability registers: 0 console, 1 own process (never invoked or sent: the program
-//! must live to report), 2 clock, 3 a node, 4 a page, 5 a start capability to echo-server
-//! (badge 99: it cannot stop the server). What it fetches and swaps lands in 6..=15.
-//! The run lasts `DURATION_SECONDS`, by the clock.
+//! must live to report), 2 clock, 3 a node, 4 a page, 5 a start capability to echo-server,
+//! 6 a number whose first word is how many seconds to run. Capabilities it receives land
+//! in 3..=15, never over the console, its process or the clock.
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::methods::clock;
+use holdfast_userlib::abi::methods::{self, clock};
 use holdfast_userlib::{self as user, Invocation};
 
 const CLOCK: u8 = 2;
-const DURATION_SECONDS: u64 = 10;
+const DURATION: u8 = 6;
 
 /// xorshift64*: reproducible from its seed, good enough to reach every path.
 struct Random(u64);
@@ -30,7 +30,7 @@ impl Random {
         self.next() % bound
     }
 
-    /// A capability register other than the own process's.
+    /// A capability register to invoke or send: any but the own process's.
     fn register(&mut self) -> u8 {
         let register = self.below(15) as u8;
         if register >= 1 {
@@ -39,6 +39,11 @@ impl Random {
             register
         }
     }
+
+    /// A capability register to receive into: 3..=15.
+    fn receive_register(&mut self) -> u8 {
+        3 + self.below(13) as u8
+    }
 }
 
 fn now_nanoseconds() -> u64 {
@@ -46,12 +51,14 @@ fn now_nanoseconds() -> u64 {
 }
 
 fn main() -> u64 {
+    let duration_seconds =
+        user::call(DURATION, methods::number::VALUE, [0; 4]).map_or(10, |words| words[0]);
     let start = now_nanoseconds();
     let mut random = Random(start | 1);
     let mut string = [0u8; 4200];
     let mut buffer = [0u8; 4200];
     let mut invocations: u64 = 0;
-    while now_nanoseconds() - start < DURATION_SECONDS * 1_000_000_000 {
+    while now_nanoseconds().saturating_sub(start) < duration_seconds * 1_000_000_000 {
         for byte in string.iter_mut().take(64) {
             *byte = random.next() as u8;
         }
@@ -77,7 +84,7 @@ fn main() -> u64 {
         let send_count = random.below(5) as usize;
         let receive_count = random.below(5) as usize;
         let sent: [u8; 4] = core::array::from_fn(|_| random.register());
-        let received: [u8; 4] = core::array::from_fn(|_| random.register());
+        let received: [u8; 4] = core::array::from_fn(|_| random.receive_register());
         invocation = invocation
             .sending(&sent[..send_count])
             .receiving(&received[..receive_count]);
@@ -89,12 +96,11 @@ fn main() -> u64 {
         };
         invocation = invocation.with_string(&string[..length]);
         let reply = match random.below(16) {
-            // A descriptor with random bits: the kernel must refuse it, not misread it. Kind
-            // call and nothing sent, so that it neither waits forever nor gives away the
-            // own process capability.
+            // Undefined descriptor bits set at random: the kernel must refuse the
+            // invocation, not misread it.
             0 => {
-                const TARGET_KIND_AND_SENT: u64 = 0x3f | 0x07ff_ff00;
-                let descriptor = random.next() & !TARGET_KIND_AND_SENT | u64::from(target);
+                const UNDEFINED_BITS: u64 = 0xfe00_0000_0000_0000 | 1 << 51 | 0xf800_0000 | 0xc0;
+                let descriptor = invocation.descriptor.encode() | random.next() & UNDEFINED_BITS;
                 invocation.invoke_raw(descriptor, &mut buffer)
             }
             _ => invocation.invoke(&mut buffer),
