@@ -9,10 +9,13 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::methods::{self, clock};
+use holdfast_userlib::abi::InvocationError;
+use holdfast_userlib::abi::capability_type as types;
+use holdfast_userlib::abi::methods::{self, clock, node};
 use holdfast_userlib::{self as user, Invocation};
 
 const CLOCK: u8 = 2;
+const ECHO_SERVER: u8 = 5;
 const DURATION: u8 = 6;
 
 /// xorshift64*: reproducible from its seed, good enough to reach every path.
@@ -46,6 +49,23 @@ impl Random {
     }
 }
 
+/// Whether invoking `target` with `order` cannot leave this program waiting forever: a
+/// start capability of a process that never becomes available (one this program made and
+/// started, or an indirector to it) would stall it, as KeyKOS would. So it makes neither
+/// processes nor indirectors, and calls no start capability but the echo server's.
+fn safe_to_invoke(target: u8, order: u64) -> bool {
+    if target == ECHO_SERVER {
+        return true;
+    }
+    match user::call(target, methods::IDENTIFY, [0; 4]).map(|words| words[0]) {
+        Ok(types::NODE) => order != node::MAKE_PROCESS && order != node::MAKE_INDIRECTOR,
+        Ok(types::START | types::RESUME | types::INDIRECTOR) => false,
+        Ok(_) => true,
+        // A void capability refuses everything at once: invoke it too.
+        Err(code) => code == InvocationError::Void as u64,
+    }
+}
+
 fn now_nanoseconds() -> u64 {
     user::call(CLOCK, clock::NOW, [0; 4]).map_or(0, |words| words[0])
 }
@@ -75,6 +95,9 @@ fn main() -> u64 {
             random.below(13)
         };
         let target = random.register();
+        if !safe_to_invoke(target, order) {
+            continue;
+        }
         // A return would wait for a message that never comes, so calls and sends only.
         let mut invocation = if random.below(4) == 0 {
             Invocation::send(target, order, words)
