@@ -5,11 +5,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Debian packages: QEMU; GRUB and the ISO tools grub-mkrescue uses (the GRUB boot disk);
-# the Linux kernel and busybox the boot benchmark compares against.
+# the Linux kernel and busybox the benchmarks compare against; gcc and glibc's libc.a
+# (libc6-dev, which gcc only recommends) for the micro benchmark's static Linux program.
 packages=(
     qemu-system-x86 qemu-utils
     grub-pc-bin grub-common xorriso mtools
     linux-image-cloud-amd64 busybox-static
+    gcc libc6-dev
 )
 missing=()
 for package in "${packages[@]}"; do

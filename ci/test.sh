@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's tests: unit and integration tests (the latter boot the kernel under QEMU
-# through the holdfast CLI), clippy on every crate, then the boot benchmark's quick
-# run, which prints figures and never fails on its goals.
+# through the holdfast CLI), clippy on every crate, then the boot and micro benchmarks'
+# quick runs, which print figures and never fail on their goals.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,3 +17,6 @@ cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p hol
 echo "== holdfast bench boot --quick"
 ./holdfast image build
 ./holdfast bench boot --quick --accel tcg
+
+echo "== holdfast bench micro --quick"
+./holdfast bench micro --quick --accel tcg

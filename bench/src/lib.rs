@@ -8,10 +8,15 @@
 //! each. Each guest signals ready with a serial line that the host timestamps (as
 //! Firecracker's boot timer does with its I/O port) and that carries the guest's own
 //! figure, the time since its kernel's first instruction.
+//!
+//! `holdfast bench micro` ([`micro::micro`]): the trivial invocation (and, once the kernel
+//! has them, IPC and faults resolved from the node tree or by a keeper) against getppid, a
+//! pipe round trip, a first-touch fault and a SIGSEGV-handler fault in a Linux guest.
 
 pub mod guests;
 pub mod initramfs;
 pub mod linux_peer;
+pub mod micro;
 pub mod runner;
 pub mod table;
 
@@ -261,7 +266,7 @@ fn summarize(samples: &[(Guest, Vec<BootSample>)]) -> Vec<GuestRow> {
 /// `holdfast-bench/` in Cargo's target folder: `CARGO_TARGET_DIR`, else the nearest folder
 /// above the running program that holds Cargo's `CACHEDIR.TAG` (the target folder), else
 /// the system's temporary folder.
-fn default_cache_dir() -> PathBuf {
+pub fn default_cache_dir() -> PathBuf {
     const SUBDIRECTORY: &str = "holdfast-bench";
     if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
         return PathBuf::from(target).join(SUBDIRECTORY);

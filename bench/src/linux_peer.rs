@@ -153,6 +153,20 @@ pub fn is_static_elf(bytes: &[u8]) -> Result<bool, String> {
     Ok(true)
 }
 
+/// The bytes of `busybox`, checked to be a static executable.
+pub fn read_static_busybox(busybox: &Path) -> anyhow::Result<Vec<u8>> {
+    let binary = fs::read(busybox).with_context(|| format!("cannot read {}", busybox.display()))?;
+    match is_static_elf(&binary) {
+        Ok(true) => Ok(binary),
+        Ok(false) => bail!(
+            "{} is dynamically linked and cannot run alone in an initramfs: install the package \
+             busybox-static (apt-get install busybox-static)",
+            busybox.display()
+        ),
+        Err(why) => bail!("{}: {why}", busybox.display()),
+    }
+}
+
 /// The initramfs members: `/init`, `/bin/busybox`, `/dev/console` (without which the
 /// kernel cannot give init a console and its output goes nowhere), and `/proc` to mount on.
 pub fn initramfs_entries(busybox: Vec<u8>) -> Vec<Entry> {
@@ -167,33 +181,32 @@ pub fn initramfs_entries(busybox: Vec<u8>) -> Vec<Entry> {
 }
 
 /// Builds the initramfs for `busybox` and keeps it at `cache_directory`/linux-peer-initramfs.cpio.
-/// The archive is rebuilt in memory each time (a few milliseconds) and the file rewritten
-/// only when its bytes differ, so a new busybox or init script never leaves a stale copy.
+/// The archive is rebuilt in memory each time (a few milliseconds) and kept by
+/// [`write_cached`], so a new busybox or init script never leaves a stale copy.
 pub fn prepare_initramfs(busybox: &Path, cache_directory: &Path) -> anyhow::Result<PathBuf> {
-    let binary = fs::read(busybox).with_context(|| format!("cannot read {}", busybox.display()))?;
-    match is_static_elf(&binary) {
-        Ok(true) => {}
-        Ok(false) => bail!(
-            "{} is dynamically linked and cannot run alone in an initramfs: install the package \
-             busybox-static (apt-get install busybox-static)",
-            busybox.display()
-        ),
-        Err(why) => bail!("{}: {why}", busybox.display()),
-    }
+    let binary = read_static_busybox(busybox)?;
     let archive =
         initramfs::newc_archive(&initramfs_entries(binary)).context("building the initramfs")?;
-    let path = cache_directory.join("linux-peer-initramfs.cpio");
-    if fs::read(&path).ok().as_deref() == Some(archive.as_slice()) {
+    write_cached(cache_directory, "linux-peer-initramfs.cpio", &archive)
+}
+
+/// Keeps `bytes` at `cache_directory`/`file_name` and returns that path. The file is
+/// rewritten only when its bytes differ, so an unchanged input leaves it (and its time
+/// stamp) alone and a changed one never leaves a stale copy.
+pub fn write_cached(
+    cache_directory: &Path,
+    file_name: &str,
+    bytes: &[u8],
+) -> anyhow::Result<PathBuf> {
+    let path = cache_directory.join(file_name);
+    if fs::read(&path).ok().as_deref() == Some(bytes) {
         return Ok(path);
     }
     fs::create_dir_all(cache_directory)
         .with_context(|| format!("cannot create {}", cache_directory.display()))?;
     // Written beside and renamed into place, so a concurrent run never reads half a file.
-    let partial = cache_directory.join(format!(
-        "linux-peer-initramfs.cpio.{}.partial",
-        std::process::id()
-    ));
-    fs::write(&partial, &archive).with_context(|| format!("cannot write {}", partial.display()))?;
+    let partial = cache_directory.join(format!("{file_name}.{}.partial", std::process::id()));
+    fs::write(&partial, bytes).with_context(|| format!("cannot write {}", partial.display()))?;
     fs::rename(&partial, &path)
         .with_context(|| format!("cannot rename {} into place", partial.display()))?;
     Ok(path)

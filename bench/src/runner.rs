@@ -133,11 +133,34 @@ const TRANSCRIPT_TAIL_LINES: usize = 30;
 /// How much of QEMU's standard error a failure report can quote.
 const STDERR_BYTES_MAX: u64 = 64 * 1024;
 
+/// How many serial lines [`run_guest`] keeps for its caller; a guest printing more of them
+/// is runaway output, not figures.
+const KEPT_LINES_MAX: usize = 256;
+
+/// One guest run: the boot's timing and the serial lines the caller asked to keep.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GuestRun {
+    pub sample: BootSample,
+    /// The lines that contain one of the words asked for, in order, terminal escapes
+    /// removed; at most [`KEPT_LINES_MAX`].
+    pub kept_lines: Vec<String>,
+}
+
 /// Runs `command` (a QEMU invocation whose standard output is the guest's serial console)
 /// to completion and returns the boot's timing. Fails, quoting the console and QEMU's
 /// standard error, if the ready line never comes, is malformed, QEMU exits with another
 /// status than expected, or the timeout passes (QEMU is then killed).
-pub fn run_boot(mut command: Command, expectation: &BootExpectation) -> anyhow::Result<BootSample> {
+pub fn run_boot(command: Command, expectation: &BootExpectation) -> anyhow::Result<BootSample> {
+    run_guest(command, expectation, &[]).map(|run| run.sample)
+}
+
+/// [`run_boot`], also keeping every serial line that contains one of `keep_lines_with`
+/// (the figures a benchmark program prints after the boot).
+pub fn run_guest(
+    mut command: Command,
+    expectation: &BootExpectation,
+    keep_lines_with: &[&str],
+) -> anyhow::Result<GuestRun> {
     command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -186,6 +209,7 @@ pub fn run_boot(mut command: Command, expectation: &BootExpectation) -> anyhow::
     // Only the tail is kept: a runaway guest may print for the whole timeout.
     let mut transcript: VecDeque<String> = VecDeque::with_capacity(TRANSCRIPT_TAIL_LINES);
     let mut ready: Option<(Instant, Result<Duration, String>)> = None;
+    let mut kept_lines = Vec::new();
     let mut timed_out = false;
     loop {
         let now = Instant::now();
@@ -199,6 +223,11 @@ pub fn run_boot(mut command: Command, expectation: &BootExpectation) -> anyhow::
                     && let Some(figure) = parse_ready_line(&line, &expectation.marker)
                 {
                     ready = Some((arrived_at, figure));
+                }
+                if kept_lines.len() < KEPT_LINES_MAX
+                    && keep_lines_with.iter().any(|word| line.contains(word))
+                {
+                    kept_lines.push(strip_terminal_escapes(&line));
                 }
                 if transcript.len() == TRANSCRIPT_TAIL_LINES {
                     transcript.pop_front();
@@ -276,9 +305,12 @@ pub fn run_boot(mut command: Command, expectation: &BootExpectation) -> anyhow::
             expectation.exit_code
         )));
     }
-    Ok(BootSample {
-        ready_from_qemu_start: arrived_at - spawned_at,
-        ready_from_first_instruction,
+    Ok(GuestRun {
+        sample: BootSample {
+            ready_from_qemu_start: arrived_at - spawned_at,
+            ready_from_first_instruction,
+        },
+        kept_lines,
     })
 }
 
@@ -428,6 +460,22 @@ mod tests {
             Duration::from_micros(1234)
         );
         assert!(sample.ready_from_qemu_start < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn lines_with_the_words_asked_for_are_kept() {
+        let mut command = Command::new("sh");
+        command.args([
+            "-c",
+            "echo 'HOLDFAST-READY 1'; echo 'X-MICRO a 1'; echo other; printf '\\033[0mX-MICRO b 2\\n'; exit 33",
+        ]);
+        let expectation = BootExpectation {
+            marker: HOLDFAST,
+            exit_code: 33,
+            timeout: Duration::from_secs(20),
+        };
+        let run = run_guest(command, &expectation, &["X-MICRO"]).unwrap();
+        assert_eq!(run.kept_lines, ["X-MICRO a 1", "X-MICRO b 2"]);
     }
 
     #[test]

@@ -150,6 +150,27 @@ pub enum BenchCommand {
     /// Time to "ready" of Holdfast booted by PVH and by GRUB, against a Linux peer booted in
     /// the same QEMU, interleaved; prints a table.
     Boot(BenchBootArguments),
+    /// Holdfast's trivial invocation, IPC and fault paths against getppid, a pipe round
+    /// trip and page faults in a Linux guest (mitigations=off) booted in the same QEMU;
+    /// builds the guest crates first; prints a table.
+    Micro(BenchMicroArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchMicroArguments {
+    /// Fewer boots per guest (for CI)
+    #[arg(long)]
+    pub quick: bool,
+    /// Boots per guest [default: 3, or 1 with --quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: Option<u32>,
+    /// Accelerator for both guests
+    #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
+    pub accel: AccelArgument,
+    /// Guest memory in MiB, for both guests
+    #[arg(long, value_name = "N", default_value_t = holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
+          value_parser = clap::value_parser!(u32).range(32..=1_048_576))]
+    pub memory_mib: u32,
 }
 
 #[derive(Debug, Args)]

@@ -1,13 +1,14 @@
-//! `holdfast bench boot`: the boot benchmark of the `holdfast-bench` crate, with the
-//! accelerator chosen as `holdfast run` chooses it.
+//! `holdfast bench boot` and `holdfast bench micro`: the benchmarks of the
+//! `holdfast-bench` crate, with the accelerator chosen as `holdfast run` chooses it.
 
 use std::process::ExitCode;
 
 use holdfast_bench::BootBenchOptions;
+use holdfast_bench::micro::{self, MicroBenchOptions};
 use holdfast_image_builder::ImageDir;
 use holdfast_qemu::QemuBinary;
 
-use crate::cli::{BenchBootArguments, BenchCommand};
+use crate::cli::{BenchBootArguments, BenchCommand, BenchMicroArguments};
 use crate::commands::accel;
 use crate::failure::Failure;
 use crate::paths;
@@ -15,6 +16,7 @@ use crate::paths;
 pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
     match command {
         BenchCommand::Boot(arguments) => boot(arguments),
+        BenchCommand::Micro(arguments) => micro(arguments),
     }
 }
 
@@ -33,5 +35,26 @@ fn boot(arguments: BenchBootArguments) -> Result<ExitCode, Failure> {
     options.accelerator =
         accel::resolve(arguments.accel, &qemu, &ImageDir::new(&image_dir).kernel())?;
     holdfast_bench::boot(&options)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn micro(arguments: BenchMicroArguments) -> Result<ExitCode, Failure> {
+    // The benchmark's own guest image (the one program bench-micro), built from this
+    // source tree: `holdfast image build`'s image runs the self-test's programs instead.
+    eprintln!("holdfast: building the guest crates for the micro benchmark");
+    let holdfast =
+        micro::holdfast::prepare(&paths::source_dir(), &holdfast_bench::default_cache_dir())?;
+    let mut options = if arguments.quick {
+        MicroBenchOptions::quick(holdfast)
+    } else {
+        MicroBenchOptions::new(holdfast)
+    };
+    if let Some(runs) = arguments.runs {
+        options.runs_per_guest = runs as usize;
+    }
+    options.memory_mib = arguments.memory_mib;
+    let qemu = QemuBinary::find().map_err(Failure::other)?;
+    options.accelerator = accel::resolve(arguments.accel, &qemu, &options.holdfast.kernel)?;
+    micro::micro(&options)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,236 @@
+//! The figures the guests print, and how the host reads them.
+//!
+//! Each benchmark program prints `<marker> <name> <number>` lines (`LINUX-MICRO getppid_ns
+//! 1523.4`, `HOLDFAST-MICRO trivial_invocation_tsc_cycles 2710`), or `<marker>-FAILED
+//! <why>` when it could not measure.
+
+/// What the Linux peer's program (`bench/peers/linux-micro.c`) starts its lines with.
+pub const LINUX_MARKER: &str = "LINUX-MICRO";
+/// What the Holdfast program (`services/selftest/src/bench_micro.rs`) starts its lines with.
+pub const HOLDFAST_MARKER: &str = "HOLDFAST-MICRO";
+/// The kernel's boot line with its TSC calibration (`guest-kernel/kernel/src/selftest.rs`):
+/// `selftest: timer: TSC <MHz> MHz, ...`. The Holdfast program counts TSC cycles and has no
+/// clock to convert them; this line gives the host the frequency.
+pub const KERNEL_TSC_LINE_PREFIX: &str = "selftest: timer: TSC ";
+
+/// The Holdfast program's one figure today.
+pub const TRIVIAL_INVOCATION_TSC_CYCLES: &str = "trivial_invocation_tsc_cycles";
+
+/// The Linux peer's figures, in the order its program prints them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinuxFigure {
+    Getppid,
+    PipeRoundTrip,
+    FirstTouchFault,
+    SignalHandlerFault,
+}
+
+impl LinuxFigure {
+    pub const ALL: [LinuxFigure; 4] = [
+        LinuxFigure::Getppid,
+        LinuxFigure::PipeRoundTrip,
+        LinuxFigure::FirstTouchFault,
+        LinuxFigure::SignalHandlerFault,
+    ];
+
+    /// The name on the program's line.
+    pub fn key(self) -> &'static str {
+        match self {
+            LinuxFigure::Getppid => "getppid_ns",
+            LinuxFigure::PipeRoundTrip => "pipe_round_trip_ns",
+            LinuxFigure::FirstTouchFault => "first_touch_fault_ns",
+            LinuxFigure::SignalHandlerFault => "signal_handler_fault_ns",
+        }
+    }
+
+    /// The name in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinuxFigure::Getppid => "getppid",
+            LinuxFigure::PipeRoundTrip => "pipe round trip",
+            LinuxFigure::FirstTouchFault => "first-touch fault",
+            LinuxFigure::SignalHandlerFault => "SIGSEGV handler fault",
+        }
+    }
+}
+
+/// One Linux peer run's figures, nanoseconds per operation, indexed by [`LinuxFigure`].
+pub type LinuxFiguresNs = [f64; LinuxFigure::ALL.len()];
+
+/// Reads `<marker> <name> <number>` from a serial line. `None` when the line is not one of
+/// `marker`'s; `Some(Err)` when it is a failure line or its number cannot be read, which
+/// must fail the run rather than be skipped.
+pub fn parse_figure_line(line: &str, marker: &str) -> Option<Result<(String, f64), String>> {
+    let at = line.find(marker)?;
+    let rest = &line[at + marker.len()..];
+    if let Some(why) = rest.strip_prefix("-FAILED") {
+        return Some(Err(format!("the guest could not measure:{why}")));
+    }
+    if !rest.starts_with(' ') {
+        return None;
+    }
+    let mut words = rest.split_whitespace();
+    let (Some(name), Some(number), None) = (words.next(), words.next(), words.next()) else {
+        return Some(Err(format!(
+            "figure line {line:?} is not '{marker} <name> <number>'"
+        )));
+    };
+    match number.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Some(Ok((name.to_owned(), value))),
+        _ => Some(Err(format!(
+            "figure line {line:?}: {number:?} is not a number"
+        ))),
+    }
+}
+
+/// Every figure of `marker` in `lines`, in order; the first failure or bad line is the error.
+fn figures_in(lines: &[String], marker: &str) -> Result<Vec<(String, f64)>, String> {
+    lines
+        .iter()
+        .filter_map(|line| parse_figure_line(line, marker))
+        .collect()
+}
+
+fn find(figures: &[(String, f64)], key: &str, lines: &[String]) -> Result<f64, String> {
+    figures
+        .iter()
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| *value)
+        .ok_or_else(|| {
+            format!(
+                "no figure {key} among the guest's lines: {}",
+                if lines.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    lines.join(" | ")
+                }
+            )
+        })
+}
+
+/// The Linux peer's figures from its run's lines.
+pub fn linux_figures(lines: &[String]) -> Result<LinuxFiguresNs, String> {
+    let figures = figures_in(lines, LINUX_MARKER)?;
+    let mut values = [0.0; LinuxFigure::ALL.len()];
+    for (index, figure) in LinuxFigure::ALL.iter().enumerate() {
+        values[index] = find(&figures, figure.key(), lines)?;
+    }
+    Ok(values)
+}
+
+/// The TSC frequency from the kernel's calibration line, in MHz.
+pub fn kernel_tsc_mhz(lines: &[String]) -> Result<u64, String> {
+    let after_prefix = lines
+        .iter()
+        .find_map(|line| {
+            let at = line.find(KERNEL_TSC_LINE_PREFIX)?;
+            Some(&line[at + KERNEL_TSC_LINE_PREFIX.len()..])
+        })
+        .ok_or_else(|| format!("the kernel printed no '{KERNEL_TSC_LINE_PREFIX}<MHz> MHz' line"))?;
+    // "2893 MHz, local APIC timer ..." → 2893.
+    let mhz = after_prefix
+        .split_once(' ')
+        .filter(|(_, rest)| rest.starts_with("MHz"))
+        .and_then(|(number, _)| number.parse::<u64>().ok())
+        .ok_or_else(|| {
+            format!("cannot read the TSC frequency from '{KERNEL_TSC_LINE_PREFIX}{after_prefix}'")
+        })?;
+    if mhz == 0 {
+        return Err("the kernel calibrated its TSC at 0 MHz".to_owned());
+    }
+    Ok(mhz)
+}
+
+/// The Holdfast program's trivial invocation in nanoseconds: its TSC cycles converted with
+/// the kernel's calibration.
+pub fn holdfast_trivial_invocation_ns(lines: &[String]) -> Result<f64, String> {
+    let figures = figures_in(lines, HOLDFAST_MARKER)?;
+    let cycles = find(&figures, TRIVIAL_INVOCATION_TSC_CYCLES, lines)?;
+    let tsc_mhz = kernel_tsc_mhz(lines)?;
+    Ok(cycles * 1000.0 / tsc_mhz as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &[&str]) -> Vec<String> {
+        text.iter().map(|line| (*line).to_owned()).collect()
+    }
+
+    #[test]
+    fn figure_lines_give_name_and_value() {
+        assert_eq!(
+            parse_figure_line("LINUX-MICRO getppid_ns 1523.4", LINUX_MARKER),
+            Some(Ok(("getppid_ns".to_owned(), 1523.4)))
+        );
+        assert_eq!(
+            parse_figure_line(
+                "HOLDFAST-MICRO trivial_invocation_tsc_cycles 2710\r",
+                HOLDFAST_MARKER
+            ),
+            Some(Ok(("trivial_invocation_tsc_cycles".to_owned(), 2710.0)))
+        );
+        assert_eq!(parse_figure_line("LINUX-READY 1.2", LINUX_MARKER), None);
+        assert_eq!(parse_figure_line("LINUX-MICROS x 1", LINUX_MARKER), None);
+        assert_eq!(parse_figure_line("HOLDFAST-MICRO x 1", LINUX_MARKER), None);
+    }
+
+    #[test]
+    fn failures_and_bad_figures_are_errors_not_skips() {
+        for line in [
+            "LINUX-MICRO-FAILED mmap: Cannot allocate memory",
+            "LINUX-MICRO getppid_ns",
+            "LINUX-MICRO getppid_ns 12 extra",
+            "LINUX-MICRO getppid_ns fast",
+            "LINUX-MICRO getppid_ns -3",
+            "LINUX-MICRO getppid_ns inf",
+        ] {
+            assert!(
+                matches!(parse_figure_line(line, LINUX_MARKER), Some(Err(_))),
+                "{line}"
+            );
+        }
+        let error = linux_figures(&lines(&["LINUX-MICRO-FAILED fork: No memory"])).unwrap_err();
+        assert!(error.contains("fork: No memory"), "{error}");
+    }
+
+    #[test]
+    fn linux_figures_come_in_table_order_and_all_are_required() {
+        let all = lines(&[
+            "LINUX-MICRO getppid_ns 1500.0",
+            "LINUX-MICRO pipe_round_trip_ns 300000.5",
+            "LINUX-MICRO first_touch_fault_ns 30000",
+            "LINUX-MICRO signal_handler_fault_ns 15000",
+        ]);
+        assert_eq!(
+            linux_figures(&all),
+            Ok([1500.0, 300000.5, 30000.0, 15000.0])
+        );
+        let error = linux_figures(&all[..3]).unwrap_err();
+        assert!(
+            error.contains("no figure signal_handler_fault_ns"),
+            "{error}"
+        );
+        assert!(error.contains("getppid_ns 1500.0"), "{error}");
+    }
+
+    #[test]
+    fn holdfast_cycles_are_converted_with_the_kernel_calibration() {
+        let run = lines(&[
+            "selftest: timer: TSC 2000 MHz, local APIC timer 1000 MHz, periodic interrupt 100 Hz requested, 100.000 Hz measured [ok]",
+            "HOLDFAST-MICRO trivial_invocation_tsc_cycles 3000",
+        ]);
+        assert_eq!(holdfast_trivial_invocation_ns(&run), Ok(1500.0));
+        let error = holdfast_trivial_invocation_ns(&run[1..]).unwrap_err();
+        assert!(
+            error.contains("no 'selftest: timer: TSC <MHz> MHz' line"),
+            "{error}"
+        );
+        let zero = lines(&["selftest: timer: TSC 0 MHz, x", &run[1]]);
+        assert!(holdfast_trivial_invocation_ns(&zero).is_err());
+        let garbled = lines(&["selftest: timer: TSC fast", &run[1]]);
+        assert!(holdfast_trivial_invocation_ns(&garbled).is_err());
+        assert!(holdfast_trivial_invocation_ns(&run[..1]).is_err());
+    }
+}

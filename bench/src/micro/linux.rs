@@ -1,0 +1,161 @@
+//! The micro-benchmark's Linux peer: the boot benchmark's Debian cloud kernel and static
+//! busybox, plus `bench/peers/linux-micro.c` built on the host with `gcc -static -O2`; its
+//! `/init` runs the program and powers off.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+
+use crate::initramfs::{self, Entry};
+use crate::linux_peer;
+
+/// The program's source, built into this binary so that a benchmark run needs no source
+/// tree and the cached executable is rebuilt exactly when the source changes.
+pub const PROGRAM_SOURCE: &str = include_str!("../../peers/linux-micro.c");
+
+/// The compiler and its flags. Static, because the initramfs has no dynamic loader or
+/// libc; warnings are errors, so a program that may measure the wrong thing does not run.
+pub const COMPILER: &str = "gcc";
+pub const COMPILER_FLAGS: [&str; 5] = ["-static", "-O2", "-Wall", "-Wextra", "-Werror"];
+
+/// Where the program lives in the initramfs.
+const PROGRAM_PATH: &str = "bin/linux-micro";
+
+/// `/init`: the ready line the runner waits for (as the boot benchmark's), then the
+/// program, whose lines go to the console, then power off whatever the program did (a
+/// failure shows as missing figures or a `LINUX-MICRO-FAILED` line).
+pub const INIT_SCRIPT: &str = "#!/bin/busybox sh
+# Holdfast micro-benchmark, Linux peer: report ready, run the program, power off.
+/bin/busybox mount -t proc proc /proc
+read -r uptime_s idle_s < /proc/uptime
+echo \"LINUX-READY $uptime_s\" > /dev/console
+/bin/linux-micro > /dev/console 2>&1
+exec /bin/busybox poweroff -f
+";
+
+/// What decides the executable's bytes: compiler, flags and source. A cached executable
+/// whose recorded recipe differs is rebuilt.
+fn recipe() -> String {
+    format!("{COMPILER} {}\n{PROGRAM_SOURCE}", COMPILER_FLAGS.join(" "))
+}
+
+/// Builds the program into `cache_directory`/linux-micro unless the one there was built
+/// from the same recipe (kept beside it in `linux-micro.recipe`).
+pub fn build_program(cache_directory: &Path) -> anyhow::Result<PathBuf> {
+    let executable = cache_directory.join("linux-micro");
+    let recipe_path = cache_directory.join("linux-micro.recipe");
+    let recipe = recipe();
+    if executable.is_file() && fs::read_to_string(&recipe_path).ok() == Some(recipe.clone()) {
+        return Ok(executable);
+    }
+    let source =
+        linux_peer::write_cached(cache_directory, "linux-micro.c", PROGRAM_SOURCE.as_bytes())?;
+    // Built beside and renamed into place, so a concurrent run never runs half a file.
+    let partial = cache_directory.join(format!("linux-micro.{}.partial", std::process::id()));
+    let output = Command::new(COMPILER)
+        .args(COMPILER_FLAGS)
+        .arg("-o")
+        .arg(&partial)
+        .arg(&source)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| {
+            format!(
+                "cannot run {COMPILER} to build the Linux peer's program: install the packages \
+                 gcc and libc6-dev (apt-get install gcc libc6-dev)"
+            )
+        })?;
+    if !output.status.success() {
+        bail!(
+            "{COMPILER} {} -o {} {} failed ({}); a static build needs glibc's libc.a from the \
+             package libc6-dev:\n{}",
+            COMPILER_FLAGS.join(" "),
+            partial.display(),
+            source.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim_end()
+        );
+    }
+    fs::rename(&partial, &executable)
+        .with_context(|| format!("cannot rename {} into place", partial.display()))?;
+    fs::write(&recipe_path, recipe)
+        .with_context(|| format!("cannot write {}", recipe_path.display()))?;
+    Ok(executable)
+}
+
+/// The initramfs members: the boot benchmark's, with this `/init` and the program.
+pub fn initramfs_entries(busybox: Vec<u8>, program: Vec<u8>) -> Vec<Entry> {
+    vec![
+        Entry::directory("bin", 0o755),
+        Entry::file("bin/busybox", 0o755, busybox),
+        Entry::file(PROGRAM_PATH, 0o755, program),
+        Entry::directory("dev", 0o755),
+        Entry::character_device("dev/console", 0o600, 5, 1),
+        Entry::directory("proc", 0o755),
+        Entry::file("init", 0o755, INIT_SCRIPT.as_bytes().to_vec()),
+    ]
+}
+
+/// Builds the program if needed and keeps the initramfs at
+/// `cache_directory`/linux-micro-initramfs.cpio.
+pub fn prepare_initramfs(busybox: &Path, cache_directory: &Path) -> anyhow::Result<PathBuf> {
+    let busybox = linux_peer::read_static_busybox(busybox)?;
+    let program_path = build_program(cache_directory)?;
+    let program = fs::read(&program_path)
+        .with_context(|| format!("cannot read {}", program_path.display()))?;
+    let archive = initramfs::newc_archive(&initramfs_entries(busybox, program))
+        .context("building the initramfs")?;
+    linux_peer::write_cached(cache_directory, "linux-micro-initramfs.cpio", &archive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_runs_the_program_to_the_console_after_the_ready_line_and_powers_off() {
+        let ready = INIT_SCRIPT.find("echo \"LINUX-READY $uptime_s\"").unwrap();
+        let program = INIT_SCRIPT.find("/bin/linux-micro > /dev/console").unwrap();
+        let power_off = INIT_SCRIPT.find("poweroff -f").unwrap();
+        assert!(ready < program && program < power_off);
+        assert!(INIT_SCRIPT.contains(&format!("/{PROGRAM_PATH} ")));
+    }
+
+    #[test]
+    fn the_program_prints_every_figure_the_host_reads() {
+        for figure in super::super::figures::LinuxFigure::ALL {
+            assert!(
+                PROGRAM_SOURCE.contains(&format!("\"{}\"", figure.key())),
+                "{}",
+                figure.key()
+            );
+        }
+        assert!(PROGRAM_SOURCE.contains("LINUX-MICRO %s %.1f\\n"));
+        assert!(PROGRAM_SOURCE.contains("LINUX-MICRO-FAILED %s: %s\\n"));
+    }
+
+    /// Builds the real program with the real compiler: once, then from the cache.
+    #[test]
+    fn the_program_is_built_static_once_and_then_reused() {
+        let directory =
+            std::env::temp_dir().join(format!("holdfast-bench-micro-{}", std::process::id()));
+        let executable = build_program(&directory).unwrap();
+        let bytes = fs::read(&executable).unwrap();
+        assert_eq!(linux_peer::is_static_elf(&bytes), Ok(true));
+        let modified = fs::metadata(&executable).unwrap().modified().unwrap();
+        assert_eq!(build_program(&directory).unwrap(), executable);
+        assert_eq!(
+            fs::metadata(&executable).unwrap().modified().unwrap(),
+            modified,
+            "an unchanged recipe does not rebuild"
+        );
+        // A changed recipe (as after an edit of the source) rebuilds.
+        fs::write(directory.join("linux-micro.recipe"), "old").unwrap();
+        fs::write(&executable, b"stale").unwrap();
+        build_program(&directory).unwrap();
+        assert_ne!(fs::read(&executable).unwrap(), b"stale");
+        fs::remove_dir_all(&directory).unwrap();
+    }
+}
