@@ -6,26 +6,88 @@ mod support;
 use support::{boot, image_dir};
 
 /// What every passing boot prints, whichever way it was booted: the ready marker, the
-/// ring-3 programs' own lines and the kernel's verdict on each.
+/// ring-3 programs' own lines and the kernel's verdict on each process of
+/// `services/manifest.toml`. A program's exit code is its number of failed checks.
 fn assert_selftest_passed(stdout: &str, transcript: &str) {
     let expected = [
         "HOLDFAST-READY ",
-        "selftest: initial image: 7 programs",
+        "selftest: initial image: 18 programs",
+        "selftest: initial system: 18 processes [ok]",
         "hello from ring 3",
         "ticker: round 0",
-        "selftest: ring3 ticker: stopped with exit code 0",
-        "selftest: ring3 hello: stopped with exit code 0",
         "selftest: ring3 fault-null: contained vector 14 (#PF page fault)",
         "selftest: ring3 fault-gp: contained vector 13 (#GP general protection)",
         "selftest: ring3 fault-ud: contained vector 6 (#UD invalid opcode)",
         "selftest: ring3 fault-kernel-read: contained vector 14 (#PF page fault)",
         "selftest: ring3 fault-int: contained vector 13 (#GP general protection)",
+        // The IPC, object, space, keeper and meter checks, each with its own lines above.
+        "ipc-client: busy target: the call waits and then gets its reply [ok]",
+        "ipc-client: indirector: void once revoked [ok]",
+        "space-test: its replacement is seen at the next access [ok]",
+        "zero-client: three faults resolved by the keeper with zeroed pages [ok]",
+        "meter-client: the meter ran out and its keeper refilled it [ok]",
         "HOLDFAST-SELFTEST PASS",
     ];
     for text in expected {
         assert!(stdout.contains(text), "missing {text:?}\n{transcript}");
     }
+    for program in [
+        "ticker",
+        "hello",
+        "ipc-client",
+        "objects-test",
+        "space-test",
+        "zero-client",
+        "exception-client",
+        "meter-client",
+        "hostile",
+    ] {
+        let verdict = format!("selftest: ring3 {program}: stopped with exit code 0 ");
+        assert!(
+            stdout.contains(&verdict),
+            "missing {verdict:?}\n{transcript}"
+        );
+    }
+    for server in [
+        "echo-server",
+        "zero-keeper",
+        "exception-keeper",
+        "meter-keeper",
+    ] {
+        let verdict = format!("selftest: ring3 {server}: serving");
+        assert!(
+            stdout.contains(&verdict),
+            "missing {verdict:?}\n{transcript}"
+        );
+    }
     assert!(!stdout.contains("FAILED"), "a check failed\n{transcript}");
+}
+
+/// The hostile program's count of random invocations: it must have made many, and the
+/// kernel and every other process must have come through (the checks above).
+fn hostile_invocations(stdout: &str) -> Option<u64> {
+    let line = stdout.lines().find(|line| line.starts_with("hostile: "))?;
+    line.strip_prefix("hostile: ")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn a_hostile_program_cannot_harm_the_kernel_or_other_processes() {
+    let run = boot(&[]);
+    assert_eq!(run.status, Some(0), "{}", run.transcript());
+    let invocations = hostile_invocations(&run.stdout);
+    assert!(
+        invocations.is_some_and(|count| count >= 1000),
+        "hostile made {invocations:?} invocations\n{}",
+        run.transcript()
+    );
+    println!(
+        "hostile: {} random invocations in 10 s",
+        invocations.unwrap_or(0)
+    );
 }
 
 #[test]

@@ -6,7 +6,8 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::{self as user, abi::InvokeResult};
+use holdfast_userlib::abi::methods::ObjectError;
+use holdfast_userlib::{self as user};
 
 /// Odd, so that the median is one round's figure.
 const ROUNDS: usize = 11;
@@ -14,7 +15,7 @@ const ROUNDS: usize = 11;
 /// round little and a slow spell of the shared host spoils few rounds.
 const INVOCATIONS_PER_ROUND: u64 = 10_000;
 /// An order no capability understands. The kernel answers it from its invocation path
-/// with `UnknownOrder` and changes nothing (it only counts the invocation), which makes it
+/// with `InvalidOrder` and changes nothing (it only counts the invocation), which makes it
 /// the trivial invocation: capability lookup and dispatch, no work.
 const ORDER_UNDERSTOOD_BY_NONE: u64 = 0xFFFF;
 
@@ -42,8 +43,8 @@ fn main() -> u64 {
     for round in cycles_per_invocation.iter_mut() {
         let start = read_tsc();
         for _ in 0..INVOCATIONS_PER_ROUND {
-            let (result, _) = user::invoke(user::OWN_PROCESS, ORDER_UNDERSTOOD_BY_NONE, [0; 4]);
-            if result != Err(InvokeResult::UnknownOrder) {
+            let result = user::call(user::OWN_PROCESS, ORDER_UNDERSTOOD_BY_NONE, [0; 4]);
+            if result != Err(ObjectError::InvalidOrder as u64) {
                 wrong_answers += 1;
             }
         }
@@ -51,7 +52,7 @@ fn main() -> u64 {
     }
     if wrong_answers != 0 {
         // A figure for an invocation the kernel did not answer as expected would be wrong.
-        user::print("HOLDFAST-MICRO-FAILED trivial invocation: not answered UnknownOrder\n");
+        user::print("HOLDFAST-MICRO-FAILED trivial invocation: not answered InvalidOrder\n");
         return 1;
     }
     cycles_per_invocation.sort_unstable();
