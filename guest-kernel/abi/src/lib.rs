@@ -20,6 +20,10 @@
 //! `rcx` and `r11` are clobbered by the instruction itself; every other register is kept.
 #![no_std]
 
+/// ABI version 2, which the kernel core being written implements: generated from
+/// `interface.toml` by `cargo run -p holdfast-interface-gen`.
+pub mod interface;
+
 /// Version of the kernel ABI (system call registers, capability types, orders, results).
 pub const ABI_VERSION: u32 = 1;
 

@@ -3,7 +3,14 @@
 //! [`invoke`] on its capability registers.
 //!
 //! Capability registers given to every foundation program: 0 = console, 1 = own process.
+//!
+//! [`syscall`] and the stubs in [`interface`] speak ABI version 2, which the kernel core
+//! being written implements; [`invoke`], [`print`] and [`stop`] speak version 1, which the
+//! running kernel speaks until then.
 #![no_std]
+
+pub mod interface;
+pub mod syscall;
 
 use abi::InvokeResult;
 pub use holdfast_abi as abi;
