@@ -133,9 +133,10 @@ const INVALID_ORDER: &str = "invalid_order";
 
 impl Method {
     /// Every object error the method can return, in the order the description lists object
-    /// errors: those its checks imply and those it names.
+    /// errors: those its checks imply and those it names. (`invalid_order` is the type's
+    /// answer to an order that is no method.)
     pub fn object_errors<'a>(&'a self, description: &'a Description) -> Vec<&'a ObjectError> {
-        let mut names: Vec<&str> = vec![INVALID_ORDER];
+        let mut names: Vec<&str> = Vec::new();
         for argument in &self.arguments {
             if argument.range.is_some() {
                 names.push(argument.range_error());

@@ -34,7 +34,12 @@ pub fn generate(description: &Description, header: &str) -> String {
         method_section(&mut out, description, method);
     }
     for (type_, _) in description.dispatched_types() {
-        writeln!(out, "## {}\n\n{}\n", type_.name, type_.doc).unwrap();
+        writeln!(
+            out,
+            "## {}\n\n{} An order that is none of these methods gets `invalid_order`.\n",
+            type_.name, type_.doc
+        )
+        .unwrap();
         for method in &type_.methods {
             method_section(&mut out, description, method);
         }
@@ -109,7 +114,16 @@ fn method_section(out: &mut String, description: &Description, method: &Method) 
         .iter()
         .map(|error| format!("`{}`", error.name))
         .collect();
-    writeln!(out, "Errors: {}.\n", errors.join(", ")).unwrap();
+    if errors.is_empty() {
+        out.push_str("Errors: none but invocation errors.\n\n");
+    } else {
+        writeln!(
+            out,
+            "Errors: {}; and invocation errors.\n",
+            errors.join(", ")
+        )
+        .unwrap();
+    }
 }
 
 fn values_table(

@@ -142,12 +142,16 @@ fn stub(out: &mut String, description: &Description, method: &Method, target: &s
         .iter()
         .map(|error| format!("`{}`", error.name))
         .collect();
-    writeln!(
-        out,
-        "///\n/// Object errors: {}; and any invocation error.",
-        errors.join(", ")
-    )
-    .unwrap();
+    if errors.is_empty() {
+        out.push_str("///\n/// Errors: invocation errors only.\n");
+    } else {
+        writeln!(
+            out,
+            "///\n/// Errors: {}; and invocation errors.",
+            errors.join(", ")
+        )
+        .unwrap();
+    }
 
     let mut parameters = vec![format!("{target}: CapReg")];
     for argument in &method.arguments {

@@ -22,7 +22,7 @@ pub struct IdentifyResults {
 /// - returns `type_code`: The capability's type code.
 /// - returns `rights`: Its rights: read-only 1, weak 2, no-call 4.
 ///
-/// Object errors: `invalid_order`; and any invocation error.
+/// Errors: invocation errors only.
 pub fn identify(target: CapReg) -> Result<IdentifyResults, Error> {
     let received = invoke(Invocation::call(
         target,
@@ -54,7 +54,7 @@ pub mod number {
     /// - returns `word0`: The first word.
     /// - returns `word1`: The second word.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn value(number: CapReg) -> Result<ValueResults, Error> {
         let received = invoke(Invocation::call(number, order::VALUE)).check()?;
         Ok(ValueResults {
@@ -77,7 +77,7 @@ pub mod page {
     ///
     /// Returns bytes of `data` received.
     ///
-    /// Object errors: `invalid_order`, `out_of_range`; and any invocation error.
+    /// Errors: `out_of_range`; and invocation errors.
     pub fn read(page: CapReg, offset: u64, length: u64, data: &mut [u8]) -> Result<usize, Error> {
         let received = invoke(Invocation {
             words: [offset, length, 0, 0],
@@ -93,7 +93,7 @@ pub mod page {
     /// - `offset`: First byte written; `offset` plus the string's length is at most 4096. Range 0..=4096.
     /// - `data`: The bytes written.
     ///
-    /// Object errors: `invalid_order`, `read_only`, `out_of_range`; and any invocation error.
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
     pub fn write(page: CapReg, offset: u64, data: &[u8]) -> Result<(), Error> {
         invoke(Invocation {
             words: [offset, 0, 0, 0],
@@ -106,7 +106,7 @@ pub mod page {
 
     /// Sets every byte of the page to zero.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn zero(page: CapReg) -> Result<(), Error> {
         invoke(Invocation::call(page, order::ZERO)).check()?;
         Ok(())
@@ -116,7 +116,7 @@ pub mod page {
     ///
     /// - `into`: the capability register that receives the read-only capability.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn weaken(page: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             receive: &[into],
@@ -137,7 +137,7 @@ pub mod node {
     /// - `slot`: The slot. Range 0..=31.
     /// - `into`: the capability register that receives the slot's capability.
     ///
-    /// Object errors: `invalid_order`, `invalid_slot`; and any invocation error.
+    /// Errors: `invalid_slot`; and invocation errors.
     pub fn fetch(node: CapReg, slot: u64, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [slot, 0, 0, 0],
@@ -154,7 +154,7 @@ pub mod node {
     /// - `stored`: The capability stored (void if none is sent).
     /// - `into`: the capability register that receives the capability the slot held.
     ///
-    /// Object errors: `invalid_order`, `invalid_slot`, `read_only`; and any invocation error.
+    /// Errors: `invalid_slot`, `read_only`; and invocation errors.
     pub fn swap(node: CapReg, slot: u64, stored: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [slot, 0, 0, 0],
@@ -170,7 +170,7 @@ pub mod node {
     ///
     /// - `slot`: The slot. Range 0..=31.
     ///
-    /// Object errors: `invalid_order`, `invalid_slot`, `read_only`; and any invocation error.
+    /// Errors: `invalid_slot`, `read_only`; and invocation errors.
     pub fn clear(node: CapReg, slot: u64) -> Result<(), Error> {
         invoke(Invocation {
             words: [slot, 0, 0, 0],
@@ -184,7 +184,7 @@ pub mod node {
     ///
     /// - `into`: the capability register that receives the read-only, weak capability.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn weaken(node: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             receive: &[into],
@@ -200,7 +200,7 @@ pub mod node {
     /// - `flags`: Bit 0, keeper: slot 0 holds the inner space and slot 1 its keeper (a start capability). No other bit is defined. Range 0..=1.
     /// - `into`: the capability register that receives the space capability.
     ///
-    /// Object errors: `invalid_order`, `read_only`, `out_of_range`; and any invocation error.
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
     pub fn make_space(node: CapReg, height: u64, flags: u64, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [height, flags, 0, 0],
@@ -216,7 +216,7 @@ pub mod node {
     /// - `badge`: The badge of the indirector capability.
     /// - `into`: the capability register that receives the indirector capability.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn make_indirector(node: CapReg, badge: u64, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [badge, 0, 0, 0],
@@ -231,7 +231,7 @@ pub mod node {
     ///
     /// - `into`: the capability register that receives the meter capability.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn make_meter(node: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             receive: &[into],
@@ -245,7 +245,7 @@ pub mod node {
     ///
     /// - `into`: the capability register that receives the process capability.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn make_process(node: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             receive: &[into],
@@ -266,7 +266,7 @@ pub mod space {
     /// - `slot`: The slot. Range 0..=31.
     /// - `into`: the capability register that receives the slot's capability.
     ///
-    /// Object errors: `invalid_order`, `invalid_slot`; and any invocation error.
+    /// Errors: `invalid_slot`; and invocation errors.
     pub fn fetch(space: CapReg, slot: u64, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [slot, 0, 0, 0],
@@ -283,7 +283,7 @@ pub mod space {
     /// - `stored`: The capability stored. Type void or page or space.
     /// - `into`: the capability register that receives the capability the slot held.
     ///
-    /// Object errors: `invalid_order`, `invalid_slot`, `read_only`, `wrong_type`; and any invocation error.
+    /// Errors: `invalid_slot`, `read_only`, `wrong_type`; and invocation errors.
     pub fn swap(space: CapReg, slot: u64, stored: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [slot, 0, 0, 0],
@@ -309,7 +309,7 @@ pub mod space {
     /// - returns `height`: The height, 0..=7.
     /// - returns `flags`: Bit 0: the space has a keeper (slot 1).
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn info(space: CapReg) -> Result<InfoResults, Error> {
         let received = invoke(Invocation::call(space, order::INFO)).check()?;
         Ok(InfoResults {
@@ -322,7 +322,7 @@ pub mod space {
     ///
     /// - `into`: the capability register that receives the read-only capability.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn weaken(space: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             receive: &[into],
@@ -344,7 +344,7 @@ pub mod process {
     ///
     /// Returns bytes of `registers` received.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn read_registers(process: CapReg, registers: &mut [u8]) -> Result<usize, Error> {
         let received = invoke(Invocation {
             buffer: registers,
@@ -358,7 +358,7 @@ pub mod process {
     ///
     /// - `registers`: The register file (fixed layout).
     ///
-    /// Object errors: `invalid_order`, `read_only`, `out_of_range`; and any invocation error.
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
     pub fn write_registers(process: CapReg, registers: &[u8]) -> Result<(), Error> {
         invoke(Invocation {
             string: registers,
@@ -373,7 +373,7 @@ pub mod process {
     /// - `index`: The capability register. Range 0..=15.
     /// - `into`: the capability register that receives the register's capability.
     ///
-    /// Object errors: `invalid_order`, `out_of_range`; and any invocation error.
+    /// Errors: `out_of_range`; and invocation errors.
     pub fn fetch_register(process: CapReg, index: u64, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [index, 0, 0, 0],
@@ -390,7 +390,7 @@ pub mod process {
     /// - `stored`: The capability stored (void if none is sent).
     /// - `into`: the capability register that receives the capability the register held.
     ///
-    /// Object errors: `invalid_order`, `read_only`, `out_of_range`; and any invocation error.
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
     pub fn swap_register(
         process: CapReg,
         index: u64,
@@ -411,7 +411,7 @@ pub mod process {
     ///
     /// - `space`: The address space. Type space.
     ///
-    /// Object errors: `invalid_order`, `read_only`, `wrong_type`; and any invocation error.
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
     pub fn set_space(process: CapReg, space: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             send: &[space],
@@ -425,7 +425,7 @@ pub mod process {
     ///
     /// - `keeper`: The keeper's start capability, or void. Type void or start.
     ///
-    /// Object errors: `invalid_order`, `read_only`, `wrong_type`; and any invocation error.
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
     pub fn set_keeper(process: CapReg, keeper: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             send: &[keeper],
@@ -439,7 +439,7 @@ pub mod process {
     ///
     /// - `meter`: The meter. Type meter.
     ///
-    /// Object errors: `invalid_order`, `read_only`, `wrong_type`; and any invocation error.
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
     pub fn set_meter(process: CapReg, meter: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             send: &[meter],
@@ -454,7 +454,7 @@ pub mod process {
     /// - `badge`: The badge the process sees when invoked through the start capability.
     /// - `into`: the capability register that receives the start capability.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn make_start(process: CapReg, badge: u64, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [badge, 0, 0, 0],
@@ -467,7 +467,7 @@ pub mod process {
 
     /// Makes the process runnable.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn start(process: CapReg) -> Result<(), Error> {
         invoke(Invocation::call(process, order::START)).check()?;
         Ok(())
@@ -477,7 +477,7 @@ pub mod process {
     ///
     /// - `exit_code`: The exit code.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn stop(process: CapReg, exit_code: u64) -> Result<(), Error> {
         invoke(Invocation {
             words: [exit_code, 0, 0, 0],
@@ -498,7 +498,7 @@ pub mod meter {
     ///
     /// Returns microseconds left.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn remaining(meter: CapReg) -> Result<u64, Error> {
         let received = invoke(Invocation::call(meter, order::REMAINING)).check()?;
         Ok(received.words[0])
@@ -508,7 +508,7 @@ pub mod meter {
     ///
     /// - `microseconds`: Microseconds left.
     ///
-    /// Object errors: `invalid_order`, `read_only`; and any invocation error.
+    /// Errors: `read_only`; and invocation errors.
     pub fn refill(meter: CapReg, microseconds: u64) -> Result<(), Error> {
         invoke(Invocation {
             words: [microseconds, 0, 0, 0],
@@ -522,7 +522,7 @@ pub mod meter {
     ///
     /// - `keeper`: The keeper's start capability, or void. Type void or start.
     ///
-    /// Object errors: `invalid_order`, `read_only`, `wrong_type`; and any invocation error.
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
     pub fn set_keeper(meter: CapReg, keeper: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             send: &[keeper],
@@ -542,7 +542,7 @@ pub mod console {
     ///
     /// - `text`: The bytes written.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn write(console: CapReg, text: &[u8]) -> Result<(), Error> {
         invoke(Invocation {
             string: text,
@@ -563,7 +563,7 @@ pub mod clock {
     ///
     /// Returns nanoseconds since boot.
     ///
-    /// Object errors: `invalid_order`; and any invocation error.
+    /// Errors: invocation errors only.
     pub fn now(clock: CapReg) -> Result<u64, Error> {
         let received = invoke(Invocation::call(clock, order::NOW)).check()?;
         Ok(received.words[0])
