@@ -404,6 +404,16 @@ fn unique<K: Ord + Clone + std::fmt::Display>(
     }
 }
 
+/// Lower-case Rust keywords, strict and reserved (edition 2024), which cannot name a module,
+/// function or parameter.
+const RUST_KEYWORDS: &[&str] = &[
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
+    "do", "dyn", "else", "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl",
+    "in", "let", "loop", "macro", "match", "mod", "move", "mut", "override", "priv", "pub", "ref",
+    "return", "self", "static", "struct", "super", "trait", "true", "try", "type", "typeof",
+    "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
+];
+
 /// Names become Rust identifiers (modules, functions, enum variants) and Markdown anchors.
 fn check_identifier(entry: &str, name: &str) -> Result<(), String> {
     let mut characters = name.chars();
@@ -411,7 +421,9 @@ fn check_identifier(entry: &str, name: &str) -> Result<(), String> {
         .next()
         .is_some_and(|first| first.is_ascii_lowercase())
         && characters.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if valid {
+    if RUST_KEYWORDS.contains(&name) {
+        Err(format!("{entry}: name `{name}` is a Rust keyword"))
+    } else if valid {
         Ok(())
     } else {
         Err(format!(
@@ -599,6 +611,10 @@ dispatch = false
         assert_eq!(
             error_after("name = \"fetched\"", "name = \"Fetched\""),
             "type `node`, method `fetch`, result `Fetched`: name `Fetched` is not lower snake case ([a-z][a-z0-9_]*)"
+        );
+        assert_eq!(
+            error_after("name = \"slot\"", "name = \"type\""),
+            "type `node`, method `fetch`, argument `type`: name `type` is a Rust keyword"
         );
         assert_eq!(
             error_after("code = 1\n", "code = 0\n"),
