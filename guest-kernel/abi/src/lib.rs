@@ -18,6 +18,9 @@
 #![no_std]
 
 pub mod descriptor;
+/// The kernel interface (types, order codes, errors, request decoding), generated from
+/// `interface.toml` by `cargo run -p holdfast-interface-gen`.
+pub mod interface;
 
 /// Version of the kernel ABI (system call registers, capability types, orders, results).
 pub const ABI_VERSION: u32 = 2;
@@ -47,22 +50,26 @@ pub const USER_STACK_BYTES: u64 = 64 * 1024;
 const _: () = assert!(USER_ADDRESS_MIN < USER_STACK_TOP - USER_STACK_BYTES);
 const _: () = assert!(USER_STACK_TOP < USER_ADDRESS_END);
 
-pub mod methods;
+/// Order codes by type, as programs name them (`methods::node::FETCH`): the generated
+/// codes of [`interface`], gathered.
+pub mod methods {
+    pub use crate::interface::ObjectError;
+    pub use crate::interface::common_order::IDENTIFY;
 
-/// Capability type codes, as `identify` returns them in word 0.
-pub mod capability_type {
-    pub const VOID: u64 = 0;
-    pub const NUMBER: u64 = 1;
-    pub const PAGE: u64 = 2;
-    pub const NODE: u64 = 3;
-    pub const SPACE: u64 = 4;
-    pub const PROCESS: u64 = 5;
-    pub const START: u64 = 6;
-    pub const RESUME: u64 = 7;
-    pub const METER: u64 = 8;
-    pub const INDIRECTOR: u64 = 9;
-    pub const CONSOLE: u64 = 10;
-    pub const CLOCK: u64 = 11;
+    macro_rules! orders_of {
+        ($($kind:ident),*) => {
+            $(pub mod $kind {
+                pub use crate::interface::$kind::order::*;
+            })*
+        };
+    }
+    orders_of!(number, page, node, space, process, meter, console, clock);
+
+    /// Flags of `node.make_space`.
+    pub mod space_flags {
+        /// Slot 0 of the node holds the inner space, slot 1 its keeper.
+        pub const KEEPER: u64 = 1;
+    }
 }
 
 /// What keepers receive: the order code says why; the words say where.
@@ -79,37 +86,7 @@ pub mod keeper {
     pub const METER_EXHAUSTED: u64 = 3;
 }
 
-/// Why the kernel refused an invocation itself (as opposed to an object's method or a
-/// server refusing it). The codes have the top bit set, so that they never collide with a
-/// server's reply codes.
-#[repr(u64)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InvocationError {
-    /// The target capability is void (or revoked, or a resume capability already used).
-    Void = 1 << 63,
-    /// `rdi` has undefined bits set or counts more than four capabilities.
-    MalformedDescriptor = (1 << 63) | 1,
-    /// The string is longer than [`INVOCATION_STRING_BYTES_MAX`].
-    StringTooLong = (1 << 63) | 2,
-    /// The string is not mapped in the invoker's space.
-    BadAddress = (1 << 63) | 3,
-    /// A call through a start capability without the right to call.
-    NoCall = (1 << 63) | 4,
-}
-
-impl InvocationError {
-    pub const ALL: [Self; 5] = [
-        Self::Void,
-        Self::MalformedDescriptor,
-        Self::StringTooLong,
-        Self::BadAddress,
-        Self::NoCall,
-    ];
-
-    pub fn from_code(code: u64) -> Option<Self> {
-        Self::ALL.into_iter().find(|error| *error as u64 == code)
-    }
-}
+pub use interface::InvocationError;
 
 /// How the guest tells the host it is done: QEMU's `isa-debug-exit` device at this port
 /// makes QEMU exit with status `(value << 1) | 1`.
@@ -163,16 +140,6 @@ mod tests {
     fn exit_statuses_are_distinct_and_odd() {
         assert_eq!(exit::QEMU_STATUS_SUCCESS, 33);
         assert_eq!(exit::QEMU_STATUS_FAILURE, 35);
-    }
-
-    #[test]
-    fn invocation_error_codes_round_trip_and_have_the_top_bit() {
-        for error in InvocationError::ALL {
-            assert_eq!(InvocationError::from_code(error as u64), Some(error));
-            assert!(error as u64 >= 1 << 63);
-        }
-        assert_eq!(InvocationError::from_code(0), None);
-        assert_eq!(InvocationError::from_code((1 << 63) | 5), None);
     }
 
     #[test]

@@ -1,22 +1,26 @@
 //! Kernel objects' methods: what invoking a capability other than a start or resume
 //! capability does.
 //!
-//! Order codes and errors are the ABI's (`holdfast_abi::methods`). A method's result goes
-//! back to the invoker as a [`Message`]: code 0 with result words, a string and capabilities
-//! on success, an object error code otherwise. Each method checks everything before it
-//! changes anything, so a refused invocation leaves no trace.
+//! Each type's invocation is decoded by the `Request` enum generated from the interface
+//! description (`holdfast_abi::interface`), which checks the argument ranges it names; what
+//! needs the object (rights, types of capability arguments) is checked here. A method's
+//! result goes back to the invoker as a [`Message`]: code 0 with result words, a string and
+//! capabilities on success, an object error code otherwise. Each method checks everything
+//! before it changes anything, so a refused invocation leaves no trace.
 
 use alloc::vec::Vec;
-use holdfast_abi::methods::{self as orders, ObjectError};
+use holdfast_abi::interface::{
+    self, ObjectError, clock, console, meter, node, number, page, process, space,
+};
+use holdfast_abi::methods::space_flags;
 use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, Rights, Slot};
 
 use crate::arch::syscall::UserRegisters;
 use crate::arch::{self, timer};
 use crate::ipc::Message;
-use crate::memory::PAGE_BYTES;
 use crate::objects::Objects;
-use crate::process::{self, ProcessState, SCHEDULER};
+use crate::process::{ProcessState, SCHEDULER};
 
 type MethodResult = Result<Message, ObjectError>;
 
@@ -32,51 +36,72 @@ fn ok_capability(capability: Capability) -> MethodResult {
 
 /// Runs `message.code` as an order on the kernel object `target` (already checked live).
 pub fn invoke(objects: &mut Objects, target: Capability, message: Message) -> Message {
-    let result = match target.kind() {
-        _ if message.code == orders::IDENTIFY => ok([
+    let header = interface::Message {
+        order: message.code,
+        words: message.words,
+        string_length: message.string.len() as u64,
+        capability_count: message.capabilities.len() as u64,
+    };
+    let identify = || {
+        ok([
             target.kind() as u64,
             u64::from(target.rights().bits()),
             0,
             0,
-        ]),
-        CapType::Number => number(target, &message),
-        CapType::Page => page(objects, target, &message),
-        CapType::Node => node(objects, target, &message),
-        CapType::Space => space(objects, target, &message),
-        CapType::Process => process_method(objects, target, &message),
-        CapType::Meter => meter(objects, target, &message),
-        CapType::Console => console(&message),
-        CapType::Clock => clock(&message),
+        ])
+    };
+    let result = match target.kind() {
+        CapType::Number => match number::Request::decode(&header) {
+            Ok(number::Request::Identify) => identify(),
+            Ok(number::Request::Value) => {
+                let [first, second] = target.number_words().expect("a number capability");
+                ok([first, second, 0, 0])
+            }
+            Err(error) => Err(error),
+        },
+        CapType::Page => match page::Request::decode(&header) {
+            Ok(page::Request::Identify) => identify(),
+            Ok(request) => page_method(objects, target, request, &message),
+            Err(error) => Err(error),
+        },
+        CapType::Node => match node::Request::decode(&header) {
+            Ok(node::Request::Identify) => identify(),
+            Ok(request) => node_method(objects, target, request, &message),
+            Err(error) => Err(error),
+        },
+        CapType::Space => match space::Request::decode(&header) {
+            Ok(space::Request::Identify) => identify(),
+            Ok(request) => space_method(objects, target, request, &message),
+            Err(error) => Err(error),
+        },
+        CapType::Process => match process::Request::decode(&header) {
+            Ok(process::Request::Identify) => identify(),
+            Ok(request) => process_method(objects, target, request, &message),
+            Err(error) => Err(error),
+        },
+        CapType::Meter => match meter::Request::decode(&header) {
+            Ok(meter::Request::Identify) => identify(),
+            Ok(request) => meter_method(objects, target, request, &message),
+            Err(error) => Err(error),
+        },
+        CapType::Console => match console::Request::decode(&header) {
+            Ok(console::Request::Identify) => identify(),
+            Ok(console::Request::Write) => {
+                crate::console::write_bytes(&message.string);
+                ok([message.string.len() as u64, 0, 0, 0])
+            }
+            Err(error) => Err(error),
+        },
+        CapType::Clock => match clock::Request::decode(&header) {
+            Ok(clock::Request::Identify) => identify(),
+            Ok(clock::Request::Now) => ok([timer::tsc_to_nanoseconds(arch::read_tsc()), 0, 0, 0]),
+            Err(error) => Err(error),
+        },
+        // Start, resume and indirector capabilities never reach here (the IPC path takes
+        // them); void fails before.
         _ => Err(ObjectError::InvalidOrder),
     };
     result.unwrap_or_else(|error| Message::reply(error as u64, [0; 4]))
-}
-
-fn number(target: Capability, message: &Message) -> MethodResult {
-    match message.code {
-        orders::number::VALUE => {
-            let [first, second] = target.number_words().expect("a number capability");
-            ok([first, second, 0, 0])
-        }
-        _ => Err(ObjectError::InvalidOrder),
-    }
-}
-
-fn console(message: &Message) -> MethodResult {
-    match message.code {
-        orders::console::WRITE => {
-            crate::console::write_bytes(&message.string);
-            ok([message.string.len() as u64, 0, 0, 0])
-        }
-        _ => Err(ObjectError::InvalidOrder),
-    }
-}
-
-fn clock(message: &Message) -> MethodResult {
-    match message.code {
-        orders::clock::NOW => ok([timer::tsc_to_nanoseconds(arch::read_tsc()), 0, 0, 0]),
-        _ => Err(ObjectError::InvalidOrder),
-    }
 }
 
 fn writable(target: &Capability) -> Result<(), ObjectError> {
@@ -87,51 +112,46 @@ fn writable(target: &Capability) -> Result<(), ObjectError> {
     }
 }
 
-fn page(objects: &mut Objects, target: Capability, message: &Message) -> MethodResult {
-    let [offset, length, ..] = message.words;
-    let in_page = |offset: u64, length: u64| {
-        offset
-            .checked_add(length)
-            .is_some_and(|end| end <= PAGE_BYTES as u64)
-    };
-    match message.code {
-        orders::page::READ => {
-            if !in_page(offset, length) {
-                return Err(ObjectError::OutOfRange);
-            }
-            let frame = objects
-                .cache
-                .page_mut(&target)
-                .map_err(|_| ObjectError::InvalidOrder)?;
+/// The first capability sent: a method's capability argument (void if none was sent).
+fn argument(message: &Message) -> Capability {
+    message
+        .capabilities
+        .first()
+        .copied()
+        .unwrap_or(Capability::VOID)
+}
+
+fn page_method(
+    objects: &mut Objects,
+    target: Capability,
+    request: page::Request,
+    message: &Message,
+) -> MethodResult {
+    let frame = objects
+        .cache
+        .page_mut(&target)
+        .map_err(|_| ObjectError::InvalidOrder)?;
+    match request {
+        // The decoder checked `offset + length <= 4096`.
+        page::Request::Read { offset, length } => {
             let mut reply = Message::reply(0, [length, 0, 0, 0]);
-            reply.string = frame.bytes_mut()[offset as usize..(offset + length) as usize].to_vec();
+            let range = offset as usize..(offset + length) as usize;
+            reply.string = frame.bytes_mut()[range].to_vec();
             Ok(reply)
         }
-        orders::page::WRITE => {
+        page::Request::Write { offset } => {
             writable(&target)?;
-            let length = message.string.len() as u64;
-            if !in_page(offset, length) {
-                return Err(ObjectError::OutOfRange);
-            }
-            let frame = objects
-                .cache
-                .page_mut(&target)
-                .map_err(|_| ObjectError::InvalidOrder)?;
-            frame.bytes_mut()[offset as usize..(offset + length) as usize]
-                .copy_from_slice(&message.string);
-            ok([length, 0, 0, 0])
+            let range = offset as usize..offset as usize + message.string.len();
+            frame.bytes_mut()[range].copy_from_slice(&message.string);
+            ok([message.string.len() as u64, 0, 0, 0])
         }
-        orders::page::ZERO => {
+        page::Request::Zero => {
             writable(&target)?;
-            let frame = objects
-                .cache
-                .page_mut(&target)
-                .map_err(|_| ObjectError::InvalidOrder)?;
             frame.bytes_mut().fill(0);
             ok([0; 4])
         }
-        orders::page::WEAKEN => ok_capability(target.restricted(Rights::READ_ONLY)),
-        _ => Err(ObjectError::InvalidOrder),
+        page::Request::Weaken => ok_capability(target.restricted(Rights::READ_ONLY)),
+        page::Request::Identify => unreachable!("answered by the caller"),
     }
 }
 
@@ -153,86 +173,84 @@ fn swap_slot(
         .node_mut(target)
         .map_err(|_| ObjectError::InvalidOrder)?;
     let old = node.swap(slot, capability);
-    process::node_changed(target.object());
+    crate::process::node_changed(target.object());
     Ok(objects.cache.live_or_void(old))
 }
 
-/// The methods node and space capabilities share: fetch, swap, clear.
-fn slot_method(objects: &mut Objects, target: Capability, message: &Message) -> MethodResult {
-    let argument = message
-        .capabilities
-        .first()
-        .copied()
-        .unwrap_or(Capability::VOID);
-    match message.code {
-        orders::node::FETCH => ok_capability(
-            objects
-                .cache
-                .fetch(&target, slot(message.words[0])?)
-                .map_err(|_| ObjectError::InvalidOrder)?,
-        ),
-        orders::node::SWAP => ok_capability(swap_slot(
-            objects,
-            &target,
-            slot(message.words[0])?,
-            argument,
-        )?),
-        orders::node::CLEAR => {
-            swap_slot(objects, &target, slot(message.words[0])?, Capability::VOID)?;
-            ok([0; 4])
-        }
-        orders::node::WEAKEN => ok_capability(target.weakened()),
-        _ => Err(ObjectError::InvalidOrder),
-    }
+fn fetch_slot(objects: &Objects, target: &Capability, index: u64) -> MethodResult {
+    let fetched = objects.cache.fetch(target, slot(index)?);
+    ok_capability(fetched.map_err(|_| ObjectError::InvalidOrder)?)
 }
 
-fn node(objects: &mut Objects, target: Capability, message: &Message) -> MethodResult {
-    let made_from_node = |kind| {
+fn node_method(
+    objects: &mut Objects,
+    target: Capability,
+    request: node::Request,
+    message: &Message,
+) -> MethodResult {
+    let made_from_node = |objects: &Objects, kind| {
         writable(&target)?;
         let made = objects.cache.node_capability(kind, target.object());
         made.ok_or(ObjectError::InvalidOrder)
     };
-    match message.code {
-        orders::node::MAKE_SPACE => {
-            let [height, flags, ..] = message.words;
-            let keeper_node = match flags {
-                0 => false,
-                orders::node::SPACE_FLAG_KEEPER => true,
-                _ => return Err(ObjectError::OutOfRange),
-            };
-            let height = u8::try_from(height).map_err(|_| ObjectError::OutOfRange)?;
+    match request {
+        node::Request::Fetch { slot: index } => fetch_slot(objects, &target, index),
+        node::Request::Swap { slot: index } => ok_capability(swap_slot(
+            objects,
+            &target,
+            slot(index)?,
+            argument(message),
+        )?),
+        node::Request::Clear { slot: index } => {
+            swap_slot(objects, &target, slot(index)?, Capability::VOID)?;
+            ok([0; 4])
+        }
+        node::Request::Weaken => ok_capability(target.weakened()),
+        node::Request::MakeSpace { height, flags } => {
             writable(&target)?;
-            let space = Capability::space(target.object(), target.version(), height, keeper_node);
+            let keeper_node = flags & space_flags::KEEPER != 0;
+            let space =
+                Capability::space(target.object(), target.version(), height as u8, keeper_node);
             ok_capability(space.ok_or(ObjectError::OutOfRange)?)
         }
-        orders::node::MAKE_INDIRECTOR => {
-            ok_capability(made_from_node(CapType::Indirector)?.with_badge(message.words[0]))
+        node::Request::MakeIndirector { badge } => {
+            ok_capability(made_from_node(objects, CapType::Indirector)?.with_badge(badge))
         }
-        orders::node::MAKE_METER => ok_capability(made_from_node(CapType::Meter)?),
-        orders::node::MAKE_PROCESS => {
-            let process = made_from_node(CapType::Process)?;
-            process::adopt(process);
+        node::Request::MakeMeter => ok_capability(made_from_node(objects, CapType::Meter)?),
+        node::Request::MakeProcess => {
+            let process = made_from_node(objects, CapType::Process)?;
+            crate::process::adopt(process);
             ok_capability(process)
         }
-        _ => slot_method(objects, target, message),
+        node::Request::Identify => unreachable!("answered by the caller"),
     }
 }
 
-fn space(objects: &mut Objects, target: Capability, message: &Message) -> MethodResult {
-    match message.code {
-        orders::space::INFO => {
+fn space_method(
+    objects: &mut Objects,
+    target: Capability,
+    request: space::Request,
+    message: &Message,
+) -> MethodResult {
+    match request {
+        space::Request::Fetch { slot: index } => fetch_slot(objects, &target, index),
+        space::Request::Swap { slot: index } => {
+            let stored = argument(message);
+            if !matches!(
+                stored.kind(),
+                CapType::Void | CapType::Page | CapType::Space
+            ) {
+                return Err(ObjectError::WrongType);
+            }
+            ok_capability(swap_slot(objects, &target, slot(index)?, stored)?)
+        }
+        space::Request::Info => {
             let (height, keeper_node) = target.space_shape().expect("a space capability");
-            let flags = if keeper_node {
-                orders::node::SPACE_FLAG_KEEPER
-            } else {
-                0
-            };
+            let flags = if keeper_node { space_flags::KEEPER } else { 0 };
             ok([u64::from(height), flags, 0, 0])
         }
-        orders::node::FETCH | orders::node::SWAP | orders::node::CLEAR | orders::node::WEAKEN => {
-            slot_method(objects, target, message)
-        }
-        _ => Err(ObjectError::InvalidOrder),
+        space::Request::Weaken => ok_capability(target.restricted(Rights::READ_ONLY)),
+        space::Request::Identify => unreachable!("answered by the caller"),
     }
 }
 
@@ -310,34 +328,43 @@ fn registers_from_bytes(bytes: &[u8]) -> Result<UserRegisters, ObjectError> {
     })
 }
 
-fn process_method(objects: &mut Objects, target: Capability, message: &Message) -> MethodResult {
-    let argument = message
-        .capabilities
-        .first()
-        .copied()
-        .unwrap_or(Capability::VOID);
+fn process_method(
+    objects: &mut Objects,
+    target: Capability,
+    request: process::Request,
+    message: &Message,
+) -> MethodResult {
     let index = SCHEDULER.lock().index_of(target.object());
     let index = index.ok_or(ObjectError::InvalidOrder)?;
-    let set_slot = |objects: &mut Objects, slot: Slot, expected: &[CapType]| {
-        if !argument.is_void() && !expected.contains(&argument.kind()) {
+    // What a slot of the process's root node holds, void if revoked.
+    let root_slot = |objects: &Objects, slot: Slot| {
+        let node = objects
+            .cache
+            .node(&target)
+            .map_err(|_| ObjectError::InvalidOrder)?;
+        Ok(objects.cache.live_or_void(node.get(slot)))
+    };
+    let set_slot = |objects: &mut Objects, slot: Slot, expected: CapType| {
+        let stored = argument(message);
+        if !stored.is_void() && stored.kind() != expected {
             return Err(ObjectError::WrongType);
         }
         let node = objects
             .cache
             .node_mut(&target)
             .map_err(|_| ObjectError::InvalidOrder)?;
-        node.swap(slot, argument);
-        process::node_changed(target.object());
+        node.swap(slot, stored);
+        crate::process::node_changed(target.object());
         ok([0; 4])
     };
-    match message.code {
-        orders::process::READ_REGISTERS => {
+    match request {
+        process::Request::ReadRegisters => {
             let registers = SCHEDULER.lock().processes[index].registers;
             let mut reply = Message::reply(0, [0; 4]);
             reply.string = registers_to_bytes(&registers);
             Ok(reply)
         }
-        orders::process::WRITE_REGISTERS => {
+        process::Request::WriteRegisters => {
             let registers = registers_from_bytes(&message.string)?;
             let mut scheduler = SCHEDULER.lock();
             if scheduler.current == Some(index) {
@@ -347,46 +374,32 @@ fn process_method(objects: &mut Objects, target: Capability, message: &Message) 
             scheduler.processes[index].registers = registers;
             ok([0; 4])
         }
-        orders::process::FETCH_REGISTER => {
-            let register = process_root::capability_register(message.words[0])
-                .ok_or(ObjectError::InvalidSlot)?;
-            let node = objects
-                .cache
-                .node(&target)
-                .map_err(|_| ObjectError::InvalidOrder)?;
-            ok_capability(objects.cache.live_or_void(node.get(register)))
+        process::Request::FetchRegister { index: register } => {
+            let register =
+                process_root::capability_register(register).ok_or(ObjectError::InvalidSlot)?;
+            ok_capability(root_slot(objects, register)?)
         }
-        orders::process::SWAP_REGISTER => {
-            let register = process_root::capability_register(message.words[0])
-                .ok_or(ObjectError::InvalidSlot)?;
+        process::Request::SwapRegister { index: register } => {
+            let register =
+                process_root::capability_register(register).ok_or(ObjectError::InvalidSlot)?;
             let node = objects
                 .cache
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
-            let old = node.swap(register, argument);
+            let old = node.swap(register, argument(message));
             ok_capability(objects.cache.live_or_void(old))
         }
-        orders::process::FETCH_SPACE => {
-            let node = objects
-                .cache
-                .node(&target)
-                .map_err(|_| ObjectError::InvalidOrder)?;
-            ok_capability(objects.cache.live_or_void(node.get(process_root::SPACE)))
-        }
-        orders::process::SET_SPACE => set_slot(objects, process_root::SPACE, &[CapType::Space]),
-        orders::process::SET_KEEPER => set_slot(objects, process_root::KEEPER, &[CapType::Start]),
-        orders::process::SET_METER => set_slot(objects, process_root::METER, &[CapType::Meter]),
-        orders::process::MAKE_START => {
+        process::Request::FetchSpace => ok_capability(root_slot(objects, process_root::SPACE)?),
+        process::Request::SetSpace => set_slot(objects, process_root::SPACE, CapType::Space),
+        process::Request::SetKeeper => set_slot(objects, process_root::KEEPER, CapType::Start),
+        process::Request::SetMeter => set_slot(objects, process_root::METER, CapType::Meter),
+        process::Request::MakeStart { badge } => {
             let start = objects
                 .cache
                 .node_capability(CapType::Start, target.object());
-            ok_capability(
-                start
-                    .ok_or(ObjectError::InvalidOrder)?
-                    .with_badge(message.words[0]),
-            )
+            ok_capability(start.ok_or(ObjectError::InvalidOrder)?.with_badge(badge))
         }
-        orders::process::START => {
+        process::Request::Start => {
             let mut scheduler = SCHEDULER.lock();
             let process = &mut scheduler.processes[index];
             if matches!(
@@ -397,21 +410,23 @@ fn process_method(objects: &mut Objects, target: Capability, message: &Message) 
             }
             ok([0; 4])
         }
-        orders::process::STOP => {
-            let mut scheduler = SCHEDULER.lock();
-            scheduler.processes[index].state = ProcessState::Stopped {
-                exit_code: message.words[0],
-            };
+        process::Request::Stop { exit_code } => {
+            SCHEDULER.lock().processes[index].state = ProcessState::Stopped { exit_code };
             ok([0; 4])
         }
-        _ => Err(ObjectError::InvalidOrder),
+        process::Request::Identify => unreachable!("answered by the caller"),
     }
 }
 
 /// A meter is a node: slot 0 a number holding the microseconds left, slot 1 the keeper.
-fn meter(objects: &mut Objects, target: Capability, message: &Message) -> MethodResult {
-    match message.code {
-        orders::meter::REMAINING => {
+fn meter_method(
+    objects: &mut Objects,
+    target: Capability,
+    request: meter::Request,
+    message: &Message,
+) -> MethodResult {
+    match request {
+        meter::Request::Remaining => {
             let node = objects
                 .cache
                 .node(&target)
@@ -422,33 +437,29 @@ fn meter(objects: &mut Objects, target: Capability, message: &Message) -> Method
                 .map_or(0, |[left, _]| left);
             ok([left, 0, 0, 0])
         }
-        orders::meter::REFILL => {
+        meter::Request::Refill { microseconds } => {
             writable(&target)?;
             let node = objects
                 .cache
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
-            node.swap(slot(0)?, Capability::number([message.words[0], 0]));
-            process::meter_refilled(objects, target.object());
+            node.swap(slot(0)?, Capability::number([microseconds, 0]));
+            crate::process::meter_refilled(objects, target.object());
             ok([0; 4])
         }
-        orders::meter::SET_KEEPER => {
+        meter::Request::SetKeeper => {
             writable(&target)?;
-            let argument = message
-                .capabilities
-                .first()
-                .copied()
-                .unwrap_or(Capability::VOID);
-            if !argument.is_void() && argument.kind() != CapType::Start {
+            let keeper = argument(message);
+            if !keeper.is_void() && keeper.kind() != CapType::Start {
                 return Err(ObjectError::WrongType);
             }
             let node = objects
                 .cache
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
-            node.swap(slot(1)?, argument);
+            node.swap(slot(1)?, keeper);
             ok([0; 4])
         }
-        _ => Err(ObjectError::InvalidOrder),
+        meter::Request::Identify => unreachable!("answered by the caller"),
     }
 }

@@ -5,33 +5,33 @@
 //! every use ([`crate::ObjectCache::check`]); this module holds the rules that need no
 //! object: rights, restriction and weakening.
 
-use holdfast_abi::capability_type as codes;
+use holdfast_abi::interface::Type as codes;
 
 use crate::{ObjectId, Version};
 
 /// What a capability designates and so which methods it has. The codes are the ABI's
-/// (`holdfast_abi::capability_type`).
+/// (`holdfast_abi::interface::Type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum CapType {
-    Void = codes::VOID as u8,
+    Void = codes::Void as u8,
     /// Two words of data and no object.
-    Number = codes::NUMBER as u8,
-    Page = codes::PAGE as u8,
-    Node = codes::NODE as u8,
+    Number = codes::Number as u8,
+    Page = codes::Page as u8,
+    Node = codes::Node as u8,
     /// A node seen as an address-space tree.
-    Space = codes::SPACE as u8,
+    Space = codes::Space as u8,
     /// Full authority over a process: its registers, space, keeper and meter.
-    Process = codes::PROCESS as u8,
+    Process = codes::Process as u8,
     /// The right to invoke a process (call or send); carries the badge the process sees.
-    Start = codes::START as u8,
+    Start = codes::Start as u8,
     /// The right to reply once to a process waiting in a call.
-    Resume = codes::RESUME as u8,
-    Meter = codes::METER as u8,
+    Resume = codes::Resume as u8,
+    Meter = codes::Meter as u8,
     /// A revocable forwarder: invocations go to the capability in slot 0 of its node.
-    Indirector = codes::INDIRECTOR as u8,
-    Console = codes::CONSOLE as u8,
-    Clock = codes::CLOCK as u8,
+    Indirector = codes::Indirector as u8,
+    Console = codes::Console as u8,
+    Clock = codes::Clock as u8,
 }
 
 impl CapType {

@@ -10,7 +10,7 @@
 #![no_main]
 
 use holdfast_userlib::abi::InvocationError;
-use holdfast_userlib::abi::capability_type as types;
+use holdfast_userlib::abi::interface::Type;
 use holdfast_userlib::abi::methods::{self, clock, node};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -57,9 +57,9 @@ fn safe_to_invoke(target: u8, order: u64) -> bool {
     if target == ECHO_SERVER {
         return true;
     }
-    match user::call(target, methods::IDENTIFY, [0; 4]).map(|words| words[0]) {
-        Ok(types::NODE) => order != node::MAKE_PROCESS && order != node::MAKE_INDIRECTOR,
-        Ok(types::START | types::RESUME | types::INDIRECTOR) => false,
+    match user::call(target, methods::IDENTIFY, [0; 4]).map(|words| Type::from_code(words[0])) {
+        Ok(Some(Type::Node)) => order != node::MAKE_PROCESS && order != node::MAKE_INDIRECTOR,
+        Ok(Some(Type::Start | Type::Resume | Type::Indirector)) => false,
         Ok(_) => true,
         // A void capability refuses everything at once: invoke it too.
         Err(code) => code == InvocationError::Void as u64,

@@ -6,7 +6,7 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::capability_type;
+use holdfast_userlib::abi::interface::Type;
 use holdfast_userlib::abi::methods;
 use holdfast_userlib::abi::{INVOCATION_STRING_BYTES_MAX, InvocationError};
 use holdfast_userlib::{self as user, Invocation};
@@ -43,7 +43,8 @@ fn main() -> u64 {
     let identified = user::call(RECEIVED, methods::IDENTIFY, [0; 4]);
     checks.check(
         "call: a capability goes and comes back",
-        reply.code == 0 && identified.map(|words| words[0]) == Ok(capability_type::CONSOLE),
+        reply.code == 0
+            && identified.map(|words| Type::from_code(words[0])) == Ok(Some(Type::Console)),
     );
 
     let too_long = [0; INVOCATION_STRING_BYTES_MAX + 1];

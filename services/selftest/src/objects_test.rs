@@ -4,7 +4,7 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::capability_type as types;
+use holdfast_userlib::abi::interface::Type;
 use holdfast_userlib::abi::methods::{self, ObjectError, node, page, process};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -18,10 +18,9 @@ fn error(error: ObjectError) -> Result<[u64; 4], u64> {
     Err(error as u64)
 }
 
-fn type_of(register: u8) -> Option<u64> {
-    user::call(register, methods::IDENTIFY, [0; 4])
-        .ok()
-        .map(|words| words[0])
+fn type_of(register: u8) -> Option<Type> {
+    let words = user::call(register, methods::IDENTIFY, [0; 4]).ok()?;
+    Type::from_code(words[0])
 }
 
 fn into(register: u8, target: u8, order: u64, words: [u64; 4]) -> u64 {
@@ -39,12 +38,12 @@ fn main() -> u64 {
     let swapped = swap.invoke(&mut []);
     checks.check(
         "node swap: returns the old (void) capability",
-        swapped.code == 0 && type_of(FETCHED) == Some(types::VOID),
+        swapped.code == 0 && type_of(FETCHED) == Some(Type::Void),
     );
     into(FETCHED, NODE, node::FETCH, [0; 4]);
     checks.check(
         "node fetch: the page comes back",
-        type_of(FETCHED) == Some(types::PAGE),
+        type_of(FETCHED) == Some(Type::Page),
     );
     checks.check(
         "node fetch: slot 32 is invalid",
@@ -75,7 +74,7 @@ fn main() -> u64 {
     into(FETCHED, WEAK_NODE, node::FETCH, [1, 0, 0, 0]);
     checks.check(
         "weak fetch: a process capability comes back void",
-        type_of(FETCHED) == Some(types::VOID),
+        type_of(FETCHED) == Some(Type::Void),
     );
 
     let wrote = Invocation::call(PAGE, page::WRITE, [10, 0, 0, 0])
@@ -121,7 +120,7 @@ fn main() -> u64 {
     );
     checks.check(
         "process: make a start capability",
-        type_of(FETCHED) == Some(types::START),
+        type_of(FETCHED) == Some(Type::Start),
     );
     checks.check(
         "process: writing one's own registers is refused",

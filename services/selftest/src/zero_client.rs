@@ -6,7 +6,7 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::methods::{node, process};
+use holdfast_userlib::abi::methods::{node, process, space_flags};
 use holdfast_userlib::abi::{USER_STACK_BYTES, USER_STACK_TOP};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -33,7 +33,7 @@ fn main() -> u64 {
     let made = Invocation::call(
         KEEPER_NODE,
         node::MAKE_SPACE,
-        [7, node::SPACE_FLAG_KEEPER, 0, 0],
+        [7, space_flags::KEEPER, 0, 0],
     )
     .receiving(&[WRAPPED])
     .invoke(&mut []);

@@ -3,10 +3,16 @@
 //! [`invoke`] on its capability registers.
 //!
 //! Capability registers given to every foundation program: 0 = console, 1 = own process.
+//!
+//! [`Invocation`] is the one system call; the stubs in [`interface`] (generated from the
+//! interface description) are built on it through [`syscall`].
 #![no_std]
 
 use abi::InvocationError;
 use abi::descriptor::{Descriptor, Kind, Registers};
+
+pub mod interface;
+pub mod syscall;
 pub use holdfast_abi as abi;
 
 pub mod check;

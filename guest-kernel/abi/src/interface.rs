@@ -1,0 +1,757 @@
+// Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
+// Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
+
+//! The kernel interface, ABI version 2: capability types, order codes, errors, and the
+//! decoding of each invocation of a kernel object into a request (see
+//! `docs/interface.md`). Requests are plain data; the kernel matches on them.
+
+/// The ABI version this interface describes. [`crate::ABI_VERSION`] stays the version the
+/// running kernel speaks until the kernel implements this one.
+pub const ABI_VERSION: u32 = 2;
+
+/// Capability types.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Type {
+    /// No object: an empty slot or register, or a capability whose object was revoked. Invoking it fails with `void`.
+    Void = 0,
+    /// Two words of data held in the capability itself.
+    Number = 1,
+    /// 4 KiB of data.
+    Page = 2,
+    /// 32 capability slots, numbered 0..=31.
+    Node = 3,
+    /// An address-space tree of height h covering 4 KiB × 32^h; slot i covers the i-th 4 KiB × 32^(h-1) part.
+    Space = 4,
+    /// A process: registers, 16 capability registers, an address space, a keeper and a meter.
+    Process = 5,
+    /// Entry to a process: invoking it calls or sends to the process with any order, and the process sees the capability's badge.
+    Start = 6,
+    /// Reply to a waiting caller: invoking it returns to the caller, whose result code is the order. It works at most once.
+    Resume = 7,
+    /// CPU time that processes run on.
+    Meter = 8,
+    /// A revocable forwarder: every invocation goes to the capability in slot 0 of its node, and fails with `void` once that slot is void.
+    Indirector = 9,
+    /// The serial console.
+    Console = 10,
+    /// The time since boot.
+    Clock = 11,
+}
+
+impl Type {
+    pub const fn code(self) -> u64 {
+        self as u64
+    }
+
+    pub const fn from_code(code: u64) -> Option<Self> {
+        Some(match code {
+            0 => Self::Void,
+            1 => Self::Number,
+            2 => Self::Page,
+            3 => Self::Node,
+            4 => Self::Space,
+            5 => Self::Process,
+            6 => Self::Start,
+            7 => Self::Resume,
+            8 => Self::Meter,
+            9 => Self::Indirector,
+            10 => Self::Console,
+            11 => Self::Clock,
+            _ => return None,
+        })
+    }
+
+    /// Its name in the interface description.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Void => "void",
+            Self::Number => "number",
+            Self::Page => "page",
+            Self::Node => "node",
+            Self::Space => "space",
+            Self::Process => "process",
+            Self::Start => "start",
+            Self::Resume => "resume",
+            Self::Meter => "meter",
+            Self::Indirector => "indirector",
+            Self::Console => "console",
+            Self::Clock => "clock",
+        }
+    }
+}
+
+/// Codes of invocation errors start here, so that they never collide with a server's
+/// reply codes.
+pub const INVOCATION_ERROR_CODE_MIN: u64 = 0x8000_0000_0000_0000;
+
+/// Kernel errors about an invocation itself, whatever its target.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvocationError {
+    /// The target capability is void, or was revoked (its object's version changed).
+    Void = 0x8000_0000_0000_0000,
+    /// The descriptor (`rdi`) has an undefined bit set or counts more than four capabilities.
+    MalformedDescriptor = 0x8000_0000_0000_0001,
+    /// The string sent is longer than 4096 bytes.
+    StringTooLong = 0x8000_0000_0000_0002,
+    /// The string sent is not mapped in the invoker's address space.
+    BadAddress = 0x8000_0000_0000_0003,
+    /// A call through a start capability without the right to call (a send is allowed).
+    NoCall = 0x8000_0000_0000_0004,
+}
+
+impl InvocationError {
+    pub const fn code(self) -> u64 {
+        self as u64
+    }
+
+    pub const fn from_code(code: u64) -> Option<Self> {
+        Some(match code {
+            0x8000_0000_0000_0000 => Self::Void,
+            0x8000_0000_0000_0001 => Self::MalformedDescriptor,
+            0x8000_0000_0000_0002 => Self::StringTooLong,
+            0x8000_0000_0000_0003 => Self::BadAddress,
+            0x8000_0000_0000_0004 => Self::NoCall,
+            _ => return None,
+        })
+    }
+
+    /// What the error means.
+    pub const fn description(self) -> &'static str {
+        match self {
+            Self::Void => {
+                "The target capability is void, or was revoked (its object's version changed)."
+            }
+            Self::MalformedDescriptor => {
+                "The descriptor (`rdi`) has an undefined bit set or counts more than four capabilities."
+            }
+            Self::StringTooLong => "The string sent is longer than 4096 bytes.",
+            Self::BadAddress => "The string sent is not mapped in the invoker's address space.",
+            Self::NoCall => {
+                "A call through a start capability without the right to call (a send is allowed)."
+            }
+        }
+    }
+}
+
+/// Errors returned by kernel objects.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectError {
+    /// The object has no method with this order code.
+    InvalidOrder = 1,
+    /// The slot index is out of range (0..=31).
+    InvalidSlot = 2,
+    /// The method changes the object, and the capability is read-only.
+    ReadOnly = 3,
+    /// An argument capability is not of a type the method accepts.
+    WrongType = 4,
+    /// An offset, length, height, index or number is out of range.
+    OutOfRange = 5,
+    /// The capability lacks a right the method needs (a call through a no-call capability).
+    NoRight = 6,
+}
+
+impl ObjectError {
+    pub const fn code(self) -> u64 {
+        self as u64
+    }
+
+    pub const fn from_code(code: u64) -> Option<Self> {
+        Some(match code {
+            1 => Self::InvalidOrder,
+            2 => Self::InvalidSlot,
+            3 => Self::ReadOnly,
+            4 => Self::WrongType,
+            5 => Self::OutOfRange,
+            6 => Self::NoRight,
+            _ => return None,
+        })
+    }
+
+    /// What the error means.
+    pub const fn description(self) -> &'static str {
+        match self {
+            Self::InvalidOrder => "The object has no method with this order code.",
+            Self::InvalidSlot => "The slot index is out of range (0..=31).",
+            Self::ReadOnly => "The method changes the object, and the capability is read-only.",
+            Self::WrongType => "An argument capability is not of a type the method accepts.",
+            Self::OutOfRange => "An offset, length, height, index or number is out of range.",
+            Self::NoRight => {
+                "The capability lacks a right the method needs (a call through a no-call capability)."
+            }
+        }
+    }
+}
+
+/// What the decoders look at in an invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// The order code.
+    pub order: u64,
+    /// Words 0..=3.
+    pub words: [u64; 4],
+    /// Length of the string sent, in bytes (0: none).
+    pub string_length: u64,
+    /// Number of capabilities sent (0..=4); a capability argument not sent is void.
+    pub capability_count: u64,
+}
+
+/// Order codes of the methods every type with a module below has.
+pub mod common_order {
+    /// Says what the capability is.
+    pub const IDENTIFY: u64 = 0;
+}
+
+/// Two words of data held in the capability itself.
+pub mod number {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Returns the two words.
+        pub const VALUE: u64 = 1;
+    }
+
+    /// An invocation of a number capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Returns the two words.
+        Value,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::VALUE => Ok(Self::Value),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// 4 KiB of data.
+pub mod page {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Reads `length` bytes from `offset`.
+        pub const READ: u64 = 1;
+        /// Writes the string at `offset`.
+        pub const WRITE: u64 = 2;
+        /// Sets every byte of the page to zero.
+        pub const ZERO: u64 = 3;
+        /// Returns a read-only capability to the same page.
+        pub const WEAKEN: u64 = 4;
+    }
+
+    /// An invocation of a page capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Reads `length` bytes from `offset`.
+        Read {
+            /// First byte read.
+            offset: u64,
+            /// Bytes read; `offset + length` is at most 4096.
+            length: u64,
+        },
+        /// Writes the string at `offset`.
+        Write {
+            /// First byte written; `offset` plus the string's length is at most 4096.
+            offset: u64,
+        },
+        /// Sets every byte of the page to zero.
+        Zero,
+        /// Returns a read-only capability to the same page.
+        Weaken,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::READ => {
+                    let offset = message.words[0];
+                    let length = message.words[1];
+                    if offset > 4096 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    if length > 4096 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    if offset.checked_add(length).is_none_or(|sum| sum > 4096) {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::Read { offset, length })
+                }
+                order::WRITE => {
+                    let offset = message.words[0];
+                    if offset > 4096 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    if offset
+                        .checked_add(message.string_length)
+                        .is_none_or(|sum| sum > 4096)
+                    {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::Write { offset })
+                }
+                order::ZERO => Ok(Self::Zero),
+                order::WEAKEN => Ok(Self::Weaken),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// 32 capability slots, numbered 0..=31.
+pub mod node {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Returns a copy of the capability in a slot (weakened if the node capability is weak).
+        pub const FETCH: u64 = 1;
+        /// Stores a capability in a slot and returns the one it replaces.
+        pub const SWAP: u64 = 2;
+        /// Stores void in a slot.
+        pub const CLEAR: u64 = 3;
+        /// Returns a read-only, weak capability to the same node: what is fetched through it is weakened too.
+        pub const WEAKEN: u64 = 4;
+        /// Returns a space capability of this node: an address-space tree of height `height`, covering 4 KiB × 32^height.
+        pub const MAKE_SPACE: u64 = 5;
+        /// Returns an indirector capability of this node, which forwards every invocation to the capability in slot 0.
+        pub const MAKE_INDIRECTOR: u64 = 6;
+        /// Returns a meter capability of this node.
+        pub const MAKE_METER: u64 = 7;
+        /// Returns a process capability of this node, the process's root.
+        pub const MAKE_PROCESS: u64 = 8;
+    }
+
+    /// An invocation of a node capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Returns a copy of the capability in a slot (weakened if the node capability is weak).
+        Fetch {
+            /// The slot.
+            slot: u64,
+        },
+        /// Stores a capability in a slot and returns the one it replaces.
+        Swap {
+            /// The slot.
+            slot: u64,
+        },
+        /// Stores void in a slot.
+        Clear {
+            /// The slot.
+            slot: u64,
+        },
+        /// Returns a read-only, weak capability to the same node: what is fetched through it is weakened too.
+        Weaken,
+        /// Returns a space capability of this node: an address-space tree of height `height`, covering 4 KiB × 32^height.
+        MakeSpace {
+            /// The space's height.
+            height: u64,
+            /// Bit 0, keeper: slot 0 holds the inner space and slot 1 its keeper (a start capability). No other bit is defined.
+            flags: u64,
+        },
+        /// Returns an indirector capability of this node, which forwards every invocation to the capability in slot 0.
+        MakeIndirector {
+            /// The badge of the indirector capability.
+            badge: u64,
+        },
+        /// Returns a meter capability of this node.
+        MakeMeter,
+        /// Returns a process capability of this node, the process's root.
+        MakeProcess,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::FETCH => {
+                    let slot = message.words[0];
+                    if slot > 31 {
+                        return Err(ObjectError::InvalidSlot);
+                    }
+                    Ok(Self::Fetch { slot })
+                }
+                order::SWAP => {
+                    let slot = message.words[0];
+                    if slot > 31 {
+                        return Err(ObjectError::InvalidSlot);
+                    }
+                    Ok(Self::Swap { slot })
+                }
+                order::CLEAR => {
+                    let slot = message.words[0];
+                    if slot > 31 {
+                        return Err(ObjectError::InvalidSlot);
+                    }
+                    Ok(Self::Clear { slot })
+                }
+                order::WEAKEN => Ok(Self::Weaken),
+                order::MAKE_SPACE => {
+                    let height = message.words[0];
+                    let flags = message.words[1];
+                    if height > 7 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    if flags > 1 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::MakeSpace { height, flags })
+                }
+                order::MAKE_INDIRECTOR => {
+                    let badge = message.words[0];
+                    Ok(Self::MakeIndirector { badge })
+                }
+                order::MAKE_METER => Ok(Self::MakeMeter),
+                order::MAKE_PROCESS => Ok(Self::MakeProcess),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// An address-space tree of height h covering 4 KiB × 32^h; slot i covers the i-th 4 KiB × 32^(h-1) part.
+pub mod space {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Returns a copy of the capability in a slot.
+        pub const FETCH: u64 = 1;
+        /// Stores a page or space capability in a slot and returns the one it replaces.
+        pub const SWAP: u64 = 2;
+        /// Returns the space's height and flags.
+        pub const INFO: u64 = 3;
+        /// Returns a read-only capability to the same space.
+        pub const WEAKEN: u64 = 4;
+    }
+
+    /// An invocation of a space capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Returns a copy of the capability in a slot.
+        Fetch {
+            /// The slot.
+            slot: u64,
+        },
+        /// Stores a page or space capability in a slot and returns the one it replaces.
+        Swap {
+            /// The slot.
+            slot: u64,
+        },
+        /// Returns the space's height and flags.
+        Info,
+        /// Returns a read-only capability to the same space.
+        Weaken,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::FETCH => {
+                    let slot = message.words[0];
+                    if slot > 31 {
+                        return Err(ObjectError::InvalidSlot);
+                    }
+                    Ok(Self::Fetch { slot })
+                }
+                order::SWAP => {
+                    let slot = message.words[0];
+                    if slot > 31 {
+                        return Err(ObjectError::InvalidSlot);
+                    }
+                    Ok(Self::Swap { slot })
+                }
+                order::INFO => Ok(Self::Info),
+                order::WEAKEN => Ok(Self::Weaken),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// A process: registers, 16 capability registers, an address space, a keeper and a meter.
+pub mod process {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Returns the register file: 18 little-endian words, rax, rbx, rcx, rdx, rsi, rdi, rbp, r8..r15, rip, rsp, rflags.
+        pub const READ_REGISTERS: u64 = 1;
+        /// Replaces the register file of a process other than the invoker. Only the arithmetic, direction and trap flags of rflags are taken: interrupts stay on and I/O privilege 0.
+        pub const WRITE_REGISTERS: u64 = 2;
+        /// Returns a copy of the capability in one of the process's capability registers.
+        pub const FETCH_REGISTER: u64 = 3;
+        /// Stores a capability in one of the process's capability registers and returns the one it replaces.
+        pub const SWAP_REGISTER: u64 = 4;
+        /// Sets the process's address space.
+        pub const SET_SPACE: u64 = 5;
+        /// Sets the process's keeper, which receives its exceptions; void removes it.
+        pub const SET_KEEPER: u64 = 6;
+        /// Sets the meter the process runs on.
+        pub const SET_METER: u64 = 7;
+        /// Returns a start capability to the process, through which it is called.
+        pub const MAKE_START: u64 = 8;
+        /// Makes the process runnable.
+        pub const START: u64 = 9;
+        /// Stops the process; the kernel reports the exit code.
+        pub const STOP: u64 = 10;
+        /// Returns the process's space capability.
+        pub const FETCH_SPACE: u64 = 11;
+    }
+
+    /// An invocation of a process capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Returns the register file: 18 little-endian words, rax, rbx, rcx, rdx, rsi, rdi, rbp, r8..r15, rip, rsp, rflags.
+        ReadRegisters,
+        /// Replaces the register file of a process other than the invoker. Only the arithmetic, direction and trap flags of rflags are taken: interrupts stay on and I/O privilege 0.
+        WriteRegisters,
+        /// Returns a copy of the capability in one of the process's capability registers.
+        FetchRegister {
+            /// The capability register.
+            index: u64,
+        },
+        /// Stores a capability in one of the process's capability registers and returns the one it replaces.
+        SwapRegister {
+            /// The capability register.
+            index: u64,
+        },
+        /// Sets the process's address space.
+        SetSpace,
+        /// Sets the process's keeper, which receives its exceptions; void removes it.
+        SetKeeper,
+        /// Sets the meter the process runs on.
+        SetMeter,
+        /// Returns a start capability to the process, through which it is called.
+        MakeStart {
+            /// The badge the process sees when invoked through the start capability.
+            badge: u64,
+        },
+        /// Makes the process runnable.
+        Start,
+        /// Stops the process; the kernel reports the exit code.
+        Stop {
+            /// The exit code.
+            exit_code: u64,
+        },
+        /// Returns the process's space capability.
+        FetchSpace,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::READ_REGISTERS => Ok(Self::ReadRegisters),
+                order::WRITE_REGISTERS => Ok(Self::WriteRegisters),
+                order::FETCH_REGISTER => {
+                    let index = message.words[0];
+                    if index > 15 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::FetchRegister { index })
+                }
+                order::SWAP_REGISTER => {
+                    let index = message.words[0];
+                    if index > 15 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::SwapRegister { index })
+                }
+                order::SET_SPACE => {
+                    // `space` must be a space; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::SetSpace)
+                }
+                order::SET_KEEPER => Ok(Self::SetKeeper),
+                order::SET_METER => {
+                    // `meter` must be a meter; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::SetMeter)
+                }
+                order::MAKE_START => {
+                    let badge = message.words[0];
+                    Ok(Self::MakeStart { badge })
+                }
+                order::START => Ok(Self::Start),
+                order::STOP => {
+                    let exit_code = message.words[0];
+                    Ok(Self::Stop { exit_code })
+                }
+                order::FETCH_SPACE => Ok(Self::FetchSpace),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// CPU time that processes run on.
+pub mod meter {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Returns the time left on the meter.
+        pub const REMAINING: u64 = 1;
+        /// Sets the time left on the meter.
+        pub const REFILL: u64 = 2;
+        /// Sets the meter's keeper, which is invoked when the meter runs out; void removes it.
+        pub const SET_KEEPER: u64 = 3;
+    }
+
+    /// An invocation of a meter capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Returns the time left on the meter.
+        Remaining,
+        /// Sets the time left on the meter.
+        Refill {
+            /// Microseconds left.
+            microseconds: u64,
+        },
+        /// Sets the meter's keeper, which is invoked when the meter runs out; void removes it.
+        SetKeeper,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::REMAINING => Ok(Self::Remaining),
+                order::REFILL => {
+                    let microseconds = message.words[0];
+                    Ok(Self::Refill { microseconds })
+                }
+                order::SET_KEEPER => Ok(Self::SetKeeper),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// The serial console.
+pub mod console {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Writes the string to the console.
+        pub const WRITE: u64 = 1;
+    }
+
+    /// An invocation of a console capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Writes the string to the console.
+        Write,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::WRITE => Ok(Self::Write),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// The time since boot.
+pub mod clock {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Returns the time since boot.
+        pub const NOW: u64 = 1;
+    }
+
+    /// An invocation of a clock capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Returns the time since boot.
+        Now,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::NOW => Ok(Self::Now),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}

@@ -1,0 +1,585 @@
+// Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
+// Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
+
+//! Stubs for the methods of kernel objects, one function per method (see
+//! `docs/interface.md`). Each calls its target with [`invoke`]; a capability result
+//! goes to the capability register the caller names, a string result into the
+//! buffer it lends.
+
+use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+/// What [`identify`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdentifyResults {
+    /// The capability's type code.
+    pub type_code: u64,
+    /// Its rights: read-only 1, weak 2, no-call 4.
+    pub rights: u64,
+}
+
+/// Says what the capability is.
+///
+/// - returns `type_code`: The capability's type code.
+/// - returns `rights`: Its rights: read-only 1, weak 2, no-call 4.
+///
+/// Errors: invocation errors only.
+pub fn identify(target: CapReg) -> Result<IdentifyResults, Error> {
+    let received = invoke(Invocation::call(
+        target,
+        crate::abi::interface::common_order::IDENTIFY,
+    ))
+    .check()?;
+    Ok(IdentifyResults {
+        type_code: received.words[0],
+        rights: received.words[1],
+    })
+}
+
+/// Two words of data held in the capability itself.
+pub mod number {
+    use crate::abi::interface::number::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// What [`value`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct ValueResults {
+        /// The first word.
+        pub word0: u64,
+        /// The second word.
+        pub word1: u64,
+    }
+
+    /// Returns the two words.
+    ///
+    /// - returns `word0`: The first word.
+    /// - returns `word1`: The second word.
+    ///
+    /// Errors: invocation errors only.
+    pub fn value(number: CapReg) -> Result<ValueResults, Error> {
+        let received = invoke(Invocation::call(number, order::VALUE)).check()?;
+        Ok(ValueResults {
+            word0: received.words[0],
+            word1: received.words[1],
+        })
+    }
+}
+
+/// 4 KiB of data.
+pub mod page {
+    use crate::abi::interface::page::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Reads `length` bytes from `offset`.
+    ///
+    /// - `offset`: First byte read. Range 0..=4096.
+    /// - `length`: Bytes read; `offset + length` is at most 4096. Range 0..=4096.
+    /// - `data`: receives the bytes read.
+    ///
+    /// Returns bytes of `data` received.
+    ///
+    /// Errors: `out_of_range`; and invocation errors.
+    pub fn read(page: CapReg, offset: u64, length: u64, data: &mut [u8]) -> Result<usize, Error> {
+        let received = invoke(Invocation {
+            words: [offset, length, 0, 0],
+            buffer: data,
+            ..Invocation::call(page, order::READ)
+        })
+        .check()?;
+        Ok(received.string_length)
+    }
+
+    /// Writes the string at `offset`.
+    ///
+    /// - `offset`: First byte written; `offset` plus the string's length is at most 4096. Range 0..=4096.
+    /// - `data`: The bytes written.
+    ///
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
+    pub fn write(page: CapReg, offset: u64, data: &[u8]) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [offset, 0, 0, 0],
+            string: data,
+            ..Invocation::call(page, order::WRITE)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Sets every byte of the page to zero.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn zero(page: CapReg) -> Result<(), Error> {
+        invoke(Invocation::call(page, order::ZERO)).check()?;
+        Ok(())
+    }
+
+    /// Returns a read-only capability to the same page.
+    ///
+    /// - `into`: the capability register that receives the read-only capability.
+    ///
+    /// Errors: invocation errors only.
+    pub fn weaken(page: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(page, order::WEAKEN)
+        })
+        .check()?;
+        Ok(())
+    }
+}
+
+/// 32 capability slots, numbered 0..=31.
+pub mod node {
+    use crate::abi::interface::node::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Returns a copy of the capability in a slot (weakened if the node capability is weak).
+    ///
+    /// - `slot`: The slot. Range 0..=31.
+    /// - `into`: the capability register that receives the slot's capability.
+    ///
+    /// Errors: `invalid_slot`; and invocation errors.
+    pub fn fetch(node: CapReg, slot: u64, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [slot, 0, 0, 0],
+            receive: &[into],
+            ..Invocation::call(node, order::FETCH)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Stores a capability in a slot and returns the one it replaces.
+    ///
+    /// - `slot`: The slot. Range 0..=31.
+    /// - `stored`: The capability stored (void if none is sent).
+    /// - `into`: the capability register that receives the capability the slot held.
+    ///
+    /// Errors: `invalid_slot`, `read_only`; and invocation errors.
+    pub fn swap(node: CapReg, slot: u64, stored: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [slot, 0, 0, 0],
+            send: &[stored],
+            receive: &[into],
+            ..Invocation::call(node, order::SWAP)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Stores void in a slot.
+    ///
+    /// - `slot`: The slot. Range 0..=31.
+    ///
+    /// Errors: `invalid_slot`, `read_only`; and invocation errors.
+    pub fn clear(node: CapReg, slot: u64) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [slot, 0, 0, 0],
+            ..Invocation::call(node, order::CLEAR)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns a read-only, weak capability to the same node: what is fetched through it is weakened too.
+    ///
+    /// - `into`: the capability register that receives the read-only, weak capability.
+    ///
+    /// Errors: invocation errors only.
+    pub fn weaken(node: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(node, order::WEAKEN)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns a space capability of this node: an address-space tree of height `height`, covering 4 KiB × 32^height.
+    ///
+    /// - `height`: The space's height. Range 0..=7.
+    /// - `flags`: Bit 0, keeper: slot 0 holds the inner space and slot 1 its keeper (a start capability). No other bit is defined. Range 0..=1.
+    /// - `into`: the capability register that receives the space capability.
+    ///
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
+    pub fn make_space(node: CapReg, height: u64, flags: u64, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [height, flags, 0, 0],
+            receive: &[into],
+            ..Invocation::call(node, order::MAKE_SPACE)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns an indirector capability of this node, which forwards every invocation to the capability in slot 0.
+    ///
+    /// - `badge`: The badge of the indirector capability.
+    /// - `into`: the capability register that receives the indirector capability.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn make_indirector(node: CapReg, badge: u64, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [badge, 0, 0, 0],
+            receive: &[into],
+            ..Invocation::call(node, order::MAKE_INDIRECTOR)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns a meter capability of this node.
+    ///
+    /// - `into`: the capability register that receives the meter capability.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn make_meter(node: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(node, order::MAKE_METER)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns a process capability of this node, the process's root.
+    ///
+    /// - `into`: the capability register that receives the process capability.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn make_process(node: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(node, order::MAKE_PROCESS)
+        })
+        .check()?;
+        Ok(())
+    }
+}
+
+/// An address-space tree of height h covering 4 KiB × 32^h; slot i covers the i-th 4 KiB × 32^(h-1) part.
+pub mod space {
+    use crate::abi::interface::space::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Returns a copy of the capability in a slot.
+    ///
+    /// - `slot`: The slot. Range 0..=31.
+    /// - `into`: the capability register that receives the slot's capability.
+    ///
+    /// Errors: `invalid_slot`; and invocation errors.
+    pub fn fetch(space: CapReg, slot: u64, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [slot, 0, 0, 0],
+            receive: &[into],
+            ..Invocation::call(space, order::FETCH)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Stores a page or space capability in a slot and returns the one it replaces.
+    ///
+    /// - `slot`: The slot. Range 0..=31.
+    /// - `stored`: The capability stored. Type void or page or space.
+    /// - `into`: the capability register that receives the capability the slot held.
+    ///
+    /// Errors: `invalid_slot`, `read_only`, `wrong_type`; and invocation errors.
+    pub fn swap(space: CapReg, slot: u64, stored: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [slot, 0, 0, 0],
+            send: &[stored],
+            receive: &[into],
+            ..Invocation::call(space, order::SWAP)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// What [`info`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct InfoResults {
+        /// The height, 0..=7.
+        pub height: u64,
+        /// Bit 0: the space has a keeper (slot 1).
+        pub flags: u64,
+    }
+
+    /// Returns the space's height and flags.
+    ///
+    /// - returns `height`: The height, 0..=7.
+    /// - returns `flags`: Bit 0: the space has a keeper (slot 1).
+    ///
+    /// Errors: invocation errors only.
+    pub fn info(space: CapReg) -> Result<InfoResults, Error> {
+        let received = invoke(Invocation::call(space, order::INFO)).check()?;
+        Ok(InfoResults {
+            height: received.words[0],
+            flags: received.words[1],
+        })
+    }
+
+    /// Returns a read-only capability to the same space.
+    ///
+    /// - `into`: the capability register that receives the read-only capability.
+    ///
+    /// Errors: invocation errors only.
+    pub fn weaken(space: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(space, order::WEAKEN)
+        })
+        .check()?;
+        Ok(())
+    }
+}
+
+/// A process: registers, 16 capability registers, an address space, a keeper and a meter.
+pub mod process {
+    use crate::abi::interface::process::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Returns the register file: 18 little-endian words, rax, rbx, rcx, rdx, rsi, rdi, rbp, r8..r15, rip, rsp, rflags.
+    ///
+    /// - `registers`: receives the register file.
+    ///
+    /// Returns bytes of `registers` received.
+    ///
+    /// Errors: invocation errors only.
+    pub fn read_registers(process: CapReg, registers: &mut [u8]) -> Result<usize, Error> {
+        let received = invoke(Invocation {
+            buffer: registers,
+            ..Invocation::call(process, order::READ_REGISTERS)
+        })
+        .check()?;
+        Ok(received.string_length)
+    }
+
+    /// Replaces the register file of a process other than the invoker. Only the arithmetic, direction and trap flags of rflags are taken: interrupts stay on and I/O privilege 0.
+    ///
+    /// - `registers`: The register file as `read_registers` returns it (144 bytes); rip and rsp must be user addresses.
+    ///
+    /// Errors: `out_of_range`, `no_right`; and invocation errors.
+    pub fn write_registers(process: CapReg, registers: &[u8]) -> Result<(), Error> {
+        invoke(Invocation {
+            string: registers,
+            ..Invocation::call(process, order::WRITE_REGISTERS)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns a copy of the capability in one of the process's capability registers.
+    ///
+    /// - `index`: The capability register. Range 0..=15.
+    /// - `into`: the capability register that receives the register's capability.
+    ///
+    /// Errors: `out_of_range`; and invocation errors.
+    pub fn fetch_register(process: CapReg, index: u64, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [index, 0, 0, 0],
+            receive: &[into],
+            ..Invocation::call(process, order::FETCH_REGISTER)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Stores a capability in one of the process's capability registers and returns the one it replaces.
+    ///
+    /// - `index`: The capability register. Range 0..=15.
+    /// - `stored`: The capability stored (void if none is sent).
+    /// - `into`: the capability register that receives the capability the register held.
+    ///
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
+    pub fn swap_register(
+        process: CapReg,
+        index: u64,
+        stored: CapReg,
+        into: CapReg,
+    ) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [index, 0, 0, 0],
+            send: &[stored],
+            receive: &[into],
+            ..Invocation::call(process, order::SWAP_REGISTER)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Sets the process's address space.
+    ///
+    /// - `space`: The address space. Type space.
+    ///
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
+    pub fn set_space(process: CapReg, space: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            send: &[space],
+            ..Invocation::call(process, order::SET_SPACE)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Sets the process's keeper, which receives its exceptions; void removes it.
+    ///
+    /// - `keeper`: The keeper's start capability, or void. Type void or start.
+    ///
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
+    pub fn set_keeper(process: CapReg, keeper: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            send: &[keeper],
+            ..Invocation::call(process, order::SET_KEEPER)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Sets the meter the process runs on.
+    ///
+    /// - `meter`: The meter. Type meter.
+    ///
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
+    pub fn set_meter(process: CapReg, meter: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            send: &[meter],
+            ..Invocation::call(process, order::SET_METER)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns a start capability to the process, through which it is called.
+    ///
+    /// - `badge`: The badge the process sees when invoked through the start capability.
+    /// - `into`: the capability register that receives the start capability.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn make_start(process: CapReg, badge: u64, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [badge, 0, 0, 0],
+            receive: &[into],
+            ..Invocation::call(process, order::MAKE_START)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Makes the process runnable.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn start(process: CapReg) -> Result<(), Error> {
+        invoke(Invocation::call(process, order::START)).check()?;
+        Ok(())
+    }
+
+    /// Stops the process; the kernel reports the exit code.
+    ///
+    /// - `exit_code`: The exit code.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn stop(process: CapReg, exit_code: u64) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [exit_code, 0, 0, 0],
+            ..Invocation::call(process, order::STOP)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns the process's space capability.
+    ///
+    /// - `into`: the capability register that receives the space capability (void if none).
+    ///
+    /// Errors: invocation errors only.
+    pub fn fetch_space(process: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(process, order::FETCH_SPACE)
+        })
+        .check()?;
+        Ok(())
+    }
+}
+
+/// CPU time that processes run on.
+pub mod meter {
+    use crate::abi::interface::meter::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Returns the time left on the meter.
+    ///
+    ///
+    /// Returns microseconds left.
+    ///
+    /// Errors: invocation errors only.
+    pub fn remaining(meter: CapReg) -> Result<u64, Error> {
+        let received = invoke(Invocation::call(meter, order::REMAINING)).check()?;
+        Ok(received.words[0])
+    }
+
+    /// Sets the time left on the meter.
+    ///
+    /// - `microseconds`: Microseconds left.
+    ///
+    /// Errors: `read_only`; and invocation errors.
+    pub fn refill(meter: CapReg, microseconds: u64) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [microseconds, 0, 0, 0],
+            ..Invocation::call(meter, order::REFILL)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Sets the meter's keeper, which is invoked when the meter runs out; void removes it.
+    ///
+    /// - `keeper`: The keeper's start capability, or void. Type void or start.
+    ///
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
+    pub fn set_keeper(meter: CapReg, keeper: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            send: &[keeper],
+            ..Invocation::call(meter, order::SET_KEEPER)
+        })
+        .check()?;
+        Ok(())
+    }
+}
+
+/// The serial console.
+pub mod console {
+    use crate::abi::interface::console::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Writes the string to the console.
+    ///
+    /// - `text`: The bytes written.
+    ///
+    /// Errors: invocation errors only.
+    pub fn write(console: CapReg, text: &[u8]) -> Result<(), Error> {
+        invoke(Invocation {
+            string: text,
+            ..Invocation::call(console, order::WRITE)
+        })
+        .check()?;
+        Ok(())
+    }
+}
+
+/// The time since boot.
+pub mod clock {
+    use crate::abi::interface::clock::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Returns the time since boot.
+    ///
+    ///
+    /// Returns nanoseconds since boot.
+    ///
+    /// Errors: invocation errors only.
+    pub fn now(clock: CapReg) -> Result<u64, Error> {
+        let received = invoke(Invocation::call(clock, order::NOW)).check()?;
+        Ok(received.words[0])
+    }
+}
