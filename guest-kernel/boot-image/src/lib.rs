@@ -1,7 +1,9 @@
 //! The Holdfast initial image (`.hfi`), format version 1.
 //!
 //! The image travels beside the kernel (a PVH module or a multiboot2 module) and holds the
-//! ring-3 programs the kernel starts. All integers are little-endian.
+//! ring-3 programs the kernel starts and the system table ([`system_table`]) that says
+//! which processes run them and what capabilities each holds. All integers are
+//! little-endian.
 //!
 //! ```text
 //! offset  size  field
@@ -15,7 +17,7 @@
 //! ...           payloads, each starting on a PAYLOAD_ALIGN boundary
 //!
 //! entry:  0 name (32 bytes, UTF-8, NUL-padded, non-empty)
-//!        32 kind (u32, 1 = ring-3 program as an ELF file)
+//!        32 kind (u32, 1 = ring-3 program as an ELF file, 2 = system table)
 //!        36 reserved (u32, zero)
 //!        40 payload offset (u64)
 //!        48 payload length (u64)
@@ -31,7 +33,11 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+pub mod system_table;
+
 use core::fmt;
+
+pub use system_table::{SystemTable, SystemTableError};
 
 pub const MAGIC: [u8; 8] = *b"HOLDFAST";
 pub const FORMAT_VERSION: u32 = 1;
@@ -53,7 +59,13 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 pub enum EntryKind {
     /// A statically linked x86-64 ELF executable to run in ring 3.
     Program = 1,
+    /// The objects of the initial system and their capabilities ([`system_table`]); at
+    /// most one per image, named [`SYSTEM_TABLE_ENTRY_NAME`].
+    SystemTable = 2,
 }
+
+/// The name of the system table's entry.
+pub const SYSTEM_TABLE_ENTRY_NAME: &str = "system";
 
 /// Why a byte string is not a valid initial image. Each names what check failed and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -230,6 +242,31 @@ impl<'a> Image<'a> {
         self.entries().find(|entry| entry.name == name)
     }
 
+    /// The image's programs, in order: a process's program index counts in this sequence.
+    pub fn programs(&self) -> impl Iterator<Item = Entry<'a>> + '_ {
+        self.entries()
+            .filter(|entry| entry.kind == EntryKind::Program)
+    }
+
+    /// The image's system table, decoded and checked against the image's programs; `None`
+    /// if the image has none.
+    pub fn system_table(&self) -> Option<Result<SystemTable<'a>, SystemTableError>> {
+        let entry = self
+            .entries()
+            .find(|entry| entry.kind == EntryKind::SystemTable)?;
+        let program_count = self.programs().count();
+        Some(SystemTable::decode(entry.payload).and_then(|table| {
+            if table.program_count() as usize == program_count {
+                Ok(table)
+            } else {
+                Err(SystemTableError::ProgramCountMismatch {
+                    recorded: table.program_count(),
+                    actual: program_count,
+                })
+            }
+        }))
+    }
+
     fn entry_checked(&self, index: usize) -> Result<Entry<'a>, FormatError> {
         let bytes = self.bytes;
         let at = HEADER_BYTES + index * ENTRY_BYTES;
@@ -244,6 +281,7 @@ impl<'a> Image<'a> {
             .ok_or(FormatError::EntryName { index })?;
         let kind = match read_u32(bytes, at + 32) {
             1 => EntryKind::Program,
+            2 => EntryKind::SystemTable,
             kind => return Err(FormatError::EntryKind { index, kind }),
         };
         let offset = read_u64(bytes, at + 40);
@@ -435,6 +473,48 @@ mod tests {
         assert_eq!(
             FormatError::BadMagic.to_string(),
             "bad magic (not a Holdfast image)"
+        );
+    }
+
+    #[test]
+    fn system_table_is_found_and_checked_against_the_programs() {
+        let system = system_table::System {
+            program_count: 2,
+            ..Default::default()
+        };
+        let table = system_table::encode(&system).unwrap();
+        let mut builder = ImageBuilder::new();
+        builder.add("hello", EntryKind::Program, b"one").unwrap();
+        builder
+            .add(SYSTEM_TABLE_ENTRY_NAME, EntryKind::SystemTable, &table)
+            .unwrap();
+        builder.add("ticker", EntryKind::Program, b"two").unwrap();
+        let bytes = builder.finish();
+        let image = Image::parse(&bytes).unwrap();
+        let programs: Vec<_> = image.programs().map(|entry| entry.name).collect();
+        assert_eq!(programs, ["hello", "ticker"]);
+        assert_eq!(image.system_table().unwrap().unwrap().program_count(), 2);
+
+        let mut builder = ImageBuilder::new();
+        builder.add("hello", EntryKind::Program, b"one").unwrap();
+        builder
+            .add(SYSTEM_TABLE_ENTRY_NAME, EntryKind::SystemTable, &table)
+            .unwrap();
+        let bytes = builder.finish();
+        let error = Image::parse(&bytes)
+            .unwrap()
+            .system_table()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "system table was made for 2 programs but the image has 1"
+        );
+        assert!(
+            Image::parse(&two_entry_image())
+                .unwrap()
+                .system_table()
+                .is_none()
         );
     }
 

@@ -4,7 +4,7 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use holdfast_abi as abi;
-use holdfast_boot_image::{EntryKind, Image};
+use holdfast_boot_image::Image;
 
 use crate::arch::{self, timer};
 use crate::bootinfo::BootInformation;
@@ -98,16 +98,15 @@ pub fn run(
             finish()
         }
     };
+    // The system table beside the programs is not read yet: every program gets the
+    // capabilities the self-test manifest gives each of them.
     println!(
         "selftest: initial image: {} programs, {} bytes [ok]",
-        image.len(),
+        image.programs().count(),
         bytes.len()
     );
     let capabilities = [Capability::Console, Capability::OwnProcess];
-    for entry in image
-        .entries()
-        .filter(|entry| entry.kind == EntryKind::Program)
-    {
+    for entry in image.programs() {
         if let Err(error) = process::load(entry.name, entry.payload, &capabilities) {
             println!(
                 "selftest: ring3 {}: cannot load: {error} [{}]",
