@@ -488,6 +488,7 @@ fn resolve_capability(
         "page" => Target::Page(lookup(&names.pages, "page", &name(&written.page))?),
         "meter" => Target::Meter(lookup(&names.meters, "meter", &name(&written.meter))?),
         "number" => Target::Number(written.number.unwrap_or_default()),
+        // The one kind left of the list above.
         _ => Target::Indirector {
             node: lookup(&names.nodes, "node", &name(&written.indirector))?,
             badge,
