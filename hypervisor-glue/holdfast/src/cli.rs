@@ -43,9 +43,9 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
-    /// Build the guest crates (cargo, release, x86_64-unknown-none) and write
-    /// holdfast-kernel.elf, initial.hfi and holdfast-boot.img (a BIOS disk made with
-    /// grub-mkrescue) into the output directory.
+    /// Check the manifest, build the guest crates (cargo, release, x86_64-unknown-none) and
+    /// write holdfast-kernel.elf, initial.hfi (the manifest's programs and system table) and
+    /// holdfast-boot.img (a BIOS disk made with grub-mkrescue) into the output directory.
     Build(ImageBuildArguments),
 }
 
@@ -54,6 +54,12 @@ pub struct ImageBuildArguments {
     /// Output directory [default: build/image in the source tree]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// The manifest of the initial system: its processes, the programs they run, their
+    /// nodes, pages and meters, and the capabilities each holds (TOML; schema in
+    /// hypervisor-glue/image-builder/README.md) [default: services/manifest.toml in the
+    /// source tree]
+    #[arg(long, value_name = "PATH")]
+    pub manifest: Option<PathBuf>,
     /// Kernel command-line words fixed in the boot disk's grub.cfg (a GRUB boot cannot be
     /// given a command line at run time)
     #[arg(long, value_name = "WORDS", default_value = "")]

@@ -174,6 +174,87 @@ fn unknown_vm_name() {
     );
 }
 
+/// `holdfast image build --manifest` with a manifest of `text`, into a scratch directory.
+fn build_with_manifest(test_name: &str, text: &str) -> (support::Run, std::path::PathBuf) {
+    let directory = scratch_dir(test_name);
+    let manifest = directory.join("manifest.toml");
+    std::fs::write(&manifest, text).unwrap();
+    let out = directory.join("image");
+    let run = run_holdfast(&[
+        "image",
+        "build",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    (run, manifest)
+}
+
+#[test]
+fn manifest_with_a_dangling_reference() {
+    let (run, manifest) = build_with_manifest(
+        "manifest-dangling",
+        "[[process]]\nname = \"echo\"\nprogram = \"hello\"\nregisters = { 3 = { node = \"scratch\" } }\n",
+    );
+    assert_one_line_error(
+        &run,
+        INPUT_ERROR,
+        &format!(
+            "holdfast: {}: process 'echo' register 3: no node named 'scratch'",
+            manifest.display()
+        ),
+    );
+}
+
+#[test]
+fn manifest_with_a_syntax_error() {
+    let (run, manifest) = build_with_manifest("manifest-syntax", "[[process]\n");
+    assert_one_line_error(
+        &run,
+        INPUT_ERROR,
+        &format!(
+            "holdfast: {}: line 1, column 10: invalid table header: expected `.`, `]]`",
+            manifest.display()
+        ),
+    );
+}
+
+#[test]
+fn manifest_that_does_not_exist() {
+    let missing = scratch_dir("manifest-missing").join("manifest.toml");
+    let run = run_holdfast(&["image", "build", "--manifest", missing.to_str().unwrap()]);
+    assert_one_line_error(
+        &run,
+        INPUT_ERROR,
+        &format!(
+            "holdfast: {}: cannot read it: No such file or directory (os error 2)",
+            missing.display()
+        ),
+    );
+}
+
+/// The programs are known only after the guest build: this runs cargo for the guest crates
+/// (quick when the test image is already built).
+#[test]
+fn manifest_naming_a_program_the_build_lacks() {
+    let (run, manifest) = build_with_manifest(
+        "manifest-unknown-program",
+        "[[process]]\nname = \"echo\"\nprogram = \"echo\"\n",
+    );
+    assert_eq!(run.status, Some(INPUT_ERROR), "{}", run.transcript());
+    let last_line = run.stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        last_line,
+        format!(
+            "holdfast: {}: process 'echo': no program 'echo' in the guest build (it has fault-gp, fault-int, fault-kernel-read, fault-null, fault-ud, hello, ticker)",
+            manifest.display()
+        ),
+        "{}",
+        run.transcript()
+    );
+}
+
 #[test]
 fn every_verb_has_help() {
     let verbs: [(&[&str], &[&str]); 9] = [
@@ -183,7 +264,7 @@ fn every_verb_has_help() {
         ),
         (
             &["image", "build"],
-            &["--out", "--grub-append", "grub-mkrescue"],
+            &["--out", "--manifest", "--grub-append", "grub-mkrescue"],
         ),
         (
             &["run"],

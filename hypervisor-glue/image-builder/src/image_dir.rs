@@ -28,6 +28,11 @@ pub enum ImageDirError {
         path: PathBuf,
         error: holdfast_boot_image::FormatError,
     },
+    #[error("'{}' has a bad system table: {error}", path.display())]
+    BadSystemTable {
+        path: PathBuf,
+        error: holdfast_boot_image::SystemTableError,
+    },
     #[error("'{}' is not a kernel: it is not an ELF file", path.display())]
     NotAKernel { path: PathBuf },
 }
@@ -93,7 +98,8 @@ impl ImageDir {
     }
 }
 
-/// Parses the file as an initial image, verifying every checksum.
+/// Parses the file as an initial image, verifying every checksum, and decodes its system
+/// table as the kernel will.
 pub fn check_initial_image(path: &Path) -> Result<(), ImageDirError> {
     let mut bytes = Vec::new();
     open(path)?
@@ -102,12 +108,17 @@ pub fn check_initial_image(path: &Path) -> Result<(), ImageDirError> {
             path: path.to_owned(),
             source,
         })?;
-    Image::parse(&bytes)
-        .map(drop)
-        .map_err(|error| ImageDirError::NotAnImage {
+    let image = Image::parse(&bytes).map_err(|error| ImageDirError::NotAnImage {
+        path: path.to_owned(),
+        error,
+    })?;
+    match image.system_table() {
+        Some(Err(error)) => Err(ImageDirError::BadSystemTable {
             path: path.to_owned(),
             error,
-        })
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn open(path: &Path) -> Result<std::fs::File, ImageDirError> {
@@ -135,6 +146,29 @@ mod tests {
             error.to_string(),
             "image directory '/nonexistent/image' not found: run 'holdfast image build' first"
         );
+    }
+
+    #[test]
+    fn damaged_system_table_is_named() {
+        let mut builder = holdfast_boot_image::ImageBuilder::new();
+        builder
+            .add(
+                holdfast_boot_image::SYSTEM_TABLE_ENTRY_NAME,
+                holdfast_boot_image::EntryKind::SystemTable,
+                &[0u8; 64],
+            )
+            .unwrap();
+        let path = std::env::temp_dir().join(format!("holdfast-bad-system-{}", std::process::id()));
+        std::fs::write(&path, builder.finish()).unwrap();
+        let error = check_initial_image(&path).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "'{}' has a bad system table: bad magic (not a system table)",
+                path.display()
+            )
+        );
+        std::fs::remove_file(path).unwrap();
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! | file | what it is |
 //! |---|---|
 //! | `holdfast-kernel.elf` | the kernel, bootable by PVH (QEMU `-kernel`) or multiboot2 (GRUB) |
-//! | `initial.hfi` | the initial image: the ring-3 programs of [`INITIAL_PROGRAMS`], in that order |
+//! | `initial.hfi` | the initial image: the system a [`manifest`] describes (its programs and a system table) |
 //! | `holdfast-boot.img` | a BIOS-bootable disk: GRUB, `grub.cfg`, the kernel and the initial image |
 //!
 //! [`build`] does it all from the source tree (running cargo for the guest crates);
@@ -13,13 +13,16 @@ pub mod boot_disk;
 pub mod guest_build;
 pub mod image_dir;
 pub mod initial_image;
+pub mod manifest;
+pub mod program_elf;
 
 use std::path::{Path, PathBuf};
 
 pub use boot_disk::BootDiskError;
 pub use guest_build::{GuestArtifacts, GuestBuildError};
 pub use image_dir::{ImageDir, ImageDirError};
-pub use initial_image::{INITIAL_PROGRAMS, InitialImageError};
+pub use initial_image::InitialImageError;
+pub use manifest::{DEFAULT_MANIFEST, Manifest, ManifestError};
 
 /// What [`build`] needs.
 #[derive(Clone, Debug)]
@@ -28,12 +31,16 @@ pub struct BuildOptions {
     pub source_dir: PathBuf,
     /// Where the image files go; created if missing.
     pub out_dir: PathBuf,
+    /// The manifest of the initial system.
+    pub manifest: PathBuf,
     /// The kernel command line fixed in the boot disk's `grub.cfg`.
     pub grub_command_line: String,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
     #[error(transparent)]
     Guest(#[from] GuestBuildError),
     #[error(transparent)]
@@ -47,12 +54,25 @@ pub enum BuildError {
     },
 }
 
-/// Builds the guest crates and writes the three image files, reporting each step through
-/// `progress` (one line each, for a user who waits).
+impl BuildError {
+    /// Whether the user's input is at fault (the manifest, or a program it names) rather
+    /// than the build machinery.
+    pub fn is_input_error(&self) -> bool {
+        matches!(
+            self,
+            Self::Manifest(_) | Self::InitialImage(InitialImageError::Manifest(_))
+        )
+    }
+}
+
+/// Checks the manifest, builds the guest crates and writes the three image files,
+/// reporting each step through `progress` (one line each, for a user who waits).
 pub fn build(
     options: &BuildOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<ImageDir, BuildError> {
+    // Before the guest build, which takes long: a mistake in the manifest is told at once.
+    let manifest = Manifest::load(&options.manifest)?;
     let image_dir = ImageDir::new(&options.out_dir);
     std::fs::create_dir_all(&options.out_dir).map_err(|source| BuildError::Write {
         path: options.out_dir.clone(),
@@ -68,12 +88,18 @@ pub fn build(
     copy_file(&artifacts.kernel, &image_dir.kernel())?;
     progress(&format!("wrote {}", describe_file(&image_dir.kernel())));
 
-    let image = initial_image::make_initial_image(&artifacts.programs)?;
+    let image = initial_image::make_initial_image(&manifest, &artifacts.programs)?;
     write_file(&image_dir.initial_image(), &image)?;
+    let processes: Vec<_> = manifest
+        .processes
+        .iter()
+        .map(|process| process.name.as_str())
+        .collect();
     progress(&format!(
-        "wrote {}: {}",
+        "wrote {}: processes {} from {}",
         describe_file(&image_dir.initial_image()),
-        INITIAL_PROGRAMS.join(", ")
+        processes.join(", "),
+        options.manifest.display()
     ));
 
     progress("making the GRUB boot disk: grub-mkrescue");

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use holdfast_image_builder::BuildOptions;
+use holdfast_image_builder::{BuildOptions, DEFAULT_MANIFEST};
 
 use crate::cli::{ImageBuildArguments, ImageCommand};
 use crate::failure::Failure;
@@ -25,12 +25,22 @@ fn build(arguments: ImageBuildArguments) -> Result<ExitCode, Failure> {
     }
     let options = BuildOptions {
         out_dir: arguments.out.unwrap_or_else(paths::default_image_dir),
+        manifest: arguments
+            .manifest
+            .unwrap_or_else(|| source_dir.join(DEFAULT_MANIFEST)),
         source_dir,
         grub_command_line: arguments.grub_append,
     };
     let started = Instant::now();
-    holdfast_image_builder::build(&options, &mut |step| eprintln!("holdfast: {step}"))
-        .map_err(Failure::other)?;
+    holdfast_image_builder::build(&options, &mut |step| eprintln!("holdfast: {step}")).map_err(
+        |error| {
+            if error.is_input_error() {
+                Failure::input(error)
+            } else {
+                Failure::other(error)
+            }
+        },
+    )?;
     eprintln!(
         "holdfast: image ready in {} ({:.1} s)",
         options.out_dir.display(),

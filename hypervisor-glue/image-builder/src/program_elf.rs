@@ -1,0 +1,196 @@
+//! The checks the kernel's loader makes on a ring-3 program, made on the host first, so that
+//! a program the kernel would refuse is named at build time instead of failing at boot.
+
+use std::fmt;
+
+use elf::endian::LittleEndian;
+use holdfast_abi as abi;
+
+/// What is wrong with a program's ELF file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgramElfError {
+    NotElf,
+    NotSixtyFourBit { class: u8 },
+    NotLittleEndian,
+    Damaged { reason: String },
+    WrongMachine { machine: u16 },
+    NotStaticExecutable,
+    NoAbiNote,
+    AbiVersion { found: u32 },
+}
+
+impl fmt::Display for ProgramElfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotElf => write!(f, "not an ELF file"),
+            Self::NotSixtyFourBit { class } => {
+                write!(f, "ELF class {class}, not 64-bit (2)")
+            }
+            Self::NotLittleEndian => write!(f, "a big-endian ELF file, not little-endian"),
+            Self::Damaged { reason } => write!(f, "a damaged ELF file: {reason}"),
+            Self::WrongMachine { machine } => write!(
+                f,
+                "built for ELF machine {machine}, not x86-64 ({})",
+                elf::abi::EM_X86_64
+            ),
+            Self::NotStaticExecutable => write!(f, "not a statically linked executable"),
+            Self::NoAbiNote => write!(f, "no Holdfast ABI note (not built with holdfast-userlib)"),
+            Self::AbiVersion { found } => write!(
+                f,
+                "built for ABI version {found}, the kernel has version {}",
+                abi::ABI_VERSION
+            ),
+        }
+    }
+}
+
+/// Checks that `bytes` is a program the kernel will load: a 64-bit little-endian x86-64
+/// static executable carrying the Holdfast ABI note of this ABI version.
+pub fn check_program_elf(bytes: &[u8]) -> Result<(), ProgramElfError> {
+    // The identification bytes are checked by hand so that the message says which is wrong.
+    if bytes.get(..4) != Some(&elf::abi::ELFMAGIC[..]) {
+        return Err(ProgramElfError::NotElf);
+    }
+    match bytes.get(elf::abi::EI_CLASS) {
+        Some(&class) if class == elf::abi::ELFCLASS64 => {}
+        Some(&class) => return Err(ProgramElfError::NotSixtyFourBit { class }),
+        None => return Err(ProgramElfError::NotElf),
+    }
+    if bytes.get(elf::abi::EI_DATA) != Some(&elf::abi::ELFDATA2LSB) {
+        return Err(ProgramElfError::NotLittleEndian);
+    }
+    let file = elf::ElfBytes::<LittleEndian>::minimal_parse(bytes).map_err(|error| {
+        ProgramElfError::Damaged {
+            reason: error.to_string(),
+        }
+    })?;
+    if file.ehdr.e_machine != elf::abi::EM_X86_64 {
+        return Err(ProgramElfError::WrongMachine {
+            machine: file.ehdr.e_machine,
+        });
+    }
+    if file.ehdr.e_type != elf::abi::ET_EXEC {
+        return Err(ProgramElfError::NotStaticExecutable);
+    }
+    match abi_version_of(&file) {
+        None => Err(ProgramElfError::NoAbiNote),
+        Some(abi::ABI_VERSION) => Ok(()),
+        Some(found) => Err(ProgramElfError::AbiVersion { found }),
+    }
+}
+
+/// The version in the program's ABI note, found as the kernel finds it.
+fn abi_version_of(file: &elf::ElfBytes<LittleEndian>) -> Option<u32> {
+    file.segments()?
+        .iter()
+        .filter(|segment| segment.p_type == elf::abi::PT_NOTE)
+        .filter_map(|segment| file.segment_data_as_notes(&segment).ok())
+        .flatten()
+        .find_map(|note| match note {
+            elf::note::Note::Unknown(any)
+                if any.n_type == u64::from(abi::note::TYPE_ABI_VERSION)
+                    && any.name == abi::note::NAME =>
+            {
+                Some(u32::from_le_bytes(any.desc.get(..4)?.try_into().ok()?))
+            }
+            _ => None,
+        })
+}
+
+/// A minimal program ELF for tests: a header and one `PT_NOTE` segment holding the ABI
+/// note, with the fields the checks look at set from the arguments.
+#[cfg(test)]
+pub fn test_program_elf(machine: u16, abi_version: Option<u32>) -> Vec<u8> {
+    const HEADER_BYTES: usize = 64;
+    const PROGRAM_HEADER_BYTES: usize = 56;
+    let mut note = Vec::new();
+    if let Some(version) = abi_version {
+        let name = abi::note::NAME;
+        note.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        note.extend_from_slice(&4u32.to_le_bytes());
+        note.extend_from_slice(&abi::note::TYPE_ABI_VERSION.to_le_bytes());
+        note.extend_from_slice(name);
+        note.resize(note.len().next_multiple_of(4), 0);
+        note.extend_from_slice(&version.to_le_bytes());
+    }
+    let note_offset = (HEADER_BYTES + PROGRAM_HEADER_BYTES) as u64;
+    let mut bytes = vec![0u8; HEADER_BYTES];
+    bytes[..4].copy_from_slice(&elf::abi::ELFMAGIC);
+    bytes[elf::abi::EI_CLASS] = elf::abi::ELFCLASS64;
+    bytes[elf::abi::EI_DATA] = elf::abi::ELFDATA2LSB;
+    bytes[elf::abi::EI_VERSION] = 1;
+    bytes[16..18].copy_from_slice(&elf::abi::ET_EXEC.to_le_bytes());
+    bytes[18..20].copy_from_slice(&machine.to_le_bytes());
+    bytes[20..24].copy_from_slice(&1u32.to_le_bytes());
+    bytes[32..40].copy_from_slice(&(HEADER_BYTES as u64).to_le_bytes());
+    bytes[52..54].copy_from_slice(&(HEADER_BYTES as u16).to_le_bytes());
+    bytes[54..56].copy_from_slice(&(PROGRAM_HEADER_BYTES as u16).to_le_bytes());
+    bytes[56..58].copy_from_slice(&1u16.to_le_bytes());
+    let mut program_header = vec![0u8; PROGRAM_HEADER_BYTES];
+    program_header[..4].copy_from_slice(&elf::abi::PT_NOTE.to_le_bytes());
+    program_header[8..16].copy_from_slice(&note_offset.to_le_bytes());
+    program_header[32..40].copy_from_slice(&(note.len() as u64).to_le_bytes());
+    program_header[40..48].copy_from_slice(&(note.len() as u64).to_le_bytes());
+    program_header[48..56].copy_from_slice(&4u64.to_le_bytes());
+    bytes.extend_from_slice(&program_header);
+    bytes.extend_from_slice(&note);
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(bytes: &[u8]) -> String {
+        check_program_elf(bytes).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_program_built_for_this_kernel_passes() {
+        check_program_elf(&test_program_elf(
+            elf::abi::EM_X86_64,
+            Some(abi::ABI_VERSION),
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn each_problem_has_its_message() {
+        let good = test_program_elf(elf::abi::EM_X86_64, Some(abi::ABI_VERSION));
+        assert_eq!(message(b"#!/bin/sh\n"), "not an ELF file");
+        let mut thirty_two_bit = good.clone();
+        thirty_two_bit[elf::abi::EI_CLASS] = elf::abi::ELFCLASS32;
+        assert_eq!(message(&thirty_two_bit), "ELF class 1, not 64-bit (2)");
+        let mut big_endian = good.clone();
+        big_endian[elf::abi::EI_DATA] = elf::abi::ELFDATA2MSB;
+        assert_eq!(
+            message(&big_endian),
+            "a big-endian ELF file, not little-endian"
+        );
+        assert!(message(&good[..40]).starts_with("a damaged ELF file: "));
+        assert_eq!(
+            message(&test_program_elf(
+                elf::abi::EM_AARCH64,
+                Some(abi::ABI_VERSION)
+            )),
+            "built for ELF machine 183, not x86-64 (62)"
+        );
+        let mut shared_object = good.clone();
+        shared_object[16..18].copy_from_slice(&elf::abi::ET_DYN.to_le_bytes());
+        assert_eq!(
+            message(&shared_object),
+            "not a statically linked executable"
+        );
+        assert_eq!(
+            message(&test_program_elf(elf::abi::EM_X86_64, None)),
+            "no Holdfast ABI note (not built with holdfast-userlib)"
+        );
+        assert_eq!(
+            message(&test_program_elf(elf::abi::EM_X86_64, Some(99))),
+            format!(
+                "built for ABI version 99, the kernel has version {}",
+                abi::ABI_VERSION
+            )
+        );
+    }
+}
