@@ -593,14 +593,14 @@ pub mod process {
                 order::FETCH_REGISTER => {
                     let index = message.words[0];
                     if index > 15 {
-                        return Err(ObjectError::OutOfRange);
+                        return Err(ObjectError::InvalidSlot);
                     }
                     Ok(Self::FetchRegister { index })
                 }
                 order::SWAP_REGISTER => {
                     let index = message.words[0];
                     if index > 15 {
-                        return Err(ObjectError::OutOfRange);
+                        return Err(ObjectError::InvalidSlot);
                     }
                     Ok(Self::SwapRegister { index })
                 }

@@ -238,16 +238,20 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         Kind::Send => registers.rax = 0,
     }
     let target_process = &mut scheduler.processes[receiver];
-    let (receiver_root, mut receiver_registers) = (target_process.root, target_process.registers);
-    deliver(
-        &mut objects,
-        &receiver_root,
-        &mut receiver_registers,
-        message,
-    );
-    let target_process = &mut scheduler.processes[receiver];
-    target_process.registers = receiver_registers;
-    target_process.state = ProcessState::Runnable;
+    // A keeper's reply restarts the process from its registers as they are now (the keeper
+    // may have changed them); any other message is delivered into them.
+    if !core::mem::take(&mut target_process.waiting_for_keeper) {
+        let (receiver_root, mut receiver_registers) =
+            (target_process.root, target_process.registers);
+        deliver(
+            &mut objects,
+            &receiver_root,
+            &mut receiver_registers,
+            message,
+        );
+        scheduler.processes[receiver].registers = receiver_registers;
+    }
+    scheduler.processes[receiver].state = ProcessState::Runnable;
     drop(scheduler);
     drop(objects);
     match descriptor.kind {

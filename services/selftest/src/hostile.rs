@@ -2,8 +2,8 @@
 //! a while, to show that nothing a program can ask makes the kernel panic or disturbs
 //! another process. Prints how many invocations it made.
 //!
-//! Capability registers: 0 console, 1 own process (never invoked or sent: the program
-//! must live to report), 2 clock, 3 a node, 4 a page, 5 a start capability to echo-server,
+//! Capability registers: 0 console and 1 own process (neither invoked nor sent: the
+//! report must stay readable and the program must live to make it), 2 clock, 3 a node, 4 a page, 5 a start capability to echo-server,
 //! 6 a number whose first word is how many seconds to run. Capabilities it receives land
 //! in 3..=15, never over the console, its process or the clock.
 #![no_std]
@@ -52,7 +52,8 @@ impl Random {
 /// Whether invoking `target` with `order` cannot leave this program waiting forever: a
 /// start capability of a process that never becomes available (one this program made and
 /// started, or an indirector to it) would stall it, as KeyKOS would. So it makes neither
-/// processes nor indirectors, and calls no start capability but the echo server's.
+/// processes nor indirectors, and calls no start capability but the echo server's (nor a
+/// console).
 fn safe_to_invoke(target: u8, order: u64) -> bool {
     if target == ECHO_SERVER {
         return true;
@@ -60,6 +61,8 @@ fn safe_to_invoke(target: u8, order: u64) -> bool {
     match user::call(target, methods::IDENTIFY, [0; 4]).map(|words| Type::from_code(words[0])) {
         Ok(Some(Type::Node)) => order != node::MAKE_PROCESS && order != node::MAKE_INDIRECTOR,
         Ok(Some(Type::Start | Type::Resume | Type::Indirector)) => false,
+        // A console that came back from the echo server: random bytes would garble the report.
+        Ok(Some(Type::Console)) => false,
         Ok(_) => true,
         // A void capability refuses everything at once: invoke it too.
         Err(code) => code == InvocationError::Void as u64,

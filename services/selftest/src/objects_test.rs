@@ -4,6 +4,7 @@
 #![no_std]
 #![no_main]
 
+use holdfast_userlib::abi::InvocationError;
 use holdfast_userlib::abi::interface::Type;
 use holdfast_userlib::abi::methods::{self, ObjectError, node, page, process};
 use holdfast_userlib::{self as user, Invocation};
@@ -16,6 +17,11 @@ const READ_ONLY_PAGE: u8 = 8;
 
 fn error(error: ObjectError) -> Result<[u64; 4], u64> {
     Err(error as u64)
+}
+
+/// Whether the capability in `register` is void: invoking it fails with `void`.
+fn is_void(register: u8) -> bool {
+    user::call(register, methods::IDENTIFY, [0; 4]) == Err(InvocationError::Void as u64)
 }
 
 fn type_of(register: u8) -> Option<Type> {
@@ -38,7 +44,7 @@ fn main() -> u64 {
     let swapped = swap.invoke(&mut []);
     checks.check(
         "node swap: returns the old (void) capability",
-        swapped.code == 0 && type_of(FETCHED) == Some(Type::Void),
+        swapped.code == 0 && is_void(FETCHED),
     );
     into(FETCHED, NODE, node::FETCH, [0; 4]);
     checks.check(
@@ -74,7 +80,7 @@ fn main() -> u64 {
     into(FETCHED, WEAK_NODE, node::FETCH, [1, 0, 0, 0]);
     checks.check(
         "weak fetch: a process capability comes back void",
-        type_of(FETCHED) == Some(Type::Void),
+        is_void(FETCHED),
     );
 
     let wrote = Invocation::call(PAGE, page::WRITE, [10, 0, 0, 0])
@@ -112,16 +118,16 @@ fn main() -> u64 {
         "node: space height 8 is out of range",
         user::call(NODE, node::MAKE_SPACE, [8, 0, 0, 0]) == error(ObjectError::OutOfRange),
     );
-    into(
+    // A start capability forwards every order, `identify` too, to its process, which is
+    // this one and busy: invoking it here would wait forever. ipc-client uses start
+    // capabilities; here only making one is checked.
+    let made = into(
         FETCHED,
         user::OWN_PROCESS,
         process::MAKE_START,
         [3, 0, 0, 0],
     );
-    checks.check(
-        "process: make a start capability",
-        type_of(FETCHED) == Some(Type::Start),
-    );
+    checks.code("process: make a start capability", made, 0);
     checks.check(
         "process: writing one's own registers is refused",
         Invocation::call(user::OWN_PROCESS, process::WRITE_REGISTERS, [0; 4])

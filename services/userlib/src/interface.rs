@@ -373,7 +373,7 @@ pub mod process {
     /// - `index`: The capability register. Range 0..=15.
     /// - `into`: the capability register that receives the register's capability.
     ///
-    /// Errors: `out_of_range`; and invocation errors.
+    /// Errors: `invalid_slot`; and invocation errors.
     pub fn fetch_register(process: CapReg, index: u64, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             words: [index, 0, 0, 0],
@@ -390,7 +390,7 @@ pub mod process {
     /// - `stored`: The capability stored (void if none is sent).
     /// - `into`: the capability register that receives the capability the register held.
     ///
-    /// Errors: `read_only`, `out_of_range`; and invocation errors.
+    /// Errors: `invalid_slot`, `read_only`; and invocation errors.
     pub fn swap_register(
         process: CapReg,
         index: u64,
