@@ -129,7 +129,7 @@ fn process_capability_registers_are_0_to_15() {
         fetch_register(15),
         Ok(process::Request::FetchRegister { index: 15 })
     );
-    assert_eq!(fetch_register(16), Err(ObjectError::OutOfRange));
+    assert_eq!(fetch_register(16), Err(ObjectError::InvalidSlot));
 }
 
 #[test]
