@@ -21,10 +21,17 @@ impl Checks {
         if !passed {
             self.failures += 1;
         }
-        user::print(self.program);
-        user::print(": ");
-        user::print(what);
-        user::print(if passed { " [ok]\n" } else { " [FAILED]\n" });
+        // One write, so that another process's output cannot land inside the line.
+        let verdict: &[u8] = if passed { b" [ok]\n" } else { b" [FAILED]\n" };
+        let mut line = [0u8; 256];
+        let mut length = 0;
+        for part in [self.program.as_bytes(), b": ", what.as_bytes(), verdict] {
+            let room = line.len() - length;
+            let taken = part.len().min(room);
+            line[length..length + taken].copy_from_slice(&part[..taken]);
+            length += taken;
+        }
+        let _ = user::write_to(user::CONSOLE, &line[..length]);
     }
 
     /// Checks that `got` is `expected` (both reply codes).

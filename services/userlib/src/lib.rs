@@ -186,9 +186,8 @@ pub fn print(text: &str) {
     let _ = write_to(CONSOLE, text.as_bytes());
 }
 
-/// Prints `value` in decimal.
-pub fn print_u64(value: u64) {
-    let mut digits = [0u8; 20];
+/// `value` in decimal, written into the end of `digits`; returns the digits.
+pub fn decimal(value: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut start = digits.len();
     let mut rest = value;
     loop {
@@ -196,10 +195,9 @@ pub fn print_u64(value: u64) {
         digits[start] = b'0' + (rest % 10) as u8;
         rest /= 10;
         if rest == 0 {
-            break;
+            return &digits[start..];
         }
     }
-    let _ = write_to(CONSOLE, &digits[start..]);
 }
 
 /// Stops this process with `exit_code`.
