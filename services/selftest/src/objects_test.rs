@@ -1,12 +1,15 @@
 //! Checks of node, page and process methods, each error included.
 //!
-//! Capability registers: 0 console, 1 own process, 2 a node, 3 a page.
+//! Capability registers: 0 console, 1 own process, 2 a node, 3 a page, 4 the clock, 5 the
+//! number [7, 9], 9 a meter of 5000 µs that no process runs on.
 #![no_std]
 #![no_main]
 
 use holdfast_userlib::abi::InvocationError;
 use holdfast_userlib::abi::interface::Type;
-use holdfast_userlib::abi::methods::{self, ObjectError, node, page, process};
+use holdfast_userlib::abi::methods::{
+    self, ObjectError, clock, meter, node, number, page, process, space, space_flags,
+};
 use holdfast_userlib::{self as user, Invocation};
 
 const NODE: u8 = 2;
@@ -14,6 +17,11 @@ const PAGE: u8 = 3;
 const FETCHED: u8 = 6;
 const WEAK_NODE: u8 = 7;
 const READ_ONLY_PAGE: u8 = 8;
+const CLOCK: u8 = 4;
+const NUMBER: u8 = 5;
+const METER: u8 = 9;
+const SPACE: u8 = 10;
+const WEAK_SPACE: u8 = 11;
 
 fn error(error: ObjectError) -> Result<[u64; 4], u64> {
     Err(error as u64)
@@ -141,7 +149,68 @@ fn main() -> u64 {
         user::call(user::OWN_PROCESS, process::FETCH_REGISTER, [16, 0, 0, 0])
             == error(ObjectError::InvalidSlot),
     );
+    more_methods(&mut checks);
     checks.failures
+}
+
+/// The methods of clock, number, meter and space capabilities, and reading registers.
+fn more_methods(checks: &mut user::check::Checks) {
+    let first = user::call(CLOCK, clock::NOW, [0; 4]);
+    let second = user::call(CLOCK, clock::NOW, [0; 4]);
+    checks.check(
+        "clock: time moves on",
+        matches!((first, second), (Ok([a, ..]), Ok([b, ..])) if b > a),
+    );
+    checks.check(
+        "number: its two words",
+        user::call(NUMBER, number::VALUE, [0; 4]).is_ok_and(|w| w[..2] == [7, 9]),
+    );
+    checks.check(
+        "meter: what it holds",
+        user::call(METER, meter::REMAINING, [0; 4]).is_ok_and(|w| w[0] == 5000),
+    );
+    let refilled = user::call(METER, meter::REFILL, [8000, 0, 0, 0]);
+    checks.check(
+        "meter: refilled",
+        refilled.is_ok() && user::call(METER, meter::REMAINING, [0; 4]).is_ok_and(|w| w[0] == 8000),
+    );
+    let made = into(
+        SPACE,
+        NODE,
+        node::MAKE_SPACE,
+        [2, space_flags::KEEPER, 0, 0],
+    );
+    checks.check(
+        "space: made with height and flags, and says so",
+        made == 0
+            && user::call(SPACE, space::INFO, [0; 4])
+                .is_ok_and(|w| w[..2] == [2, space_flags::KEEPER]),
+    );
+    into(WEAK_SPACE, SPACE, space::WEAKEN, [0; 4]);
+    let weak_swap = Invocation::call(WEAK_SPACE, space::SWAP, [0; 4])
+        .sending(&[PAGE])
+        .invoke(&mut []);
+    checks.code(
+        "space: swap through a weakened space is read-only",
+        weak_swap.code,
+        ObjectError::ReadOnly as u64,
+    );
+    let wrong = Invocation::call(SPACE, space::SWAP, [0; 4])
+        .sending(&[CLOCK])
+        .invoke(&mut []);
+    checks.code(
+        "space: only pages and spaces go in a space",
+        wrong.code,
+        ObjectError::WrongType as u64,
+    );
+    let mut registers = [0u8; 144];
+    let read =
+        Invocation::call(user::OWN_PROCESS, process::READ_REGISTERS, [0; 4]).invoke(&mut registers);
+    let rip = u64::from_le_bytes(registers[15 * 8..16 * 8].try_into().expect("8 bytes"));
+    checks.check(
+        "process: read its registers",
+        read.code == 0 && read.string_length == 144 && (0x40_0000..0x50_0000).contains(&rip),
+    );
 }
 
 user::entry!(main);
