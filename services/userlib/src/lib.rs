@@ -1,11 +1,11 @@
 //! The ring-3 side of the Holdfast ABI. A program links this crate, defines
-//! `fn main() -> u64` through [`entry!`], and talks to the kernel only through
-//! [`invoke`] on its capability registers.
-//!
-//! Capability registers given to every foundation program: 0 = console, 1 = own process.
+//! `fn main() -> u64` through [`entry!`], and talks to the kernel only by invoking the
+//! capabilities in its capability registers.
 //!
 //! [`Invocation`] is the one system call; the stubs in [`interface`] (generated from the
-//! interface description) are built on it through [`syscall`].
+//! interface description) are built on it through [`syscall`]. The self-test's programs
+//! hold the console in capability register 0 and their own process in 1 ([`CONSOLE`],
+//! [`OWN_PROCESS`]).
 #![no_std]
 
 use abi::InvocationError;
