@@ -1,8 +1,10 @@
 //! The figures the guests print, and how the host reads them.
 //!
 //! Each benchmark program prints `<marker> <name> <number>` lines (`LINUX-MICRO getppid_ns
-//! 1523.4`, `HOLDFAST-MICRO trivial_invocation_tsc_cycles 2710`), or `<marker>-FAILED
+//! 1523.4`, `HOLDFAST-MICRO round_trip_ipc_tsc_cycles 9120`), or `<marker>-FAILED
 //! <why>` when it could not measure.
+
+use super::table::Measure;
 
 /// What the Linux peer's program (`bench/peers/linux-micro.c`) starts its lines with.
 pub const LINUX_MARKER: &str = "LINUX-MICRO";
@@ -13,8 +15,17 @@ pub const HOLDFAST_MARKER: &str = "HOLDFAST-MICRO";
 /// clock to convert them; this line gives the host the frequency.
 pub const KERNEL_TSC_LINE_PREFIX: &str = "selftest: timer: TSC ";
 
-/// The Holdfast program's one figure today.
-pub const TRIVIAL_INVOCATION_TSC_CYCLES: &str = "trivial_invocation_tsc_cycles";
+/// The Holdfast program's figures, in TSC cycles, in [`Measure`] order.
+pub const HOLDFAST_KEYS: [&str; Measure::ALL.len()] = [
+    "trivial_invocation_tsc_cycles",
+    "one_way_ipc_tsc_cycles",
+    "round_trip_ipc_tsc_cycles",
+    "node_tree_fault_tsc_cycles",
+    "keeper_fault_tsc_cycles",
+];
+
+/// One Holdfast run's figures, nanoseconds per operation, indexed by [`Measure`].
+pub type HoldfastFiguresNs = [f64; Measure::ALL.len()];
 
 /// The Linux peer's figures, in the order its program prints them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,13 +152,16 @@ pub fn kernel_tsc_mhz(lines: &[String]) -> Result<u64, String> {
     Ok(mhz)
 }
 
-/// The Holdfast program's trivial invocation in nanoseconds: its TSC cycles converted with
-/// the kernel's calibration.
-pub fn holdfast_trivial_invocation_ns(lines: &[String]) -> Result<f64, String> {
+/// The Holdfast program's figures in nanoseconds: its TSC cycles converted with the
+/// kernel's calibration. All are required.
+pub fn holdfast_figures(lines: &[String]) -> Result<HoldfastFiguresNs, String> {
     let figures = figures_in(lines, HOLDFAST_MARKER)?;
-    let cycles = find(&figures, TRIVIAL_INVOCATION_TSC_CYCLES, lines)?;
-    let tsc_mhz = kernel_tsc_mhz(lines)?;
-    Ok(cycles * 1000.0 / tsc_mhz as f64)
+    let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
+    let mut values = [0.0; Measure::ALL.len()];
+    for (value, key) in values.iter_mut().zip(HOLDFAST_KEYS) {
+        *value = find(&figures, key, lines)? * 1000.0 / tsc_mhz;
+    }
+    Ok(values)
 }
 
 #[cfg(test)]
@@ -215,22 +229,51 @@ mod tests {
         assert!(error.contains("getppid_ns 1500.0"), "{error}");
     }
 
-    #[test]
-    fn holdfast_cycles_are_converted_with_the_kernel_calibration() {
-        let run = lines(&[
+    fn holdfast_run() -> Vec<String> {
+        lines(&[
             "selftest: timer: TSC 2000 MHz, local APIC timer 1000 MHz, periodic interrupt 100 Hz requested, 100.000 Hz measured [ok]",
             "HOLDFAST-MICRO trivial_invocation_tsc_cycles 3000",
-        ]);
-        assert_eq!(holdfast_trivial_invocation_ns(&run), Ok(1500.0));
-        let error = holdfast_trivial_invocation_ns(&run[1..]).unwrap_err();
+            "HOLDFAST-MICRO round_trip_ipc_tsc_cycles 9000",
+            "HOLDFAST-MICRO one_way_ipc_tsc_cycles 4000",
+            "HOLDFAST-MICRO node_tree_fault_tsc_cycles 6000",
+            "HOLDFAST-MICRO keeper_fault_tsc_cycles 50000",
+        ])
+    }
+
+    #[test]
+    fn holdfast_cycles_are_converted_with_the_kernel_calibration_in_measure_order() {
+        let run = holdfast_run();
+        assert_eq!(
+            holdfast_figures(&run),
+            Ok([1500.0, 2000.0, 4500.0, 3000.0, 25000.0])
+        );
+        let error = holdfast_figures(&run[1..]).unwrap_err();
         assert!(
             error.contains("no 'selftest: timer: TSC <MHz> MHz' line"),
             "{error}"
         );
         let zero = lines(&["selftest: timer: TSC 0 MHz, x", &run[1]]);
-        assert!(holdfast_trivial_invocation_ns(&zero).is_err());
+        assert!(holdfast_figures(&zero).is_err());
         let garbled = lines(&["selftest: timer: TSC fast", &run[1]]);
-        assert!(holdfast_trivial_invocation_ns(&garbled).is_err());
-        assert!(holdfast_trivial_invocation_ns(&run[..1]).is_err());
+        assert!(holdfast_figures(&garbled).is_err());
+        assert!(holdfast_figures(&run[..1]).is_err());
+    }
+
+    #[test]
+    fn every_holdfast_figure_is_required_and_a_failure_is_an_error() {
+        for missing in 1..=5 {
+            let mut run = holdfast_run();
+            let key = run.remove(missing);
+            let name = key.split_whitespace().nth(1).unwrap().to_owned();
+            let error = holdfast_figures(&run).unwrap_err();
+            assert!(error.contains(&format!("no figure {name}")), "{error}");
+        }
+        let mut run = holdfast_run();
+        run.push("HOLDFAST-MICRO-FAILED keeper fault: the keeper's page was not zeroed".into());
+        let error = holdfast_figures(&run).unwrap_err();
+        assert!(
+            error.contains("the keeper's page was not zeroed"),
+            "{error}"
+        );
     }
 }

@@ -1,17 +1,19 @@
-//! The micro-benchmark's Holdfast guest: the kernel and an initial image holding only the
-//! `bench-micro` program, kept apart from `holdfast image build`'s image (whose program
-//! list is the self-test's).
+//! The micro-benchmark's Holdfast guest: the kernel and an initial image of the system
+//! `bench/micro-manifest.toml` describes (`bench-micro` and the servers it times), made by
+//! the image builder and kept apart from `holdfast image build`'s image (the self-test's).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, anyhow};
-use holdfast_boot_image::{EntryKind, ImageBuilder};
-use holdfast_image_builder::guest_build;
+use anyhow::Context;
+use holdfast_image_builder::{Manifest, guest_build, initial_image};
 
 use crate::linux_peer;
 
-/// The ring-3 program (a bin of `services/selftest`).
+/// The ring-3 program that times (a bin of `services/selftest`).
 pub const PROGRAM: &str = "bench-micro";
+/// The benchmark's system, relative to the source tree.
+pub const MANIFEST: &str = "bench/micro-manifest.toml";
 
 /// What the Holdfast guest boots from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,25 +22,24 @@ pub struct HoldfastFiles {
     pub initial_image: PathBuf,
 }
 
-/// An initial image of the one program.
-pub fn initial_image(program: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut builder = ImageBuilder::new();
-    builder
-        .add(PROGRAM, EntryKind::Program, program)
-        .map_err(|error| anyhow!("cannot add {PROGRAM} to the initial image: {error}"))?;
-    Ok(builder.finish())
+/// The initial image of `manifest`'s system, its programs found in `programs` (binary name
+/// → ELF file).
+pub fn initial_image(
+    manifest: &Manifest,
+    programs: &BTreeMap<String, PathBuf>,
+) -> anyhow::Result<Vec<u8>> {
+    Ok(initial_image::make_initial_image(manifest, programs)?)
 }
 
-/// Builds the guest crates of `source_dir` (cargo, incrementally: its progress goes to
-/// stderr) and keeps the initial image at `cache_directory`/bench-micro.hfi.
+/// Reads the benchmark's manifest, builds the guest crates of `source_dir` (cargo,
+/// incrementally: its progress goes to stderr) and keeps the initial image at
+/// `cache_directory`/bench-micro.hfi.
 pub fn prepare(source_dir: &Path, cache_directory: &Path) -> anyhow::Result<HoldfastFiles> {
+    // Before the guest build, which takes long: a mistake in the manifest is told at once.
+    let manifest = Manifest::load(&source_dir.join(MANIFEST))?;
     let artifacts = guest_build::build_guest_crates(source_dir)?;
-    let program_path = artifacts.programs.get(PROGRAM).with_context(|| {
-        format!("the guest build made no program '{PROGRAM}' (a bin of services/selftest)")
-    })?;
-    let program = std::fs::read(program_path)
-        .with_context(|| format!("cannot read {}", program_path.display()))?;
-    let image = initial_image(&program)?;
+    let image = initial_image(&manifest, &artifacts.programs)
+        .with_context(|| format!("cannot make the benchmark's initial image from {MANIFEST}"))?;
     Ok(HoldfastFiles {
         kernel: artifacts.kernel,
         initial_image: linux_peer::write_cached(cache_directory, "bench-micro.hfi", &image)?,
@@ -48,19 +49,87 @@ pub fn prepare(source_dir: &Path, cache_directory: &Path) -> anyhow::Result<Hold
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_boot_image::Image;
+    use holdfast_boot_image::system_table::Target;
+    use holdfast_boot_image::{EntryKind, Image, SYSTEM_TABLE_ENTRY_NAME};
+
+    fn manifest() -> Manifest {
+        let source_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        Manifest::load(&source_dir.join(MANIFEST)).unwrap()
+    }
 
     #[test]
-    fn the_image_holds_the_program_alone() {
-        let bytes = initial_image(b"\x7fELF bench").unwrap();
+    fn the_manifest_gives_bench_micro_its_servers() {
+        let manifest = manifest();
+        let names: Vec<_> = manifest.processes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["echo-server", "zero-keeper", "bench-micro"]);
+        let bench = &manifest.processes[2];
+        let targets: Vec<_> = bench.registers[..6].iter().map(|c| c.target).collect();
+        assert_eq!(
+            targets,
+            [
+                Target::Console,
+                Target::Process(2),
+                Target::Start {
+                    process: 0,
+                    badge: 0
+                },
+                Target::Node(1),
+                Target::Start {
+                    process: 1,
+                    badge: 0
+                },
+                Target::Clock,
+            ]
+        );
+        // zero-keeper's pool: a node of fresh pages, more than bench-micro's 15 faults.
+        let Target::Node(pool) = manifest.processes[1].registers[2].target else {
+            panic!("zero-keeper has no pool node");
+        };
+        let pages = manifest.nodes[pool as usize]
+            .iter()
+            .filter(|slot| matches!(slot.target, Target::Page(_)))
+            .count();
+        assert!(pages > 15, "{pages}");
+    }
+
+    #[test]
+    fn the_image_holds_the_programs_and_a_system_table_that_decodes() {
+        let directory =
+            std::env::temp_dir().join(format!("holdfast-bench-micro-image-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        // The image builder checks each program as the kernel's loader will: a minimal
+        // x86-64 executable with this ABI's note stands for each.
+        let elf = holdfast_image_builder::program_elf::test_program_elf(
+            62, // EM_X86_64
+            Some(holdfast_abi::ABI_VERSION),
+        );
+        let mut programs = BTreeMap::new();
+        for name in ["echo-server", "zero-keeper", PROGRAM] {
+            let path = directory.join(name);
+            std::fs::write(&path, &elf).unwrap();
+            programs.insert(name.to_owned(), path);
+        }
+        let bytes = initial_image(&manifest(), &programs).unwrap();
+        std::fs::remove_dir_all(&directory).unwrap();
+
         let image = Image::parse(&bytes).unwrap();
         let entries: Vec<_> = image
             .entries()
-            .map(|entry| (entry.name, entry.kind, entry.payload))
+            .map(|entry| (entry.name, entry.kind))
             .collect();
         assert_eq!(
-            entries,
-            [(PROGRAM, EntryKind::Program, b"\x7fELF bench".as_slice())]
+            entries[..3],
+            [
+                ("echo-server", EntryKind::Program),
+                ("zero-keeper", EntryKind::Program),
+                (PROGRAM, EntryKind::Program),
+            ]
         );
+        assert_eq!(entries.len(), 4, "{entries:?}");
+        assert_eq!(entries[3].0, SYSTEM_TABLE_ENTRY_NAME);
+        let table = image.system_table().expect("a system table").unwrap();
+        let names: Vec<_> = table.processes().map(|process| process.name).collect();
+        assert_eq!(names, ["echo-server", "zero-keeper", PROGRAM]);
+        assert_eq!(table.pages().count(), 32);
     }
 }

@@ -4,8 +4,8 @@
 //! and prints the median per operation; the table gives, per Holdfast measure, the median
 //! over boots beside its Linux peer's, the ratio and the goal.
 //!
-//! Holdfast measures only what its kernel can do today (the trivial invocation); the rows
-//! that need kernel IPC, address-space trees and keepers say so instead of showing a figure.
+//! Holdfast's guest boots the system of `bench/micro-manifest.toml`: `bench-micro`, which
+//! times, and the servers it calls (`echo-server`, `zero-keeper`).
 
 pub mod figures;
 pub mod holdfast;
@@ -24,7 +24,9 @@ use holdfast_qemu::{Accelerator, Boot, QemuBinary, QemuNotFound, VmSpec};
 use crate::guests::Guest;
 use crate::linux_peer;
 use crate::runner;
-use figures::{HOLDFAST_MARKER, KERNEL_TSC_LINE_PREFIX, LINUX_MARKER, LinuxFiguresNs};
+use figures::{
+    HOLDFAST_MARKER, HoldfastFiguresNs, KERNEL_TSC_LINE_PREFIX, LINUX_MARKER, LinuxFiguresNs,
+};
 pub use holdfast::HoldfastFiles;
 use table::{Measure, Medians};
 
@@ -82,8 +84,8 @@ impl MicroBenchOptions {
 /// What the benchmark measured: every boot's figures, their medians and the table.
 #[derive(Clone, Debug)]
 pub struct MicroReport {
-    /// Holdfast's trivial invocation per boot, nanoseconds.
-    pub holdfast_trivial_invocation_ns: Vec<f64>,
+    /// Holdfast's figures per boot.
+    pub holdfast_ns: Vec<HoldfastFiguresNs>,
     /// The Linux peer's figures per boot.
     pub linux_ns: Vec<LinuxFiguresNs>,
     pub medians: Medians,
@@ -186,7 +188,7 @@ pub fn measure_micro(
         )
     };
 
-    let mut holdfast_trivial_invocation_ns = Vec::new();
+    let mut holdfast_ns = Vec::new();
     let mut linux_ns = Vec::new();
     let boots_total = options.runs_per_guest * 2;
     let width = boots_total.to_string().len();
@@ -200,16 +202,22 @@ pub fn measure_micro(
             "the Holdfast guest",
             run_number,
         )?;
-        let ns = figures::holdfast_trivial_invocation_ns(&holdfast_run.kept_lines)
+        let figures = figures::holdfast_figures(&holdfast_run.kept_lines)
             .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
+        let listed: Vec<String> = Measure::ALL
+            .iter()
+            .zip(figures)
+            .map(|(measure, ns)| format!("{} {ns:.1} ns", measure.name()))
+            .collect();
         writeln!(
             progress,
-            "[{:>width$}/{boots_total}] Holdfast    run {run_number}/{}: trivial invocation {ns:.1} ns",
+            "[{:>width$}/{boots_total}] Holdfast    run {run_number}/{}: {}",
             2 * run_number - 1,
             options.runs_per_guest,
+            listed.join(", ")
         )?;
         progress.flush()?;
-        holdfast_trivial_invocation_ns.push(ns);
+        holdfast_ns.push(figures);
 
         let linux_run = run(
             &linux_spec,
@@ -236,7 +244,7 @@ pub fn measure_micro(
         linux_ns.push(figures);
     }
 
-    let medians = summarize(&holdfast_trivial_invocation_ns, &linux_ns);
+    let medians = summarize(&holdfast_ns, &linux_ns);
     let linux_name = linux_kernel
         .file_name()
         .unwrap_or(OsStr::new("?"))
@@ -253,27 +261,26 @@ pub fn measure_micro(
     };
     let table = table::render(&medians, &spec);
     Ok(MicroReport {
-        holdfast_trivial_invocation_ns,
+        holdfast_ns,
         linux_ns,
         medians,
         table,
     })
 }
 
-/// The medians over boots; every measure but the trivial invocation is not measured.
-fn summarize(holdfast_trivial_invocation_ns: &[f64], linux_ns: &[LinuxFiguresNs]) -> Medians {
-    let mut holdfast_ns = [None; Measure::ALL.len()];
-    holdfast_ns[Measure::TrivialInvocation as usize] =
-        table::median(holdfast_trivial_invocation_ns);
-    let mut linux_medians_ns = [0.0; figures::LinuxFigure::ALL.len()];
-    for (index, median) in linux_medians_ns.iter_mut().enumerate() {
-        let values: Vec<f64> = linux_ns.iter().map(|run| run[index]).collect();
-        *median = table::median(&values).unwrap_or(f64::NAN);
-    }
+/// The medians over boots, figure by figure.
+fn summarize(holdfast_ns: &[HoldfastFiguresNs], linux_ns: &[LinuxFiguresNs]) -> Medians {
     Medians {
-        holdfast_ns,
-        linux_ns: linux_medians_ns,
+        holdfast_ns: medians_over_boots(holdfast_ns),
+        linux_ns: medians_over_boots(linux_ns),
     }
+}
+
+fn medians_over_boots<const N: usize>(runs: &[[f64; N]]) -> [f64; N] {
+    std::array::from_fn(|index| {
+        let values: Vec<f64> = runs.iter().map(|run| run[index]).collect();
+        table::median(&values).unwrap_or(f64::NAN)
+    })
 }
 
 fn notes() -> Vec<String> {
@@ -282,11 +289,17 @@ fn notes() -> Vec<String> {
          operation in a round; the table gives the median of those over boots."
             .to_owned(),
         format!(
-            "Holdfast (services/selftest/src/bench_micro.rs, alone in its initial image): trivial \
-             invocation = `invoke` of its own process capability with an order none understands \
-             (answered UnknownOrder, no side effect), timed in ring 3 with rdtsc and converted \
-             with the TSC frequency the kernel calibrates against the PIT and prints at boot \
-             (`{KERNEL_TSC_LINE_PREFIX}<MHz> MHz`)."
+            "Holdfast (services/selftest/src/bench_micro.rs, with echo-server and zero-keeper, \
+             bench/micro-manifest.toml): timed in ring 3 with rdtsc and converted with the TSC \
+             frequency the kernel calibrates against the PIT and prints at boot \
+             (`{KERNEL_TSC_LINE_PREFIX}<MHz> MHz`). trivial invocation = `invoke` of its own \
+             process capability with an order none understands (answered InvalidOrder, no \
+             side effect); round trip = call to echo-server (words only) and its reply; \
+             one-way = from the client's TSC before the call to the server's TSC on receipt; \
+             node-tree fault = first write to a .bss page the loader put in the space tree \
+             (the page exists; Linux's first touch also allocates and zeroes one); keeper \
+             fault = read of an unmapped page under a keeper node, resolved by zero-keeper \
+             with a zeroed page from its pool, median of 15 faults timed one by one."
         ),
         "Linux (bench/peers/linux-micro.c, gcc -static -O2): getppid; pipe round trip = 8 bytes \
          to a child process and back over two pipes; first-touch fault = first write to an \
@@ -334,16 +347,20 @@ mod tests {
     }
 
     #[test]
-    fn medians_are_over_boots_and_only_the_trivial_invocation_is_measured() {
+    fn medians_are_over_boots_figure_by_figure() {
         let medians = summarize(
-            &[1000.0, 3000.0, 2000.0],
+            &[
+                [1000.0, 5.0, 50.0, 500.0, 7.0],
+                [3000.0, 4.0, 60.0, 400.0, 9.0],
+                [2000.0, 6.0, 40.0, 600.0, 8.0],
+            ],
             &[
                 [1.0, 10.0, 100.0, 1000.0],
                 [3.0, 30.0, 300.0, 3000.0],
                 [2.0, 20.0, 200.0, 2000.0],
             ],
         );
-        assert_eq!(medians.holdfast_ns, [Some(2000.0), None, None, None, None]);
+        assert_eq!(medians.holdfast_ns, [2000.0, 5.0, 50.0, 500.0, 8.0]);
         assert_eq!(medians.linux_ns, [2.0, 20.0, 200.0, 2000.0]);
     }
 }

@@ -1,10 +1,9 @@
 //! The micro-benchmark's one table: a row per Holdfast measure, beside its Linux peer's
-//! figure, the ratio, the goal and whether it is met. A measure Holdfast cannot take yet
-//! shows "—" and what it waits for, never a figure.
+//! figure, the ratio, the goal and whether it is met.
 
 use std::fmt::Write as _;
 
-use super::figures::{LinuxFigure, LinuxFiguresNs};
+use super::figures::{HoldfastFiguresNs, LinuxFigure, LinuxFiguresNs};
 
 /// What Holdfast is measured on, in the table's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,23 +79,13 @@ impl Measure {
             Measure::KeeperFault => &[],
         }
     }
-
-    /// What the kernel lacks for Holdfast to take this measure, when it is not taken.
-    pub fn needs(self) -> &'static str {
-        match self {
-            Measure::TrivialInvocation => "a Holdfast guest run",
-            Measure::OneWayIpc | Measure::RoundTripIpc => "kernel IPC",
-            Measure::NodeTreeFault => "kernel address-space trees",
-            Measure::KeeperFault => "kernel keepers",
-        }
-    }
 }
 
-/// The medians over boots: Holdfast's per measure (`None`: not measured), indexed by
-/// [`Measure`], and the Linux peer's, indexed by [`LinuxFigure`].
+/// The medians over boots: Holdfast's, indexed by [`Measure`], and the Linux peer's,
+/// indexed by [`LinuxFigure`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Medians {
-    pub holdfast_ns: [Option<f64>; Measure::ALL.len()],
+    pub holdfast_ns: HoldfastFiguresNs,
     pub linux_ns: LinuxFiguresNs,
 }
 
@@ -186,27 +175,15 @@ pub fn render(medians: &Medians, spec: &TableSpec) -> String {
         .map(|&measure| {
             let peer = measure.peer();
             let peer_ns = medians.linux_ns[peer as usize];
-            let holdfast_ns = medians.holdfast_ns[measure as usize];
-            let (holdfast, ratio, verdict) = match holdfast_ns {
-                Some(ns) => (
-                    format!("{ns:.1}"),
-                    format!("{:.3}×", ns / peer_ns),
-                    verdict_text(measure, ns, &medians.linux_ns),
-                ),
-                None => (
-                    "—".to_owned(),
-                    "—".to_owned(),
-                    format!("not measured: needs {}", measure.needs()),
-                ),
-            };
+            let ns = medians.holdfast_ns[measure as usize];
             [
                 measure.name().to_owned(),
-                holdfast,
+                format!("{ns:.1}"),
                 peer.name().to_owned(),
                 format!("{peer_ns:.1}"),
-                ratio,
+                format!("{:.3}×", ns / peer_ns),
                 goal_text(measure.goals()),
-                verdict,
+                verdict_text(measure, ns, &medians.linux_ns),
             ]
         })
         .collect();
@@ -256,11 +233,9 @@ pub fn render(medians: &Medians, spec: &TableSpec) -> String {
 mod tests {
     use super::*;
 
-    fn medians(trivial_invocation_ns: Option<f64>) -> Medians {
-        let mut holdfast_ns = [None; Measure::ALL.len()];
-        holdfast_ns[Measure::TrivialInvocation as usize] = trivial_invocation_ns;
+    fn medians(trivial_invocation_ns: f64) -> Medians {
         Medians {
-            holdfast_ns,
+            holdfast_ns: [trivial_invocation_ns, 2500.0, 7000.0, 9000.0, 40_000.0],
             linux_ns: [1500.0, 300_000.0, 30_000.0, 15_000.0],
         }
     }
@@ -280,24 +255,24 @@ mod tests {
     }
 
     #[test]
-    fn table_shows_the_measured_row_and_the_unmeasured_ones_without_figures() {
+    fn table_shows_every_row_with_its_peer_goal_and_verdict() {
         let expected = "\
 micro, accelerator tcg
 measure             Holdfast median ns  Linux peer             Linux median ns  ratio to peer  goal                                     verdict
-------------------  ------------------  ---------------------  ---------------  -------------  ---------------------------------------  ----------------------------------------------
+------------------  ------------------  ---------------------  ---------------  -------------  ---------------------------------------  ------------------------
 trivial invocation              1234.5  getppid                         1500.0         0.823×  ≤ 1.0× getppid                           met
-one-way IPC                          —  pipe round trip               300000.0              —  ≤ 2.0× getppid                           not measured: needs kernel IPC
-round-trip IPC                       —  pipe round trip               300000.0              —  ≤ 4.0× getppid, ≤ 0.05× pipe round trip  not measured: needs kernel IPC
-node-tree fault                      —  first-touch fault              30000.0              —  ≤ 0.5× first-touch fault                 not measured: needs kernel address-space trees
-keeper fault                         —  SIGSEGV handler fault          15000.0              —  none yet                                 not measured: needs kernel keepers
+one-way IPC                     2500.0  pipe round trip               300000.0         0.008×  ≤ 2.0× getppid                           met (1.667× getppid)
+round-trip IPC                  7000.0  pipe round trip               300000.0         0.023×  ≤ 4.0× getppid, ≤ 0.05× pipe round trip  NOT met (4.667× getppid)
+node-tree fault                 9000.0  first-touch fault              30000.0         0.300×  ≤ 0.5× first-touch fault                 met
+keeper fault                   40000.0  SIGSEGV handler fault          15000.0         2.667×  none yet                                 no goal
 note: a caveat
 ";
-        assert_eq!(render(&medians(Some(1234.5)), &spec()), expected);
+        assert_eq!(render(&medians(1234.5), &spec()), expected);
     }
 
     #[test]
     fn a_goal_missed_says_so() {
-        let text = render(&medians(Some(1600.0)), &spec());
+        let text = render(&medians(1600.0), &spec());
         let row = text
             .lines()
             .find(|line| line.starts_with("trivial invocation"))
@@ -308,7 +283,7 @@ note: a caveat
 
     #[test]
     fn a_goal_against_another_figure_than_the_peer_shows_its_ratio() {
-        let linux_ns = medians(None).linux_ns;
+        let linux_ns = medians(0.0).linux_ns;
         // 6000 ns: 4.0× getppid (met), 0.02× pipe round trip (met).
         assert_eq!(
             verdict_text(Measure::RoundTripIpc, 6000.0, &linux_ns),
@@ -318,6 +293,13 @@ note: a caveat
             verdict_text(Measure::RoundTripIpc, 6100.0, &linux_ns),
             "NOT met (4.067× getppid)"
         );
+        // 0.05× a 100 µs pipe round trip is 5 µs: 5.5 µs misses it though 4× getppid is met.
+        let mut fast_pipe = linux_ns;
+        fast_pipe[LinuxFigure::PipeRoundTrip as usize] = 100_000.0;
+        assert_eq!(
+            verdict_text(Measure::RoundTripIpc, 5500.0, &fast_pipe),
+            "NOT met (3.667× getppid)"
+        );
         assert_eq!(
             verdict_text(Measure::KeeperFault, 1.0, &linux_ns),
             "no goal"
@@ -325,13 +307,9 @@ note: a caveat
     }
 
     #[test]
-    fn without_a_holdfast_run_no_row_has_a_figure() {
-        let text = render(&medians(None), &spec());
-        let rows: Vec<&str> = text.lines().skip(3).take(Measure::ALL.len()).collect();
-        assert_eq!(rows.len(), 5);
-        for row in rows {
-            assert!(row.contains("not measured: needs"), "{row}");
-            assert!(!row.contains("met"), "{row}");
-        }
+    fn no_row_says_not_measured() {
+        let text = render(&medians(1000.0), &spec());
+        assert!(!text.contains("not measured"), "{text}");
+        assert!(!text.contains('—'), "{text}");
     }
 }

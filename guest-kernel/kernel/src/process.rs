@@ -180,8 +180,30 @@ fn place_page(objects: &mut Objects, space: Capability, address: u64, page: Capa
     }
 }
 
+/// The page `space` holds at `address`, if the tree has one there.
+fn page_at(objects: &Objects, space: Capability, address: u64) -> Option<Capability> {
+    let mut level = space;
+    for height in (1..=SPACE_HEIGHT).rev() {
+        let held = objects
+            .cache
+            .node(&level)
+            .ok()?
+            .get(slot_for(height, address));
+        if height == 1 {
+            return (held.kind() == CapType::Page).then_some(held);
+        }
+        if held.kind() != CapType::Space {
+            return None;
+        }
+        level = held;
+    }
+    None
+}
+
 /// Makes fresh pages for `[start, end)` in `space` (read-only where `writable` is false)
-/// and copies `contents` to the start of the range.
+/// and copies `contents` to the start of the range. A page an earlier segment already
+/// filled (two segments sharing a page, as a linker may lay out .rodata and .got) keeps
+/// that segment's bytes, and is writable if either segment is.
 fn fill_range(
     objects: &mut Objects,
     space: Capability,
@@ -192,9 +214,19 @@ fn fill_range(
     let page_bytes = PAGE_BYTES as u64;
     let mut page_address = start & !(page_bytes - 1);
     while page_address < end {
+        let earlier = page_at(objects, space, page_address);
+        let earlier_bytes = earlier.and_then(|earlier| {
+            let frame = objects.cache.page_mut(&earlier).ok()?;
+            Some(frame.bytes_mut().to_vec())
+        });
+        let writable = writable
+            || earlier.is_some_and(|earlier| !earlier.rights().contains(Rights::READ_ONLY));
         let page = objects.create_page();
         let frame = objects.cache.page_mut(&page).expect("just made");
         let bytes = frame.bytes_mut();
+        if let Some(earlier_bytes) = earlier_bytes {
+            bytes.copy_from_slice(&earlier_bytes);
+        }
         for (offset, byte) in bytes.iter_mut().enumerate() {
             let address = page_address + offset as u64;
             if let Some(&value) = address

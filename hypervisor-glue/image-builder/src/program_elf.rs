@@ -98,8 +98,9 @@ fn abi_version_of(file: &elf::ElfBytes<LittleEndian>) -> Option<u32> {
 }
 
 /// A minimal program ELF for tests: a header and one `PT_NOTE` segment holding the ABI
-/// note, with the fields the checks look at set from the arguments.
-#[cfg(test)]
+/// note, with the fields the checks look at set from the arguments. Public for the tests
+/// of crates that make initial images (`holdfast-bench`).
+#[doc(hidden)]
 pub fn test_program_elf(machine: u16, abi_version: Option<u32>) -> Vec<u8> {
     const HEADER_BYTES: usize = 64;
     const PROGRAM_HEADER_BYTES: usize = 56;

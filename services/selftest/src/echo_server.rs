@@ -6,8 +6,9 @@
 //! Orders: `ECHO` replies with the words (word 3 replaced by the badge it was invoked
 //! through), the string and the capability received first; `SLOW` spins a while
 //! first, so that a caller meanwhile finds it busy; `REPLY_TWICE` replies, then tries the
-//! same resume capability again and reports a failure unless the kernel refuses. Anything
-//! else gets reply code 99. It never stops: the self-test expects it to end available.
+//! same resume capability again and reports a failure unless the kernel refuses;
+//! `TIMESTAMP` replies with word 0 the TSC read right after the message arrived (for
+//! `bench-micro`'s one-way IPC). Anything else gets reply code 99. It never stops: the self-test expects it to end available.
 #![no_std]
 #![no_main]
 
@@ -16,6 +17,7 @@ use holdfast_userlib::{self as user, Invocation, abi::InvocationError};
 pub const ECHO: u64 = 1;
 pub const SLOW: u64 = 2;
 pub const REPLY_TWICE: u64 = 3;
+pub const TIMESTAMP: u64 = 5;
 const RESUME: u8 = 15;
 const NOTHING: u8 = 14;
 
@@ -31,6 +33,8 @@ fn main() -> u64 {
     };
     let mut message = wait(&mut received);
     loop {
+        // SAFETY: rdtsc only reads the time-stamp counter; ring 3 may (CR4.TSD is clear).
+        let received_at = unsafe { core::arch::x86_64::_rdtsc() };
         let length = message.string_length;
         out[..length].copy_from_slice(&received[..length]);
         let [word0, word1, word2, _] = message.words;
@@ -53,6 +57,7 @@ fn main() -> u64 {
                 }
                 Invocation::return_to(NOTHING, 0, [0; 4])
             }
+            TIMESTAMP => Invocation::return_to(RESUME, 0, [received_at, 0, 0, 0]),
             _ => Invocation::return_to(RESUME, 99, [0; 4]),
         };
         message = reply

@@ -39,8 +39,9 @@ fn boot(arguments: BenchBootArguments) -> Result<ExitCode, Failure> {
 }
 
 fn micro(arguments: BenchMicroArguments) -> Result<ExitCode, Failure> {
-    // The benchmark's own guest image (the one program bench-micro), built from this
-    // source tree: `holdfast image build`'s image runs the self-test's programs instead.
+    // The benchmark's own guest image (the system of bench/micro-manifest.toml: bench-micro
+    // and the servers it times), built from this source tree: `holdfast image build`'s
+    // image runs the self-test's system instead.
     eprintln!("holdfast: building the guest crates for the micro benchmark");
     let holdfast =
         micro::holdfast::prepare(&paths::source_dir(), &holdfast_bench::default_cache_dir())?;
