@@ -8,7 +8,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash ci/setup.sh
 
 echo "== cargo test"
-cargo test
+# Two test threads: each integration test boots a guest under TCG, which takes a core, and
+# more guests than cores make their timers late.
+RUST_TEST_THREADS=2 cargo test
 
 echo "== cargo clippy (host crates, then guest crates for the guest target)"
 cargo clippy -q --all-targets -- -D warnings

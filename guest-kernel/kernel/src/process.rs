@@ -215,27 +215,26 @@ fn fill_range(
     let mut page_address = start & !(page_bytes - 1);
     while page_address < end {
         let earlier = page_at(objects, space, page_address);
-        let earlier_bytes = earlier.and_then(|earlier| {
-            let frame = objects.cache.page_mut(&earlier).ok()?;
-            Some(frame.bytes_mut().to_vec())
-        });
-        let writable = writable
-            || earlier.is_some_and(|earlier| !earlier.rights().contains(Rights::READ_ONLY));
-        let page = objects.create_page();
-        let frame = objects.cache.page_mut(&page).expect("just made");
-        let bytes = frame.bytes_mut();
-        if let Some(earlier_bytes) = earlier_bytes {
-            bytes.copy_from_slice(&earlier_bytes);
-        }
+        let page = match earlier {
+            Some(earlier) => objects
+                .cache
+                .page_capability(earlier.object())
+                .expect("in the tree"),
+            None => objects.create_page(),
+        };
+        let bytes = objects.cache.page_mut(&page).expect("live").bytes_mut();
+        // Only this segment's part of the page: its file bytes, then zeros (bss).
         for (offset, byte) in bytes.iter_mut().enumerate() {
             let address = page_address + offset as u64;
-            if let Some(&value) = address
-                .checked_sub(start)
-                .and_then(|i| contents.get(i as usize))
-            {
-                *byte = value;
+            if (start..end).contains(&address) {
+                *byte = contents
+                    .get((address - start) as usize)
+                    .copied()
+                    .unwrap_or(0);
             }
         }
+        let writable = writable
+            || earlier.is_some_and(|earlier| !earlier.rights().contains(Rights::READ_ONLY));
         let page = if writable {
             page
         } else {

@@ -84,7 +84,9 @@ pub fn run(
     let apic_mhz = calibration.apic_timer_hz / 1_000_000;
     let measured_millihertz = timer::measure_frequency_millihertz(20);
     let requested_millihertz = timer::TIMER_HZ * 1000;
-    let close = measured_millihertz.abs_diff(requested_millihertz) * 10 < requested_millihertz;
+    // Within a third: under an emulator on a busy host, ticks arrive late (81 Hz was seen
+    // with three guests on two cores), while a wrong calibration is off by far more.
+    let close = measured_millihertz.abs_diff(requested_millihertz) * 3 < requested_millihertz;
     println!(
         "selftest: timer: TSC {tsc_mhz} MHz, local APIC timer {apic_mhz} MHz, periodic interrupt {} Hz requested, {}.{:03} Hz measured [{}]",
         timer::TIMER_HZ,

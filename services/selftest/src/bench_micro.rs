@@ -74,11 +74,14 @@ fn median(values: &mut [u64]) -> u64 {
 }
 
 fn report(name: &str, cycles: u64) {
-    user::print("HOLDFAST-MICRO ");
-    user::print(name);
-    user::print(" ");
-    user::print_u64(cycles);
-    user::print("\n");
+    let mut digits = [0u8; 20];
+    user::print_parts(&[
+        b"HOLDFAST-MICRO ",
+        name.as_bytes(),
+        b" ",
+        user::decimal(cycles, &mut digits),
+        b"\n",
+    ]);
 }
 
 fn fail(what: &str) -> u64 {

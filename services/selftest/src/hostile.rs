@@ -134,20 +134,12 @@ fn main() -> u64 {
         let _ = reply;
         invocations += 1;
     }
-    // One write, so that the line cannot interleave with another process's output.
     let mut digits = [0u8; 20];
-    let mut line = [0u8; 96];
-    let parts: [&[u8]; 3] = [
+    user::print_parts(&[
         b"hostile: ",
         user::decimal(invocations, &mut digits),
         b" random invocations, kernel and other processes unharmed\n",
-    ];
-    let mut length = 0;
-    for part in parts {
-        line[length..length + part.len()].copy_from_slice(part);
-        length += part.len();
-    }
-    let _ = user::write_to(user::CONSOLE, &line[..length]);
+    ]);
     0
 }
 

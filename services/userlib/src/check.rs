@@ -21,17 +21,8 @@ impl Checks {
         if !passed {
             self.failures += 1;
         }
-        // One write, so that another process's output cannot land inside the line.
         let verdict: &[u8] = if passed { b" [ok]\n" } else { b" [FAILED]\n" };
-        let mut line = [0u8; 256];
-        let mut length = 0;
-        for part in [self.program.as_bytes(), b": ", what.as_bytes(), verdict] {
-            let room = line.len() - length;
-            let taken = part.len().min(room);
-            line[length..length + taken].copy_from_slice(&part[..taken]);
-            length += taken;
-        }
-        let _ = user::write_to(user::CONSOLE, &line[..length]);
+        user::print_parts(&[self.program.as_bytes(), b": ", what.as_bytes(), verdict]);
     }
 
     /// Checks that `got` is `expected` (both reply codes).

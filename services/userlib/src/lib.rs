@@ -186,6 +186,19 @@ pub fn print(text: &str) {
     let _ = write_to(CONSOLE, text.as_bytes());
 }
 
+/// Writes `parts` to the console in one write (up to 256 bytes), so that another process's
+/// output cannot land inside the line.
+pub fn print_parts(parts: &[&[u8]]) {
+    let mut line = [0u8; 256];
+    let mut length = 0;
+    for part in parts {
+        let taken = part.len().min(line.len() - length);
+        line[length..length + taken].copy_from_slice(&part[..taken]);
+        length += taken;
+    }
+    let _ = write_to(CONSOLE, &line[..length]);
+}
+
 /// `value` in decimal, written into the end of `digits`; returns the digits.
 pub fn decimal(value: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut start = digits.len();
