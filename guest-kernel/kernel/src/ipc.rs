@@ -146,8 +146,13 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     if string_length > abi::INVOCATION_STRING_BYTES_MAX as u64 {
         return Err(InvocationError::StringTooLong);
     }
-    let string = user_memory::read(&objects.cache, &root, string_address, string_length)
-        .map_err(|_| InvocationError::BadAddress)?;
+    // Most invocations carry no string: skip the walk of the invoker's space.
+    let string = if string_length == 0 {
+        Vec::new()
+    } else {
+        user_memory::read(&objects.cache, &root, string_address, string_length)
+            .map_err(|_| InvocationError::BadAddress)?
+    };
     let capabilities = descriptor
         .send
         .as_slice()

@@ -125,36 +125,44 @@ impl<F> ObjectCache<F> {
     /// The node a live node-backed capability names (node, space, process, start, meter,
     /// indirector); the caller checks the rights its method needs.
     pub fn node(&self, capability: &Capability) -> Result<&Node, Void> {
-        self.check_node_backed(capability)?;
-        Ok(&self.nodes[&capability.object()].node)
+        let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
+        Self::node_entry_matches(entry, capability)?;
+        Ok(&entry.node)
     }
 
     pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {
-        self.check_node_backed(capability)?;
-        Ok(&mut self.nodes.get_mut(&capability.object()).ok_or(Void)?.node)
+        let entry = self.nodes.get_mut(&capability.object()).ok_or(Void)?;
+        Self::node_entry_matches(entry, capability)?;
+        Ok(&mut entry.node)
     }
 
-    fn check_node_backed(&self, capability: &Capability) -> Result<(), Void> {
-        if capability.kind().object_kind() != Some(ObjectKind::Node) {
-            return Err(Void);
-        }
-        self.check(capability)
+    /// `Ok` if `capability` is a live node-backed capability (node, space, process, start,
+    /// meter, indirector, resume) to `entry`: one lookup serves both the check and the
+    /// access, on the invocation path.
+    fn node_entry_matches(entry: &NodeEntry, capability: &Capability) -> Result<(), Void> {
+        let version = match capability.kind() {
+            CapType::Resume => entry.resume_version,
+            kind if kind.object_kind() == Some(ObjectKind::Node) => entry.version,
+            _ => return Err(Void),
+        };
+        (version == capability.version()).then_some(()).ok_or(Void)
     }
 
     pub fn page(&self, capability: &Capability) -> Result<&F, Void> {
-        if capability.kind() != CapType::Page {
-            return Err(Void);
-        }
-        self.check(capability)?;
-        Ok(&self.pages[&capability.object()].frame)
+        let entry = self.pages.get(&capability.object()).ok_or(Void)?;
+        Self::page_entry_matches(entry, capability)?;
+        Ok(&entry.frame)
     }
 
     pub fn page_mut(&mut self, capability: &Capability) -> Result<&mut F, Void> {
-        if capability.kind() != CapType::Page {
-            return Err(Void);
-        }
-        self.check(capability)?;
-        Ok(&mut self.pages.get_mut(&capability.object()).ok_or(Void)?.frame)
+        let entry = self.pages.get_mut(&capability.object()).ok_or(Void)?;
+        Self::page_entry_matches(entry, capability)?;
+        Ok(&mut entry.frame)
+    }
+
+    fn page_entry_matches(entry: &PageEntry<F>, capability: &Capability) -> Result<(), Void> {
+        let live = capability.kind() == CapType::Page && entry.version == capability.version();
+        live.then_some(()).ok_or(Void)
     }
 
     /// What a program fetching `slot` through `node_capability` receives: the slot's
