@@ -2,14 +2,14 @@
 //!
 //! Design principles, from KeyKOS and EROS:
 //! - Capabilities are the only authority; invocation is the only system call.
-//! - The kernel owns no state that is not a cache of pages and nodes (from the kernel-core
-//!   issue on); kernel operations are atomic and restartable, so there is one kernel stack
-//!   and no process owns kernel state between entries.
+//! - The kernel owns no state that is not a cache of pages and nodes, except the queues of
+//!   stalled invocations; kernel operations are atomic and restartable, so there is one
+//!   kernel stack and no process owns kernel state between entries.
 //! - Simple, checked code over clever code: assertions stay on in release builds.
 //!
 //! Boot: `arch::boot` (PVH or multiboot2, 32-bit) → long mode → [`kernel_main`], which sets
-//! up the CPU, memory, time and devices, tells the host it is ready, runs its self-test and
-//! the ring-3 programs of the initial image, and reports.
+//! up the CPU, memory, time and devices, tells the host it is ready, builds the initial
+//! system of the image's system table, runs its processes and reports how each ended.
 #![no_std]
 #![no_main]
 

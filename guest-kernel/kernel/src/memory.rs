@@ -1,7 +1,8 @@
 //! Physical memory as the kernel sees it: the direct map, the kernel heap and page frames.
 //!
-//! The foundation kernel takes its heap from the first large free RAM region above the
-//! kernel and the boot modules; the object cache of the kernel-core issue replaces this.
+//! The kernel takes its heap from the first large free RAM region above the kernel and
+//! the boot modules. Object pages come from it too until the store manages memory as a
+//! cache of the disk.
 
 use linked_list_allocator::LockedHeap;
 
