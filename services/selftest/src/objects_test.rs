@@ -22,6 +22,7 @@ const NUMBER: u8 = 5;
 const METER: u8 = 9;
 const SPACE: u8 = 10;
 const WEAK_SPACE: u8 = 11;
+const MADE_PROCESS: u8 = 12;
 
 fn error(error: ObjectError) -> Result<[u64; 4], u64> {
     Err(error as u64)
@@ -153,6 +154,40 @@ fn main() -> u64 {
     checks.failures
 }
 
+/// Another process, made from the node: its registers can be written and read back, and
+/// it can be stopped. It is never started, so the self-test reports it stopped with 0.
+fn other_process(checks: &mut user::check::Checks) {
+    let made = into(MADE_PROCESS, NODE, node::MAKE_PROCESS, [0; 4]);
+    let stopped = user::call(MADE_PROCESS, process::STOP, [0; 4]);
+    let mut registers = [0u8; 144];
+    let (rip, rsp) = (0x40_1000u64, 0x7fff_0000u64);
+    registers[15 * 8..16 * 8].copy_from_slice(&rip.to_le_bytes());
+    registers[16 * 8..17 * 8].copy_from_slice(&rsp.to_le_bytes());
+    let written = Invocation::call(MADE_PROCESS, process::WRITE_REGISTERS, [0; 4])
+        .with_string(&registers)
+        .invoke(&mut []);
+    let mut read_back = [0u8; 144];
+    let read =
+        Invocation::call(MADE_PROCESS, process::READ_REGISTERS, [0; 4]).invoke(&mut read_back);
+    checks.check(
+        "process: make one, stop it, write and read back its registers",
+        made == 0
+            && stopped.is_ok()
+            && written.code == 0
+            && read.code == 0
+            && read_back[15 * 8..17 * 8] == registers[15 * 8..17 * 8],
+    );
+    registers[15 * 8..16 * 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let kernel_rip = Invocation::call(MADE_PROCESS, process::WRITE_REGISTERS, [0; 4])
+        .with_string(&registers)
+        .invoke(&mut []);
+    checks.code(
+        "process: rip outside the user half is refused",
+        kernel_rip.code,
+        ObjectError::OutOfRange as u64,
+    );
+}
+
 /// The methods of clock, number, meter and space capabilities, and reading registers.
 fn more_methods(checks: &mut user::check::Checks) {
     let first = user::call(CLOCK, clock::NOW, [0; 4]);
@@ -203,6 +238,21 @@ fn more_methods(checks: &mut user::check::Checks) {
         wrong.code,
         ObjectError::WrongType as u64,
     );
+    let weak_meter = into(FETCHED, WEAK_NODE, node::MAKE_METER, [0; 4]);
+    let weak_process = into(FETCHED, WEAK_NODE, node::MAKE_PROCESS, [0; 4]);
+    checks.check(
+        "node: no meter or process from a weak node",
+        weak_meter == ObjectError::ReadOnly as u64 && weak_process == ObjectError::ReadOnly as u64,
+    );
+    let page_keeper = Invocation::call(METER, meter::SET_KEEPER, [0; 4])
+        .sending(&[PAGE])
+        .invoke(&mut []);
+    checks.code(
+        "meter: a page is no keeper",
+        page_keeper.code,
+        ObjectError::WrongType as u64,
+    );
+    other_process(checks);
     let mut registers = [0u8; 144];
     let read =
         Invocation::call(user::OWN_PROCESS, process::READ_REGISTERS, [0; 4]).invoke(&mut registers);
