@@ -242,21 +242,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         }
         Kind::Send => registers.rax = 0,
     }
-    let target_process = &mut scheduler.processes[receiver];
-    // A keeper's reply restarts the process from its registers as they are now (the keeper
-    // may have changed them); any other message is delivered into them.
-    if !core::mem::take(&mut target_process.waiting_for_keeper) {
-        let (receiver_root, mut receiver_registers) =
-            (target_process.root, target_process.registers);
-        deliver(
-            &mut objects,
-            &receiver_root,
-            &mut receiver_registers,
-            message,
-        );
-        scheduler.processes[receiver].registers = receiver_registers;
-    }
-    scheduler.processes[receiver].state = ProcessState::Runnable;
+    wake_with(&mut objects, &mut scheduler, receiver, message);
     drop(scheduler);
     drop(objects);
     match descriptor.kind {
@@ -264,6 +250,22 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         Kind::Call | Kind::Return => process::switch_to(receiver),
         Kind::Send => Ok(()),
     }
+}
+
+/// Makes the waiting process `receiver` runnable with `message` as the result of its
+/// pending `invoke`. A keeper's reply restarts the process from its registers as they are
+/// now (the keeper may have changed them); any other message is delivered into them.
+fn wake_with(
+    objects: &mut Objects,
+    scheduler: &mut process::Scheduler,
+    receiver: usize,
+    message: Message,
+) {
+    let process = &mut scheduler.processes[receiver];
+    if !core::mem::take(&mut process.waiting_for_keeper) {
+        deliver(objects, &process.root, &mut process.registers, message);
+    }
+    process.state = ProcessState::Runnable;
 }
 
 /// The target is busy: the invoker waits on its queue and will run its `syscall` again.
@@ -343,12 +345,7 @@ pub fn invoke_keeper(
     process.registers = *registers;
     process.state = ProcessState::WaitingForReply;
     process.waiting_for_keeper = true;
-    let keeper_process = &scheduler.processes[receiver];
-    let (keeper_root, mut keeper_registers) = (keeper_process.root, keeper_process.registers);
-    deliver(&mut objects, &keeper_root, &mut keeper_registers, message);
-    let keeper_process = &mut scheduler.processes[receiver];
-    keeper_process.registers = keeper_registers;
-    keeper_process.state = ProcessState::Runnable;
+    wake_with(&mut objects, &mut scheduler, receiver, message);
     drop(scheduler);
     drop(objects);
     process::switch_to(receiver)

@@ -180,29 +180,9 @@ fn place_page(objects: &mut Objects, space: Capability, address: u64, page: Capa
     }
 }
 
-/// The page `space` holds at `address`, if the tree has one there.
-fn page_at(objects: &Objects, space: Capability, address: u64) -> Option<Capability> {
-    let mut level = space;
-    for height in (1..=SPACE_HEIGHT).rev() {
-        let held = objects
-            .cache
-            .node(&level)
-            .ok()?
-            .get(slot_for(height, address));
-        if height == 1 {
-            return (held.kind() == CapType::Page).then_some(held);
-        }
-        if held.kind() != CapType::Space {
-            return None;
-        }
-        level = held;
-    }
-    None
-}
-
-/// Makes fresh pages for `[start, end)` in `space` (read-only where `writable` is false)
-/// and copies `contents` to the start of the range. A page an earlier segment already
-/// filled (two segments sharing a page, as a linker may lay out .rodata and .got) keeps
+/// Fills `[start, end)` of `space` with `contents` then zeros, in fresh pages (read-only
+/// where `writable` is false). A page an earlier segment already filled (two segments
+/// sharing a page, as a linker may lay out .rodata and .got) is filled in place, keeping
 /// that segment's bytes, and is writable if either segment is.
 fn fill_range(
     objects: &mut Objects,
@@ -214,7 +194,11 @@ fn fill_range(
     let page_bytes = PAGE_BYTES as u64;
     let mut page_address = start & !(page_bytes - 1);
     while page_address < end {
-        let earlier = page_at(objects, space, page_address);
+        // The loader's trees restrict no node, so the page found carries its own rights.
+        let earlier = match walk(&objects.cache, space, page_address, &mut BTreeSet::new()) {
+            Walk::Page { page, .. } => Some(page),
+            Walk::Missing { .. } => None,
+        };
         let page = match earlier {
             Some(earlier) => objects
                 .cache

@@ -23,7 +23,7 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::methods::{ObjectError, node, process, space_flags};
+use holdfast_userlib::abi::methods::ObjectError;
 use holdfast_userlib::abi::{USER_STACK_BYTES, USER_STACK_TOP};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -156,38 +156,14 @@ fn node_tree_fault() -> u64 {
     median(&mut rounds)
 }
 
-/// Wraps the own space in the spare node as a keeper node whose keeper is zero-keeper.
+/// Wraps the own space in the spare node as a keeper node whose keeper is zero-keeper,
+/// and tells zero-keeper which space to fill.
 fn wrap_space_in_keeper_node() -> bool {
-    let fetched = Invocation::call(user::OWN_PROCESS, process::FETCH_SPACE, [0; 4])
-        .receiving(&[SPACE])
-        .invoke(&mut []);
+    let wrapped = user::space::wrap_own_space(SPACE, KEEPER_NODE, ZERO_KEEPER, WRAPPED);
     let registered = Invocation::call(ZERO_KEEPER, REGISTER, [0; 4])
         .sending(&[SPACE])
         .invoke(&mut []);
-    let inner = Invocation::call(KEEPER_NODE, node::SWAP, [0; 4])
-        .sending(&[SPACE])
-        .invoke(&mut []);
-    let keeper = Invocation::call(KEEPER_NODE, node::SWAP, [1, 0, 0, 0])
-        .sending(&[ZERO_KEEPER])
-        .invoke(&mut []);
-    let made = Invocation::call(
-        KEEPER_NODE,
-        node::MAKE_SPACE,
-        [7, space_flags::KEEPER, 0, 0],
-    )
-    .receiving(&[WRAPPED])
-    .invoke(&mut []);
-    let set = Invocation::call(user::OWN_PROCESS, process::SET_SPACE, [0; 4])
-        .sending(&[WRAPPED])
-        .invoke(&mut []);
-    [
-        fetched.code,
-        registered.code,
-        inner.code,
-        keeper.code,
-        made.code,
-        set.code,
-    ] == [0; 6]
+    wrapped && registered.code == 0
 }
 
 /// Each fault timed alone (the pages run out before rounds could); `None` if a page the

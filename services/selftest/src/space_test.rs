@@ -9,7 +9,7 @@
 
 use holdfast_userlib::abi::methods::{node, page, process};
 use holdfast_userlib::abi::{USER_STACK_BYTES, USER_STACK_TOP};
-use holdfast_userlib::{self as user, Invocation};
+use holdfast_userlib::{self as user, Invocation, space};
 
 const SPACE: u8 = 2;
 const FIRST_PAGE: u8 = 3;
@@ -19,10 +19,6 @@ const LEVEL: u8 = 5;
 /// Below the stack, in the same height-1 node (which covers 128 KiB; the stack is 64 KiB):
 /// the loader made that node, and this slot of it is empty.
 const ADDRESS: u64 = USER_STACK_TOP - USER_STACK_BYTES - 4096;
-
-fn slot(height: u64) -> u64 {
-    (ADDRESS >> (12 + 5 * (height - 1))) & 31
-}
 
 fn read_at_address() -> u8 {
     // SAFETY: ADDRESS is mapped by the time this runs (the checks say whether it is); the
@@ -35,16 +31,8 @@ fn main() -> u64 {
     let fetched = Invocation::call(user::OWN_PROCESS, process::FETCH_SPACE, [0; 4])
         .receiving(&[SPACE])
         .invoke(&mut []);
-    // Walk down this program's own tree to the height-1 node that covers ADDRESS.
-    let mut from = SPACE;
-    let mut walked = fetched.code == 0;
-    for height in (2..=7).rev() {
-        let reply = Invocation::call(from, node::FETCH, [slot(height), 0, 0, 0])
-            .receiving(&[LEVEL])
-            .invoke(&mut []);
-        walked &= reply.code == 0;
-        from = LEVEL;
-    }
+    // Down this program's own tree to the height-1 node that covers ADDRESS.
+    let walked = fetched.code == 0 && space::fetch_leaf_node(SPACE, ADDRESS, LEVEL);
     checks.check("walk down the own space tree", walked);
 
     let first = Invocation::call(FIRST_PAGE, page::WRITE, [0; 4])
@@ -54,7 +42,7 @@ fn main() -> u64 {
         .with_string(b"S")
         .invoke(&mut []);
     let swap = |page: u8| {
-        Invocation::call(LEVEL, node::SWAP, [slot(1), 0, 0, 0])
+        Invocation::call(LEVEL, node::SWAP, [space::slot(1, ADDRESS), 0, 0, 0])
             .sending(&[page])
             .invoke(&mut [])
             .code

@@ -9,7 +9,7 @@
 
 use holdfast_userlib::abi::keeper::SPACE_FAULT;
 use holdfast_userlib::abi::methods::{node, page};
-use holdfast_userlib::{self as user, Invocation};
+use holdfast_userlib::{self as user, Invocation, space};
 
 pub const REGISTER: u64 = 1;
 const POOL: u8 = 2;
@@ -23,23 +23,15 @@ const NOTHING: u8 = 14;
 /// Puts a fresh zeroed page from the pool under `address` in the client's space; false if
 /// the pool is empty or the tree has no height-1 node there.
 fn map_zero_page(address: u64, next_page: &mut u64) -> bool {
-    let mut from = CLIENT_SPACE;
-    for height in (2..=7u64).rev() {
-        let slot = (address >> (12 + 5 * (height - 1))) & 31;
-        let reply = Invocation::call(from, node::FETCH, [slot, 0, 0, 0])
-            .receiving(&[LEVEL])
-            .invoke(&mut []);
-        if reply.code != 0 {
-            return false;
-        }
-        from = LEVEL;
+    if !space::fetch_leaf_node(CLIENT_SPACE, address, LEVEL) {
+        return false;
     }
     let fetched = Invocation::call(POOL, node::FETCH, [*next_page, 0, 0, 0])
         .receiving(&[PAGE])
         .invoke(&mut []);
     *next_page += 1;
     let zeroed = user::call(PAGE, page::ZERO, [0; 4]);
-    let slot = (address >> 12) & 31;
+    let slot = space::slot(1, address);
     let swapped = Invocation::call(LEVEL, node::SWAP, [slot, 0, 0, 0])
         .sending(&[PAGE])
         .invoke(&mut []);

@@ -16,6 +16,7 @@ pub mod syscall;
 pub use holdfast_abi as abi;
 
 pub mod check;
+pub mod space;
 
 pub const CONSOLE: u8 = 0;
 pub const OWN_PROCESS: u8 = 1;
