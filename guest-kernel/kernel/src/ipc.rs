@@ -9,6 +9,7 @@
 //! and no process needs a kernel stack of its own while it waits.
 
 use alloc::vec::Vec;
+use arrayvec::ArrayVec;
 use holdfast_abi::descriptor::{Descriptor, Kind};
 use holdfast_abi::{self as abi, InvocationError};
 use holdfast_objects::node::process_root;
@@ -26,7 +27,7 @@ pub struct Message {
     pub code: u64,
     pub words: [u64; 4],
     pub string: Vec<u8>,
-    pub capabilities: Vec<Capability>,
+    pub capabilities: Capabilities,
     pub badge: u64,
     /// For a call: the capability to reply with.
     pub resume: Option<Capability>,
@@ -38,12 +39,15 @@ impl Message {
             code,
             words,
             string: Vec::new(),
-            capabilities: Vec::new(),
+            capabilities: Capabilities::new(),
             badge: 0,
             resume: None,
         }
     }
 }
+
+/// The capabilities a message carries.
+pub type Capabilities = ArrayVec<Capability, { abi::INVOCATION_CAPABILITIES_MAX }>;
 
 /// How many indirectors an invocation may pass through: a bound on kernel work that a
 /// cycle of forwarders cannot defeat.
@@ -63,34 +67,32 @@ fn capability_register(objects: &Objects, root: &Capability, index: u8) -> Capab
 }
 
 /// Hands `message` to the process whose saved registers are `registers` (its root node
-/// `root`), as the result of its pending `invoke`: the descriptor it used says which
-/// capability registers receive, `r14`/`r15` where the string goes.
+/// `root`), as the result of its pending `invoke`: `descriptor`, the one it invoked with
+/// (`None` if it never did), says which capability registers receive, `r14`/`r15` where the
+/// string goes.
 pub fn deliver(
     objects: &mut Objects,
     root: &Capability,
     registers: &mut UserRegisters,
+    descriptor: Option<&Descriptor>,
     message: Message,
 ) {
-    // The receiver's descriptor was checked when it invoked; a process that never invoked
-    // (or whose saved rdi is not a descriptor) receives no capabilities.
-    let descriptor = Descriptor::decode(registers.rdi).ok();
-    let receive = descriptor
-        .map(|descriptor| descriptor.receive)
-        .unwrap_or_default();
-    for (&index, capability) in receive.as_slice().iter().zip(message.capabilities.iter()) {
-        if let Ok(node) = objects.cache.node_mut(root) {
-            node.swap(register_slot(index), *capability);
-        }
-    }
-    // The resume register always changes: to the caller's resume capability for a call,
-    // to void otherwise, so that a server cannot mistake an old one for the current caller.
-    if let Some(index) = descriptor.and_then(|descriptor| descriptor.resume)
+    if let Some(descriptor) = descriptor
+        && !(descriptor.receive.is_empty() && descriptor.resume.is_none())
         && let Ok(node) = objects.cache.node_mut(root)
     {
-        node.swap(
-            register_slot(index),
-            message.resume.unwrap_or(Capability::VOID),
-        );
+        for (index, capability) in descriptor.receive.iter().zip(message.capabilities) {
+            node.swap(register_slot(index), capability);
+        }
+        // The resume register always changes: to the caller's resume capability for a
+        // call, to void otherwise, so that a server cannot mistake an old one for the
+        // current caller.
+        if let Some(index) = descriptor.resume {
+            node.swap(
+                register_slot(index),
+                message.resume.unwrap_or(Capability::VOID),
+            );
+        }
     }
     // The receiver's buffer: as much of the string as fits; a buffer that is not mapped
     // writable receives nothing (the receiver's own doing, so not the sender's error).
@@ -155,9 +157,8 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     };
     let capabilities = descriptor
         .send
-        .as_slice()
         .iter()
-        .map(|&index| capability_register(&objects, &root, index))
+        .map(|index| capability_register(&objects, &root, index))
         .collect();
     let words = [registers.rdx, registers.r10, registers.r8, registers.r9];
     let mut message = Message {
@@ -219,7 +220,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
                 become_available_and_switch(invoker, registers)
             }
             let mut objects = OBJECTS.lock();
-            deliver(&mut objects, &root, registers, reply);
+            deliver(&mut objects, &root, registers, Some(&descriptor), reply);
             return Ok(());
         }
     };
@@ -263,7 +264,17 @@ fn wake_with(
 ) {
     let process = &mut scheduler.processes[receiver];
     if !core::mem::take(&mut process.waiting_for_keeper) {
-        deliver(objects, &process.root, &mut process.registers, message);
+        // The receiver's descriptor was checked when it invoked; a process that never
+        // invoked (or whose saved rdi is not a descriptor) receives no capabilities.
+        let descriptor = Descriptor::decode(process.registers.rdi).ok();
+        let root = process.root;
+        deliver(
+            objects,
+            &root,
+            &mut process.registers,
+            descriptor.as_ref(),
+            message,
+        );
     }
     process.state = ProcessState::Runnable;
 }
@@ -335,7 +346,7 @@ pub fn invoke_keeper(
         code: keeper_message.code,
         words: keeper_message.words,
         string: Vec::new(),
-        capabilities: alloc::vec![root],
+        capabilities: [root].into_iter().collect(),
         badge: keeper.badge(),
         resume: objects
             .cache

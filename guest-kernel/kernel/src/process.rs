@@ -15,8 +15,7 @@ use holdfast_abi as abi;
 use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, ObjectId, Rights, Slot};
 use spin::Mutex;
-use x86_64::registers::control::{Cr3, Cr3Flags};
-use x86_64::structures::paging::PhysFrame;
+use x86_64::registers::control::Cr3;
 
 use crate::arch::idt::FaultReport;
 use crate::arch::syscall::{UserRegisters, enter_user};
@@ -52,8 +51,7 @@ pub struct Process {
     pub name: &'static str,
     /// The root node, as a process capability.
     pub root: Capability,
-    /// A cache of the space tree; emptied whenever a translation it holds may be stale.
-    pub page_tables: PhysFrame,
+    pub tables: space::UserTables,
     /// The user registers, saved whenever the process is not running. While it waits in an
     /// invocation they still hold its `invoke` arguments, which say where a message for it
     /// goes (receive registers and buffer).
@@ -70,6 +68,8 @@ pub struct Process {
 pub struct Scheduler {
     pub processes: Vec<Process>,
     pub current: Option<usize>,
+    /// The process whose user half the live root holds (see [`space::switch`]).
+    installed: Option<usize>,
     /// Called when no process is runnable any more.
     on_all_done: Option<fn() -> !>,
 }
@@ -90,6 +90,7 @@ impl Scheduler {
 pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     processes: Vec::new(),
     current: None,
+    installed: None,
     on_all_done: None,
 });
 
@@ -289,11 +290,11 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
         rflags: 0x202, // interrupts on
         ..UserRegisters::default()
     };
-    let page_tables = space::new_page_tables(*KERNEL_ROOT.call_once(|| Cr3::read().0));
+    space::init_live_root(Cr3::read().0);
     SCHEDULER.lock().processes.push(Process {
         name,
         root,
-        page_tables,
+        tables: space::UserTables::new(),
         registers,
         state: ProcessState::Runnable,
         stalled: VecDeque::new(),
@@ -325,30 +326,35 @@ pub fn switch_to_next() -> ! {
         done()
     };
     scheduler.current = Some(index);
-    let process = &scheduler.processes[index];
-    let (registers, page_tables) = (process.registers, process.page_tables);
-    drop(scheduler);
-    resume_user(page_tables, &registers)
+    resume_user(scheduler)
 }
 
 /// Makes process `index` the current one and enters it.
 pub fn switch_to(index: usize) -> ! {
     let mut scheduler = SCHEDULER.lock();
     scheduler.current = Some(index);
-    let process = &scheduler.processes[index];
-    let (registers, page_tables) = (process.registers, process.page_tables);
-    drop(scheduler);
-    resume_user(page_tables, &registers)
+    resume_user(scheduler)
 }
 
-fn resume_user(page_tables: PhysFrame, registers: &UserRegisters) -> ! {
-    // SAFETY: `page_tables` is a complete address space: the kernel half is shared with the
-    // current tables, so this code and its stack stay mapped; `registers` hold the
-    // process's user rip and rsp. Writing CR3 also flushes stale user TLB entries.
-    unsafe {
-        Cr3::write(page_tables, Cr3Flags::empty());
-        enter_user(registers)
+/// Enters the current process, with its user half in the live root.
+fn resume_user(mut scheduler: spin::MutexGuard<'_, Scheduler>) -> ! {
+    let current = scheduler.current();
+    if scheduler.installed != Some(current) {
+        let outgoing = scheduler
+            .installed
+            .map(|index| &scheduler.processes[index].tables);
+        space::switch(outgoing, &scheduler.processes[current].tables);
+        scheduler.installed = Some(current);
     }
+    // Entered from where it is kept: copying 144 bytes is a loop of 18 translation blocks
+    // under TCG.
+    let registers: *const UserRegisters = &scheduler.processes[current].registers;
+    drop(scheduler);
+    // SAFETY: the live root holds this process's user half and maps the kernel, so this
+    // code and its stack stay mapped; `registers` hold the process's user rip and rsp and
+    // stay where they are until `enter_user` has loaded them: interrupts are off and this
+    // is the only CPU, so nothing changes the process table in between.
+    unsafe { enter_user(registers) }
 }
 
 /// Adds the process whose root node `root` names to the table, stopped, if it is not
@@ -358,11 +364,10 @@ pub fn adopt(root: Capability) {
     if scheduler.index_of(root.object()).is_some() {
         return;
     }
-    let page_tables = space::new_page_tables(*KERNEL_ROOT.get().expect("load() recorded it"));
     scheduler.processes.push(Process {
         name: "(made)",
         root,
-        page_tables,
+        tables: space::UserTables::new(),
         registers: UserRegisters::default(),
         state: ProcessState::Stopped { exit_code: 0 },
         stalled: VecDeque::new(),
@@ -377,14 +382,12 @@ pub fn node_changed(node: ObjectId) {
     if !space::take_translation_dependency(node) {
         return;
     }
-    let scheduler = SCHEDULER.lock();
-    for process in &scheduler.processes {
-        space::clear_user_half(process.page_tables);
+    let mut scheduler = SCHEDULER.lock();
+    for process in &mut scheduler.processes {
+        process.tables.clear();
     }
-    // Reloading CR3 flushes the TLB of the current space's user entries.
-    let (current, flags) = Cr3::read();
-    // SAFETY: the same tables, with user mappings dropped: the kernel half is unchanged.
-    unsafe { Cr3::write(current, flags) };
+    scheduler.installed = None;
+    space::flush_live_user_half();
 }
 
 /// Calls `with` on each process, in load order.
@@ -394,14 +397,11 @@ pub fn for_each_process(mut with: impl FnMut(&Process)) {
     }
 }
 
-static KERNEL_ROOT: spin::Once<PhysFrame> = spin::Once::new();
-
-/// Back to the page tables the kernel started with, for code that runs after the last
-/// process (a stopped process's tables stay mapped otherwise).
+/// Unmaps the last process, for code that runs after it (its user half stays mapped
+/// otherwise).
 pub fn restore_kernel_address_space() {
-    let root = *KERNEL_ROOT.get().expect("load() recorded it");
-    // SAFETY: the boot page tables map the kernel as every process's tables do.
-    unsafe { Cr3::write(root, Cr3Flags::empty()) };
+    SCHEDULER.lock().installed = None;
+    space::flush_live_user_half();
 }
 
 pub fn stop_current(state: ProcessState) -> ! {
@@ -492,7 +492,10 @@ const PAGE_FAULT_WRITE: u64 = 1 << 1;
 /// An exception in ring 3. A page fault that the space tree resolves is mapped and the
 /// process resumes; anything else is reported and stops the process.
 pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
-    let (root, page_tables) = current_root_and_tables();
+    let root = {
+        let scheduler = SCHEDULER.lock();
+        scheduler.processes[scheduler.current()].root
+    };
     let mut space_keeper = None;
     if let (14, Some(address), Some(error_code)) =
         (report.vector, report.address, report.error_code)
@@ -517,8 +520,13 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
         match found {
             Some(Ok((frame, writable))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
                 space::remember_translated(visited);
-                space::map_page(page_tables, address, frame, writable);
-                resume_user(page_tables, &registers)
+                let mut scheduler = SCHEDULER.lock();
+                let current = scheduler.current();
+                let running = scheduler.installed == Some(current);
+                let process = &mut scheduler.processes[current];
+                process.registers = registers;
+                process.tables.map_page(address, frame, writable, running);
+                resume_user(scheduler)
             }
             Some(Err(keeper)) => space_keeper = Some(keeper),
             _ => {}
@@ -566,10 +574,4 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
 pub struct KeeperMessage {
     pub code: u64,
     pub words: [u64; 4],
-}
-
-fn current_root_and_tables() -> (Capability, PhysFrame) {
-    let scheduler = SCHEDULER.lock();
-    let process = &scheduler.processes[scheduler.current.expect("a process was running")];
-    (process.root, process.page_tables)
 }

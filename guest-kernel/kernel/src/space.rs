@@ -8,8 +8,10 @@
 //! mappings, so that the change is seen at the next access.
 
 use alloc::collections::BTreeSet;
+use alloc::vec::Vec;
 use holdfast_objects::ObjectId;
 use spin::Mutex;
+use x86_64::registers::control::{Cr3, Cr3Flags};
 use x86_64::structures::paging::{PageTable, PageTableFlags, PhysFrame};
 use x86_64::{PhysAddr, VirtAddr};
 
@@ -35,42 +37,194 @@ fn new_table_frame() -> PhysFrame {
     PhysFrame::containing_address(PhysAddr::new(memory::virtual_to_physical(block as u64)))
 }
 
-/// A new set of page tables: the kernel half shared with the boot tables, the user half
-/// empty.
-pub fn new_page_tables(kernel_root: PhysFrame) -> PhysFrame {
-    let root = new_table_frame();
-    let (kernel_table, table) = (table_at(kernel_root), table_at(root));
-    for index in 256..512 {
-        table[index] = kernel_table[index].clone();
-    }
-    root
+/// Indices of the user half's entries in a top-level table.
+const USER_TOP_ENTRIES: core::ops::Range<usize> = 0..256;
+
+/// How many mapped pages a process may have and still be switched away from by dropping
+/// their TLB entries one by one. Beyond it, switching away flushes the whole TLB: under
+/// TCG a flush and the refills after it cost about 7 µs, an `invlpg` a small fraction.
+const MAPPED_PAGES_TRACKED_MAX: usize = 64;
+
+/// The CPU runs on one top-level table for its whole life, the live root: its kernel half
+/// is the boot tables', its user half a copy of the running process's few top-level
+/// entries. A process switch rewrites those entries and drops the outgoing process's TLB
+/// entries page by page, instead of loading CR3, which flushes everything (L4's and EROS's
+/// small spaces, for the same reason: most processes map few pages).
+static LIVE_ROOT: spin::Once<PhysFrame> = spin::Once::new();
+
+/// Makes the live root from the boot tables `kernel_root` and runs on it.
+pub fn init_live_root(kernel_root: PhysFrame) {
+    LIVE_ROOT.call_once(|| {
+        let root = new_table_frame();
+        let (kernel_table, table) = (table_at(kernel_root), table_at(root));
+        for index in USER_TOP_ENTRIES.end..512 {
+            table[index] = kernel_table[index].clone();
+        }
+        // SAFETY: the new root maps the kernel half exactly as the boot tables do, so this
+        // code, its stack and the heap stay mapped; the user half is empty.
+        unsafe { Cr3::write(root, Cr3Flags::empty()) };
+        root
+    });
 }
 
-/// Maps the 4 KiB page at `address` to `frame` for ring 3 in the tables at `root`.
-pub fn map_page(root: PhysFrame, address: u64, frame: PhysFrame, writable: bool) {
-    let page_address = VirtAddr::new(address & !(PAGE_BYTES as u64 - 1));
-    let indices = [
-        page_address.p4_index(),
-        page_address.p3_index(),
-        page_address.p2_index(),
-    ];
-    let intermediate =
-        PageTableFlags::PRESENT | PageTableFlags::WRITABLE | PageTableFlags::USER_ACCESSIBLE;
-    let mut table = table_at(root);
-    for index in indices {
-        let entry = &mut table[index];
-        if entry.is_unused() {
-            entry.set_frame(new_table_frame(), intermediate);
-        }
-        table = table_at(entry.frame().expect("a 4 KiB table, never a huge page"));
-    }
-    let mut flags = PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE;
-    if writable {
-        flags |= PageTableFlags::WRITABLE;
-    }
-    table[page_address.p1_index()].set_frame(frame, flags);
-    x86_64::instructions::tlb::flush(page_address);
+fn live_root() -> PhysFrame {
+    *LIVE_ROOT.get().expect("init_live_root ran at boot")
 }
+
+/// A process's page tables: a cache of its space tree, emptied whenever a translation it
+/// holds may be stale.
+pub struct UserTables {
+    /// A top-level table whose user half is this process's. The CPU never runs on it: its
+    /// used entries are copied into the live root while the process runs.
+    top: PhysFrame,
+    /// Which user entries of `top` are in use, one bit each.
+    top_used: [u64; 4],
+    /// Every page mapped, while there are at most [`MAPPED_PAGES_TRACKED_MAX`].
+    mapped: Vec<VirtAddr>,
+    mapped_overflowed: bool,
+}
+
+impl UserTables {
+    pub fn new() -> Self {
+        Self {
+            top: new_table_frame(),
+            top_used: [0; 4],
+            mapped: Vec::new(),
+            mapped_overflowed: false,
+        }
+    }
+
+    /// The used entries' indices, visiting set bits only: a process uses one or two of the
+    /// 256, and this runs on every switch.
+    fn used_top_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.top_used
+            .iter()
+            .enumerate()
+            .flat_map(|(word_index, &word)| {
+                let mut bits = word;
+                core::iter::from_fn(move || {
+                    (bits != 0).then(|| {
+                        let bit = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        word_index * 64 + bit
+                    })
+                })
+            })
+    }
+
+    /// Maps the 4 KiB page at `address` to `frame` for ring 3. `running`: these tables are
+    /// the live root's user half now, so the live root gets any new top-level entry.
+    pub fn map_page(&mut self, address: u64, frame: PhysFrame, writable: bool, running: bool) {
+        let page_address = VirtAddr::new(address & !(PAGE_BYTES as u64 - 1));
+        let top_index = usize::from(page_address.p4_index());
+        let intermediate =
+            PageTableFlags::PRESENT | PageTableFlags::WRITABLE | PageTableFlags::USER_ACCESSIBLE;
+        let top = table_at(self.top);
+        if top[top_index].is_unused() {
+            top[top_index].set_frame(new_table_frame(), intermediate);
+            self.top_used[top_index / 64] |= 1 << (top_index % 64);
+            if running {
+                table_at(live_root())[top_index] = top[top_index].clone();
+            }
+        }
+        let mut table = table_at(top[top_index].frame().expect("a table"));
+        for index in [page_address.p3_index(), page_address.p2_index()] {
+            let entry = &mut table[index];
+            if entry.is_unused() {
+                entry.set_frame(new_table_frame(), intermediate);
+            }
+            table = table_at(entry.frame().expect("a 4 KiB table, never a huge page"));
+        }
+        let mut flags = PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE;
+        if writable {
+            flags |= PageTableFlags::WRITABLE;
+        }
+        table[page_address.p1_index()].set_frame(frame, flags);
+        if self.mapped.len() < MAPPED_PAGES_TRACKED_MAX {
+            self.mapped.push(page_address);
+        } else {
+            self.mapped_overflowed = true;
+        }
+        if running {
+            x86_64::instructions::tlb::flush(page_address);
+        }
+    }
+
+    /// Drops every user mapping, returning the tables' frames to the heap. The caller
+    /// makes sure no stale TLB entry survives ([`flush_live_user_half`]).
+    pub fn clear(&mut self) {
+        fn free_below(frame: PhysFrame, level: u8) {
+            if level > 1 {
+                for entry in table_at(frame).iter_mut() {
+                    if let Ok(child) = entry.frame() {
+                        free_below(child, level - 1);
+                        free_table(child);
+                    }
+                    entry.set_unused();
+                }
+            }
+        }
+        fn free_table(frame: PhysFrame) {
+            let block = memory::physical_to_virtual(frame.start_address().as_u64()) as *mut u8;
+            // SAFETY: table frames come from `new_table_frame`, one page each, and the
+            // entry that pointed here was cleared: nothing references the table any more.
+            unsafe { memory::free_pages(block, 1) };
+        }
+        let top = table_at(self.top);
+        for index in USER_TOP_ENTRIES {
+            if let Ok(child) = top[index].frame() {
+                free_below(child, 3);
+                free_table(child);
+            }
+            top[index].set_unused();
+        }
+        self.top_used = [0; 4];
+        self.mapped.clear();
+        self.mapped_overflowed = false;
+    }
+}
+
+/// Puts `incoming`'s user half into the live root in place of `outgoing`'s (if any
+/// process's was there) and drops `outgoing`'s TLB entries.
+pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
+    let live = table_at(live_root());
+    let mut flush_all = false;
+    if let Some(outgoing) = outgoing {
+        for index in outgoing.used_top_indices() {
+            live[index].set_unused();
+        }
+        if outgoing.mapped_overflowed {
+            flush_all = true;
+        } else {
+            for &page in &outgoing.mapped {
+                x86_64::instructions::tlb::flush(page);
+            }
+        }
+    }
+    let top = table_at(incoming.top);
+    for index in incoming.used_top_indices() {
+        live[index] = top[index].clone();
+    }
+    // `invlpg` also empties the paging-structure caches (Intel SDM 4.10.4.1), which may
+    // hold the outgoing top-level entries even where no page was mapped; reloading CR3
+    // empties them and the whole TLB.
+    if flush_all {
+        x86_64::instructions::tlb::flush_all();
+    } else {
+        x86_64::instructions::tlb::flush(VirtAddr::zero());
+    }
+}
+
+/// Empties the live root's user half and the TLB: every process's tables were cleared, or
+/// no process runs any more.
+pub fn flush_live_user_half() {
+    let live = table_at(live_root());
+    for index in USER_TOP_ENTRIES {
+        live[index].set_unused();
+    }
+    x86_64::instructions::tlb::flush_all();
+}
+
 /// Whether a change to `node` may change some translation already cached in page tables.
 /// Forgets the node: the caller drops every mapping, after which no translation depends on
 /// anything.
@@ -84,32 +238,3 @@ pub fn take_translation_dependency(node: ObjectId) -> bool {
     }
 }
 
-/// Drops every user mapping of the tables at `root`, returning their frames to the heap.
-/// The caller reloads CR3 (or is about to switch) so that no stale TLB entry survives.
-pub fn clear_user_half(root: PhysFrame) {
-    fn free_below(frame: PhysFrame, level: u8) {
-        if level > 1 {
-            for entry in table_at(frame).iter_mut() {
-                if let Ok(child) = entry.frame() {
-                    free_below(child, level - 1);
-                    free_table(child);
-                }
-                entry.set_unused();
-            }
-        }
-    }
-    fn free_table(frame: PhysFrame) {
-        let block = memory::physical_to_virtual(frame.start_address().as_u64()) as *mut u8;
-        // SAFETY: table frames come from `new_table_frame`, one page each, and the entry
-        // that pointed here was cleared: nothing references the table any more.
-        unsafe { memory::free_pages(block, 1) };
-    }
-    let table = table_at(root);
-    for index in 0..256 {
-        if let Ok(child) = table[index].frame() {
-            free_below(child, 3);
-            free_table(child);
-        }
-        table[index].set_unused();
-    }
-}

@@ -6,7 +6,8 @@
 //! kernel) fills this cache on demand and evicts from it; until then every object is
 //! resident from boot.
 
-use alloc::collections::BTreeMap;
+use hashbrown::HashMap;
+use rustc_hash::FxBuildHasher;
 
 use crate::capability::ObjectKind;
 use crate::{CapType, Capability, Node, ObjectId, Slot, Version};
@@ -30,8 +31,8 @@ struct PageEntry<F> {
 
 /// Pages hold frames of type `F` (in the kernel a physical frame, on the host a buffer).
 pub struct ObjectCache<F> {
-    nodes: BTreeMap<ObjectId, NodeEntry>,
-    pages: BTreeMap<ObjectId, PageEntry<F>>,
+    nodes: HashMap<ObjectId, NodeEntry, FxBuildHasher>,
+    pages: HashMap<ObjectId, PageEntry<F>, FxBuildHasher>,
 }
 
 impl<F> Default for ObjectCache<F> {
@@ -43,8 +44,8 @@ impl<F> Default for ObjectCache<F> {
 impl<F> ObjectCache<F> {
     pub const fn new() -> Self {
         Self {
-            nodes: BTreeMap::new(),
-            pages: BTreeMap::new(),
+            nodes: HashMap::with_hasher(FxBuildHasher),
+            pages: HashMap::with_hasher(FxBuildHasher),
         }
     }
 
