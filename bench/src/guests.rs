@@ -5,11 +5,11 @@
 //! kernel gets into memory differs, so that the comparison is of boot paths and kernels,
 //! not of VM configurations.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use holdfast_abi as abi;
-use holdfast_qemu::{Accelerator, Boot, VmSpec};
+use holdfast_qemu::Boot;
 
 use crate::linux_peer;
 use crate::runner::{BootExpectation, GuestClock, ReadyMarker};
@@ -65,38 +65,31 @@ pub struct GuestFiles {
     pub linux_initramfs: PathBuf,
 }
 
-/// The VM that boots `guest`.
-pub fn vm_spec(
-    guest: Guest,
-    files: &GuestFiles,
-    accelerator: Accelerator,
-    memory_mib: u32,
-) -> VmSpec {
-    let boot = match guest {
-        Guest::HoldfastPvh => Boot::Pvh {
-            kernel: files.holdfast_kernel.clone(),
-            initial_image: Some(files.initial_image.clone()),
-            command_line: String::new(),
-        },
+/// How `guest` gets into memory: the only thing that differs between the guests' VMs.
+pub fn boot(guest: Guest, files: &GuestFiles) -> Boot {
+    match guest {
+        Guest::HoldfastPvh => holdfast_pvh_boot(&files.holdfast_kernel, &files.initial_image),
         Guest::HoldfastGrub => Boot::Disk {
             boot_disk: files.boot_disk.clone(),
         },
-        // The launcher's direct kernel boot is `-kernel/-initrd/-append`, which QEMU also
-        // uses for a Linux bzImage (through its linuxboot option ROM rather than PVH).
-        Guest::Linux => Boot::Pvh {
-            kernel: files.linux_kernel.clone(),
-            initial_image: Some(files.linux_initramfs.clone()),
-            command_line: linux_peer::KERNEL_COMMAND_LINE.to_owned(),
-        },
-    };
-    let mut spec = VmSpec::new(boot, accelerator);
-    spec.memory_mib = memory_mib;
-    spec
+        Guest::Linux => linux_peer::boot(&files.linux_kernel, &files.linux_initramfs),
+    }
+}
+
+/// Holdfast's kernel loaded by QEMU (PVH) with `initial_image`, no command line.
+pub fn holdfast_pvh_boot(kernel: &Path, initial_image: &Path) -> Boot {
+    Boot::Pvh {
+        kernel: kernel.to_owned(),
+        initial_image: Some(initial_image.to_owned()),
+        command_line: String::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::setup::vm_spec;
+    use holdfast_qemu::Accelerator;
 
     fn files() -> GuestFiles {
         GuestFiles {
@@ -109,7 +102,7 @@ mod tests {
     }
 
     fn words(guest: Guest) -> Vec<String> {
-        vm_spec(guest, &files(), Accelerator::Tcg, 384)
+        vm_spec(boot(guest, &files()), Accelerator::Tcg, 384)
             .qemu_arguments()
             .into_iter()
             .map(|word| word.into_string().unwrap())

@@ -6,6 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use holdfast_qemu::Boot;
 
 use crate::initramfs::{self, Entry};
 use crate::runner::{GuestClock, ReadyMarker};
@@ -44,6 +45,17 @@ read -r uptime_s idle_s < /proc/uptime
 echo \"LINUX-READY $uptime_s\" > /dev/console
 exec /bin/busybox poweroff -f
 ";
+
+/// The peer's kernel loaded by QEMU with `initramfs` and [`KERNEL_COMMAND_LINE`]. QEMU's
+/// `-kernel/-initrd/-append` boots a Linux bzImage through its linuxboot option ROM
+/// rather than PVH.
+pub fn boot(kernel: &Path, initramfs: &Path) -> Boot {
+    Boot::Pvh {
+        kernel: kernel.to_owned(),
+        initial_image: Some(initramfs.to_owned()),
+        command_line: KERNEL_COMMAND_LINE.to_owned(),
+    }
+}
 
 /// The newest `vmlinuz-*-cloud-amd64` in `/boot`.
 pub fn find_kernel() -> anyhow::Result<PathBuf> {
@@ -167,27 +179,40 @@ pub fn read_static_busybox(busybox: &Path) -> anyhow::Result<Vec<u8>> {
     }
 }
 
-/// The initramfs members: `/init`, `/bin/busybox`, `/dev/console` (without which the
-/// kernel cannot give init a console and its output goes nowhere), and `/proc` to mount on.
-pub fn initramfs_entries(busybox: Vec<u8>) -> Vec<Entry> {
-    vec![
+/// The initramfs members: `/bin/busybox`, the `programs` (files under `bin/`),
+/// `/dev/console` (without which the kernel cannot give init a console and its output goes
+/// nowhere), `/proc` to mount on, and `/init`, the `init_script`.
+pub fn initramfs_entries(busybox: Vec<u8>, programs: Vec<Entry>, init_script: &str) -> Vec<Entry> {
+    let mut entries = vec![
         Entry::directory("bin", 0o755),
         Entry::file("bin/busybox", 0o755, busybox),
+    ];
+    entries.extend(programs);
+    entries.extend([
         Entry::directory("dev", 0o755),
         Entry::character_device("dev/console", 0o600, 5, 1),
         Entry::directory("proc", 0o755),
-        Entry::file("init", 0o755, INIT_SCRIPT.as_bytes().to_vec()),
-    ]
+        Entry::file("init", 0o755, init_script.as_bytes().to_vec()),
+    ]);
+    entries
 }
 
 /// Builds the initramfs for `busybox` and keeps it at `cache_directory`/linux-peer-initramfs.cpio.
-/// The archive is rebuilt in memory each time (a few milliseconds) and kept by
-/// [`write_cached`], so a new busybox or init script never leaves a stale copy.
 pub fn prepare_initramfs(busybox: &Path, cache_directory: &Path) -> anyhow::Result<PathBuf> {
-    let binary = read_static_busybox(busybox)?;
-    let archive =
-        initramfs::newc_archive(&initramfs_entries(binary)).context("building the initramfs")?;
-    write_cached(cache_directory, "linux-peer-initramfs.cpio", &archive)
+    let entries = initramfs_entries(read_static_busybox(busybox)?, Vec::new(), INIT_SCRIPT);
+    cache_initramfs(&entries, cache_directory, "linux-peer-initramfs.cpio")
+}
+
+/// Builds the archive of `entries` and keeps it at `cache_directory`/`file_name`. The
+/// archive is rebuilt in memory each time (a few milliseconds) and kept by
+/// [`write_cached`], so a new busybox or init script never leaves a stale copy.
+pub fn cache_initramfs(
+    entries: &[Entry],
+    cache_directory: &Path,
+    file_name: &str,
+) -> anyhow::Result<PathBuf> {
+    let archive = initramfs::newc_archive(entries).context("building the initramfs")?;
+    write_cached(cache_directory, file_name, &archive)
 }
 
 /// Keeps `bytes` at `cache_directory`/`file_name` and returns that path. The file is

@@ -6,13 +6,14 @@
 //! "ready" with a serial marker and the host timestamps it.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
+use holdfast_qemu::child;
 
 /// How a guest writes its own "time since the kernel's first instruction" after the marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,9 +131,6 @@ fn parse_figure(figure: &str, clock: GuestClock) -> Option<Duration> {
 /// How many serial lines a failure report quotes.
 const TRANSCRIPT_TAIL_LINES: usize = 30;
 
-/// How much of QEMU's standard error a failure report can quote.
-const STDERR_BYTES_MAX: u64 = 64 * 1024;
-
 /// How many serial lines [`run_guest`] keeps for its caller; a guest printing more of them
 /// is runaway output, not figures.
 const KEPT_LINES_MAX: usize = 256;
@@ -199,12 +197,7 @@ pub fn run_guest(
             }
         }
     });
-    let stderr_thread = thread::spawn(move || {
-        let mut bytes = Vec::new();
-        // Kept to a bound for the error report; an error only ends the capture early.
-        let _ = stderr.take(STDERR_BYTES_MAX).read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    });
+    let stderr_thread = thread::spawn(move || child::read_capped(stderr, child::STDERR_BYTES_MAX));
 
     // Only the tail is kept: a runaway guest may print for the whole timeout.
     let mut transcript: VecDeque<String> = VecDeque::with_capacity(TRANSCRIPT_TAIL_LINES);
@@ -246,7 +239,7 @@ pub fn run_guest(
     let status = if timed_out {
         None
     } else {
-        wait_until(child, deadline)?
+        child::wait_until(child, Some(deadline)).context("waiting for QEMU")?
     };
     if status.is_none() {
         timed_out = true;
@@ -318,19 +311,6 @@ fn describe(status: Option<ExitStatus>) -> String {
     match status {
         Some(status) => status.to_string(),
         None => "no status".to_owned(),
-    }
-}
-
-/// Polls the child until it exits or the deadline passes (`Ok(None)`).
-fn wait_until(child: &mut Child, deadline: Instant) -> anyhow::Result<Option<ExitStatus>> {
-    loop {
-        if let Some(status) = child.try_wait().context("waiting for QEMU")? {
-            return Ok(Some(status));
-        }
-        if Instant::now() >= deadline {
-            return Ok(None);
-        }
-        thread::sleep(Duration::from_millis(2));
     }
 }
 

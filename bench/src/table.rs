@@ -1,154 +1,142 @@
-//! Medians and the boot benchmark's one table.
+//! The benchmarks' tables: medians, and one renderer for aligned columns under a title,
+//! with summary lines and notes below.
 
+use std::cmp::Ordering;
 use std::fmt::Write as _;
 use std::time::Duration;
+
+/// A figure a median can be taken of.
+pub trait Figure: Copy {
+    fn order(&self, other: &Self) -> Ordering;
+    fn mean_of_two(self, other: Self) -> Self;
+}
+
+impl Figure for Duration {
+    fn order(&self, other: &Self) -> Ordering {
+        self.cmp(other)
+    }
+
+    fn mean_of_two(self, other: Self) -> Self {
+        (self + other) / 2
+    }
+}
+
+impl Figure for f64 {
+    fn order(&self, other: &Self) -> Ordering {
+        self.total_cmp(other)
+    }
+
+    fn mean_of_two(self, other: Self) -> Self {
+        (self + other) / 2.0
+    }
+}
 
 /// The middle value, or the mean of the two middle values for an even count. `None` for
 /// no values. The median rather than the mean because this machine is shared and noisy:
 /// one boot stalled by a neighbour should not move the figure.
-pub fn median(values: &[Duration]) -> Option<Duration> {
+pub fn median<T: Figure>(values: &[T]) -> Option<T> {
     let mut sorted = values.to_vec();
-    sorted.sort_unstable();
+    sorted.sort_unstable_by(T::order);
     let middle = sorted.len() / 2;
     match sorted.len() {
         0 => None,
         n if n % 2 == 1 => Some(sorted[middle]),
-        _ => Some((sorted[middle - 1] + sorted[middle]) / 2),
+        _ => Some(sorted[middle - 1].mean_of_two(sorted[middle])),
     }
 }
 
-/// One row of the table: a guest's medians over its runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GuestRow {
-    pub name: String,
-    pub runs: usize,
-    pub ready_from_qemu_start_median: Duration,
-    pub ready_from_first_instruction_median: Duration,
+/// How a column's cells sit in it: names left, numbers right so that their points line up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
 }
 
-/// What the rows are measured against and the goals checked on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub header: &'static str,
+    pub align: Align,
+}
+
+impl Column {
+    pub const fn left(header: &'static str) -> Self {
+        Self {
+            header,
+            align: Align::Left,
+        }
+    }
+
+    pub const fn right(header: &'static str) -> Self {
+        Self {
+            header,
+            align: Align::Right,
+        }
+    }
+}
+
+/// What a table says above and below its rows.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TableSpec {
+pub struct Caption {
     /// A line above the table saying what was run (accelerator, memory, runs).
     pub title: String,
-    /// Index in the rows of the peer the ratios are taken against (Linux).
-    pub peer_row: usize,
-    /// Index of the row the goals apply to (Holdfast PVH).
-    pub goal_row: usize,
-    /// Goal: the goal row's QEMU-start median at most this fraction of the peer's.
-    pub ratio_to_peer_goal_max: f64,
-    /// Goal: the goal row's first-instruction median at most this long.
-    pub from_first_instruction_goal_max: Duration,
-    /// Lines printed under the table (caveats on what a figure means).
+    /// Lines printed under the table, each after "note: " (caveats on what a figure means).
     pub notes: Vec<String>,
 }
 
-fn milliseconds(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-fn ratio(value: Duration, peer: Duration) -> f64 {
-    if peer.is_zero() {
-        f64::INFINITY
-    } else {
-        value.as_secs_f64() / peer.as_secs_f64()
-    }
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "NOT met" }
-}
-
-/// The table as text, goals line and notes included, ending with a newline.
-pub fn render(rows: &[GuestRow], spec: &TableSpec) -> String {
-    const HEADERS: [&str; 5] = [
-        "guest",
-        "runs",
-        "median ms from QEMU start",
-        "median ms from first instruction",
-        "ratio to Linux (QEMU start)",
-    ];
-    let peer = &rows[spec.peer_row];
-    let cells: Vec<[String; 5]> = rows
+/// The table as text: the title, the header, a rule, the rows, then `summary_lines` and the
+/// notes, each line ending with a newline. Every row has a cell per column.
+pub fn render(
+    caption: &Caption,
+    columns: &[Column],
+    rows: &[Vec<String>],
+    summary_lines: &[String],
+) -> String {
+    let headers: Vec<String> = columns
         .iter()
-        .map(|row| {
-            [
-                row.name.clone(),
-                row.runs.to_string(),
-                format!("{:.1}", milliseconds(row.ready_from_qemu_start_median)),
-                format!(
-                    "{:.1}",
-                    milliseconds(row.ready_from_first_instruction_median)
-                ),
-                format!(
-                    "{:.3}×",
-                    ratio(
-                        row.ready_from_qemu_start_median,
-                        peer.ready_from_qemu_start_median
-                    )
-                ),
-            ]
+        .map(|column| column.header.to_owned())
+        .collect();
+    let widths: Vec<usize> = (0..columns.len())
+        .map(|column| {
+            rows.iter()
+                .chain([&headers])
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
         })
         .collect();
-    let width = |column: usize| {
-        cells
-            .iter()
-            .map(|row| row[column].chars().count())
-            .chain([HEADERS[column].chars().count()])
-            .max()
-            .unwrap_or(0)
-    };
-    let widths: Vec<usize> = (0..HEADERS.len()).map(width).collect();
-
-    let mut out = String::new();
-    let _ = writeln!(out, "{}", spec.title);
     let line = |out: &mut String, row: &[String]| {
         let mut text = String::new();
-        for (column, cell) in row.iter().enumerate() {
-            let pad = widths[column] - cell.chars().count();
-            if column > 0 {
+        for (index, ((cell, column), width)) in row.iter().zip(columns).zip(&widths).enumerate() {
+            let pad = " ".repeat(width - cell.chars().count());
+            if index > 0 {
                 text.push_str("  ");
             }
-            // The name is left-aligned, numbers right-aligned so that their points line up.
-            if column == 0 {
-                text.push_str(cell);
-                text.push_str(&" ".repeat(pad));
-            } else {
-                text.push_str(&" ".repeat(pad));
-                text.push_str(cell);
+            match column.align {
+                Align::Left => {
+                    text.push_str(cell);
+                    text.push_str(&pad);
+                }
+                Align::Right => {
+                    text.push_str(&pad);
+                    text.push_str(cell);
+                }
             }
         }
         let _ = writeln!(out, "{}", text.trim_end());
     };
-    line(&mut out, &HEADERS.map(str::to_owned));
+
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", caption.title);
+    line(&mut out, &headers);
     let rule: Vec<String> = widths.iter().map(|width| "-".repeat(*width)).collect();
     line(&mut out, &rule);
-    for row in &cells {
+    for row in rows {
         line(&mut out, row);
     }
-
-    let goal = &rows[spec.goal_row];
-    let goal_ratio = ratio(
-        goal.ready_from_qemu_start_median,
-        peer.ready_from_qemu_start_median,
-    );
-    let ratio_met = goal_ratio <= spec.ratio_to_peer_goal_max;
-    let first_instruction_met =
-        goal.ready_from_first_instruction_median <= spec.from_first_instruction_goal_max;
-    let _ = writeln!(
-        out,
-        "goals: {} ≤ {}× {} from QEMU start: {:.3}×, {}; {} ≤ {} ms from first instruction: {:.1} ms, {}",
-        goal.name,
-        spec.ratio_to_peer_goal_max,
-        peer.name,
-        goal_ratio,
-        verdict(ratio_met),
-        goal.name,
-        milliseconds(spec.from_first_instruction_goal_max),
-        milliseconds(goal.ready_from_first_instruction_median),
-        verdict(first_instruction_met),
-    );
-    for note in &spec.notes {
+    for summary in summary_lines {
+        let _ = writeln!(out, "{summary}");
+    }
+    for note in &caption.notes {
         let _ = writeln!(out, "note: {note}");
     }
     out
@@ -167,7 +155,10 @@ mod tests {
         assert_eq!(median(&[ms(30), ms(10), ms(20)]), Some(ms(20)));
         assert_eq!(median(&[ms(40), ms(10), ms(30), ms(20)]), Some(ms(25)));
         assert_eq!(median(&[ms(7)]), Some(ms(7)));
-        assert_eq!(median(&[]), None);
+        assert_eq!(median::<Duration>(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median::<f64>(&[]), None);
     }
 
     #[test]
@@ -178,66 +169,33 @@ mod tests {
         );
     }
 
-    fn rows() -> Vec<GuestRow> {
-        vec![
-            GuestRow {
-                name: "Holdfast PVH".into(),
-                runs: 5,
-                ready_from_qemu_start_median: Duration::from_micros(245_300),
-                ready_from_first_instruction_median: Duration::from_micros(14_400),
-            },
-            GuestRow {
-                name: "Holdfast GRUB".into(),
-                runs: 5,
-                ready_from_qemu_start_median: ms(812),
-                ready_from_first_instruction_median: Duration::from_micros(15_060),
-            },
-            GuestRow {
-                name: "Linux (Debian cloud kernel)".into(),
-                runs: 5,
-                ready_from_qemu_start_median: ms(3000),
-                ready_from_first_instruction_median: ms(1270),
-            },
-        ]
-    }
-
-    fn spec() -> TableSpec {
-        TableSpec {
-            title: "boot to ready, accelerator tcg".into(),
-            peer_row: 2,
-            goal_row: 0,
-            ratio_to_peer_goal_max: 0.2,
-            from_first_instruction_goal_max: ms(50),
-            notes: vec!["a caveat".into()],
-        }
-    }
-
     #[test]
-    fn table_has_aligned_columns_ratios_and_goals() {
+    fn columns_are_aligned_and_trailing_space_trimmed() {
+        let caption = Caption {
+            title: "title".into(),
+            notes: vec!["a caveat".into()],
+        };
+        let columns = [
+            Column::left("name"),
+            Column::right("n"),
+            Column::left("what"),
+        ];
+        let rows = [
+            vec!["a".to_owned(), "1.5".to_owned(), "x".to_owned()],
+            vec!["longer".to_owned(), "10.25".to_owned(), String::new()],
+        ];
         let expected = "\
-boot to ready, accelerator tcg
-guest                        runs  median ms from QEMU start  median ms from first instruction  ratio to Linux (QEMU start)
----------------------------  ----  -------------------------  --------------------------------  ---------------------------
-Holdfast PVH                    5                      245.3                              14.4                       0.082×
-Holdfast GRUB                   5                      812.0                              15.1                       0.271×
-Linux (Debian cloud kernel)     5                     3000.0                            1270.0                       1.000×
-goals: Holdfast PVH ≤ 0.2× Linux (Debian cloud kernel) from QEMU start: 0.082×, met; Holdfast PVH ≤ 50 ms from first instruction: 14.4 ms, met
+title
+name        n  what
+------  -----  ----
+a         1.5  x
+longer  10.25
+summary
 note: a caveat
 ";
-        assert_eq!(render(&rows(), &spec()), expected);
-    }
-
-    #[test]
-    fn goals_not_met_say_so() {
-        let mut rows = rows();
-        rows[0].ready_from_qemu_start_median = ms(900);
-        rows[0].ready_from_first_instruction_median = ms(51);
-        let text = render(&rows, &spec());
-        let goals = text
-            .lines()
-            .find(|line| line.starts_with("goals:"))
-            .unwrap();
-        assert!(goals.contains("0.300×, NOT met"), "{goals}");
-        assert!(goals.contains("51.0 ms, NOT met"), "{goals}");
+        assert_eq!(
+            render(&caption, &columns, &rows, &["summary".to_owned()]),
+            expected
+        );
     }
 }

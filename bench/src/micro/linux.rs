@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 
-use crate::initramfs::{self, Entry};
+use crate::initramfs::Entry;
 use crate::linux_peer;
 
 /// The program's source, built into this binary so that a benchmark run needs no source
@@ -85,29 +85,19 @@ pub fn build_program(cache_directory: &Path) -> anyhow::Result<PathBuf> {
     Ok(executable)
 }
 
-/// The initramfs members: the boot benchmark's, with this `/init` and the program.
-pub fn initramfs_entries(busybox: Vec<u8>, program: Vec<u8>) -> Vec<Entry> {
-    vec![
-        Entry::directory("bin", 0o755),
-        Entry::file("bin/busybox", 0o755, busybox),
-        Entry::file(PROGRAM_PATH, 0o755, program),
-        Entry::directory("dev", 0o755),
-        Entry::character_device("dev/console", 0o600, 5, 1),
-        Entry::directory("proc", 0o755),
-        Entry::file("init", 0o755, INIT_SCRIPT.as_bytes().to_vec()),
-    ]
-}
-
-/// Builds the program if needed and keeps the initramfs at
-/// `cache_directory`/linux-micro-initramfs.cpio.
+/// Builds the program if needed and keeps the initramfs, the boot benchmark's with this
+/// `/init` and the program, at `cache_directory`/linux-micro-initramfs.cpio.
 pub fn prepare_initramfs(busybox: &Path, cache_directory: &Path) -> anyhow::Result<PathBuf> {
     let busybox = linux_peer::read_static_busybox(busybox)?;
     let program_path = build_program(cache_directory)?;
     let program = fs::read(&program_path)
         .with_context(|| format!("cannot read {}", program_path.display()))?;
-    let archive = initramfs::newc_archive(&initramfs_entries(busybox, program))
-        .context("building the initramfs")?;
-    linux_peer::write_cached(cache_directory, "linux-micro-initramfs.cpio", &archive)
+    let entries = linux_peer::initramfs_entries(
+        busybox,
+        vec![Entry::file(PROGRAM_PATH, 0o755, program)],
+        INIT_SCRIPT,
+    );
+    linux_peer::cache_initramfs(&entries, cache_directory, "linux-micro-initramfs.cpio")
 }
 
 #[cfg(test)]

@@ -12,18 +12,15 @@ pub mod holdfast;
 pub mod linux;
 pub mod table;
 
-use std::ffi::OsStr;
 use std::io::{self, Write};
-use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use holdfast_abi as abi;
-use holdfast_qemu::{Accelerator, Boot, QemuBinary, QemuNotFound, VmSpec};
 
-use crate::guests::Guest;
+use crate::guests::{self, Guest};
 use crate::linux_peer;
-use crate::runner;
+use crate::setup::{GuestVm, RunOptions, RunSetup};
+use crate::table::Caption;
 use figures::{
     HOLDFAST_MARKER, HoldfastFiguresNs, KERNEL_TSC_LINE_PREFIX, LINUX_MARKER, LinuxFiguresNs,
 };
@@ -40,20 +37,8 @@ pub const RUNS_PER_GUEST_QUICK: usize = 1;
 pub struct MicroBenchOptions {
     /// The Holdfast guest, from [`holdfast::prepare`].
     pub holdfast: HoldfastFiles,
-    /// The accelerator both guests run under; the caller chooses it.
-    pub accelerator: Accelerator,
-    pub runs_per_guest: usize,
-    pub memory_mib: u32,
-    /// QEMU's binary; `None`: `$HOLDFAST_QEMU`, else `qemu-system-x86_64` on `PATH`.
-    pub qemu_binary: Option<PathBuf>,
-    /// Longest one boot may take, measuring and exit included.
-    pub boot_timeout: Duration,
-    /// The Linux peer's kernel; `None`: the newest `/boot/vmlinuz-*-cloud-amd64`.
-    pub linux_kernel: Option<PathBuf>,
-    /// A static busybox for the peer's initramfs; `None`: `/bin/busybox` (busybox-static).
-    pub busybox: Option<PathBuf>,
-    /// Where the peer's program and initramfs are kept; `None`: [`crate::default_cache_dir`].
-    pub cache_dir: Option<PathBuf>,
+    /// How both guests run; its cache folder keeps the peer's program and initramfs.
+    pub run: RunOptions,
 }
 
 impl MicroBenchOptions {
@@ -61,22 +46,15 @@ impl MicroBenchOptions {
     pub fn new(holdfast: HoldfastFiles) -> Self {
         Self {
             holdfast,
-            accelerator: Accelerator::Tcg,
-            runs_per_guest: RUNS_PER_GUEST_DEFAULT,
-            memory_mib: holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
-            qemu_binary: None,
-            boot_timeout: crate::BOOT_TIMEOUT_DEFAULT,
-            linux_kernel: None,
-            busybox: None,
-            cache_dir: None,
+            run: RunOptions::new(RUNS_PER_GUEST_DEFAULT),
         }
     }
 
     /// The `quick` preset: [`RUNS_PER_GUEST_QUICK`] boot per guest.
     pub fn quick(holdfast: HoldfastFiles) -> Self {
         Self {
-            runs_per_guest: RUNS_PER_GUEST_QUICK,
-            ..Self::new(holdfast)
+            holdfast,
+            run: RunOptions::new(RUNS_PER_GUEST_QUICK),
         }
     }
 }
@@ -103,169 +81,91 @@ pub fn micro(options: &MicroBenchOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The VM of each guest: the launcher's defaults, as in the boot benchmark, so that the
-/// two differ only in the kernel and what it runs.
-fn vm_spec(boot: Boot, options: &MicroBenchOptions) -> VmSpec {
-    let mut spec = VmSpec::new(boot, options.accelerator);
-    spec.memory_mib = options.memory_mib;
-    spec
-}
-
 /// [`micro`] without printing the table: progress lines go to `progress`.
 pub fn measure_micro(
     options: &MicroBenchOptions,
     progress: &mut dyn Write,
 ) -> anyhow::Result<MicroReport> {
-    if options.runs_per_guest == 0 {
-        anyhow::bail!("runs per guest must be at least 1");
-    }
-    let qemu = match &options.qemu_binary {
-        Some(path) => {
-            QemuBinary::find_with(Some(path.as_os_str()), None).map_err(|error| match error {
-                QemuNotFound::OverrideUnusable { path, problem } => {
-                    anyhow!("QEMU binary '{}' {problem}", path.display())
-                }
-                other => other.into(),
-            })?
-        }
-        None => QemuBinary::find()?,
-    };
-    let linux_kernel = match &options.linux_kernel {
-        Some(path) => path.clone(),
-        None => linux_peer::find_kernel()?,
-    };
-    linux_peer::check_kernel_readable(&linux_kernel)?;
-    let busybox = match &options.busybox {
-        Some(path) => path.clone(),
-        None => linux_peer::find_busybox()?,
-    };
-    let cache_dir = options
-        .cache_dir
-        .clone()
-        .unwrap_or_else(crate::default_cache_dir);
-    let linux_initramfs = linux::prepare_initramfs(&busybox, &cache_dir)?;
+    let setup = RunSetup::prepare(&options.run)?;
+    let linux_initramfs = linux::prepare_initramfs(&setup.busybox, &setup.cache_dir)?;
     writeln!(
         progress,
         "micro bench: {} boots per guest, {}, {} MiB, QEMU {}; Holdfast {} with {}; Linux peer {} with {}",
-        options.runs_per_guest,
-        options.accelerator,
-        options.memory_mib,
-        qemu.path().display(),
+        options.run.runs_per_guest,
+        options.run.accelerator,
+        options.run.memory_mib,
+        setup.qemu.path().display(),
         options.holdfast.kernel.display(),
         options.holdfast.initial_image.display(),
-        linux_kernel.display(),
+        setup.linux_kernel.display(),
         linux_initramfs.display()
     )?;
 
-    let holdfast_spec = vm_spec(
-        Boot::Pvh {
-            kernel: options.holdfast.kernel.clone(),
-            initial_image: Some(options.holdfast.initial_image.clone()),
-            command_line: String::new(),
+    // The VMs are the boot benchmark's, so that the two differ only in what the guests run.
+    let guest_vms = [
+        GuestVm {
+            guest: Guest::HoldfastPvh,
+            label: "Holdfast",
+            spec: setup.vm_spec(guests::holdfast_pvh_boot(
+                &options.holdfast.kernel,
+                &options.holdfast.initial_image,
+            )),
+            keep_lines_with: vec![HOLDFAST_MARKER, KERNEL_TSC_LINE_PREFIX],
+            failure_message: "the Holdfast guest did not finish".to_owned(),
         },
-        options,
-    );
-    let linux_spec = vm_spec(
-        Boot::Pvh {
-            kernel: linux_kernel.clone(),
-            initial_image: Some(linux_initramfs),
-            // `mitigations=off` is on it: Holdfast applies no speculation mitigations
-            // today, so Linux should not pay for them either.
-            command_line: linux_peer::KERNEL_COMMAND_LINE.to_owned(),
+        GuestVm {
+            guest: Guest::Linux,
+            label: "Linux peer",
+            spec: setup.vm_spec(linux_peer::boot(&setup.linux_kernel, &linux_initramfs)),
+            keep_lines_with: vec![LINUX_MARKER],
+            failure_message: "the Linux peer did not finish".to_owned(),
         },
-        options,
-    );
-    let run = |spec: &VmSpec, guest: Guest, keep: &[&str], what: &str, run: usize| {
-        let mut command = qemu.command();
-        command.args(spec.qemu_arguments());
-        runner::run_guest(command, &guest.expectation(options.boot_timeout), keep).with_context(
-            || {
-                format!(
-                    "{what} did not finish (run {run} of {})",
-                    options.runs_per_guest
-                )
-            },
-        )
-    };
-
+    ];
     let mut holdfast_ns = Vec::new();
     let mut linux_ns = Vec::new();
-    let boots_total = options.runs_per_guest * 2;
-    let width = boots_total.to_string().len();
-    // Rounds interleave the guests, so that a slow spell of this shared machine falls on
-    // both alike.
-    for run_number in 1..=options.runs_per_guest {
-        let holdfast_run = run(
-            &holdfast_spec,
-            Guest::HoldfastPvh,
-            &[HOLDFAST_MARKER, KERNEL_TSC_LINE_PREFIX],
-            "the Holdfast guest",
-            run_number,
-        )?;
-        let figures = figures::holdfast_figures(&holdfast_run.kept_lines)
-            .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
-        let listed: Vec<String> = Measure::ALL
-            .iter()
-            .zip(figures)
-            .map(|(measure, ns)| format!("{} {ns:.1} ns", measure.name()))
-            .collect();
-        writeln!(
-            progress,
-            "[{:>width$}/{boots_total}] Holdfast    run {run_number}/{}: {}",
-            2 * run_number - 1,
-            options.runs_per_guest,
-            listed.join(", ")
-        )?;
-        progress.flush()?;
-        holdfast_ns.push(figures);
-
-        let linux_run = run(
-            &linux_spec,
-            Guest::Linux,
-            &[LINUX_MARKER],
-            "the Linux peer",
-            run_number,
-        )?;
-        let figures = figures::linux_figures(&linux_run.kept_lines)
-            .map_err(|why| anyhow!("the Linux peer, run {run_number}: {why}"))?;
-        let listed: Vec<String> = figures::LinuxFigure::ALL
-            .iter()
-            .zip(figures)
-            .map(|(figure, ns)| format!("{} {ns:.1} ns", figure.name()))
-            .collect();
-        writeln!(
-            progress,
-            "[{:>width$}/{boots_total}] Linux peer  run {run_number}/{}: {}",
-            2 * run_number,
-            options.runs_per_guest,
-            listed.join(", ")
-        )?;
-        progress.flush()?;
-        linux_ns.push(figures);
-    }
+    setup.run_interleaved(&guest_vms, progress, |index, run_number, run| {
+        if guest_vms[index].guest == Guest::Linux {
+            let figures = figures::linux_figures(&run.kept_lines)
+                .map_err(|why| anyhow!("the Linux peer, run {run_number}: {why}"))?;
+            linux_ns.push(figures);
+            Ok(listed_ns(
+                figures::LinuxFigure::ALL.map(|figure| figure.name()),
+                figures,
+            ))
+        } else {
+            let figures = figures::holdfast_figures(&run.kept_lines)
+                .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
+            holdfast_ns.push(figures);
+            Ok(listed_ns(Measure::ALL.map(Measure::name), figures))
+        }
+    })?;
 
     let medians = summarize(&holdfast_ns, &linux_ns);
-    let linux_name = linux_kernel
-        .file_name()
-        .unwrap_or(OsStr::new("?"))
-        .to_string_lossy();
-    let spec = table::TableSpec {
+    let caption = Caption {
         title: format!(
-            "micro: QEMU q35, {}, {} MiB, median of {} boots per guest (interleaved); Linux peer {linux_name} ({})",
-            options.accelerator,
-            options.memory_mib,
-            options.runs_per_guest,
+            "micro: {} ({})",
+            setup.conditions(),
             linux_peer::KERNEL_COMMAND_LINE
         ),
         notes: notes(),
     };
-    let table = table::render(&medians, &spec);
+    let table = table::render(&medians, &caption);
     Ok(MicroReport {
         holdfast_ns,
         linux_ns,
         medians,
         table,
     })
+}
+
+/// One run's figures for its progress line: "getppid 1351.4 ns, pipe round trip …".
+fn listed_ns<const N: usize>(names: [&str; N], figures_ns: [f64; N]) -> String {
+    names
+        .iter()
+        .zip(figures_ns)
+        .map(|(name, ns)| format!("{name} {ns:.1} ns"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The medians over boots, figure by figure.
@@ -279,7 +179,7 @@ fn summarize(holdfast_ns: &[HoldfastFiguresNs], linux_ns: &[LinuxFiguresNs]) -> 
 fn medians_over_boots<const N: usize>(runs: &[[f64; N]]) -> [f64; N] {
     std::array::from_fn(|index| {
         let values: Vec<f64> = runs.iter().map(|run| run[index]).collect();
-        table::median(&values).unwrap_or(f64::NAN)
+        crate::table::median(&values).unwrap_or(f64::NAN)
     })
 }
 
@@ -319,6 +219,7 @@ fn notes() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use holdfast_qemu::Accelerator;
 
     fn files() -> HoldfastFiles {
         HoldfastFiles {
@@ -329,8 +230,8 @@ mod tests {
 
     #[test]
     fn presets() {
-        assert_eq!(MicroBenchOptions::new(files()).runs_per_guest, 3);
-        let quick = MicroBenchOptions::quick(files());
+        assert_eq!(MicroBenchOptions::new(files()).run.runs_per_guest, 3);
+        let quick = MicroBenchOptions::quick(files()).run;
         assert_eq!(
             (quick.runs_per_guest, quick.accelerator),
             (1, Accelerator::Tcg)

@@ -1,9 +1,8 @@
 //! The micro-benchmark's one table: a row per Holdfast measure, beside its Linux peer's
 //! figure, the ratio, the goal and whether it is met.
 
-use std::fmt::Write as _;
-
 use super::figures::{HoldfastFiguresNs, LinuxFigure, LinuxFiguresNs};
+use crate::table::{self, Caption, Column};
 
 /// What Holdfast is measured on, in the table's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,26 +88,6 @@ pub struct Medians {
     pub linux_ns: LinuxFiguresNs,
 }
 
-/// What the table says above and below its rows.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TableSpec {
-    pub title: String,
-    pub notes: Vec<String>,
-}
-
-/// The middle value, or the mean of the two middle values; `None` for none. The median
-/// because this machine is shared: one boot slowed by a neighbour must not move the figure.
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let middle = sorted.len() / 2;
-    match sorted.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(sorted[middle]),
-        _ => Some((sorted[middle - 1] + sorted[middle]) / 2.0),
-    }
-}
-
 /// `1.0` as "1.0", `0.05` as "0.05": as few digits as the goal was set with.
 fn ratio_max_text(ratio_max: f64) -> String {
     if ratio_max.fract() == 0.0 {
@@ -157,26 +136,25 @@ fn verdict_text(measure: Measure, holdfast_ns: f64, linux_ns: &LinuxFiguresNs) -
     }
 }
 
+const COLUMNS: [Column; 7] = [
+    Column::left("measure"),
+    Column::right("Holdfast median ns"),
+    Column::left("Linux peer"),
+    Column::right("Linux median ns"),
+    Column::right("ratio to peer"),
+    Column::left("goal"),
+    Column::left("verdict"),
+];
+
 /// The table as text, notes included, ending with a newline.
-pub fn render(medians: &Medians, spec: &TableSpec) -> String {
-    const HEADERS: [&str; 7] = [
-        "measure",
-        "Holdfast median ns",
-        "Linux peer",
-        "Linux median ns",
-        "ratio to peer",
-        "goal",
-        "verdict",
-    ];
-    // Columns 1, 3 and 4 are numbers, right-aligned so that their points line up.
-    const NUMERIC: [bool; 7] = [false, true, false, true, true, false, false];
-    let cells: Vec<[String; 7]> = Measure::ALL
+pub fn render(medians: &Medians, caption: &Caption) -> String {
+    let cells: Vec<Vec<String>> = Measure::ALL
         .iter()
         .map(|&measure| {
             let peer = measure.peer();
             let peer_ns = medians.linux_ns[peer as usize];
             let ns = medians.holdfast_ns[measure as usize];
-            [
+            vec![
                 measure.name().to_owned(),
                 format!("{ns:.1}"),
                 peer.name().to_owned(),
@@ -187,46 +165,7 @@ pub fn render(medians: &Medians, spec: &TableSpec) -> String {
             ]
         })
         .collect();
-    let widths: Vec<usize> = (0..HEADERS.len())
-        .map(|column| {
-            cells
-                .iter()
-                .map(|row| row[column].chars().count())
-                .chain([HEADERS[column].chars().count()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |out: &mut String, row: &[String]| {
-        let mut text = String::new();
-        for (column, cell) in row.iter().enumerate() {
-            let pad = " ".repeat(widths[column] - cell.chars().count());
-            if column > 0 {
-                text.push_str("  ");
-            }
-            if NUMERIC[column] {
-                text.push_str(&pad);
-                text.push_str(cell);
-            } else {
-                text.push_str(cell);
-                text.push_str(&pad);
-            }
-        }
-        let _ = writeln!(out, "{}", text.trim_end());
-    };
-
-    let mut out = String::new();
-    let _ = writeln!(out, "{}", spec.title);
-    line(&mut out, &HEADERS.map(str::to_owned));
-    let rule: Vec<String> = widths.iter().map(|width| "-".repeat(*width)).collect();
-    line(&mut out, &rule);
-    for row in &cells {
-        line(&mut out, row);
-    }
-    for note in &spec.notes {
-        let _ = writeln!(out, "note: {note}");
-    }
-    out
+    table::render(caption, &COLUMNS, &cells, &[])
 }
 
 #[cfg(test)]
@@ -240,18 +179,11 @@ mod tests {
         }
     }
 
-    fn spec() -> TableSpec {
-        TableSpec {
+    fn caption() -> Caption {
+        Caption {
             title: "micro, accelerator tcg".into(),
             notes: vec!["a caveat".into()],
         }
-    }
-
-    #[test]
-    fn median_of_odd_even_and_empty() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
     }
 
     #[test]
@@ -267,12 +199,12 @@ node-tree fault                 9000.0  first-touch fault              30000.0  
 keeper fault                   40000.0  SIGSEGV handler fault          15000.0         2.667×  none yet                                 no goal
 note: a caveat
 ";
-        assert_eq!(render(&medians(1234.5), &spec()), expected);
+        assert_eq!(render(&medians(1234.5), &caption()), expected);
     }
 
     #[test]
     fn a_goal_missed_says_so() {
-        let text = render(&medians(1600.0), &spec());
+        let text = render(&medians(1600.0), &caption());
         let row = text
             .lines()
             .find(|line| line.starts_with("trivial invocation"))
@@ -308,7 +240,7 @@ note: a caveat
 
     #[test]
     fn no_row_says_not_measured() {
-        let text = render(&medians(1000.0), &spec());
+        let text = render(&medians(1000.0), &caption());
         assert!(!text.contains("not measured"), "{text}");
         assert!(!text.contains('—'), "{text}");
     }

@@ -177,6 +177,8 @@ fn ping_nonce(frame: &[u8]) -> Result<String, String> {
 fn serve_peer(listener: TcpListener, guest_done: &AtomicBool, limit: Duration) -> PeerReport {
     let mut report = PeerReport::default();
     let deadline = Instant::now() + limit;
+    // Polled rather than blocking: std's accept has no timeout, and the wait must also end
+    // as soon as the guest is done without QEMU having connected.
     listener.set_nonblocking(true).unwrap();
     let mut stream = loop {
         match listener.accept() {

@@ -1,6 +1,7 @@
 //! The Holdfast QEMU launcher: everything the host needs to run a Holdfast guest.
 //!
 //! - [`binary`]: find `qemu-system-x86_64` (or the `HOLDFAST_QEMU` override) and its version.
+//! - [`child`]: wait for QEMU's process with a deadline; keep the start of its stderr.
 //! - [`command_line`]: what a VM is ([`VmSpec`]) and the QEMU arguments that make it.
 //! - [`accel`]: choose KVM or TCG; KVM only where a timed probe shows it is fast.
 //! - [`vm`]: run a VM with its serial console on a pipe, watch for the kernel's markers,
@@ -12,6 +13,7 @@
 
 pub mod accel;
 pub mod binary;
+pub mod child;
 pub mod command_line;
 pub mod qmp;
 pub mod serial;

@@ -14,17 +14,12 @@ use std::time::{Duration, Instant};
 use holdfast_abi::exit::{QEMU_STATUS_FAILURE, QEMU_STATUS_SUCCESS};
 
 use crate::binary::QemuBinary;
+use crate::child;
 use crate::command_line::VmSpec;
 use crate::serial::{
     LineSplitter, ReadyMarker, SelftestVerdict, SerialLine, parse_ready_microseconds,
     parse_selftest_verdict,
 };
-
-/// How much of QEMU's stderr is kept for error messages.
-const STDERR_BYTES_MAX: usize = 64 * 1024;
-
-/// How often to look whether QEMU has exited once its serial console has closed.
-const EXIT_POLL_INTERVAL: Duration = Duration::from_millis(5);
 
 /// How a VM run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +133,7 @@ impl RunningVm {
             })?;
         let stderr_reader = thread::Builder::new()
             .name("qemu-stderr".into())
-            .spawn(move || read_capped(stderr, STDERR_BYTES_MAX))?;
+            .spawn(move || child::read_capped(stderr, child::STDERR_BYTES_MAX))?;
         Ok(Self {
             child,
             reaped: false,
@@ -231,23 +226,23 @@ impl RunningVm {
         Ok(())
     }
 
+    /// Waits for QEMU, whose serial console has closed, to exit; kills it at the deadline.
     fn reap(
         &mut self,
         deadline: Option<Instant>,
         time_limit: Option<Duration>,
     ) -> io::Result<VmEnding> {
-        loop {
-            if let Some(status) = self.child.try_wait()? {
+        match child::wait_until(&mut self.child, deadline)? {
+            Some(status) => {
                 self.reaped = true;
-                return Ok(VmEnding::from_exit_status(status));
+                Ok(VmEnding::from_exit_status(status))
             }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            None => {
                 self.kill()?;
-                return Ok(VmEnding::TimedOut {
+                Ok(VmEnding::TimedOut {
                     limit: time_limit.unwrap_or_default(),
-                });
+                })
             }
-            thread::sleep(EXIT_POLL_INTERVAL);
         }
     }
 }
@@ -258,26 +253,6 @@ impl Drop for RunningVm {
         // still ends QEMU when the launching thread ends.
         let _ = self.kill();
     }
-}
-
-/// Reads `stream` to its end, keeping the first `bytes_max` bytes. The rest is read and
-/// dropped: a writer blocked on a full pipe would stall QEMU.
-fn read_capped(mut stream: impl Read, bytes_max: usize) -> String {
-    let mut kept = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        match stream.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(length) => {
-                let room = bytes_max.saturating_sub(kept.len());
-                kept.extend_from_slice(&buffer[..length.min(room)]);
-            }
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-            // An error only ends the capture early; what was read is still worth showing.
-            Err(_) => break,
-        }
-    }
-    String::from_utf8_lossy(&kept).into_owned()
 }
 
 /// Reads QEMU's stdout until it closes and hands each line to `deliver`, which returns

@@ -28,11 +28,11 @@ fn boot(arguments: BenchBootArguments) -> Result<ExitCode, Failure> {
         BootBenchOptions::new(&image_dir)
     };
     if let Some(runs) = arguments.runs {
-        options.runs_per_guest = runs as usize;
+        options.run.runs_per_guest = runs as usize;
     }
-    options.memory_mib = arguments.memory_mib;
+    options.run.memory_mib = arguments.memory_mib;
     let qemu = QemuBinary::find().map_err(Failure::other)?;
-    options.accelerator =
+    options.run.accelerator =
         accel::resolve(arguments.accel, &qemu, &ImageDir::new(&image_dir).kernel())?;
     holdfast_bench::boot(&options)?;
     Ok(ExitCode::SUCCESS)
@@ -51,11 +51,11 @@ fn micro(arguments: BenchMicroArguments) -> Result<ExitCode, Failure> {
         MicroBenchOptions::new(holdfast)
     };
     if let Some(runs) = arguments.runs {
-        options.runs_per_guest = runs as usize;
+        options.run.runs_per_guest = runs as usize;
     }
-    options.memory_mib = arguments.memory_mib;
+    options.run.memory_mib = arguments.memory_mib;
     let qemu = QemuBinary::find().map_err(Failure::other)?;
-    options.accelerator = accel::resolve(arguments.accel, &qemu, &options.holdfast.kernel)?;
+    options.run.accelerator = accel::resolve(arguments.accel, &qemu, &options.holdfast.kernel)?;
     micro::micro(&options)?;
     Ok(ExitCode::SUCCESS)
 }
