@@ -7,8 +7,10 @@
 //! passed through are remembered: a swap into one of them drops every process's user
 //! mappings, so that the change is seen at the next access.
 
-use alloc::collections::BTreeSet;
+use hashbrown::HashSet;
+use rustc_hash::FxBuildHasher;
 use alloc::vec::Vec;
+use arrayvec::ArrayVec;
 use holdfast_objects::ObjectId;
 use spin::Mutex;
 use x86_64::registers::control::{Cr3, Cr3Flags};
@@ -18,10 +20,11 @@ use x86_64::{PhysAddr, VirtAddr};
 use crate::memory::{self, PAGE_BYTES};
 
 /// Nodes some translation depends on: swapping a slot of one of them must drop mappings.
-static TRANSLATED_NODES: Mutex<BTreeSet<ObjectId>> = Mutex::new(BTreeSet::new());
+static TRANSLATED_NODES: Mutex<HashSet<ObjectId, FxBuildHasher>> =
+    Mutex::new(HashSet::with_hasher(FxBuildHasher));
 
 /// Records the nodes a successful walk passed through.
-pub fn remember_translated(visited: BTreeSet<ObjectId>) {
+pub fn remember_translated(visited: &[ObjectId]) {
     TRANSLATED_NODES.lock().extend(visited);
 }
 
@@ -77,8 +80,9 @@ pub struct UserTables {
     /// A top-level table whose user half is this process's. The CPU never runs on it: its
     /// used entries are copied into the live root while the process runs.
     top: PhysFrame,
-    /// Which user entries of `top` are in use, one bit each.
-    top_used: [u64; 4],
+    /// Which user entries of `top` are in use, while there are at most four (a program
+    /// uses one or two); `None` beyond: a switch then copies the whole user half.
+    top_used: Option<ArrayVec<u16, 4>>,
     /// Every page mapped, while there are at most [`MAPPED_PAGES_TRACKED_MAX`].
     mapped: Vec<VirtAddr>,
     mapped_overflowed: bool,
@@ -88,28 +92,17 @@ impl UserTables {
     pub fn new() -> Self {
         Self {
             top: new_table_frame(),
-            top_used: [0; 4],
+            top_used: Some(ArrayVec::new()),
             mapped: Vec::new(),
             mapped_overflowed: false,
         }
     }
 
-    /// The used entries' indices, visiting set bits only: a process uses one or two of the
-    /// 256, and this runs on every switch.
+    /// The user entries of `top` that may be in use.
     fn used_top_indices(&self) -> impl Iterator<Item = usize> + '_ {
-        self.top_used
-            .iter()
-            .enumerate()
-            .flat_map(|(word_index, &word)| {
-                let mut bits = word;
-                core::iter::from_fn(move || {
-                    (bits != 0).then(|| {
-                        let bit = bits.trailing_zeros() as usize;
-                        bits &= bits - 1;
-                        word_index * 64 + bit
-                    })
-                })
-            })
+        let few = self.top_used.as_ref().map(|used| used.iter().map(|&index| usize::from(index)));
+        let all = self.top_used.is_none().then_some(USER_TOP_ENTRIES);
+        few.into_iter().flatten().chain(all.into_iter().flatten())
     }
 
     /// Maps the 4 KiB page at `address` to `frame` for ring 3. `running`: these tables are
@@ -122,7 +115,11 @@ impl UserTables {
         let top = table_at(self.top);
         if top[top_index].is_unused() {
             top[top_index].set_frame(new_table_frame(), intermediate);
-            self.top_used[top_index / 64] |= 1 << (top_index % 64);
+            if let Some(used) = &mut self.top_used
+                && used.try_push(top_index as u16).is_err()
+            {
+                self.top_used = None;
+            }
             if running {
                 table_at(live_root())[top_index] = top[top_index].clone();
             }
@@ -178,7 +175,7 @@ impl UserTables {
             }
             top[index].set_unused();
         }
-        self.top_used = [0; 4];
+        self.top_used = Some(ArrayVec::new());
         self.mapped.clear();
         self.mapped_overflowed = false;
     }

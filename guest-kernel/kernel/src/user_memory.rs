@@ -2,7 +2,6 @@
 //! page tables are only a cache and may not hold the page yet, and a capability on the path
 //! may make it read-only.
 
-use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 use holdfast_abi as abi;
 use holdfast_objects::node::process_root;
@@ -37,7 +36,7 @@ fn for_each_piece(
     let mut pieces = Vec::new();
     let mut at = address;
     while at < end {
-        let Walk::Page { page, writable } = walk(cache, space, at, &mut BTreeSet::new()) else {
+        let Walk::Page { page, writable } = walk(cache, space, at, |_| {}) else {
             return Err(BadAddress);
         };
         if for_writing && !writable {

@@ -7,8 +7,6 @@
 //! with the keeper flag names a keeper node: slot 0 holds the inner space (same height),
 //! slot 1 the start capability of the keeper that faults under it go to.
 
-use alloc::collections::BTreeSet;
-
 use crate::capability::SPACE_HEIGHT_MAX;
 use crate::{CapType, Capability, ObjectCache, ObjectId, Slot};
 
@@ -33,13 +31,17 @@ pub fn slot_for(height: u8, address: u64) -> Slot {
     Slot::new((address >> shift) & 0x1f).expect("five bits")
 }
 
-/// Walks `space` down to the page holding `address`; every node passed is added to
-/// `visited` (the nodes the translation depends on).
+/// Each step of a walk descends a level or unwraps a keeper node, so twice the levels bound
+/// a walk's nodes whatever a program put in its nodes.
+pub const WALK_NODES_MAX: usize = 2 * (SPACE_HEIGHT_MAX as usize + 1);
+
+/// Walks `space` down to the page holding `address`; `visit` is called with every node
+/// passed (the nodes the translation depends on), at most [`WALK_NODES_MAX`] of them.
 pub fn walk<F>(
     cache: &ObjectCache<F>,
     space: Capability,
     address: u64,
-    visited: &mut BTreeSet<ObjectId>,
+    mut visit: impl FnMut(ObjectId),
 ) -> Walk {
     let mut capability = space;
     // The part of the address the current level resolves; each descent drops the bits of
@@ -49,7 +51,7 @@ pub fn walk<F>(
     let mut keeper = None;
     // Each step descends a level or unwraps a keeper node, so twice the greatest height
     // bounds the loop whatever a program put in its nodes.
-    for _ in 0..2 * (usize::from(SPACE_HEIGHT_MAX) + 1) {
+    for _ in 0..WALK_NODES_MAX {
         if cache.check(&capability).is_err() {
             break;
         }
@@ -66,7 +68,7 @@ pub fn walk<F>(
         let Ok(node) = cache.node(&capability) else {
             break;
         };
-        visited.insert(capability.object());
+        visit(capability.object());
         if is_keeper_node {
             let keeper_start = node.get(slot(1));
             keeper = (capability.may_call() && keeper_start.kind() == CapType::Start)
@@ -133,8 +135,10 @@ mod tests {
     #[test]
     fn a_walk_finds_the_page_and_records_the_nodes_passed() {
         let (cache, top, _, page) = two_level_space(ADDRESS);
-        let mut visited = BTreeSet::new();
-        let found = walk(&cache, top, ADDRESS, &mut visited);
+        let mut visited = alloc::collections::BTreeSet::new();
+        let found = walk(&cache, top, ADDRESS, |node| {
+            visited.insert(node);
+        });
         assert_eq!(
             found,
             Walk::Page {
@@ -154,7 +158,7 @@ mod tests {
         let missing = Walk::Missing { keeper: None };
         for address in [ADDRESS + 4096, ADDRESS - (1 << 17), 1 << 22, u64::MAX] {
             assert_eq!(
-                walk(&cache, top, address, &mut BTreeSet::new()),
+                walk(&cache, top, address, |_| {}),
                 missing,
                 "{address:#x}"
             );
@@ -170,7 +174,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(2, ADDRESS), read_only_leaf);
         assert_eq!(
-            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            walk(&cache, top, ADDRESS, |_| {}),
             Walk::Page {
                 page: page.restricted(Rights::READ_ONLY),
                 writable: false
@@ -186,7 +190,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(1, ADDRESS), Capability::VOID);
         assert_eq!(
-            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            walk(&cache, top, ADDRESS, |_| {}),
             Walk::Missing { keeper: None }
         );
     }
@@ -196,13 +200,13 @@ mod tests {
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_node(ObjectId(2));
         assert_eq!(
-            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            walk(&cache, top, ADDRESS, |_| {}),
             Walk::Missing { keeper: None }
         );
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_page(ObjectId(1));
         assert_eq!(
-            walk(&cache, top, ADDRESS, &mut BTreeSet::new()),
+            walk(&cache, top, ADDRESS, |_| {}),
             Walk::Missing { keeper: None }
         );
     }
@@ -218,18 +222,18 @@ mod tests {
         wrapper_node.swap(slot(1), keeper);
         let elsewhere = ADDRESS + 4096;
         assert_eq!(
-            walk(&cache, wrapper, elsewhere, &mut BTreeSet::new()),
+            walk(&cache, wrapper, elsewhere, |_| {}),
             Walk::Missing {
                 keeper: Some(keeper)
             }
         );
         assert!(matches!(
-            walk(&cache, wrapper, ADDRESS, &mut BTreeSet::new()),
+            walk(&cache, wrapper, ADDRESS, |_| {}),
             Walk::Page { .. }
         ));
         let no_call = wrapper.restricted(Rights::NO_CALL);
         assert_eq!(
-            walk(&cache, no_call, elsewhere, &mut BTreeSet::new()),
+            walk(&cache, no_call, elsewhere, |_| {}),
             Walk::Missing { keeper: None }
         );
     }
@@ -241,7 +245,7 @@ mod tests {
         let wrapper = Capability::space(ObjectId(1), Version(0), 3, true).unwrap();
         cache.node_mut(&wrapper).unwrap().swap(slot(0), wrapper);
         assert_eq!(
-            walk(&cache, wrapper, 0, &mut BTreeSet::new()),
+            walk(&cache, wrapper, 0, |_| {}),
             Walk::Missing { keeper: None }
         );
     }
