@@ -37,10 +37,6 @@ pub mod note {
 /// Number of capability registers a process has.
 pub const CAPABILITY_REGISTER_COUNT: usize = 16;
 
-/// Most capabilities an invocation (or its reply) carries: the descriptor's register lists
-/// have room for four.
-pub const INVOCATION_CAPABILITIES_MAX: usize = 4;
-
 /// Longest string an invocation may carry, in bytes.
 pub const INVOCATION_STRING_BYTES_MAX: usize = 4096;
 

@@ -9,7 +9,6 @@
 //! and no process needs a kernel stack of its own while it waits.
 
 use alloc::vec::Vec;
-use arrayvec::ArrayVec;
 use holdfast_abi::descriptor::{Descriptor, Kind};
 use holdfast_abi::{self as abi, InvocationError};
 use holdfast_objects::node::process_root;
@@ -27,7 +26,7 @@ pub struct Message {
     pub code: u64,
     pub words: [u64; 4],
     pub string: Vec<u8>,
-    pub capabilities: Capabilities,
+    pub capabilities: Vec<Capability>,
     pub badge: u64,
     /// For a call: the capability to reply with.
     pub resume: Option<Capability>,
@@ -39,15 +38,12 @@ impl Message {
             code,
             words,
             string: Vec::new(),
-            capabilities: Capabilities::new(),
+            capabilities: Vec::new(),
             badge: 0,
             resume: None,
         }
     }
 }
-
-/// The capabilities a message carries.
-pub type Capabilities = ArrayVec<Capability, { abi::INVOCATION_CAPABILITIES_MAX }>;
 
 /// How many indirectors an invocation may pass through: a bound on kernel work that a
 /// cycle of forwarders cannot defeat.
@@ -209,7 +205,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         }
         CapType::Void => return Err(InvocationError::Void),
         _ => {
-            let reply = methods::invoke(&mut objects, target, message);
+            let reply = methods::invoke(&mut objects, target, &message);
             drop(objects);
             let invoker_stopped =
                 SCHEDULER.lock().processes[invoker].state != ProcessState::Runnable;
@@ -346,7 +342,7 @@ pub fn invoke_keeper(
         code: keeper_message.code,
         words: keeper_message.words,
         string: Vec::new(),
-        capabilities: [root].into_iter().collect(),
+        capabilities: alloc::vec![root],
         badge: keeper.badge(),
         resume: objects
             .cache

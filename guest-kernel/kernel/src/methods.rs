@@ -35,7 +35,7 @@ fn ok_capability(capability: Capability) -> MethodResult {
 }
 
 /// Runs `message.code` as an order on the kernel object `target` (already checked live).
-pub fn invoke(objects: &mut Objects, target: Capability, message: Message) -> Message {
+pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> Message {
     let header = interface::Message {
         order: message.code,
         words: message.words,
@@ -173,7 +173,7 @@ fn swap_slot(
         .node_mut(target)
         .map_err(|_| ObjectError::InvalidOrder)?;
     let old = node.swap(slot, capability);
-    crate::process::node_changed(target.object());
+    crate::process::node_changed(objects, target.object());
     Ok(objects.cache.live_or_void(old))
 }
 
@@ -354,7 +354,7 @@ fn process_method(
             .node_mut(&target)
             .map_err(|_| ObjectError::InvalidOrder)?;
         node.swap(slot, stored);
-        crate::process::node_changed(target.object());
+        crate::process::node_changed(objects, target.object());
         ok([0; 4])
     };
     match request {

@@ -10,7 +10,6 @@
 //! to the root node is the checkpoint's job (the store issue).
 
 use alloc::collections::VecDeque;
-use arrayvec::ArrayVec;
 use alloc::vec::Vec;
 use holdfast_abi as abi;
 use holdfast_objects::node::process_root;
@@ -25,7 +24,7 @@ use crate::memory::PAGE_BYTES;
 use crate::objects::{OBJECTS, Objects};
 use crate::space;
 use holdfast_abi::keeper;
-use holdfast_objects::space::{WALK_NODES_MAX, Walk, slot_for, walk};
+use holdfast_objects::space::{Walk, slot_for, walk};
 
 /// The height of every program's space: 4 KiB × 32^7 covers the whole 2^47-byte user half.
 const SPACE_HEIGHT: u8 = 7;
@@ -197,7 +196,7 @@ fn fill_range(
     let mut page_address = start & !(page_bytes - 1);
     while page_address < end {
         // The loader's trees restrict no node, so the page found carries its own rights.
-        let earlier = match walk(&objects.cache, space, page_address, |_| {}) {
+        let earlier = match walk(&objects.cache, space, page_address) {
             Walk::Page { page, .. } => Some(page),
             Walk::Missing { .. } => None,
         };
@@ -379,10 +378,11 @@ pub fn adopt(root: Capability) {
 
 /// Node `node` changed: if a cached translation went through it, drop every process's user
 /// mappings, so that each sees the change at its next access.
-pub fn node_changed(node: ObjectId) {
-    if !space::take_translation_dependency(node) {
+pub fn node_changed(objects: &mut Objects, node: ObjectId) {
+    if !objects.cache.is_translated(node) {
         return;
     }
+    objects.cache.forget_translations();
     let mut scheduler = SCHEDULER.lock();
     for process in &mut scheduler.processes {
         process.tables.clear();
@@ -501,16 +501,15 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
     if let (14, Some(address), Some(error_code)) =
         (report.vector, report.address, report.error_code)
     {
-        // The root node holds the space capability: changing it changes the translation.
-        let mut visited = ArrayVec::<ObjectId, { WALK_NODES_MAX + 1 }>::new();
-        visited.push(root.object());
         let found = {
             let objects = OBJECTS.lock();
+            // The root node holds the space capability: changing it changes the
+            // translation too.
             let space = objects
                 .cache
-                .node(&root)
+                .node_for_translation(&root)
                 .map(|node| node.get(process_root::SPACE));
-            match space.map(|space| walk(&objects.cache, space, address, |node| visited.push(node))) {
+            match space.map(|space| walk(&objects.cache, space, address)) {
                 Ok(Walk::Page { page, writable }) => {
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());
                     frame.map(|frame| Ok((frame, writable)))
@@ -521,7 +520,6 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
         };
         match found {
             Some(Ok((frame, writable))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
-                space::remember_translated(&visited);
                 let mut scheduler = SCHEDULER.lock();
                 let current = scheduler.current();
                 let running = scheduler.installed == Some(current);

@@ -3,30 +3,17 @@
 //!
 //! A process's page tables start with an empty user half. A page fault walks the process's
 //! space tree from its root capability; if the walk reaches a page, the page is mapped and
-//! the process resumes; if not, the fault is the space's keeper's business. Nodes a walk
-//! passed through are remembered: a swap into one of them drops every process's user
-//! mappings, so that the change is seen at the next access.
+//! the process resumes; if not, the fault is the space's keeper's business. The object cache
+//! marks the nodes a walk passed through: a swap into one of them drops every process's
+//! user mappings, so that the change is seen at the next access.
 
-use hashbrown::HashSet;
-use rustc_hash::FxBuildHasher;
 use alloc::vec::Vec;
 use arrayvec::ArrayVec;
-use holdfast_objects::ObjectId;
-use spin::Mutex;
 use x86_64::registers::control::{Cr3, Cr3Flags};
 use x86_64::structures::paging::{PageTable, PageTableFlags, PhysFrame};
 use x86_64::{PhysAddr, VirtAddr};
 
 use crate::memory::{self, PAGE_BYTES};
-
-/// Nodes some translation depends on: swapping a slot of one of them must drop mappings.
-static TRANSLATED_NODES: Mutex<HashSet<ObjectId, FxBuildHasher>> =
-    Mutex::new(HashSet::with_hasher(FxBuildHasher));
-
-/// Records the nodes a successful walk passed through.
-pub fn remember_translated(visited: &[ObjectId]) {
-    TRANSLATED_NODES.lock().extend(visited);
-}
 
 fn table_at(frame: PhysFrame) -> &'static mut PageTable {
     let address = memory::physical_to_virtual(frame.start_address().as_u64());
@@ -221,17 +208,3 @@ pub fn flush_live_user_half() {
     }
     x86_64::instructions::tlb::flush_all();
 }
-
-/// Whether a change to `node` may change some translation already cached in page tables.
-/// Forgets the node: the caller drops every mapping, after which no translation depends on
-/// anything.
-pub fn take_translation_dependency(node: ObjectId) -> bool {
-    let mut translated = TRANSLATED_NODES.lock();
-    if translated.contains(&node) {
-        translated.clear();
-        true
-    } else {
-        false
-    }
-}
-

@@ -36,7 +36,7 @@ fn for_each_piece(
     let mut pieces = Vec::new();
     let mut at = address;
     while at < end {
-        let Walk::Page { page, writable } = walk(cache, space, at, |_| {}) else {
+        let Walk::Page { page, writable } = walk(cache, space, at) else {
             return Err(BadAddress);
         };
         if for_writing && !writable {

@@ -6,6 +6,8 @@
 //! kernel) fills this cache on demand and evicts from it; until then every object is
 //! resident from boot.
 
+use core::cell::Cell;
+
 use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
 
@@ -22,6 +24,9 @@ struct NodeEntry {
     /// time one of them is used, so that a resume capability works at most once.
     resume_version: Version,
     node: Node,
+    /// The translation epoch in which a space walk last passed this node: if it is the
+    /// current one, some page-table entry may depend on the node's slots.
+    translated_in: Cell<u64>,
 }
 
 struct PageEntry<F> {
@@ -33,6 +38,9 @@ struct PageEntry<F> {
 pub struct ObjectCache<F> {
     nodes: HashMap<ObjectId, NodeEntry, FxBuildHasher>,
     pages: HashMap<ObjectId, PageEntry<F>, FxBuildHasher>,
+    /// Moved on whenever every translation is dropped, which forgets at once which nodes
+    /// translations depended on.
+    translation_epoch: u64,
 }
 
 impl<F> Default for ObjectCache<F> {
@@ -46,6 +54,7 @@ impl<F> ObjectCache<F> {
         Self {
             nodes: HashMap::with_hasher(FxBuildHasher),
             pages: HashMap::with_hasher(FxBuildHasher),
+            translation_epoch: 1,
         }
     }
 
@@ -59,6 +68,7 @@ impl<F> ObjectCache<F> {
             version,
             resume_version: Version::default(),
             node,
+            translated_in: Cell::new(0),
         };
         self.nodes.insert(id, entry);
         true
@@ -129,6 +139,28 @@ impl<F> ObjectCache<F> {
         let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         Ok(&entry.node)
+    }
+
+    /// [`Self::node`] for a space walk: also records that a translation depends on the node,
+    /// so that changing it must drop the page-table entries made since
+    /// [`Self::forget_translations`].
+    pub fn node_for_translation(&self, capability: &Capability) -> Result<&Node, Void> {
+        let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
+        Self::node_entry_matches(entry, capability)?;
+        entry.translated_in.set(self.translation_epoch);
+        Ok(&entry.node)
+    }
+
+    /// Whether a space walk passed node `id` since translations were last forgotten.
+    pub fn is_translated(&self, id: ObjectId) -> bool {
+        self.nodes
+            .get(&id)
+            .is_some_and(|entry| entry.translated_in.get() == self.translation_epoch)
+    }
+
+    /// Every translation was dropped: no node has one depending on it any more.
+    pub fn forget_translations(&mut self) {
+        self.translation_epoch += 1;
     }
 
     pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {

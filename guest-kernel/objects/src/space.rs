@@ -8,7 +8,7 @@
 //! slot 1 the start capability of the keeper that faults under it go to.
 
 use crate::capability::SPACE_HEIGHT_MAX;
-use crate::{CapType, Capability, ObjectCache, ObjectId, Slot};
+use crate::{CapType, Capability, ObjectCache, Slot};
 
 /// log2 of the slots per node: each level of the tree resolves 5 bits of the address.
 const SLOT_BITS: u32 = 5;
@@ -33,16 +33,11 @@ pub fn slot_for(height: u8, address: u64) -> Slot {
 
 /// Each step of a walk descends a level or unwraps a keeper node, so twice the levels bound
 /// a walk's nodes whatever a program put in its nodes.
-pub const WALK_NODES_MAX: usize = 2 * (SPACE_HEIGHT_MAX as usize + 1);
+const WALK_NODES_MAX: usize = 2 * (SPACE_HEIGHT_MAX as usize + 1);
 
-/// Walks `space` down to the page holding `address`; `visit` is called with every node
-/// passed (the nodes the translation depends on), at most [`WALK_NODES_MAX`] of them.
-pub fn walk<F>(
-    cache: &ObjectCache<F>,
-    space: Capability,
-    address: u64,
-    mut visit: impl FnMut(ObjectId),
-) -> Walk {
+/// Walks `space` down to the page holding `address`. Every node passed is marked as one a
+/// translation depends on ([`ObjectCache::node_for_translation`]).
+pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk {
     let mut capability = space;
     // The part of the address the current level resolves; each descent drops the bits of
     // the slot taken.
@@ -52,12 +47,9 @@ pub fn walk<F>(
     // Each step descends a level or unwraps a keeper node, so twice the greatest height
     // bounds the loop whatever a program put in its nodes.
     for _ in 0..WALK_NODES_MAX {
-        if cache.check(&capability).is_err() {
-            break;
-        }
         writable &= capability.may_write();
         let Some((height, is_keeper_node)) = capability.space_shape() else {
-            if capability.kind() == CapType::Page {
+            if capability.kind() == CapType::Page && cache.check(&capability).is_ok() {
                 return Walk::Page {
                     page: capability,
                     writable,
@@ -65,10 +57,10 @@ pub fn walk<F>(
             }
             break;
         };
-        let Ok(node) = cache.node(&capability) else {
+        // One lookup checks the capability and finds the node.
+        let Ok(node) = cache.node_for_translation(&capability) else {
             break;
         };
-        visit(capability.object());
         if is_keeper_node {
             let keeper_start = node.get(slot(1));
             keeper = (capability.may_call() && keeper_start.kind() == CapType::Start)
@@ -106,7 +98,7 @@ fn slot(index: u64) -> Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Node, Rights, Version};
+    use crate::{Node, ObjectId, Rights, Version};
 
     /// A cache with a height-2 space holding one page at `address`; returns the space, the
     /// node of height 1 on the way, and the page.
@@ -133,12 +125,12 @@ mod tests {
     const ADDRESS: u64 = (3 << 17) | (5 << 12) | 0x123;
 
     #[test]
-    fn a_walk_finds_the_page_and_records_the_nodes_passed() {
-        let (cache, top, _, page) = two_level_space(ADDRESS);
-        let mut visited = alloc::collections::BTreeSet::new();
-        let found = walk(&cache, top, ADDRESS, |node| {
-            visited.insert(node);
-        });
+    fn a_walk_finds_the_page_and_marks_the_nodes_passed() {
+        let (mut cache, top, _, page) = two_level_space(ADDRESS);
+        cache.insert_node(ObjectId(3), Version(0), Node::default());
+        let marked = |cache: &ObjectCache<()>| [1, 2, 3].map(|id| cache.is_translated(ObjectId(id)));
+        assert_eq!(marked(&cache), [false; 3]);
+        let found = walk(&cache, top, ADDRESS);
         assert_eq!(
             found,
             Walk::Page {
@@ -146,10 +138,9 @@ mod tests {
                 writable: true
             }
         );
-        assert_eq!(
-            visited.into_iter().collect::<alloc::vec::Vec<_>>(),
-            [ObjectId(1), ObjectId(2)]
-        );
+        assert_eq!(marked(&cache), [true, true, false]);
+        cache.forget_translations();
+        assert_eq!(marked(&cache), [false; 3]);
     }
 
     #[test]
@@ -158,7 +149,7 @@ mod tests {
         let missing = Walk::Missing { keeper: None };
         for address in [ADDRESS + 4096, ADDRESS - (1 << 17), 1 << 22, u64::MAX] {
             assert_eq!(
-                walk(&cache, top, address, |_| {}),
+                walk(&cache, top, address),
                 missing,
                 "{address:#x}"
             );
@@ -174,7 +165,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(2, ADDRESS), read_only_leaf);
         assert_eq!(
-            walk(&cache, top, ADDRESS, |_| {}),
+            walk(&cache, top, ADDRESS),
             Walk::Page {
                 page: page.restricted(Rights::READ_ONLY),
                 writable: false
@@ -190,7 +181,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(1, ADDRESS), Capability::VOID);
         assert_eq!(
-            walk(&cache, top, ADDRESS, |_| {}),
+            walk(&cache, top, ADDRESS),
             Walk::Missing { keeper: None }
         );
     }
@@ -200,13 +191,13 @@ mod tests {
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_node(ObjectId(2));
         assert_eq!(
-            walk(&cache, top, ADDRESS, |_| {}),
+            walk(&cache, top, ADDRESS),
             Walk::Missing { keeper: None }
         );
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_page(ObjectId(1));
         assert_eq!(
-            walk(&cache, top, ADDRESS, |_| {}),
+            walk(&cache, top, ADDRESS),
             Walk::Missing { keeper: None }
         );
     }
@@ -222,18 +213,18 @@ mod tests {
         wrapper_node.swap(slot(1), keeper);
         let elsewhere = ADDRESS + 4096;
         assert_eq!(
-            walk(&cache, wrapper, elsewhere, |_| {}),
+            walk(&cache, wrapper, elsewhere),
             Walk::Missing {
                 keeper: Some(keeper)
             }
         );
         assert!(matches!(
-            walk(&cache, wrapper, ADDRESS, |_| {}),
+            walk(&cache, wrapper, ADDRESS),
             Walk::Page { .. }
         ));
         let no_call = wrapper.restricted(Rights::NO_CALL);
         assert_eq!(
-            walk(&cache, no_call, elsewhere, |_| {}),
+            walk(&cache, no_call, elsewhere),
             Walk::Missing { keeper: None }
         );
     }
@@ -245,7 +236,7 @@ mod tests {
         let wrapper = Capability::space(ObjectId(1), Version(0), 3, true).unwrap();
         cache.node_mut(&wrapper).unwrap().swap(slot(0), wrapper);
         assert_eq!(
-            walk(&cache, wrapper, 0, |_| {}),
+            walk(&cache, wrapper, 0),
             Walk::Missing { keeper: None }
         );
     }
