@@ -61,27 +61,27 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> M
         },
         CapType::Page => match page::Request::decode(&header) {
             Ok(page::Request::Identify) => identify(),
-            Ok(request) => page_method(objects, target, request, &message),
+            Ok(request) => page_method(objects, target, request, message),
             Err(error) => Err(error),
         },
         CapType::Node => match node::Request::decode(&header) {
             Ok(node::Request::Identify) => identify(),
-            Ok(request) => node_method(objects, target, request, &message),
+            Ok(request) => node_method(objects, target, request, message),
             Err(error) => Err(error),
         },
         CapType::Space => match space::Request::decode(&header) {
             Ok(space::Request::Identify) => identify(),
-            Ok(request) => space_method(objects, target, request, &message),
+            Ok(request) => space_method(objects, target, request, message),
             Err(error) => Err(error),
         },
         CapType::Process => match process::Request::decode(&header) {
             Ok(process::Request::Identify) => identify(),
-            Ok(request) => process_method(objects, target, request, &message),
+            Ok(request) => process_method(objects, target, request, message),
             Err(error) => Err(error),
         },
         CapType::Meter => match meter::Request::decode(&header) {
             Ok(meter::Request::Identify) => identify(),
-            Ok(request) => meter_method(objects, target, request, &message),
+            Ok(request) => meter_method(objects, target, request, message),
             Err(error) => Err(error),
         },
         CapType::Console => match console::Request::decode(&header) {
