@@ -79,6 +79,8 @@ pub enum StoreError {
     CommitTooLarge { pages: usize, pages_max: usize },
     /// The mirror index does not name a slot of the mirror set.
     NoSuchMirror { mirror: usize },
+    /// Too many journal pages wait for [`crate::Store::journal_write`].
+    JournalQueueFull,
 }
 
 impl From<Corruption> for StoreError {
@@ -145,6 +147,7 @@ impl fmt::Display for StoreError {
                 write!(f, "journal commit of {pages} pages; at most {pages_max}")
             }
             Self::NoSuchMirror { mirror } => write!(f, "no mirror slot {mirror}"),
+            Self::JournalQueueFull => f.write_str("journal queue full: write the queued commits first"),
         }
     }
 }

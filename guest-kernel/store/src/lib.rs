@@ -26,8 +26,24 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod geometry;
+mod home;
+pub mod inspect;
+pub mod journal;
+mod log;
+pub mod mirror;
+pub mod phase;
+mod recovery;
+mod store;
 
 pub use device::{BLOCK_SIZE, BlockDevice, DeviceError};
 pub use error::{Check, Corruption, Region, StoreError};
 pub use format::FORMAT_VERSION;
 pub use geometry::{Geometry, Layout, NODE_SIZE, NODES_PER_POT};
+#[cfg(test)]
+mod tests;
+
+pub use inspect::{CheckReport, Inspection, StoreCounters};
+pub use journal::{JOURNAL_COMMIT_PAGES_MAX, JournalPage, JournalTicket};
+pub use mirror::MirrorState;
+pub use phase::{CheckpointPhase, MigrationProgress};
+pub use store::{MirrorStatus, Store};

@@ -102,7 +102,6 @@ pub fn zeroed_block() -> alloc::boxed::Box<Block> {
 }
 
 /// Views a whole-block slice as a block.
-#[allow(dead_code)] // used by the engine modules
 pub(crate) fn as_block(bytes: &[u8]) -> &Block {
     // The callers slice exactly BLOCK_SIZE bytes; `first_chunk` returns None otherwise and
     // that would be a bug in this crate, not a disk fault.
