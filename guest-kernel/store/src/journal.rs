@@ -35,6 +35,9 @@ pub struct JournalTicket(pub u64);
 
 struct QueuedCommit {
     ticket: u64,
+    /// The snapshot generation when the commit was made: the commit is newer than that
+    /// snapshot and older than the next, however late it is written.
+    generation: u64,
     pages: Vec<(u64, u64, Box<Block>)>,
 }
 
@@ -72,6 +75,7 @@ impl<D: BlockDevice> Store<D> {
         self.journal.queued_pages += pages.len();
         self.journal.commits.push(QueuedCommit {
             ticket,
+            generation: self.snapshot_generation,
             pages: pages.iter().map(|page| (page.id.0, page.version.0, Box::new(*page.data))).collect(),
         });
         Ok(JournalTicket(ticket))
@@ -88,13 +92,17 @@ impl<D: BlockDevice> Store<D> {
             return Ok(None);
         };
         let last_ticket = last.ticket;
-        let generation = self.snapshot_generation;
+        let mut generation = self.journal.commits[0].generation;
         let mut records = Vec::new();
         let mut entries: Vec<LogEntry> = Vec::new();
         let mut data = Vec::new();
         for commit in &self.journal.commits {
-            if entries.len() + commit.pages.len() > LOG_RECORD_DATA_BLOCKS_MAX {
-                records.push(journal_record(generation, core::mem::take(&mut entries), core::mem::take(&mut data)));
+            // A record holds whole commits of one snapshot generation.
+            if entries.len() + commit.pages.len() > LOG_RECORD_DATA_BLOCKS_MAX || commit.generation != generation {
+                if !entries.is_empty() {
+                    records.push(journal_record(generation, core::mem::take(&mut entries), core::mem::take(&mut data)));
+                }
+                generation = commit.generation;
             }
             for (id, version, block) in &commit.pages {
                 entries.push(LogEntry {
@@ -110,10 +118,11 @@ impl<D: BlockDevice> Store<D> {
         if !entries.is_empty() {
             records.push(journal_record(generation, entries, data));
         }
-        let record_entries: Vec<Vec<LogEntry>> = records.iter().map(|record| record.entries.clone()).collect();
+        let record_entries: Vec<(u64, Vec<LogEntry>)> =
+            records.iter().map(|record| (record.generation, record.entries.clone())).collect();
         let placed = self.append_records(records)?;
         self.mirrors.flush()?;
-        for (place, entries) in placed.iter().zip(record_entries) {
+        for (place, (generation, entries)) in placed.iter().zip(record_entries) {
             for (entry_index, entry) in entries.iter().enumerate() {
                 let directory_entry = DirectoryEntry {
                     position: place.position + 1 + entry_index as u64,

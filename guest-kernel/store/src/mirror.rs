@@ -12,13 +12,18 @@ use crate::error::{Check, Corruption, Region, StoreError};
 /// At most two copies: the design duplexes ranges on a second disk.
 pub const MIRROR_COUNT_MAX: usize = 2;
 
+/// Blocks 0 and 1, copied last by resilvering.
+const SUPERBLOCK_BLOCKS: u64 = 2;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MirrorState {
     Healthy,
     /// Failed or missing: neither read nor written until replaced.
     Failed(DeviceError),
-    /// A replacement being filled: written like a healthy mirror, read only below
-    /// `copied_blocks`.
+    /// A replacement being filled. Blocks from 2 up are copied first, in order, and read
+    /// from it once copied; the superblocks are copied last and not written before, so a
+    /// restart in the middle finds no superblock and starts the copy again rather than
+    /// trusting a half-copied mirror.
     Resilvering { copied_blocks: u64 },
 }
 
@@ -60,7 +65,9 @@ impl<D: BlockDevice> MirrorSet<D> {
         (0..self.mirrors.len())
             .filter(|&index| match self.mirrors[index].state {
                 MirrorState::Healthy => true,
-                MirrorState::Resilvering { copied_blocks } => end <= copied_blocks,
+                MirrorState::Resilvering { copied_blocks } => {
+                    first_block >= SUPERBLOCK_BLOCKS && end <= SUPERBLOCK_BLOCKS + copied_blocks
+                }
                 MirrorState::Failed(_) => false,
             })
             .collect()
@@ -99,8 +106,10 @@ impl<D: BlockDevice> MirrorSet<D> {
     pub(crate) fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
         let mut written = false;
         for index in 0..self.mirrors.len() {
-            if matches!(self.mirrors[index].state, MirrorState::Failed(_)) {
-                continue;
+            match self.mirrors[index].state {
+                MirrorState::Failed(_) => continue,
+                MirrorState::Resilvering { .. } if first_block < SUPERBLOCK_BLOCKS => continue,
+                _ => {}
             }
             match self.mirrors[index].device.write(first_block, data) {
                 Ok(()) => written = true,
@@ -199,7 +208,8 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     /// Copies up to `block_count_max` blocks to the first resilvering mirror from a healthy
-    /// one. Returns the blocks still to copy (0 when no mirror is resilvering).
+    /// one: blocks 2 and up in order, then the superblocks. Returns the blocks still to copy
+    /// (0 when no mirror is resilvering).
     pub(crate) fn resilver_step(&mut self, store_block_count: u64, block_count_max: u64) -> Result<u64, StoreError> {
         let Some(target) = self
             .mirrors
@@ -214,29 +224,33 @@ impl<D: BlockDevice> MirrorSet<D> {
         let Some(source) = self.mirrors.iter().position(|mirror| mirror.state == MirrorState::Healthy) else {
             return Err(StoreError::NoMirror);
         };
-        let count = (store_block_count - copied_blocks).min(block_count_max.max(1));
-        if count > 0 {
-            let mut buf = alloc::vec![0u8; count as usize * BLOCK_SIZE];
-            if let Err(error) = self.read_from(source, copied_blocks, &mut buf) {
-                return Err(StoreError::Device { mirror: source, error });
-            }
-            self.write_to(target, copied_blocks, &buf)?;
-            if matches!(self.mirrors[target].state, MirrorState::Failed(_)) {
-                return Ok(0);
-            }
-            // Copies are not repairs; keep that counter for real ones.
-            self.repaired_blocks_total -= count;
+        let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
+        let (first_block, count) = if copied_blocks < body_blocks {
+            (SUPERBLOCK_BLOCKS + copied_blocks, (body_blocks - copied_blocks).min(block_count_max.max(1)))
+        } else {
+            // Everything else is in place: the superblocks make the mirror whole.
+            (0, SUPERBLOCK_BLOCKS)
+        };
+        let mut buf = alloc::vec![0u8; count as usize * BLOCK_SIZE];
+        if let Err(error) = self.read_from(source, first_block, &mut buf) {
+            return Err(StoreError::Device { mirror: source, error });
         }
-        let copied_blocks = copied_blocks + count;
-        if copied_blocks == store_block_count {
+        self.write_to(target, first_block, &buf)?;
+        if matches!(self.mirrors[target].state, MirrorState::Failed(_)) {
+            return Ok(0);
+        }
+        // Copies are not repairs; keep that counter for real ones.
+        self.repaired_blocks_total -= count;
+        if first_block == 0 {
             if let Err(error) = self.mirrors[target].device.flush() {
                 self.fail(target, error)?;
                 return Ok(0);
             }
             self.mirrors[target].state = MirrorState::Healthy;
-        } else {
-            self.mirrors[target].state = MirrorState::Resilvering { copied_blocks };
+            return Ok(0);
         }
+        let copied_blocks = copied_blocks + count;
+        self.mirrors[target].state = MirrorState::Resilvering { copied_blocks };
         Ok(store_block_count - copied_blocks)
     }
 }

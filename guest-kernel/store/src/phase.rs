@@ -87,6 +87,11 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
+    /// The newest checkpoint generation begun; journal commits made now follow it.
+    pub fn snapshot_generation(&self) -> u64 {
+        self.snapshot_generation
+    }
+
     /// Begins checkpoint generation G (returned): call it right after the snapshot is
     /// taken, then write every object dirty in the snapshot. Journal commits from now on
     /// are newer than this checkpoint. Only when idle: the previous checkpoint's migration
