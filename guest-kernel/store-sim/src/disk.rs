@@ -76,6 +76,11 @@ impl SimDisk {
         self.state.borrow_mut().gone = true;
     }
 
+    /// The disk comes back with whatever it held when it vanished (now stale).
+    pub fn reappear(&self) {
+        self.state.borrow_mut().gone = false;
+    }
+
     /// Flips one bit of a block on the media.
     pub fn rot(&self, block: u64, bit: u64) {
         let mut state = self.state.borrow_mut();

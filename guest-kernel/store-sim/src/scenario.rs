@@ -27,7 +27,7 @@ const LOG_BLOCK_COUNT: u64 = 160;
 /// checkpoint of every object always fits.
 const LOG_FILL_RATIO_FORCE_CHECKPOINT: f64 = 0.5;
 
-/// Which faults a seed injects besides crashes, chosen by `seed % 7`.
+/// Which faults a seed injects besides crashes, chosen by `seed % 8`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultMode {
     /// One disk; crashes with torn and lost cached writes only.
@@ -46,18 +46,23 @@ pub enum FaultMode {
     /// Two mirrors; a page's home block rots on both: reading it must fail with the block
     /// named, never return bad data.
     BitRotBothMirrors,
+    /// Two mirrors; mirror 1 vanishes, the store runs on, then mirror 1 comes back with its
+    /// stale contents at a restart: it must be resilvered, not trusted; then mirror 0
+    /// vanishes and the store must run from mirror 1 alone.
+    StaleMirrorReturns,
 }
 
 impl FaultMode {
     pub fn of_seed(seed: u64) -> Self {
-        match seed % 7 {
+        match seed % 8 {
             0 => Self::SingleDisk,
             1 => Self::Mirrored,
             2 => Self::MisdirectedWrites,
             3 => Self::LostWrites,
             4 => Self::BitRotOneMirror,
             5 => Self::LostDiskReplaced,
-            _ => Self::BitRotBothMirrors,
+            6 => Self::BitRotBothMirrors,
+            _ => Self::StaleMirrorReturns,
         }
     }
 
@@ -137,6 +142,8 @@ struct Run {
     replaced: bool,
     /// The first disk has vanished after the resilver: the store runs on the replacement.
     original_vanished: bool,
+    /// A restart is due before the next step (a disk came back).
+    pending_restart: bool,
 }
 
 pub fn run(options: &Options) -> Result<RunReport, Failure> {
@@ -219,6 +226,7 @@ impl Run {
             disk_seed_next: seed * 16 + 8,
             replaced: false,
             original_vanished: false,
+            pending_restart: false,
         };
         run.trace(format_args!("seed {seed}: {mode:?}, geometry {geometry:?}"));
         Ok(run)
@@ -243,12 +251,20 @@ impl Run {
         }
     }
 
+    /// Whether mirror 1 was replaced or came back, so that the run ends on it alone.
+    fn disk_swapped(&self) -> bool {
+        matches!(self.mode, FaultMode::LostDiskReplaced | FaultMode::StaleMirrorReturns) && self.replaced
+    }
+
     fn crash_noticed(&self) -> Step<()> {
         if self.world.borrow().crashed { Err(Stop::Crash) } else { Ok(()) }
     }
 
     fn step(&mut self, step: usize, step_count: usize) -> Step<()> {
         self.inject_faults(step, step_count);
+        if std::mem::take(&mut self.pending_restart) {
+            return self.planned_restart();
+        }
         let fill = self.store().log_fill_ratio();
         let phase = self.store().checkpoint_phase();
         if self.model.stabilizing.is_some() {
@@ -440,6 +456,17 @@ impl Run {
                 self.poisoned_blocks.insert(block);
                 self.trace(format_args!("rot page home block {block} on both mirrors"));
             }
+            FaultMode::StaleMirrorReturns => {
+                if step == step_count / 4 {
+                    self.disks[1].vanish();
+                    self.trace(format_args!("mirror 1 vanishes"));
+                } else if step == step_count / 2 && !self.replaced {
+                    self.disks[1].reappear();
+                    self.replaced = true;
+                    self.trace(format_args!("mirror 1 comes back, stale"));
+                    self.pending_restart = true;
+                }
+            }
             FaultMode::LostDiskReplaced => {
                 if step == step_count / 4 {
                     self.disks[1].vanish();
@@ -539,7 +566,7 @@ impl Run {
             "recovered checkpoint {generation} with its journal; state matches one of {} allowed",
             candidates.len()
         ));
-        if self.mode == FaultMode::LostDiskReplaced && self.replaced {
+        if self.disk_swapped() {
             // Degraded until the replacement is resilvered; the store must say so.
             let status = self.store().mirror_status();
             if status.mirrors.iter().any(|state| *state != holdfast_store::MirrorState::Healthy) != status.degraded {
@@ -565,7 +592,7 @@ impl Run {
     }
 
     fn finish_once(&mut self) -> Step<()> {
-        if self.mode == FaultMode::LostDiskReplaced && self.replaced && !self.original_vanished {
+        if self.disk_swapped() && !self.original_vanished {
             while self.store().resilver_step(256).map_err(|error| self.stopped("resilver", error))? > 0 {}
             self.crash_noticed()?;
             if self.store().mirror_status().degraded {
@@ -588,7 +615,7 @@ impl Run {
                 return Err(Stop::Fail(format!("check after recovery found damage: {:?}", report.findings)));
             }
         }
-        if self.mode == FaultMode::LostDiskReplaced && self.replaced && !self.store().mirror_status().degraded {
+        if self.disk_swapped() && !self.store().mirror_status().degraded {
             return Err(Stop::Fail("running on one disk but not reported degraded".into()));
         }
         Ok(())

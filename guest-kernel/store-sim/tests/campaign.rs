@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use holdfast_store_sim::campaign::{CampaignReport, run_seed};
 
-/// Three seeds of each of the seven fault modes.
-const SEEDS: std::ops::Range<u64> = 0..21;
+/// Three seeds of each of the eight fault modes.
+const SEEDS: std::ops::Range<u64> = 0..24;
 const STEPS: usize = 40;
 /// Measured at 6 965 (in 35 s) for these seeds and steps; a drop means the runs stopped
 /// reaching the crash points they used to.

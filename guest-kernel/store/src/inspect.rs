@@ -116,7 +116,12 @@ impl<D: BlockDevice> Store<D> {
     /// Copies up to `block_count_max` blocks to a resilvering mirror; returns the blocks
     /// still to copy (0 once every mirror is healthy).
     pub fn resilver_step(&mut self, block_count_max: u64) -> Result<u64, StoreError> {
-        self.mirrors.resilver_step(self.layout.block_count, block_count_max)
+        let left = self.mirrors.resilver_step(self.layout.block_count, block_count_max)?;
+        if left == 0 && self.superblock.degraded_generation != 0 && !self.mirror_status().degraded {
+            // Whole again: the next superblock, on both mirrors, says so.
+            self.write_superblock(|_| {})?;
+        }
+        Ok(left)
     }
 
     pub fn counters(&self) -> StoreCounters {

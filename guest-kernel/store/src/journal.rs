@@ -121,7 +121,7 @@ impl<D: BlockDevice> Store<D> {
         let record_entries: Vec<(u64, Vec<LogEntry>)> =
             records.iter().map(|record| (record.generation, record.entries.clone())).collect();
         let placed = self.append_records(records)?;
-        self.mirrors.flush()?;
+        self.flush()?;
         for (place, (generation, entries)) in placed.iter().zip(record_entries) {
             for (entry_index, entry) in entries.iter().enumerate() {
                 let directory_entry = DirectoryEntry {

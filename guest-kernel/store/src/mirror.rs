@@ -36,6 +36,8 @@ pub(crate) struct MirrorSet<D> {
     pub(crate) mirrors: Vec<Mirror<D>>,
     pub(crate) written_bytes_total: u64,
     pub(crate) repaired_blocks_total: u64,
+    /// A mirror failed since the last superblock write; the next flush records it.
+    pub(crate) failures_unrecorded: bool,
 }
 
 impl<D: BlockDevice> MirrorSet<D> {
@@ -48,7 +50,7 @@ impl<D: BlockDevice> MirrorSet<D> {
         }
         let mirrors =
             devices.into_iter().map(|device| Mirror { device, state: MirrorState::Healthy }).collect();
-        Ok(Self { mirrors, written_bytes_total: 0, repaired_blocks_total: 0 })
+        Ok(Self { mirrors, written_bytes_total: 0, repaired_blocks_total: 0, failures_unrecorded: false })
     }
 
     pub(crate) fn states(&self) -> Vec<MirrorState> {
@@ -79,6 +81,7 @@ impl<D: BlockDevice> MirrorSet<D> {
     fn fail(&mut self, index: usize, error: DeviceError) -> Result<(), StoreError> {
         if error == DeviceError::Gone || self.live_count() > 1 {
             self.mirrors[index].state = MirrorState::Failed(error);
+            self.failures_unrecorded = true;
             if self.live_count() == 0 {
                 return Err(StoreError::NoMirror);
             }
@@ -96,6 +99,7 @@ impl<D: BlockDevice> MirrorSet<D> {
             // mirror is only dropped when it is gone.
             if error == DeviceError::Gone {
                 self.mirrors[index].state = MirrorState::Failed(error);
+                self.failures_unrecorded = true;
             }
         }
         result

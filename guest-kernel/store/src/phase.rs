@@ -154,7 +154,7 @@ impl<D: BlockDevice> Store<D> {
     pub fn commit_checkpoint(&mut self) -> Result<u64, StoreError> {
         let generation = self.with_stabilization(|store, stabilization| {
             store.write_batch(stabilization)?;
-            store.mirrors.flush()?;
+            store.flush()?;
             let commit = OutgoingRecord {
                 kind: RecordKind::CheckpointCommit,
                 generation: stabilization.generation,
@@ -167,7 +167,7 @@ impl<D: BlockDevice> Store<D> {
                 data: Vec::new(),
             };
             store.append_records(alloc::vec![commit])?;
-            store.mirrors.flush()?;
+            store.flush()?;
             Ok(stabilization.generation)
         })?;
         let Phase::Stabilizing(stabilization) = core::mem::replace(&mut self.phase, Phase::Idle) else {
@@ -340,14 +340,14 @@ impl<D: BlockDevice> Store<D> {
         if migration.next < migration.work.len() {
             return Ok(false);
         }
-        self.mirrors.flush()?;
+        self.flush()?;
         let mut table_block = crate::format::zeroed_block();
         for ((kind, group), table) in &migration.tables {
             table.encode(&mut table_block);
             let device_block = self.range_layout(*kind).table_block(*group, table.slot);
             self.mirrors.write(device_block, &table_block[..])?;
         }
-        self.mirrors.flush()?;
+        self.flush()?;
         let home_generation = self.checkpoint_generation;
         let snapshot_generation = self.snapshot_generation;
         let journal_ticket_next = self.journal.ticket_next;

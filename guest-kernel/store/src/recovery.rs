@@ -68,6 +68,10 @@ impl<D: BlockDevice> Store<D> {
                 Some(other) if other.geometry != superblock.geometry => {
                     return Err(StoreError::Foreign { mirror: index });
                 }
+                Some(other) if other.generation < superblock.degraded_generation => {
+                    // It was out when the store ran degraded, and missed writes: copy it anew.
+                    mirrors.mirrors[index].state = MirrorState::Resilvering { copied_blocks: 0 };
+                }
                 Some(_) => {}
                 None if !matches!(mirrors.mirrors[index].state, MirrorState::Failed(_)) => {
                     // No valid superblock at all: a blank (or wholly unreadable) device.

@@ -111,6 +111,7 @@ impl<D: BlockDevice> Store<D> {
             boot_count: 0,
             journal_ticket_next: 1,
             block_count: layout.block_count,
+            degraded_generation: 0,
         };
         // Both slots valid from the start, so that any later damage to either is a finding.
         for generation in 0..2 {
@@ -192,12 +193,32 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
+    /// Flushes every mirror; if a mirror failed since the last superblock, records that in
+    /// a new one before returning, so that nothing is acknowledged while the failed mirror
+    /// could still pass for current at the next open.
+    pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        self.mirrors.flush()?;
+        if self.mirrors.failures_unrecorded {
+            self.write_superblock(|_| {})?;
+        }
+        Ok(())
+    }
+
     /// Writes the next superblock (to the slot of its generation on every mirror) and
     /// flushes. The caller has flushed everything the superblock points at.
     pub(crate) fn write_superblock(&mut self, change: impl FnOnce(&mut Superblock)) -> Result<(), StoreError> {
         let mut superblock = self.superblock;
         superblock.generation += 1;
         change(&mut superblock);
+        // Mirrors that miss this superblock are stale from here on; once every mirror is
+        // healthy again (resilvered), none is.
+        let all_healthy = self.mirrors.mirrors.iter().all(|mirror| mirror.state == MirrorState::Healthy);
+        if all_healthy {
+            superblock.degraded_generation = 0;
+        } else if superblock.degraded_generation == 0 || self.mirrors.failures_unrecorded {
+            superblock.degraded_generation = superblock.generation;
+        }
+        self.mirrors.failures_unrecorded = false;
         let mut block = zeroed_block();
         superblock.encode(&mut block);
         self.mirrors.write(superblock.slot(), &block[..])?;

@@ -39,6 +39,10 @@ pub struct Superblock {
     pub journal_ticket_next: u64,
     /// The device blocks the layout needs; checked against the geometry.
     pub block_count: u64,
+    /// The superblock generation at which a mirror was last found failed or missing (0 while
+    /// every mirror is in sync). A mirror whose own newest superblock is older missed writes:
+    /// it is resilvered, never trusted.
+    pub degraded_generation: u64,
 }
 
 const FORMAT_VERSION_OFFSET: usize = 4;
@@ -65,6 +69,7 @@ impl Superblock {
         put_u64(block, 88, self.boot_count);
         put_u64(block, 96, self.journal_ticket_next);
         put_u64(block, 104, self.block_count);
+        put_u64(block, 112, self.degraded_generation);
         seal(block);
     }
 
@@ -90,6 +95,7 @@ impl Superblock {
             boot_count: get_u64(block, 88),
             journal_ticket_next: get_u64(block, 96),
             block_count: get_u64(block, 104),
+            degraded_generation: get_u64(block, 112),
         };
         if superblock.slot() != slot {
             return Err(Check::Position);
@@ -100,6 +106,7 @@ impl Superblock {
         }
         if superblock.log_tail.position >= geometry.log_block_count
             || superblock.home_generation > superblock.snapshot_generation
+            || superblock.degraded_generation > superblock.generation
         {
             return Err(Check::Bounds);
         }
@@ -123,6 +130,7 @@ mod tests {
             boot_count: 2,
             journal_ticket_next: 11,
             block_count: geometry.layout().unwrap().block_count,
+            degraded_generation: 4,
         }
     }
 
@@ -178,9 +186,15 @@ mod tests {
     }
 
     #[test]
-    fn a_tail_outside_the_log_is_out_of_bounds() {
+    fn fields_out_of_their_bounds_are_refused() {
         let mut superblock = sample();
         superblock.log_tail.position = 16;
+        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        let mut superblock = sample();
+        superblock.home_generation = 5;
+        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        let mut superblock = sample();
+        superblock.degraded_generation = 6;
         assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
     }
 }
