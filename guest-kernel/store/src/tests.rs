@@ -238,3 +238,28 @@ fn the_log_fills_and_a_checkpoint_frees_it() {
     assert!(matches!(result, Err(StoreError::LogFull { .. })), "{result:?}");
     assert!(store.log_fill_ratio() > 0.9);
 }
+
+#[test]
+fn metric_names_follow_prometheus_conventions() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(1, 1, 1), (2, 1, 2)]);
+    store.note_checkpoint_stabilization_seconds(0.25);
+    let counters = store.counters();
+    assert_eq!(counters.checkpoint_generation, 1);
+    assert_eq!(counters.checkpoint_objects_written_total, 2);
+    assert_eq!(counters.migration_backlog_objects, 2);
+    assert!(counters.device_written_bytes_total > 0);
+    let metrics = counters.metrics();
+    let mut names: Vec<&str> = metrics.iter().map(|(name, _)| *name).collect();
+    for name in &names {
+        assert!(name.starts_with("holdfast_"), "{name}");
+        assert!(name.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{name}");
+    }
+    assert!(metrics.contains(&("holdfast_checkpoint_stabilization_seconds", 0.25)));
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), metrics.len(), "metric names are unique");
+    let inspection = alloc::format!("{}", store.inspect());
+    assert!(inspection.contains("generation 1 committed"), "{inspection}");
+}
