@@ -90,14 +90,16 @@ pub struct RunReport {
 pub struct Failure {
     pub seed: u64,
     pub crash_before_write: Option<u64>,
+    pub step_count: usize,
     pub message: String,
 }
 
 impl Failure {
     pub fn command(&self) -> String {
+        let replay = format!("cargo run -p holdfast-store-sim -- --seed {} --steps {}", self.seed, self.step_count);
         match self.crash_before_write {
-            Some(write) => format!("cargo run -p holdfast-store-sim -- --seed {} --crash-before-write {write}", self.seed),
-            None => format!("cargo run -p holdfast-store-sim -- --seed {}", self.seed),
+            Some(write) => format!("{replay} --crash-before-write {write}"),
+            None => replay,
         }
     }
 }
@@ -150,6 +152,7 @@ pub fn run(options: &Options) -> Result<RunReport, Failure> {
     let fail = |message: String| Failure {
         seed: options.seed,
         crash_before_write: options.crash_before_write,
+        step_count: options.step_count,
         message,
     };
     let mut run = Run::new(options.seed, options.trace).map_err(fail)?;
