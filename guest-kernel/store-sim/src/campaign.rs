@@ -1,5 +1,5 @@
-//! Campaigns: each seed runs once to count its device writes, then once per write boundary
-//! with the crash just before that write.
+//! Campaigns: each seed runs once to count its device writes and flushes, then once per
+//! such boundary with the crash just before it.
 
 use crate::scenario::{Failure, Options, RunReport, run};
 
@@ -26,16 +26,16 @@ impl CampaignReport {
 }
 
 /// Runs `seed` uninterrupted, then crashed before each of its writes (every `stride`-th
-/// write boundary; 1 for all of them).
+/// write or flush boundary; 1 for all of them).
 pub fn run_seed(seed: u64, step_count: usize, stride: u64, report: &mut CampaignReport) -> Result<(), Failure> {
-    let options = Options { seed, crash_before_write: None, step_count, trace: false };
+    let options = Options { seed, crash_point: None, step_count, trace: false };
     let first = run(&options)?;
     report.add(&first);
-    let mut write = 1;
-    while write <= first.writes_total {
-        let crashed = run(&Options { crash_before_write: Some(write), ..options })?;
+    let mut crash_point = 1;
+    while crash_point <= first.device_requests_total {
+        let crashed = run(&Options { crash_point: Some(crash_point), ..options })?;
         report.add(&crashed);
-        write += stride;
+        crash_point += stride;
     }
     report.seeds += 1;
     Ok(())

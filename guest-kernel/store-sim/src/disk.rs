@@ -4,9 +4,9 @@
 //! can be switched on per disk: lost writes (acknowledged, never stored) and misdirected
 //! writes (stored at another block). Bit rot flips a bit on the media; a disk can vanish.
 //!
-//! Every disk of a run shares one [`World`] that counts writes, so that a run can crash at
-//! any write boundary: the write that reaches the crash point and everything after it fail
-//! as if the machine had stopped.
+//! Every disk of a run shares one [`World`] that counts device requests that change state
+//! (writes and flushes), so that a run can crash at any such boundary: the request at the
+//! crash point and everything after it fail as if the machine had stopped.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -20,10 +20,10 @@ const SECTOR_SIZE: usize = 512;
 
 #[derive(Debug, Default)]
 pub struct World {
-    /// Device write requests issued in this run (all disks).
-    pub writes_total: u64,
-    /// The machine stops just before this write (1-based) is issued.
-    pub crash_before_write: Option<u64>,
+    /// Device writes and flushes issued in this run (all disks).
+    pub device_requests_total: u64,
+    /// The machine stops just before this write or flush (1-based) is issued.
+    pub crash_point: Option<u64>,
     pub crashed: bool,
 }
 
@@ -116,6 +116,17 @@ impl SimDisk {
         (state.lost_writes, state.misdirected_writes)
     }
 
+    /// Counts a write or flush; at the crash point the machine stops before it.
+    fn reach_boundary(&self) {
+        let mut world = self.world.borrow_mut();
+        if !world.crashed && world.crash_point == Some(world.device_requests_total + 1) {
+            world.crashed = true;
+        }
+        if !world.crashed {
+            world.device_requests_total += 1;
+        }
+    }
+
     fn check_alive(&self) -> Result<(), DeviceError> {
         if self.world.borrow().crashed || self.state.borrow().gone {
             return Err(DeviceError::Gone);
@@ -147,15 +158,7 @@ impl BlockDevice for SimDisk {
     }
 
     fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
-        {
-            let mut world = self.world.borrow_mut();
-            if !world.crashed && world.crash_before_write == Some(world.writes_total + 1) {
-                world.crashed = true;
-            }
-            if !world.crashed {
-                world.writes_total += 1;
-            }
-        }
+        self.reach_boundary();
         self.check_alive()?;
         let block_count = self.block_count();
         check_request(block_count, first_block, data.len())?;
@@ -179,6 +182,7 @@ impl BlockDevice for SimDisk {
     }
 
     fn flush(&mut self) -> Result<(), DeviceError> {
+        self.reach_boundary();
         self.check_alive()?;
         let mut state = self.state.borrow_mut();
         let pending = std::mem::take(&mut state.pending);

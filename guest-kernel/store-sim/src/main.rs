@@ -1,4 +1,4 @@
-//! `holdfast-store-sim`: replays one seed (`--seed N`, optionally `--crash-before-write W`)
+//! `holdfast-store-sim`: replays one seed (`--seed N`, optionally `--crash-point N`)
 //! printing what it does, or runs a campaign over many seeds, each crashed at every write
 //! boundary (`--campaign --seeds K`).
 
@@ -15,10 +15,10 @@ struct Arguments {
     /// The seed to replay, or the first seed of a campaign.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Crash just before this device write (1-based) of the run.
+    /// Crash just before this device write or flush (1-based) of the run.
     #[arg(long)]
-    crash_before_write: Option<u64>,
-    /// Run a campaign: every seed from --seed on, each at every write boundary.
+    crash_point: Option<u64>,
+    /// Run a campaign: every seed from --seed on, each at every write and flush boundary.
     #[arg(long)]
     campaign: bool,
     /// Seeds in a campaign.
@@ -27,7 +27,7 @@ struct Arguments {
     /// Workload steps per run.
     #[arg(long, default_value_t = 60)]
     steps: usize,
-    /// In a campaign, crash at every n-th write boundary only.
+    /// In a campaign, crash at every n-th boundary only.
     #[arg(long, default_value_t = 1)]
     stride: u64,
 }
@@ -60,16 +60,16 @@ fn main() -> ExitCode {
     println!("seed {} ({:?})", arguments.seed, FaultMode::of_seed(arguments.seed));
     let options = Options {
         seed: arguments.seed,
-        crash_before_write: arguments.crash_before_write,
+        crash_point: arguments.crash_point,
         step_count: arguments.steps,
         trace: true,
     };
     match run(&options) {
         Ok(report) => {
             println!(
-                "ok: {} device writes, {} crash points checked, {} checkpoints, {} journal commits acknowledged, \
+                "ok: {} device writes and flushes, {} crash points checked, {} checkpoints, {} journal commits acknowledged, \
                  {} mirror repairs, {} corruptions reported as errors",
-                report.writes_total,
+                report.device_requests_total,
                 report.crash_points_checked,
                 report.checkpoints_committed,
                 report.journal_commits_acknowledged,

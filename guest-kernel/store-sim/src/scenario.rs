@@ -74,8 +74,9 @@ impl FaultMode {
 /// What a run did.
 #[derive(Clone, Debug, Default)]
 pub struct RunReport {
-    /// Device writes issued by the run (all disks, after format).
-    pub writes_total: u64,
+    /// Device writes and flushes issued by the run (all disks, after format): its crash
+    /// points.
+    pub device_requests_total: u64,
     /// Restarts whose recovered state was checked against the model.
     pub crash_points_checked: u64,
     /// Reads that failed with the block and check named, as they must for rot on both.
@@ -89,7 +90,7 @@ pub struct RunReport {
 #[derive(Clone, Debug)]
 pub struct Failure {
     pub seed: u64,
-    pub crash_before_write: Option<u64>,
+    pub crash_point: Option<u64>,
     pub step_count: usize,
     pub message: String,
 }
@@ -97,8 +98,8 @@ pub struct Failure {
 impl Failure {
     pub fn command(&self) -> String {
         let replay = format!("cargo run -p holdfast-store-sim -- --seed {} --steps {}", self.seed, self.step_count);
-        match self.crash_before_write {
-            Some(write) => format!("{replay} --crash-before-write {write}"),
+        match self.crash_point {
+            Some(write) => format!("{replay} --crash-point {write}"),
             None => replay,
         }
     }
@@ -121,7 +122,7 @@ type Step<T> = Result<T, Stop>;
 
 pub struct Options {
     pub seed: u64,
-    pub crash_before_write: Option<u64>,
+    pub crash_point: Option<u64>,
     /// Workload steps before the final restart.
     pub step_count: usize,
     /// Print every step.
@@ -151,7 +152,7 @@ struct Run {
 pub fn run(options: &Options) -> Result<RunReport, Failure> {
     let fail = |message: String| Failure {
         seed: options.seed,
-        crash_before_write: options.crash_before_write,
+        crash_point: options.crash_point,
         step_count: options.step_count,
         message,
     };
@@ -166,7 +167,7 @@ pub fn run(options: &Options) -> Result<RunReport, Failure> {
         match result {
             Ok(()) => {}
             Err(Stop::Crash) => {
-                run.trace(format_args!("crash at device write {}", run.world.borrow().writes_total + 1));
+                run.trace(format_args!("crash before device request {}", run.world.borrow().device_requests_total + 1));
                 run.restart().map_err(|stop| fail(stop_message(stop)))?;
                 // After the injected crash, a few more steps show the recovered store works.
                 step_count = step_count.min(step + 6);
@@ -175,11 +176,11 @@ pub fn run(options: &Options) -> Result<RunReport, Failure> {
         }
         if step == 1 {
             // Crash points count from here, so that writes of format are not among them.
-            run.world.borrow_mut().crash_before_write = options.crash_before_write;
+            run.world.borrow_mut().crash_point = options.crash_point;
         }
     }
     run.finish().map_err(|stop| fail(stop_message(stop)))?;
-    run.report.writes_total = run.world.borrow().writes_total;
+    run.report.device_requests_total = run.world.borrow().device_requests_total;
     Ok(run.report)
 }
 
@@ -214,7 +215,7 @@ impl Run {
             }
             _ => {}
         }
-        world.borrow_mut().writes_total = 0;
+        world.borrow_mut().device_requests_total = 0;
         let run = Self {
             mode,
             rng,
@@ -507,7 +508,7 @@ impl Run {
                 let mut world = self.world.borrow_mut();
                 if world.crashed {
                     world.crashed = false;
-                    world.crash_before_write = None;
+                    world.crash_point = None;
                 }
             }
             let opened = Store::open(self.disks.clone()).map_err(|error| self.stopped("open", error));

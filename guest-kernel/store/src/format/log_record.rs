@@ -170,6 +170,7 @@ impl LogHeader {
             .checked_add(1 + u64::from(data_block_count))
             .is_some_and(|end| end <= expected.log_block_count);
         if entry_count != entries_expected
+            || get_u64(block, 32) >= super::COUNTER_MAX
             || entry_count > LOG_RECORD_DATA_BLOCKS_MAX
             || !data_blocks_fit
             || (kind == RecordKind::CheckpointCommit && data_block_count != 0)
@@ -188,7 +189,7 @@ impl LogHeader {
                 BlockKind::NodePot => expected.node_pot_count,
                 BlockKind::Page => expected.page_count,
             };
-            if entry_index >= range_count {
+            if entry_index >= range_count || get_u64(block, offset + 16) >= super::COUNTER_MAX {
                 return Err(Check::Bounds);
             }
             let mut versions = [0u64; 4];
@@ -326,5 +327,9 @@ mod tests {
         assert_eq!(LogHeader::decode(&past_log_end, &EXPECTED), Err(Check::Bounds));
         let page_out_of_range = resealed(&header, |block| put_u64(block, ENTRIES_OFFSET + 8, 64));
         assert_eq!(LogHeader::decode(&page_out_of_range, &EXPECTED), Err(Check::Bounds));
+        let generation_overflows = resealed(&header, |block| put_u64(block, 32, u64::MAX));
+        assert_eq!(LogHeader::decode(&generation_overflows, &EXPECTED), Err(Check::Bounds));
+        let ticket_overflows = resealed(&header, |block| put_u64(block, ENTRIES_OFFSET + 16, u64::MAX));
+        assert_eq!(LogHeader::decode(&ticket_overflows, &EXPECTED), Err(Check::Bounds));
     }
 }

@@ -15,6 +15,11 @@ use crate::error::Check;
 /// misread.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// Generations, sequence numbers, tickets and boot counts read from disk must stay below
+/// this: a crafted record near `u64::MAX` would otherwise overflow the next increment. At a
+/// billion increments a second the bound is 146 years away.
+pub const COUNTER_MAX: u64 = 1 << 62;
+
 /// One device block.
 pub type Block = [u8; BLOCK_SIZE];
 

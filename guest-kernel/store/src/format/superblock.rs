@@ -107,6 +107,15 @@ impl Superblock {
         if superblock.log_tail.position >= geometry.log_block_count
             || superblock.home_generation > superblock.snapshot_generation
             || superblock.degraded_generation > superblock.generation
+            || [
+                superblock.generation,
+                superblock.snapshot_generation,
+                superblock.log_tail.sequence,
+                superblock.boot_count,
+                superblock.journal_ticket_next,
+            ]
+            .iter()
+            .any(|counter| *counter >= super::COUNTER_MAX)
         {
             return Err(Check::Bounds);
         }
@@ -195,6 +204,9 @@ mod tests {
         assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
         let mut superblock = sample();
         superblock.degraded_generation = 6;
+        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        let mut superblock = sample();
+        superblock.boot_count = u64::MAX;
         assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
     }
 }
