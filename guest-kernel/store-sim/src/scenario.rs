@@ -566,8 +566,14 @@ impl Run {
             return Err(Stop::Fail(describe_mismatch(&candidates, &observed)));
         };
         let generation = self.store().checkpoint_generation();
+        let mirrors = self.store().mirror_status().mirrors;
+        // STORE_SIM_DEBUG=1 prints the store's inspection at every restart of a replay.
+        if std::env::var_os("STORE_SIM_DEBUG").is_some() {
+            let inspection = self.store().inspect();
+            self.trace(format_args!("{inspection}"));
+        }
         self.trace(format_args!(
-            "recovered checkpoint {generation} with its journal; state matches one of {} allowed",
+            "recovered checkpoint {generation} with its journal; state matches one of {} allowed; mirrors {mirrors:?}",
             candidates.len()
         ));
         if self.disk_swapped() {

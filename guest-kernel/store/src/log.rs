@@ -154,7 +154,20 @@ impl<D: BlockDevice> Store<D> {
         let first_block = self.layout.log_first_block + cursor.position;
         let mut lacking = Vec::new();
         let mut found: Option<(ScannedRecord, Vec<u8>)> = None;
-        for index in self.mirrors.readable(first_block, 1) {
+        let readable = self.mirrors.readable(first_block, 1);
+        for &index in &readable {
+            if let Some((_, record)) = &found {
+                // A record that reached only some mirrors before a crash must be copied to
+                // the others now, or losing the first mirror later would cut the log here.
+                let mut copy = alloc::vec![0u8; record.len()];
+                let in_place = self.mirrors.readable(first_block, (record.len() / BLOCK_SIZE) as u64).contains(&index)
+                    && self.mirrors.read_from(index, first_block, &mut copy).is_ok()
+                    && copy == *record;
+                if !in_place {
+                    lacking.push(index);
+                }
+                continue;
+            }
             let mut header_block = zeroed_block();
             if self.mirrors.read_from(index, first_block, &mut header_block[..]).is_err() {
                 continue;
@@ -178,7 +191,6 @@ impl<D: BlockDevice> Store<D> {
             }
             let header_checksum = sealed_checksum(&header_block);
             found = Some((ScannedRecord { header, header_checksum }, record));
-            break;
         }
         let Some((scanned, record)) = found else {
             return Ok(None);
