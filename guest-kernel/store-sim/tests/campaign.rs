@@ -8,9 +8,9 @@ use holdfast_store_sim::campaign::{CampaignReport, run_seed};
 /// Two seeds of each of the eight fault modes.
 const SEEDS: std::ops::Range<u64> = 0..16;
 const STEPS: usize = 40;
-/// Measured at 6 965 (in 35 s) for these seeds and steps; a drop means the runs stopped
-/// reaching the crash points they used to.
-const CRASH_POINTS_MIN: u64 = 6_500;
+/// Measured at 7 464 crash points (about 40 s of one core in a debug build) for these
+/// seeds and steps; a drop means the runs stopped reaching the crash points they used to.
+const CRASH_POINTS_MIN: u64 = 7_000;
 
 #[test]
 fn every_write_boundary_of_every_seed_recovers_a_committed_state() {
