@@ -235,6 +235,14 @@ impl<D: BlockDevice> MirrorSet<D> {
             // Everything else is in place: the superblocks make the mirror whole.
             (0, SUPERBLOCK_BLOCKS)
         };
+        if first_block == 0 {
+            // Everything the superblocks vouch for must be on the media before they are:
+            // at a crash the cache could keep the superblocks and lose copied blocks.
+            if let Err(error) = self.mirrors[target].device.flush() {
+                self.fail(target, error)?;
+                return Ok(0);
+            }
+        }
         let mut buf = alloc::vec![0u8; count as usize * BLOCK_SIZE];
         if let Err(error) = self.read_from(source, first_block, &mut buf) {
             return Err(StoreError::Device { mirror: source, error });
