@@ -49,7 +49,10 @@ pub(crate) struct DirectoryEntry {
 /// Whether the store has all its mirrors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MirrorStatus {
+    /// The mirrors the store was opened with (a missing one is not listed).
     pub mirrors: Vec<MirrorState>,
+    /// The mirrors the store has, as its superblock records.
+    pub mirrors_expected: usize,
     /// Fewer healthy mirrors than slots: one more failure may lose data.
     pub degraded: bool,
 }
@@ -112,6 +115,7 @@ impl<D: BlockDevice> Store<D> {
             journal_ticket_next: 1,
             block_count: layout.block_count,
             degraded_generation: 0,
+            mirror_count: mirrors.mirrors.len() as u64,
         };
         // Both slots valid from the start, so that any later damage to either is a finding.
         for generation in 0..2 {
@@ -140,8 +144,9 @@ impl<D: BlockDevice> Store<D> {
 
     pub fn mirror_status(&self) -> MirrorStatus {
         let mirrors = self.mirrors.states();
-        let degraded = mirrors.iter().any(|state| *state != MirrorState::Healthy);
-        MirrorStatus { mirrors, degraded }
+        let degraded = mirrors.iter().any(|state| *state != MirrorState::Healthy)
+            || (mirrors.len() as u64) < self.superblock.mirror_count;
+        MirrorStatus { mirrors, mirrors_expected: self.superblock.mirror_count as usize, degraded }
     }
 
     /// Blocks of the log between tail and head.
@@ -212,7 +217,9 @@ impl<D: BlockDevice> Store<D> {
         change(&mut superblock);
         // Mirrors that miss this superblock are stale from here on; once every mirror is
         // healthy again (resilvered), none is.
-        let all_healthy = self.mirrors.mirrors.iter().all(|mirror| mirror.state == MirrorState::Healthy);
+        superblock.mirror_count = superblock.mirror_count.max(self.mirrors.mirrors.len() as u64);
+        let all_healthy = self.mirrors.mirrors.iter().all(|mirror| mirror.state == MirrorState::Healthy)
+            && self.mirrors.mirrors.len() as u64 >= superblock.mirror_count;
         if all_healthy {
             superblock.degraded_generation = 0;
         } else if superblock.degraded_generation == 0 || self.mirrors.failures_unrecorded {

@@ -263,3 +263,24 @@ fn metric_names_follow_prometheus_conventions() {
     let inspection = alloc::format!("{}", store.inspect());
     assert!(inspection.contains("generation 1 committed"), "{inspection}");
 }
+
+#[test]
+fn a_mirror_missing_at_open_is_reported_and_stale_when_it_returns() {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    let (first, second) = (MemoryDevice::new(block_count), MemoryDevice::new(block_count));
+    drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
+    let mut store = Store::open(alloc::vec![first.clone()]).unwrap();
+    let status = store.mirror_status();
+    assert!(status.degraded && status.mirrors_expected == 2, "{status:?}");
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    migrate_all(&mut store);
+    drop(store);
+    // The second disk missed the checkpoint: it must be copied anew, not trusted.
+    let mut store = Store::open(alloc::vec![first.clone(), second.clone()]).unwrap();
+    assert_eq!(store.mirror_status().mirrors[1], MirrorState::Resilvering { copied_blocks: 0 });
+    while store.resilver_step(40).unwrap() > 0 {}
+    assert!(!store.mirror_status().degraded);
+    drop(store);
+    let mut store = Store::open(alloc::vec![second]).unwrap();
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+}

@@ -43,6 +43,8 @@ pub struct Superblock {
     /// every mirror is in sync). A mirror whose own newest superblock is older missed writes:
     /// it is resilvered, never trusted.
     pub degraded_generation: u64,
+    /// How many mirrors the store has (1 or 2): opened with fewer devices, it runs degraded.
+    pub mirror_count: u64,
 }
 
 const FORMAT_VERSION_OFFSET: usize = 4;
@@ -70,6 +72,7 @@ impl Superblock {
         put_u64(block, 96, self.journal_ticket_next);
         put_u64(block, 104, self.block_count);
         put_u64(block, 112, self.degraded_generation);
+        put_u64(block, 120, self.mirror_count);
         seal(block);
     }
 
@@ -96,6 +99,7 @@ impl Superblock {
             journal_ticket_next: get_u64(block, 96),
             block_count: get_u64(block, 104),
             degraded_generation: get_u64(block, 112),
+            mirror_count: get_u64(block, 120),
         };
         if superblock.slot() != slot {
             return Err(Check::Position);
@@ -107,6 +111,7 @@ impl Superblock {
         if superblock.log_tail.position >= geometry.log_block_count
             || superblock.home_generation > superblock.snapshot_generation
             || superblock.degraded_generation > superblock.generation
+            || !(1..=2).contains(&superblock.mirror_count)
             || [
                 superblock.generation,
                 superblock.snapshot_generation,
@@ -140,6 +145,7 @@ mod tests {
             journal_ticket_next: 11,
             block_count: geometry.layout().unwrap().block_count,
             degraded_generation: 4,
+            mirror_count: 2,
         }
     }
 
@@ -204,6 +210,9 @@ mod tests {
         assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
         let mut superblock = sample();
         superblock.degraded_generation = 6;
+        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        let mut superblock = sample();
+        superblock.mirror_count = 3;
         assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
         let mut superblock = sample();
         superblock.boot_count = u64::MAX;
