@@ -29,6 +29,8 @@ impl<D: BlockDevice> Store<D> {
     pub fn open(devices: Vec<D>) -> Result<Self, StoreError> {
         let mut mirrors = MirrorSet::new(devices)?;
         let mut newest: Vec<Option<Superblock>> = Vec::new();
+        // The generation each mirror holds in each slot, to repair a slot torn at a crash.
+        let mut slot_generations: Vec<[Option<u64>; 2]> = Vec::new();
         let mut first_failure = None;
         for index in 0..mirrors.mirrors.len() {
             let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
@@ -36,13 +38,16 @@ impl<D: BlockDevice> Store<D> {
                 mirrors.mirrors[index].state = MirrorState::Failed(error);
                 first_failure.get_or_insert(StoreError::Device { mirror: index, error });
                 newest.push(None);
+                slot_generations.push([None, None]);
                 continue;
             }
             let mut best: Option<Superblock> = None;
+            let mut generations = [None, None];
             for slot in 0..2u64 {
                 let bytes = &pair[slot as usize * BLOCK_SIZE..(slot as usize + 1) * BLOCK_SIZE];
                 match Superblock::decode(as_block(bytes), slot) {
                     Ok(superblock) => {
+                        generations[slot as usize] = Some(superblock.generation);
                         if best.is_none_or(|current| current.generation < superblock.generation) {
                             best = Some(superblock);
                         }
@@ -57,6 +62,7 @@ impl<D: BlockDevice> Store<D> {
                 }
             }
             newest.push(best);
+            slot_generations.push(generations);
         }
         let Some(superblock) = newest.iter().flatten().copied().max_by_key(|superblock| superblock.generation)
         else {
@@ -101,6 +107,17 @@ impl<D: BlockDevice> Store<D> {
             table_sequence_next: (superblock.boot_count + 1) << 32,
             totals: Totals::default(),
         };
+        // The slot open's own superblock write will not overwrite gets the current
+        // superblock wherever it is missing, so both slots are valid on every mirror again.
+        let mut current = crate::format::zeroed_block();
+        superblock.encode(&mut current);
+        for (index, generations) in slot_generations.iter().enumerate() {
+            if store.mirrors.mirrors[index].state == MirrorState::Healthy
+                && generations[superblock.slot() as usize] != Some(superblock.generation)
+            {
+                store.mirrors.write_to(index, superblock.slot(), &current[..])?;
+            }
+        }
         store.recover_log()?;
         // Repairs made by the scan are on disk before the new superblock names this boot.
         store.mirrors.flush()?;
