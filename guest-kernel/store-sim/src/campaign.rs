@@ -1,0 +1,42 @@
+//! Campaigns: each seed runs once to count its device writes and flushes, then once per
+//! such boundary with the crash just before it.
+
+use crate::scenario::{Failure, Options, RunReport, run};
+
+#[derive(Clone, Debug, Default)]
+pub struct CampaignReport {
+    pub seeds: u64,
+    pub runs: u64,
+    pub crash_points_checked: u64,
+    pub corruption_reported: u64,
+    pub checkpoints_committed: u64,
+    pub journal_commits_acknowledged: u64,
+    pub mirror_repairs: u64,
+}
+
+impl CampaignReport {
+    fn add(&mut self, report: &RunReport) {
+        self.runs += 1;
+        self.crash_points_checked += report.crash_points_checked;
+        self.corruption_reported += report.corruption_reported;
+        self.checkpoints_committed += report.checkpoints_committed;
+        self.journal_commits_acknowledged += report.journal_commits_acknowledged;
+        self.mirror_repairs += report.mirror_repairs;
+    }
+}
+
+/// Runs `seed` uninterrupted, then crashed before each of its writes (every `stride`-th
+/// write or flush boundary; 1 for all of them).
+pub fn run_seed(seed: u64, step_count: usize, stride: u64, report: &mut CampaignReport) -> Result<(), Failure> {
+    let options = Options { seed, crash_point: None, step_count, trace: false };
+    let first = run(&options)?;
+    report.add(&first);
+    let mut crash_point = 1;
+    while crash_point <= first.device_requests_total {
+        let crashed = run(&Options { crash_point: Some(crash_point), ..options })?;
+        report.add(&crashed);
+        crash_point += stride;
+    }
+    report.seeds += 1;
+    Ok(())
+}

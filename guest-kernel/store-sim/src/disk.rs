@@ -1,0 +1,196 @@
+//! A simulated disk with a volatile write cache. Writes since the last flush are pending;
+//! reads see them. At a crash each pending block write independently reaches the media,
+//! is torn (a random subset of its eight 512-byte sectors lands), or is lost. Silent faults
+//! can be switched on per disk: lost writes (acknowledged, never stored) and misdirected
+//! writes (stored at another block). Bit rot flips a bit on the media; a disk can vanish.
+//!
+//! Every disk of a run shares one [`World`] that counts device requests that change state
+//! (writes and flushes), so that a run can crash at any such boundary: the request at the
+//! crash point and everything after it fail as if the machine had stopped.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use holdfast_store::device::check_request;
+use holdfast_store::{BLOCK_SIZE, BlockDevice, DeviceError};
+
+use crate::rng::Rng;
+
+const SECTOR_SIZE: usize = 512;
+
+#[derive(Debug, Default)]
+pub struct World {
+    /// Device writes and flushes issued in this run (all disks).
+    pub device_requests_total: u64,
+    /// The machine stops just before this write or flush (1-based) is issued.
+    pub crash_point: Option<u64>,
+    pub crashed: bool,
+}
+
+/// Silent faults of one disk, in per-mille per block write.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SilentFaults {
+    pub lost_write_per_mille: u64,
+    pub misdirected_write_per_mille: u64,
+}
+
+struct DiskState {
+    media: Vec<u8>,
+    pending: Vec<(u64, Box<[u8; BLOCK_SIZE]>)>,
+    gone: bool,
+    faults: SilentFaults,
+    rng: Rng,
+    lost_writes: u64,
+    misdirected_writes: u64,
+}
+
+/// A handle to a simulated disk; clones share the disk.
+#[derive(Clone)]
+pub struct SimDisk {
+    world: Rc<RefCell<World>>,
+    state: Rc<RefCell<DiskState>>,
+}
+
+impl SimDisk {
+    pub fn new(world: &Rc<RefCell<World>>, block_count: u64, seed: u64) -> Self {
+        Self {
+            world: Rc::clone(world),
+            state: Rc::new(RefCell::new(DiskState {
+                media: vec![0; block_count as usize * BLOCK_SIZE],
+                pending: Vec::new(),
+                gone: false,
+                faults: SilentFaults::default(),
+                rng: Rng::new(seed),
+                lost_writes: 0,
+                misdirected_writes: 0,
+            })),
+        }
+    }
+
+    pub fn set_silent_faults(&self, faults: SilentFaults) {
+        self.state.borrow_mut().faults = faults;
+    }
+
+    /// The disk disappears: every request fails with `Gone`.
+    pub fn vanish(&self) {
+        self.state.borrow_mut().gone = true;
+    }
+
+    /// The disk comes back with whatever it held when it vanished (now stale).
+    pub fn reappear(&self) {
+        self.state.borrow_mut().gone = false;
+    }
+
+    /// Flips one bit of a block on the media.
+    pub fn rot(&self, block: u64, bit: u64) {
+        let mut state = self.state.borrow_mut();
+        let byte = block as usize * BLOCK_SIZE + (bit as usize / 8) % BLOCK_SIZE;
+        state.media[byte] ^= 1 << (bit % 8);
+    }
+
+    /// The power fails: each pending block write lands whole, torn or not at all.
+    pub fn crash(&self, rng: &mut Rng) {
+        let mut state = self.state.borrow_mut();
+        let pending = std::mem::take(&mut state.pending);
+        for (block, data) in pending {
+            let start = block as usize * BLOCK_SIZE;
+            match rng.below(10) {
+                0..=3 => state.media[start..start + BLOCK_SIZE].copy_from_slice(&data[..]),
+                4..=5 => {
+                    for sector in 0..BLOCK_SIZE / SECTOR_SIZE {
+                        if rng.chance(500) {
+                            let offset = sector * SECTOR_SIZE;
+                            state.media[start + offset..start + offset + SECTOR_SIZE]
+                                .copy_from_slice(&data[offset..offset + SECTOR_SIZE]);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// (lost, misdirected) silent faults injected so far.
+    pub fn silent_fault_counts(&self) -> (u64, u64) {
+        let state = self.state.borrow();
+        (state.lost_writes, state.misdirected_writes)
+    }
+
+    /// Counts a write or flush; at the crash point the machine stops before it.
+    fn reach_boundary(&self) {
+        let mut world = self.world.borrow_mut();
+        if !world.crashed && world.crash_point == Some(world.device_requests_total + 1) {
+            world.crashed = true;
+        }
+        if !world.crashed {
+            world.device_requests_total += 1;
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), DeviceError> {
+        if self.world.borrow().crashed || self.state.borrow().gone {
+            return Err(DeviceError::Gone);
+        }
+        Ok(())
+    }
+}
+
+impl BlockDevice for SimDisk {
+    fn block_count(&self) -> u64 {
+        (self.state.borrow().media.len() / BLOCK_SIZE) as u64
+    }
+
+    fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.check_alive()?;
+        check_request(self.block_count(), first_block, buf.len())?;
+        let state = self.state.borrow();
+        let start = first_block as usize * BLOCK_SIZE;
+        buf.copy_from_slice(&state.media[start..start + buf.len()]);
+        // The cache holds newer copies than the media.
+        let end_block = first_block + (buf.len() / BLOCK_SIZE) as u64;
+        for (block, data) in &state.pending {
+            if (first_block..end_block).contains(block) {
+                let offset = (block - first_block) as usize * BLOCK_SIZE;
+                buf[offset..offset + BLOCK_SIZE].copy_from_slice(&data[..]);
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.reach_boundary();
+        self.check_alive()?;
+        let block_count = self.block_count();
+        check_request(block_count, first_block, data.len())?;
+        let mut state = self.state.borrow_mut();
+        for (index, chunk) in data.chunks_exact(BLOCK_SIZE).enumerate() {
+            let mut block = first_block + index as u64;
+            let faults = state.faults;
+            if state.rng.chance(faults.lost_write_per_mille) {
+                state.lost_writes += 1;
+                continue;
+            }
+            if state.rng.chance(faults.misdirected_write_per_mille) {
+                state.misdirected_writes += 1;
+                block = state.rng.below(block_count);
+            }
+            let mut copy = Box::new([0u8; BLOCK_SIZE]);
+            copy.copy_from_slice(chunk);
+            state.pending.push((block, copy));
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), DeviceError> {
+        self.reach_boundary();
+        self.check_alive()?;
+        let mut state = self.state.borrow_mut();
+        let pending = std::mem::take(&mut state.pending);
+        for (block, data) in pending {
+            let start = block as usize * BLOCK_SIZE;
+            state.media[start..start + BLOCK_SIZE].copy_from_slice(&data[..]);
+        }
+        Ok(())
+    }
+}
+

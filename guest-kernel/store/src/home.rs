@@ -1,0 +1,116 @@
+//! The home ranges: reading a group's checksum table (newest valid slot on any mirror, stale
+//! or bad copies repaired) and reading a home block verified against it.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::device::{BLOCK_SIZE, BlockDevice};
+use crate::error::{Check, Corruption, Region, StoreError};
+use crate::format::home_table::{HomeTable, TablePlace};
+use crate::format::log_record::BlockKind;
+use crate::format::{Block, as_block, checksum, zeroed_block};
+use crate::geometry::HomeRangeLayout;
+use crate::store::{BlockKey, Store};
+
+pub(crate) fn table_region(kind: BlockKind) -> Region {
+    match kind {
+        BlockKind::NodePot => Region::NodeTable,
+        BlockKind::Page => Region::PageTable,
+    }
+}
+
+pub(crate) fn data_region(kind: BlockKind) -> Region {
+    match kind {
+        BlockKind::NodePot => Region::NodeData,
+        BlockKind::Page => Region::PageData,
+    }
+}
+
+impl<D: BlockDevice> Store<D> {
+    pub(crate) fn table_place(&self, kind: BlockKind, group: u64, slot: u8) -> TablePlace {
+        TablePlace {
+            kind,
+            store_id: self.geometry.store_id,
+            group,
+            slot,
+            entry_count: self.range_layout(kind).entries_in_group(group),
+        }
+    }
+
+    /// A group's current table: of both slots on every readable mirror, the valid copy with
+    /// the highest sequence. A mirror whose copy of a slot is invalid or older than the best
+    /// copy of that slot gets the best copy written over it.
+    pub(crate) fn read_table(&mut self, kind: BlockKind, group: u64) -> Result<HomeTable, StoreError> {
+        let range = self.range_layout(kind);
+        let first_block = range.table_block(group, 0);
+        let mut best: [Option<(HomeTable, Vec<u8>)>; 2] = [None, None];
+        let mut copies: Vec<(usize, [Option<u64>; 2])> = Vec::new();
+        let mut first_failure = None;
+        for index in self.mirrors.readable(first_block, 2) {
+            let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
+            if let Err(error) = self.mirrors.read_from(index, first_block, &mut pair) {
+                first_failure.get_or_insert(StoreError::Device { mirror: index, error });
+                continue;
+            }
+            let mut sequences = [None, None];
+            for slot in 0..2u8 {
+                let bytes = &pair[usize::from(slot) * BLOCK_SIZE..(usize::from(slot) + 1) * BLOCK_SIZE];
+                match HomeTable::decode(as_block(bytes), &self.table_place(kind, group, slot)) {
+                    Ok(table) => {
+                        sequences[usize::from(slot)] = Some(table.sequence);
+                        let best_slot = &mut best[usize::from(slot)];
+                        if best_slot.as_ref().is_none_or(|(current, _)| current.sequence < table.sequence) {
+                            *best_slot = Some((table, bytes.to_vec()));
+                        }
+                    }
+                    Err(check) => {
+                        first_failure.get_or_insert(StoreError::Corrupt(Corruption {
+                            region: table_region(kind),
+                            block: first_block + u64::from(slot),
+                            check,
+                        }));
+                    }
+                }
+            }
+            copies.push((index, sequences));
+        }
+        for (index, sequences) in copies {
+            for slot in 0..2usize {
+                if let Some((table, bytes)) = &best[slot]
+                    && sequences[slot] != Some(table.sequence)
+                {
+                    let bytes = bytes.clone();
+                    self.mirrors.write_to(index, first_block + slot as u64, &bytes)?;
+                }
+            }
+        }
+        let [slot_0, slot_1] = best;
+        match (slot_0, slot_1) {
+            (Some((table_0, _)), Some((table_1, _))) => {
+                Ok(if table_1.sequence > table_0.sequence { table_1 } else { table_0 })
+            }
+            (Some((table, _)), None) | (None, Some((table, _))) => Ok(table),
+            (None, None) => Err(first_failure.unwrap_or(StoreError::NoMirror)),
+        }
+    }
+
+    /// A block at home, verified against its table entry. A block never migrated reads as
+    /// zeros with version 0 (the device block is not read).
+    pub(crate) fn read_home(&mut self, key: BlockKey) -> Result<([u64; 4], Box<Block>), StoreError> {
+        let (kind, index) = key;
+        let (group, entry_index) = HomeRangeLayout::group_of(index);
+        let table = self.read_table(kind, group)?;
+        let Some(entry) = table.entries.get(entry_index).copied() else {
+            return Err(StoreError::ObjectOutOfRange { id: index });
+        };
+        let mut block = zeroed_block();
+        if !entry.written {
+            return Ok(([0; 4], block));
+        }
+        let device_block = self.range_layout(kind).data_first_block + index;
+        self.mirrors.read_verified(device_block, &mut block[..], data_region(kind), |bytes| {
+            if checksum(bytes) == entry.checksum { Ok(()) } else { Err(Check::DataChecksum) }
+        })?;
+        Ok((entry.versions, block))
+    }
+}

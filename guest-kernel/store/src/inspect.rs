@@ -1,0 +1,321 @@
+//! What the CLI and the metrics exporter ask of a store: mirror replacement and resilvering,
+//! counters, an inspection summary and a full check (`holdfast store inspect/check`).
+
+use alloc::vec::Vec;
+
+use crate::device::{BLOCK_SIZE, BlockDevice};
+use crate::error::{Check, Corruption, Region, StoreError};
+use crate::format::home_table::HomeTable;
+use crate::format::log_record::{BlockKind, Expected, LogHeader, RecordKind};
+use crate::format::superblock::{LogCursor, Superblock};
+use crate::format::{as_block, checksum, sealed_checksum, zeroed_block};
+use crate::geometry::{Geometry, Layout};
+use crate::home::{data_region, table_region};
+use crate::phase::CheckpointPhase;
+use crate::store::{MirrorStatus, Store};
+
+/// Counters for the Prometheus exporter; names follow its conventions (base units,
+/// `_total` for counters).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StoreCounters {
+    /// The newest committed checkpoint generation.
+    pub checkpoint_generation: u64,
+    /// Nodes and pages written into checkpoints since open.
+    pub checkpoint_objects_written_total: u64,
+    /// The last stabilization time the caller noted (the store has no clock).
+    pub checkpoint_stabilization_seconds: f64,
+    pub log_fill_ratio: f64,
+    /// Log-resident blocks (node pots and pages) the current migration still has to move.
+    pub migration_backlog_objects: u64,
+    pub migrated_blocks_total: u64,
+    pub journal_commits_total: u64,
+    pub device_written_bytes_total: u64,
+    /// Bad or stale copies replaced by a good one from the other mirror.
+    pub mirror_repaired_blocks_total: u64,
+    /// 1 while a mirror is missing, failed or resilvering.
+    pub mirror_degraded: u64,
+}
+
+impl StoreCounters {
+    /// Every counter with its metric name, for the text exposition format.
+    pub fn metrics(&self) -> [(&'static str, f64); 10] {
+        [
+            ("holdfast_checkpoint_generation", self.checkpoint_generation as f64),
+            ("holdfast_checkpoint_objects_written_total", self.checkpoint_objects_written_total as f64),
+            ("holdfast_checkpoint_stabilization_seconds", self.checkpoint_stabilization_seconds),
+            ("holdfast_store_log_fill_ratio", self.log_fill_ratio),
+            ("holdfast_migration_backlog_objects", self.migration_backlog_objects as f64),
+            ("holdfast_migrated_blocks_total", self.migrated_blocks_total as f64),
+            ("holdfast_journal_commits_total", self.journal_commits_total as f64),
+            ("holdfast_store_written_bytes_total", self.device_written_bytes_total as f64),
+            ("holdfast_mirror_repaired_blocks_total", self.mirror_repaired_blocks_total as f64),
+            ("holdfast_mirror_degraded", self.mirror_degraded as f64),
+        ]
+    }
+}
+
+/// A summary of an open store (`holdfast store inspect`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inspection {
+    pub geometry: Geometry,
+    pub layout: Layout,
+    pub superblock_generation: u64,
+    pub boot_count: u64,
+    pub checkpoint_generation: u64,
+    /// The checkpoint whose objects are all home.
+    pub home_generation: u64,
+    pub phase: CheckpointPhase,
+    pub log_used_blocks: u64,
+    pub log_fill_ratio: f64,
+    /// Blocks whose newest committed copy is in the log.
+    pub log_resident_node_pots: u64,
+    pub log_resident_pages: u64,
+    pub journal_queued_commits: usize,
+    pub mirrors: MirrorStatus,
+}
+
+/// What [`Store::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    pub mirrors_checked: usize,
+    pub blocks_checked: u64,
+    pub log_records_checked: u64,
+    /// Home blocks ever written, per mirror checked.
+    pub home_node_pots_written: u64,
+    pub home_pages_written: u64,
+    /// Every problem found, up to [`CHECK_FINDINGS_MAX`]: (mirror, block, check).
+    pub findings: Vec<(usize, Corruption)>,
+    pub finding_count: u64,
+}
+
+pub const CHECK_FINDINGS_MAX: usize = 64;
+
+impl CheckReport {
+    fn find(&mut self, mirror: usize, region: Region, block: u64, check: Check) {
+        self.finding_count += 1;
+        if self.findings.len() < CHECK_FINDINGS_MAX {
+            self.findings.push((mirror, Corruption { region, block, check }));
+        }
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.finding_count == 0
+    }
+}
+
+impl<D: BlockDevice> Store<D> {
+    /// Puts a blank device into mirror slot `mirror` (a failed one, or a new second slot);
+    /// [`Store::resilver_step`] then copies the store onto it while it runs.
+    pub fn replace_mirror(&mut self, mirror: usize, device: D) -> Result<(), StoreError> {
+        if device.block_count() < self.layout.block_count {
+            return Err(StoreError::Geometry("the replacement is smaller than the store"));
+        }
+        self.mirrors.replace(mirror, device)
+    }
+
+    /// Copies up to `block_count_max` blocks to a resilvering mirror; returns the blocks
+    /// still to copy (0 once every mirror is healthy).
+    pub fn resilver_step(&mut self, block_count_max: u64) -> Result<u64, StoreError> {
+        let left = self.mirrors.resilver_step(self.layout.block_count, block_count_max)?;
+        if left == 0 && self.superblock.degraded_generation != 0 && !self.mirror_status().degraded {
+            // Whole again: the next superblock, on both mirrors, says so.
+            self.write_superblock(|_| {})?;
+        }
+        Ok(left)
+    }
+
+    pub fn counters(&self) -> StoreCounters {
+        let migration_backlog_objects = match self.checkpoint_phase() {
+            CheckpointPhase::Migrating { backlog_blocks } => backlog_blocks,
+            _ => 0,
+        };
+        StoreCounters {
+            checkpoint_generation: self.checkpoint_generation,
+            checkpoint_objects_written_total: self.totals.checkpoint_objects_written,
+            checkpoint_stabilization_seconds: self.totals.checkpoint_stabilization_seconds_last,
+            log_fill_ratio: self.log_fill_ratio(),
+            migration_backlog_objects,
+            migrated_blocks_total: self.totals.migrated_blocks,
+            journal_commits_total: self.totals.journal_commits,
+            device_written_bytes_total: self.mirrors.written_bytes_total,
+            mirror_repaired_blocks_total: self.mirrors.repaired_blocks_total,
+            mirror_degraded: u64::from(self.mirror_status().degraded),
+        }
+    }
+
+    pub fn inspect(&self) -> Inspection {
+        let log_resident_node_pots =
+            self.directory.keys().filter(|(kind, _)| *kind == BlockKind::NodePot).count() as u64;
+        Inspection {
+            geometry: self.geometry,
+            layout: self.layout,
+            superblock_generation: self.superblock.generation,
+            boot_count: self.superblock.boot_count,
+            checkpoint_generation: self.checkpoint_generation,
+            home_generation: self.superblock.home_generation,
+            phase: self.checkpoint_phase(),
+            log_used_blocks: self.log_used_blocks(),
+            log_fill_ratio: self.log_fill_ratio(),
+            log_resident_node_pots,
+            log_resident_pages: self.directory.len() as u64 - log_resident_node_pots,
+            journal_queued_commits: self.journal_queued_commits(),
+            mirrors: self.mirror_status(),
+        }
+    }
+
+    /// Verifies every copy of everything reachable, mirror by mirror, without repairing:
+    /// both superblock slots, every live log record and its data, both table slots of every
+    /// group, and every home block a table lists as written. Reads the whole store.
+    pub fn check(&mut self) -> Result<CheckReport, StoreError> {
+        let mut report = CheckReport::default();
+        for mirror in self.mirrors.readable(0, self.layout.block_count) {
+            report.mirrors_checked += 1;
+            self.check_superblocks(mirror, &mut report);
+            self.check_log(mirror, &mut report);
+            for kind in [BlockKind::NodePot, BlockKind::Page] {
+                for group in 0..self.range_layout(kind).group_count {
+                    self.check_group(mirror, kind, group, &mut report);
+                }
+            }
+        }
+        if report.mirrors_checked == 0 {
+            return Err(StoreError::NoMirror);
+        }
+        Ok(report)
+    }
+
+    fn check_superblocks(&mut self, mirror: usize, report: &mut CheckReport) {
+        for slot in 0..2u64 {
+            let mut block = zeroed_block();
+            report.blocks_checked += 1;
+            match self.mirrors.read_from(mirror, slot, &mut block[..]) {
+                Ok(()) => {
+                    if let Err(check) = Superblock::decode(&block, slot) {
+                        report.find(mirror, Region::Superblock, slot, check);
+                    }
+                }
+                Err(_) => report.find(mirror, Region::Superblock, slot, Check::Bounds),
+            }
+        }
+    }
+
+    fn check_log(&mut self, mirror: usize, report: &mut CheckReport) {
+        let mut cursor: LogCursor = self.tail;
+        while cursor.sequence < self.head.sequence {
+            let device_block = self.layout.log_first_block + cursor.position;
+            let expected = Expected {
+                store_id: self.geometry.store_id,
+                position: cursor.position,
+                sequence: cursor.sequence,
+                previous_header_checksum: cursor.previous_header_checksum,
+                log_block_count: self.layout.log_block_count,
+                node_pot_count: self.geometry.node_pot_count(),
+                page_count: self.geometry.page_count,
+            };
+            let mut block = zeroed_block();
+            report.blocks_checked += 1;
+            if self.mirrors.read_from(mirror, device_block, &mut block[..]).is_err() {
+                report.find(mirror, Region::LogHeader, device_block, Check::Bounds);
+                return;
+            }
+            let header = match LogHeader::decode(&block, &expected) {
+                Ok(header) => header,
+                Err(check) => {
+                    // The rest of the chain cannot be followed on this mirror.
+                    report.find(mirror, Region::LogHeader, device_block, check);
+                    return;
+                }
+            };
+            report.log_records_checked += 1;
+            if header.kind != RecordKind::Padding {
+                for (index, entry) in header.entries.iter().enumerate() {
+                    let data_block = device_block + 1 + index as u64;
+                    let mut data = zeroed_block();
+                    report.blocks_checked += 1;
+                    let good = self.mirrors.read_from(mirror, data_block, &mut data[..]).is_ok()
+                        && checksum(&data[..]) == entry.checksum;
+                    if !good {
+                        report.find(mirror, Region::LogData, data_block, Check::DataChecksum);
+                    }
+                }
+            }
+            cursor = LogCursor {
+                position: (cursor.position + header.block_count()) % self.layout.log_block_count,
+                sequence: cursor.sequence + 1,
+                previous_header_checksum: sealed_checksum(&block),
+            };
+        }
+    }
+
+    fn check_group(&mut self, mirror: usize, kind: BlockKind, group: u64, report: &mut CheckReport) {
+        let range = self.range_layout(kind);
+        let mut newest: Option<HomeTable> = None;
+        for slot in 0..2u8 {
+            let device_block = range.table_block(group, slot);
+            let mut block = zeroed_block();
+            report.blocks_checked += 1;
+            if self.mirrors.read_from(mirror, device_block, &mut block[..]).is_err() {
+                report.find(mirror, table_region(kind), device_block, Check::Bounds);
+                continue;
+            }
+            match HomeTable::decode(&block, &self.table_place(kind, group, slot)) {
+                Ok(table) => {
+                    if newest.as_ref().is_none_or(|current| current.sequence < table.sequence) {
+                        newest = Some(table);
+                    }
+                }
+                Err(check) => report.find(mirror, table_region(kind), device_block, check),
+            }
+        }
+        let Some(table) = newest else {
+            return;
+        };
+        let first_index = group * crate::format::home_table::TABLE_ENTRIES_MAX as u64;
+        let mut run = alloc::vec![0u8; table.entries.len() * BLOCK_SIZE];
+        let first_block = range.data_first_block + first_index;
+        if table.entries.iter().any(|entry| entry.written)
+            && self.mirrors.read_from(mirror, first_block, &mut run).is_err()
+        {
+            report.find(mirror, data_region(kind), first_block, Check::Bounds);
+            return;
+        }
+        for (index, entry) in table.entries.iter().enumerate().filter(|(_, entry)| entry.written) {
+            report.blocks_checked += 1;
+            match kind {
+                BlockKind::NodePot => report.home_node_pots_written += 1,
+                BlockKind::Page => report.home_pages_written += 1,
+            }
+            let bytes = as_block(&run[index * BLOCK_SIZE..(index + 1) * BLOCK_SIZE]);
+            if checksum(bytes) != entry.checksum {
+                report.find(mirror, data_region(kind), first_block + index as u64, Check::DataChecksum);
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for Inspection {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        writeln!(f, "store id            {:#018x}", self.geometry.store_id)?;
+        writeln!(f, "format version      {}", crate::FORMAT_VERSION)?;
+        writeln!(
+            f,
+            "geometry            {} nodes, {} pages, log {} blocks, {} blocks per device",
+            self.geometry.node_count, self.geometry.page_count, self.geometry.log_block_count, self.layout.block_count
+        )?;
+        writeln!(f, "superblock          generation {}, boot {}", self.superblock_generation, self.boot_count)?;
+        writeln!(
+            f,
+            "checkpoint          generation {} committed, {} home, phase {:?}",
+            self.checkpoint_generation, self.home_generation, self.phase
+        )?;
+        writeln!(
+            f,
+            "log                 {} blocks used ({:.1} %), {} node pots and {} pages resident",
+            self.log_used_blocks,
+            self.log_fill_ratio * 100.0,
+            self.log_resident_node_pots,
+            self.log_resident_pages
+        )?;
+        write!(f, "mirrors             {:?}{}", self.mirrors.mirrors, if self.mirrors.degraded { " DEGRADED" } else { "" })
+    }
+}

@@ -1,0 +1,268 @@
+//! The mirror set: one or two devices holding the same blocks. Writes go to every live
+//! mirror; reads are verified by the caller's check and fall back to another mirror, and a
+//! good copy is written back over a bad one. A mirror that fails is dropped (the store runs
+//! degraded and says so); a blank replacement is resilvered online, block range by block
+//! range, while writes already go to it.
+
+use alloc::vec::Vec;
+
+use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
+use crate::error::{Check, Corruption, Region, StoreError};
+
+/// At most two copies: the design duplexes ranges on a second disk.
+pub const MIRROR_COUNT_MAX: usize = 2;
+
+/// Blocks 0 and 1, copied last by resilvering.
+const SUPERBLOCK_BLOCKS: u64 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MirrorState {
+    Healthy,
+    /// Failed or missing: neither read nor written until replaced.
+    Failed(DeviceError),
+    /// A replacement being filled. Blocks from 2 up are copied first, in order, and read
+    /// from it once copied; the superblocks are copied last and not written before, so a
+    /// restart in the middle finds no superblock and starts the copy again rather than
+    /// trusting a half-copied mirror.
+    Resilvering { copied_blocks: u64 },
+}
+
+pub(crate) struct Mirror<D> {
+    pub(crate) device: D,
+    pub(crate) state: MirrorState,
+}
+
+pub(crate) struct MirrorSet<D> {
+    pub(crate) mirrors: Vec<Mirror<D>>,
+    pub(crate) written_bytes_total: u64,
+    pub(crate) repaired_blocks_total: u64,
+    /// A mirror failed since the last superblock write; the next flush records it.
+    pub(crate) failures_unrecorded: bool,
+}
+
+impl<D: BlockDevice> MirrorSet<D> {
+    pub(crate) fn new(devices: Vec<D>) -> Result<Self, StoreError> {
+        if devices.is_empty() {
+            return Err(StoreError::NoMirror);
+        }
+        if devices.len() > MIRROR_COUNT_MAX {
+            return Err(StoreError::NoSuchMirror { mirror: MIRROR_COUNT_MAX });
+        }
+        let mirrors =
+            devices.into_iter().map(|device| Mirror { device, state: MirrorState::Healthy }).collect();
+        Ok(Self { mirrors, written_bytes_total: 0, repaired_blocks_total: 0, failures_unrecorded: false })
+    }
+
+    pub(crate) fn states(&self) -> Vec<MirrorState> {
+        self.mirrors.iter().map(|mirror| mirror.state).collect()
+    }
+
+    fn live_count(&self) -> usize {
+        self.mirrors.iter().filter(|mirror| !matches!(mirror.state, MirrorState::Failed(_))).count()
+    }
+
+    /// Mirrors a run of `block_count` blocks from `first_block` can be read from.
+    pub(crate) fn readable(&self, first_block: u64, block_count: u64) -> Vec<usize> {
+        let end = first_block + block_count;
+        (0..self.mirrors.len())
+            .filter(|&index| match self.mirrors[index].state {
+                MirrorState::Healthy => true,
+                MirrorState::Resilvering { copied_blocks } => {
+                    first_block >= SUPERBLOCK_BLOCKS && end <= SUPERBLOCK_BLOCKS + copied_blocks
+                }
+                MirrorState::Failed(_) => false,
+            })
+            .collect()
+    }
+
+    /// Records a device error. A mirror is dropped when it is gone or when another live
+    /// mirror can carry on; the last live mirror is kept so that a transient I/O error does
+    /// not make the store unusable, and the error is returned instead.
+    fn fail(&mut self, index: usize, error: DeviceError) -> Result<(), StoreError> {
+        if error == DeviceError::Gone || self.live_count() > 1 {
+            self.mirrors[index].state = MirrorState::Failed(error);
+            self.failures_unrecorded = true;
+            if self.live_count() == 0 {
+                return Err(StoreError::NoMirror);
+            }
+            Ok(())
+        } else {
+            Err(StoreError::Device { mirror: index, error })
+        }
+    }
+
+    /// Reads raw blocks from one mirror; a device error is recorded against it.
+    pub(crate) fn read_from(&mut self, index: usize, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        let result = self.mirrors[index].device.read(first_block, buf);
+        if let Err(error) = result {
+            // A failed read is reported to the caller, which tries the next mirror; the
+            // mirror is only dropped when it is gone.
+            if error == DeviceError::Gone {
+                self.mirrors[index].state = MirrorState::Failed(error);
+                self.failures_unrecorded = true;
+            }
+        }
+        result
+    }
+
+    /// Writes to every live mirror (resilvering ones included, so that copied blocks stay
+    /// current).
+    pub(crate) fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
+        let mut written = false;
+        for index in 0..self.mirrors.len() {
+            match self.mirrors[index].state {
+                MirrorState::Failed(_) => continue,
+                MirrorState::Resilvering { .. } if first_block < SUPERBLOCK_BLOCKS => continue,
+                _ => {}
+            }
+            match self.mirrors[index].device.write(first_block, data) {
+                Ok(()) => written = true,
+                Err(error) => self.fail(index, error)?,
+            }
+        }
+        if !written {
+            return Err(StoreError::NoMirror);
+        }
+        self.written_bytes_total += data.len() as u64;
+        Ok(())
+    }
+
+    /// Writes to one mirror only, to repair it; a failure drops the mirror if it can be.
+    pub(crate) fn write_to(&mut self, index: usize, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
+        match self.mirrors[index].device.write(first_block, data) {
+            Ok(()) => {
+                self.written_bytes_total += data.len() as u64;
+                self.repaired_blocks_total += (data.len() / BLOCK_SIZE) as u64;
+                Ok(())
+            }
+            Err(error) => self.fail(index, error),
+        }
+    }
+
+    pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        for index in 0..self.mirrors.len() {
+            if matches!(self.mirrors[index].state, MirrorState::Failed(_)) {
+                continue;
+            }
+            if let Err(error) = self.mirrors[index].device.flush() {
+                self.fail(index, error)?;
+            }
+        }
+        if self.live_count() == 0 {
+            return Err(StoreError::NoMirror);
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes from `first_block`, from the first mirror whose copy passes
+    /// `verify`, and writes that copy over the mirrors whose copy failed. With every copy
+    /// bad, names the block and the check; the bad data is never handed out.
+    pub(crate) fn read_verified(
+        &mut self,
+        first_block: u64,
+        buf: &mut [u8],
+        region: Region,
+        verify: impl Fn(&[u8]) -> Result<(), Check>,
+    ) -> Result<(), StoreError> {
+        let block_count = (buf.len() / BLOCK_SIZE) as u64;
+        let mut bad_mirrors = Vec::new();
+        let mut first_failure: Option<StoreError> = None;
+        for index in self.readable(first_block, block_count) {
+            let failure = match self.read_from(index, first_block, buf) {
+                Ok(()) => match verify(buf) {
+                    Ok(()) => {
+                        for bad in bad_mirrors {
+                            self.write_to(bad, first_block, buf)?;
+                        }
+                        return Ok(());
+                    }
+                    Err(check) => StoreError::Corrupt(Corruption { region, block: first_block, check }),
+                },
+                Err(error) => StoreError::Device { mirror: index, error },
+            };
+            bad_mirrors.push(index);
+            // A checksum failure says more about the data than a device error does.
+            if first_failure.is_none() || matches!(failure, StoreError::Corrupt(_)) {
+                first_failure = Some(failure);
+            }
+        }
+        // The buffer holds whatever the last mirror returned: clear it so that bad data
+        // cannot be used by mistake.
+        buf.fill(0);
+        Err(first_failure.unwrap_or(StoreError::NoMirror))
+    }
+
+    /// Adds a blank device or replaces a failed one; it is resilvered by
+    /// [`MirrorSet::resilver_step`].
+    pub(crate) fn replace(&mut self, index: usize, device: D) -> Result<(), StoreError> {
+        let mirror = Mirror { device, state: MirrorState::Resilvering { copied_blocks: 0 } };
+        if index < self.mirrors.len() {
+            if !matches!(self.mirrors[index].state, MirrorState::Failed(_)) && self.live_count() == 1 {
+                // Replacing the only live mirror would leave nothing to copy from.
+                return Err(StoreError::NoMirror);
+            }
+            self.mirrors[index] = mirror;
+            Ok(())
+        } else if index == self.mirrors.len() && index < MIRROR_COUNT_MAX {
+            self.mirrors.push(mirror);
+            Ok(())
+        } else {
+            Err(StoreError::NoSuchMirror { mirror: index })
+        }
+    }
+
+    /// Copies up to `block_count_max` blocks to the first resilvering mirror from a healthy
+    /// one: blocks 2 and up in order, then the superblocks. Returns the blocks still to copy
+    /// (0 when no mirror is resilvering).
+    pub(crate) fn resilver_step(&mut self, store_block_count: u64, block_count_max: u64) -> Result<u64, StoreError> {
+        let Some(target) = self
+            .mirrors
+            .iter()
+            .position(|mirror| matches!(mirror.state, MirrorState::Resilvering { .. }))
+        else {
+            return Ok(0);
+        };
+        let MirrorState::Resilvering { copied_blocks } = self.mirrors[target].state else {
+            return Ok(0);
+        };
+        let Some(source) = self.mirrors.iter().position(|mirror| mirror.state == MirrorState::Healthy) else {
+            return Err(StoreError::NoMirror);
+        };
+        let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
+        let (first_block, count) = if copied_blocks < body_blocks {
+            (SUPERBLOCK_BLOCKS + copied_blocks, (body_blocks - copied_blocks).min(block_count_max.max(1)))
+        } else {
+            // Everything else is in place: the superblocks make the mirror whole.
+            (0, SUPERBLOCK_BLOCKS)
+        };
+        if first_block == 0 {
+            // Everything the superblocks vouch for must be on the media before they are:
+            // at a crash the cache could keep the superblocks and lose copied blocks.
+            if let Err(error) = self.mirrors[target].device.flush() {
+                self.fail(target, error)?;
+                return Ok(0);
+            }
+        }
+        let mut buf = alloc::vec![0u8; count as usize * BLOCK_SIZE];
+        if let Err(error) = self.read_from(source, first_block, &mut buf) {
+            return Err(StoreError::Device { mirror: source, error });
+        }
+        self.write_to(target, first_block, &buf)?;
+        if matches!(self.mirrors[target].state, MirrorState::Failed(_)) {
+            return Ok(0);
+        }
+        // Copies are not repairs; keep that counter for real ones.
+        self.repaired_blocks_total -= count;
+        if first_block == 0 {
+            if let Err(error) = self.mirrors[target].device.flush() {
+                self.fail(target, error)?;
+                return Ok(0);
+            }
+            self.mirrors[target].state = MirrorState::Healthy;
+            return Ok(0);
+        }
+        let copied_blocks = copied_blocks + count;
+        self.mirrors[target].state = MirrorState::Resilvering { copied_blocks };
+        Ok(store_block_count - copied_blocks)
+    }
+}

@@ -1,0 +1,380 @@
+//! Checkpoints in steps, driven by the kernel (there is no thread): begin (the snapshot is
+//! taken), write the snapshot's dirty nodes and pages into the log in large records, commit
+//! (flush, commit record, flush), then migrate the log's live blocks home in steps; the last
+//! step writes the superblock that frees the log up to where migration began.
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use holdfast_objects::{ObjectId, Version};
+
+use crate::device::BlockDevice;
+use crate::error::StoreError;
+use crate::format::home_table::{HomeTable, TableEntry};
+use crate::format::log_record::{BlockKind, CommitSummary, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, RecordKind};
+use crate::format::superblock::LogCursor;
+use crate::format::{Block, checksum, checksum_chain};
+use crate::geometry::{HomeRangeLayout, NODE_SIZE, NODES_PER_POT};
+use crate::log::OutgoingRecord;
+use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, Store};
+
+pub(crate) enum Phase {
+    Idle,
+    Stabilizing(Box<Stabilization>),
+    Migrating(Box<Migration>),
+}
+
+/// Which step of the checkpoint cycle the store is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointPhase {
+    /// Ready to begin a checkpoint.
+    Idle,
+    /// Checkpoint `generation` begun: dirty objects are being written to the log.
+    Stabilizing { generation: u64 },
+    /// Migrating the log's live blocks home; `backlog_blocks` to go.
+    Migrating { backlog_blocks: u64 },
+}
+
+/// What a migration step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrationProgress {
+    /// Nothing to migrate.
+    Idle,
+    /// More steps needed; `backlog_blocks` blocks still to move.
+    Migrating { backlog_blocks: u64 },
+    /// Everything is home and the log is freed up to where this migration began.
+    Done,
+}
+
+pub(crate) struct Stabilization {
+    generation: u64,
+    /// Blocks not yet written, by key; written as one record when full and at commit.
+    batch: BTreeMap<BlockKey, ([u64; 4], Box<Block>)>,
+    /// Where this checkpoint's blocks are in the log; joins the directory at commit.
+    pending: BTreeMap<BlockKey, DirectoryEntry>,
+    first_sequence: Option<u64>,
+    data_record_count: u64,
+    data_header_checksum_chain: u32,
+}
+
+pub(crate) struct Migration {
+    /// The directory as it was when migration began, in home order.
+    work: Vec<(BlockKey, DirectoryEntry)>,
+    next: usize,
+    /// The head when migration began: the new tail once everything before it is home.
+    tail_after: LogCursor,
+    /// Tables changed so far, each written once (to its older slot) at the end.
+    tables: BTreeMap<(BlockKind, u64), HomeTable>,
+}
+
+impl Migration {
+    fn backlog_blocks(&self) -> u64 {
+        (self.work.len() - self.next) as u64
+    }
+}
+
+impl<D: BlockDevice> Store<D> {
+    pub fn checkpoint_phase(&self) -> CheckpointPhase {
+        match &self.phase {
+            Phase::Idle => CheckpointPhase::Idle,
+            Phase::Stabilizing(stabilization) => {
+                CheckpointPhase::Stabilizing { generation: stabilization.generation }
+            }
+            Phase::Migrating(migration) => {
+                CheckpointPhase::Migrating { backlog_blocks: migration.backlog_blocks() }
+            }
+        }
+    }
+
+    /// The newest checkpoint generation begun; journal commits made now follow it.
+    pub fn snapshot_generation(&self) -> u64 {
+        self.snapshot_generation
+    }
+
+    /// Begins checkpoint generation G (returned): call it right after the snapshot is
+    /// taken, then write every object dirty in the snapshot. Journal commits from now on
+    /// are newer than this checkpoint. Only when idle: the previous checkpoint's migration
+    /// must have finished, which keeps at most one checkpoint's blocks in the log.
+    pub fn begin_checkpoint(&mut self) -> Result<u64, StoreError> {
+        if !matches!(self.phase, Phase::Idle) {
+            return Err(StoreError::WrongPhase);
+        }
+        self.snapshot_generation += 1;
+        self.phase = Phase::Stabilizing(Box::new(Stabilization {
+            generation: self.snapshot_generation,
+            batch: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            first_sequence: None,
+            data_record_count: 0,
+            data_header_checksum_chain: 0,
+        }));
+        Ok(self.snapshot_generation)
+    }
+
+    /// Adds a node of the snapshot to the checkpoint. Nodes travel in pots of four: the
+    /// pot's other nodes are taken from this checkpoint or the newest committed state.
+    pub fn checkpoint_write_node(&mut self, id: ObjectId, version: Version, image: &[u8; NODE_SIZE]) -> Result<(), StoreError> {
+        if id.0 >= self.geometry.node_count {
+            return Err(StoreError::ObjectOutOfRange { id: id.0 });
+        }
+        let key = (BlockKind::NodePot, id.0 / NODES_PER_POT);
+        let slot = (id.0 % NODES_PER_POT) as usize;
+        self.with_stabilization(|store, stabilization| {
+            if !stabilization.batch.contains_key(&key) {
+                let base = match stabilization.pending.get(&key).copied() {
+                    Some(entry) => (entry.versions, store.read_log_data(entry.position, entry.checksum)?),
+                    None => store.read_block(key)?,
+                };
+                stabilization.batch.insert(key, base);
+            }
+            if let Some((versions, block)) = stabilization.batch.get_mut(&key) {
+                versions[slot] = version.0;
+                block[slot * NODE_SIZE..(slot + 1) * NODE_SIZE].copy_from_slice(image);
+            }
+            store.totals.checkpoint_objects_written += 1;
+            store.write_batch_if_full(stabilization)
+        })
+    }
+
+    /// Adds a page of the snapshot to the checkpoint.
+    pub fn checkpoint_write_page(&mut self, id: ObjectId, version: Version, data: &Block) -> Result<(), StoreError> {
+        if id.0 >= self.geometry.page_count {
+            return Err(StoreError::ObjectOutOfRange { id: id.0 });
+        }
+        self.with_stabilization(|store, stabilization| {
+            stabilization.batch.insert((BlockKind::Page, id.0), ([version.0, 0, 0, 0], Box::new(*data)));
+            store.totals.checkpoint_objects_written += 1;
+            store.write_batch_if_full(stabilization)
+        })
+    }
+
+    /// Writes what is left, flushes, writes the commit record and flushes again: the
+    /// checkpoint is durable when this returns its generation. Migration begins.
+    pub fn commit_checkpoint(&mut self) -> Result<u64, StoreError> {
+        let generation = self.with_stabilization(|store, stabilization| {
+            store.write_batch(stabilization)?;
+            store.flush()?;
+            let commit = OutgoingRecord {
+                kind: RecordKind::CheckpointCommit,
+                generation: stabilization.generation,
+                commit: CommitSummary {
+                    first_sequence: stabilization.first_sequence.unwrap_or(0),
+                    data_record_count: stabilization.data_record_count,
+                    data_header_checksum_chain: stabilization.data_header_checksum_chain,
+                },
+                entries: Vec::new(),
+                data: Vec::new(),
+            };
+            store.append_records(alloc::vec![commit])?;
+            store.flush()?;
+            Ok(stabilization.generation)
+        })?;
+        let Phase::Stabilizing(stabilization) = core::mem::replace(&mut self.phase, Phase::Idle) else {
+            return Err(StoreError::WrongPhase);
+        };
+        for (key, entry) in stabilization.pending {
+            // A journal commit made after the snapshot stays newer than the snapshot's copy.
+            if self.directory.get(&key).is_none_or(|current| current.order < entry.order) {
+                self.directory.insert(key, entry);
+            }
+        }
+        self.checkpoint_generation = generation;
+        self.start_migration();
+        Ok(generation)
+    }
+
+    /// Records how long the caller's last stabilization took, for the counters.
+    pub fn note_checkpoint_stabilization_seconds(&mut self, seconds: f64) {
+        self.totals.checkpoint_stabilization_seconds_last = seconds;
+    }
+
+    /// Moves up to `block_count_max` log-resident blocks home. The last step flushes, writes
+    /// every changed checksum table once, flushes, and writes the superblock that frees the
+    /// log.
+    pub fn migrate_step(&mut self, block_count_max: usize) -> Result<MigrationProgress, StoreError> {
+        let mut migration = match core::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Migrating(migration) => migration,
+            Phase::Idle => return Ok(MigrationProgress::Idle),
+            other => {
+                self.phase = other;
+                return Err(StoreError::WrongPhase);
+            }
+        };
+        match self.migrate_some(&mut migration, block_count_max.max(1)) {
+            Ok(true) => Ok(MigrationProgress::Done),
+            Ok(false) => {
+                let backlog_blocks = migration.backlog_blocks();
+                self.phase = Phase::Migrating(migration);
+                Ok(MigrationProgress::Migrating { backlog_blocks })
+            }
+            Err(error) => {
+                self.phase = Phase::Migrating(migration);
+                Err(error)
+            }
+        }
+    }
+
+    pub(crate) fn start_migration(&mut self) {
+        let work = self.directory.iter().map(|(key, entry)| (*key, *entry)).collect();
+        self.phase = Phase::Migrating(Box::new(Migration {
+            work,
+            next: 0,
+            tail_after: self.head,
+            tables: BTreeMap::new(),
+        }));
+    }
+
+    fn with_stabilization<T>(
+        &mut self,
+        step: impl FnOnce(&mut Self, &mut Stabilization) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut stabilization = match core::mem::replace(&mut self.phase, Phase::Idle) {
+            Phase::Stabilizing(stabilization) => stabilization,
+            other => {
+                self.phase = other;
+                return Err(StoreError::WrongPhase);
+            }
+        };
+        let result = step(self, &mut stabilization);
+        self.phase = Phase::Stabilizing(stabilization);
+        result
+    }
+
+    fn write_batch_if_full(&mut self, stabilization: &mut Stabilization) -> Result<(), StoreError> {
+        if stabilization.batch.len() >= LOG_RECORD_DATA_BLOCKS_MAX {
+            self.write_batch(stabilization)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the batch as one record, without flushing.
+    fn write_batch(&mut self, stabilization: &mut Stabilization) -> Result<(), StoreError> {
+        if stabilization.batch.is_empty() {
+            return Ok(());
+        }
+        let mut entries = Vec::with_capacity(stabilization.batch.len());
+        let mut data = Vec::with_capacity(stabilization.batch.len() * crate::BLOCK_SIZE);
+        for ((kind, index), (versions, block)) in &stabilization.batch {
+            entries.push(LogEntry {
+                checksum: checksum(&block[..]),
+                kind: *kind,
+                index: *index,
+                journal_ticket: 0,
+                versions: *versions,
+            });
+            data.extend_from_slice(&block[..]);
+        }
+        let record = OutgoingRecord {
+            kind: RecordKind::CheckpointData,
+            generation: stabilization.generation,
+            commit: CommitSummary::default(),
+            entries: entries.clone(),
+            data,
+        };
+        let placed = self.append_records(alloc::vec![record])?[0];
+        for (entry_index, entry) in entries.iter().enumerate() {
+            stabilization.pending.insert(
+                (entry.kind, entry.index),
+                DirectoryEntry {
+                    position: placed.position + 1 + entry_index as u64,
+                    checksum: entry.checksum,
+                    versions: entry.versions,
+                    order: Order {
+                        generation: stabilization.generation,
+                        source: SOURCE_CHECKPOINT,
+                        sequence: placed.sequence,
+                        entry: entry_index as u32,
+                    },
+                },
+            );
+        }
+        stabilization.first_sequence.get_or_insert(placed.sequence);
+        stabilization.data_record_count += 1;
+        stabilization.data_header_checksum_chain =
+            checksum_chain(stabilization.data_header_checksum_chain, placed.header_checksum);
+        stabilization.batch.clear();
+        Ok(())
+    }
+
+    /// Returns true when migration is complete.
+    fn migrate_some(&mut self, migration: &mut Migration, block_count_max: usize) -> Result<bool, StoreError> {
+        let end = (migration.next + block_count_max).min(migration.work.len());
+        let mut run_start: Option<(BlockKind, u64)> = None;
+        let mut run: Vec<u8> = Vec::new();
+        for item in migration.next..end {
+            let ((kind, index), entry) = migration.work[item];
+            let block = self.read_log_data(entry.position, entry.checksum)?;
+            let (group, entry_index) = HomeRangeLayout::group_of(index);
+            if let alloc::collections::btree_map::Entry::Vacant(vacant) = migration.tables.entry((kind, group)) {
+                // Written to the older slot, so a torn table write leaves the newer one.
+                let mut table = self.read_table(kind, group)?;
+                table.slot = 1 - table.slot;
+                table.sequence = self.next_table_sequence();
+                vacant.insert(table);
+            }
+            if let Some(table) = migration.tables.get_mut(&(kind, group))
+                && let Some(table_entry) = table.entries.get_mut(entry_index)
+            {
+                *table_entry = TableEntry {
+                    written: true,
+                    checksum: entry.checksum,
+                    sequence: table.sequence,
+                    versions: entry.versions,
+                };
+            }
+            // Consecutive home blocks go out in one write.
+            let continues = run_start.is_some_and(|(run_kind, first)| {
+                run_kind == kind && first + (run.len() / crate::BLOCK_SIZE) as u64 == index
+            });
+            if !continues {
+                self.write_home_run(run_start, &run)?;
+                run.clear();
+                run_start = Some((kind, index));
+            }
+            run.extend_from_slice(&block[..]);
+        }
+        self.write_home_run(run_start, &run)?;
+        self.totals.migrated_blocks += (end - migration.next) as u64;
+        migration.next = end;
+        if migration.next < migration.work.len() {
+            return Ok(false);
+        }
+        self.flush()?;
+        let mut table_block = crate::format::zeroed_block();
+        for ((kind, group), table) in &migration.tables {
+            table.encode(&mut table_block);
+            let device_block = self.range_layout(*kind).table_block(*group, table.slot);
+            self.mirrors.write(device_block, &table_block[..])?;
+        }
+        self.flush()?;
+        let home_generation = self.checkpoint_generation;
+        let snapshot_generation = self.snapshot_generation;
+        let journal_ticket_next = self.journal.ticket_next;
+        let tail = migration.tail_after;
+        self.write_superblock(|superblock| {
+            superblock.home_generation = home_generation;
+            superblock.snapshot_generation = snapshot_generation;
+            superblock.journal_ticket_next = journal_ticket_next;
+            superblock.log_tail = tail;
+        })?;
+        self.tail = tail;
+        for (key, entry) in &migration.work {
+            if self.directory.get(key) == Some(entry) {
+                self.directory.remove(key);
+            }
+        }
+        Ok(true)
+    }
+
+    fn write_home_run(&mut self, run_start: Option<(BlockKind, u64)>, run: &[u8]) -> Result<(), StoreError> {
+        let Some((kind, first)) = run_start else {
+            return Ok(());
+        };
+        if run.is_empty() {
+            return Ok(());
+        }
+        let device_block = self.range_layout(kind).data_first_block + first;
+        self.mirrors.write(device_block, run)
+    }
+}

@@ -1,0 +1,227 @@
+//! Opening a store is recovery: the newest valid superblock on any mirror, then a scan of
+//! the live log by sequence numbers (each record taken from a mirror that holds it whole and
+//! repaired on the others), then the directory of log-resident blocks: every committed
+//! checkpoint's blocks and every journal commit found, the newest copy of each block winning
+//! (a checkpoint's snapshot is newer than the journal commits made before it was taken,
+//! older than those made after).
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
+use crate::error::{Check, Corruption, Region, StoreError};
+use crate::format::as_block;
+use crate::format::log_record::RecordKind;
+use crate::format::superblock::{LogCursor, Superblock};
+use crate::format::checksum_chain;
+use crate::journal::JournalQueue;
+use crate::log::ScannedRecord;
+use crate::mirror::{MirrorSet, MirrorState};
+use crate::phase::Phase;
+use crate::store::{DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store, Totals};
+
+impl<D: BlockDevice> Store<D> {
+    /// Opens the store on its mirrors and recovers it: reads then return the newest
+    /// committed checkpoint plus every journal commit durable after it. A mirror with no
+    /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]); a
+    /// mirror holding another store is refused. If the log holds blocks not yet home, the
+    /// store starts in the migrating phase; call [`Store::migrate_step`] until done.
+    pub fn open(devices: Vec<D>) -> Result<Self, StoreError> {
+        let mut mirrors = MirrorSet::new(devices)?;
+        let mut newest: Vec<Option<Superblock>> = Vec::new();
+        // The generation each mirror holds in each slot, to repair a slot torn at a crash.
+        let mut slot_generations: Vec<[Option<u64>; 2]> = Vec::new();
+        let mut first_failure = None;
+        for index in 0..mirrors.mirrors.len() {
+            let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
+            if let Err(error) = mirrors.read_from(index, 0, &mut pair) {
+                mirrors.mirrors[index].state = MirrorState::Failed(error);
+                first_failure.get_or_insert(StoreError::Device { mirror: index, error });
+                newest.push(None);
+                slot_generations.push([None, None]);
+                continue;
+            }
+            let mut best: Option<Superblock> = None;
+            let mut generations = [None, None];
+            for slot in 0..2u64 {
+                let bytes = &pair[slot as usize * BLOCK_SIZE..(slot as usize + 1) * BLOCK_SIZE];
+                match Superblock::decode(as_block(bytes), slot) {
+                    Ok(superblock) => {
+                        generations[slot as usize] = Some(superblock.generation);
+                        if best.is_none_or(|current| current.generation < superblock.generation) {
+                            best = Some(superblock);
+                        }
+                    }
+                    Err(check) => {
+                        first_failure.get_or_insert(StoreError::Corrupt(Corruption {
+                            region: Region::Superblock,
+                            block: slot,
+                            check,
+                        }));
+                    }
+                }
+            }
+            newest.push(best);
+            slot_generations.push(generations);
+        }
+        let Some(superblock) = newest.iter().flatten().copied().max_by_key(|superblock| superblock.generation)
+        else {
+            return Err(first_failure.unwrap_or(StoreError::NoMirror));
+        };
+        let layout = superblock.geometry.layout()?;
+        for (index, found) in newest.iter().enumerate() {
+            match found {
+                Some(other) if other.geometry != superblock.geometry => {
+                    return Err(StoreError::Foreign { mirror: index });
+                }
+                Some(other) if other.generation < superblock.degraded_generation => {
+                    // It was out when the store ran degraded, and missed writes: copy it anew.
+                    mirrors.mirrors[index].state = MirrorState::Resilvering { copied_blocks: 0 };
+                }
+                Some(_) => {}
+                None if !matches!(mirrors.mirrors[index].state, MirrorState::Failed(_)) => {
+                    // No valid superblock at all: a blank (or wholly unreadable) device.
+                    mirrors.mirrors[index].state = MirrorState::Resilvering { copied_blocks: 0 };
+                }
+                None => {}
+            }
+            if mirrors.mirrors[index].device.block_count() < layout.block_count {
+                mirrors.mirrors[index].state = MirrorState::Failed(DeviceError::OutOfRange);
+            }
+        }
+        if !mirrors.mirrors.iter().any(|mirror| mirror.state == MirrorState::Healthy) {
+            return Err(StoreError::Geometry("no device holds the whole store"));
+        }
+        let mut store = Store {
+            mirrors,
+            geometry: superblock.geometry,
+            layout,
+            superblock,
+            tail: superblock.log_tail,
+            head: superblock.log_tail,
+            directory: BTreeMap::new(),
+            phase: Phase::Idle,
+            snapshot_generation: superblock.snapshot_generation,
+            checkpoint_generation: superblock.home_generation,
+            journal: JournalQueue::new(superblock.journal_ticket_next),
+            table_sequence_next: (superblock.boot_count + 1) << 32,
+            totals: Totals::default(),
+        };
+        // The slot open's own superblock write will not overwrite gets the current
+        // superblock wherever it is missing, so both slots are valid on every mirror again.
+        let mut current = crate::format::zeroed_block();
+        superblock.encode(&mut current);
+        for (index, generations) in slot_generations.iter().enumerate() {
+            if store.mirrors.mirrors[index].state == MirrorState::Healthy
+                && generations[superblock.slot() as usize] != Some(superblock.generation)
+            {
+                store.mirrors.write_to(index, superblock.slot(), &current[..])?;
+            }
+        }
+        store.recover_log()?;
+        // Repairs made by the scan are on disk before the new superblock names this boot.
+        store.mirrors.flush()?;
+        let snapshot_generation = store.snapshot_generation;
+        let journal_ticket_next = store.journal.ticket_next;
+        store.write_superblock(|superblock| {
+            superblock.boot_count += 1;
+            superblock.snapshot_generation = snapshot_generation;
+            superblock.journal_ticket_next = journal_ticket_next;
+        })?;
+        if !store.directory.is_empty() || store.checkpoint_generation > store.superblock.home_generation {
+            store.start_migration();
+        }
+        Ok(store)
+    }
+
+    /// Scans the log from the tail and rebuilds head, directory and generations.
+    fn recover_log(&mut self) -> Result<(), StoreError> {
+        let log_block_count = self.layout.log_block_count;
+        let mut cursor = self.tail;
+        let mut used_blocks = 0;
+        let mut records: Vec<ScannedRecord> = Vec::new();
+        while let Some(record) = self.read_record(&cursor)? {
+            let record_blocks = record.header.block_count();
+            // A record reaching into the tail cannot have been written after it: stale.
+            if used_blocks + record_blocks > log_block_count - 1 {
+                break;
+            }
+            used_blocks += record_blocks;
+            cursor = LogCursor {
+                position: (cursor.position + record_blocks) % log_block_count,
+                sequence: cursor.sequence + 1,
+                previous_header_checksum: record.header_checksum,
+            };
+            records.push(record);
+        }
+        self.head = cursor;
+
+        // Which checkpoints committed, and which data records each commit covers.
+        let mut data_records: BTreeMap<u64, Vec<(u64, u32)>> = BTreeMap::new();
+        let mut committed: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for record in &records {
+            let header = &record.header;
+            match header.kind {
+                RecordKind::CheckpointData => {
+                    data_records.entry(header.generation).or_default().push((header.sequence, record.header_checksum));
+                }
+                RecordKind::CheckpointCommit => {
+                    let summary = header.commit;
+                    let covered: Vec<&(u64, u32)> = data_records
+                        .get(&header.generation)
+                        .map(|list| list.iter().filter(|(sequence, _)| *sequence >= summary.first_sequence).collect())
+                        .unwrap_or_default();
+                    let chain = covered.iter().fold(0, |chain, (_, checksum)| checksum_chain(chain, *checksum));
+                    if covered.len() as u64 != summary.data_record_count || chain != summary.data_header_checksum_chain {
+                        return Err(StoreError::Corrupt(Corruption {
+                            region: Region::LogHeader,
+                            block: self.layout.log_first_block + header.position,
+                            check: Check::CommitChain,
+                        }));
+                    }
+                    committed.insert(header.generation, (summary.first_sequence, header.sequence));
+                }
+                RecordKind::Journal | RecordKind::Padding => {}
+            }
+            if header.kind != RecordKind::Padding {
+                self.snapshot_generation = self.snapshot_generation.max(header.generation);
+            }
+            for entry in &header.entries {
+                self.journal.ticket_next = self.journal.ticket_next.max(entry.journal_ticket + 1);
+            }
+        }
+        if let Some((generation, _)) = committed.last_key_value() {
+            self.checkpoint_generation = self.checkpoint_generation.max(*generation);
+        }
+
+        for record in &records {
+            let header = &record.header;
+            let source = match header.kind {
+                RecordKind::CheckpointData => match committed.get(&header.generation) {
+                    Some((first, commit)) if (*first..*commit).contains(&header.sequence) => SOURCE_CHECKPOINT,
+                    _ => continue,
+                },
+                RecordKind::Journal => SOURCE_JOURNAL,
+                RecordKind::CheckpointCommit | RecordKind::Padding => continue,
+            };
+            for (entry_index, entry) in header.entries.iter().enumerate() {
+                let directory_entry = DirectoryEntry {
+                    position: header.position + 1 + entry_index as u64,
+                    checksum: entry.checksum,
+                    versions: entry.versions,
+                    order: Order {
+                        generation: header.generation,
+                        source,
+                        sequence: header.sequence,
+                        entry: entry_index as u32,
+                    },
+                };
+                let key = (entry.kind, entry.index);
+                if self.directory.get(&key).is_none_or(|current| current.order < directory_entry.order) {
+                    self.directory.insert(key, directory_entry);
+                }
+            }
+        }
+        Ok(())
+    }
+}

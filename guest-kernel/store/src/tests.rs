@@ -1,0 +1,286 @@
+//! Engine tests over an in-memory device without a write cache; the crash and fault
+//! campaigns are in holdfast-store-sim.
+
+use alloc::rc::Rc;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+
+use holdfast_objects::{ObjectId, Version};
+
+use crate::device::check_request;
+use crate::format::zeroed_block;
+use crate::*;
+
+/// Shared so that a test can damage the media under an open store.
+#[derive(Clone)]
+struct MemoryDevice(Rc<RefCell<Vec<u8>>>);
+
+impl MemoryDevice {
+    fn new(block_count: u64) -> Self {
+        Self(Rc::new(RefCell::new(alloc::vec![0; block_count as usize * BLOCK_SIZE])))
+    }
+
+    fn flip_bit(&self, block: u64) {
+        self.0.borrow_mut()[block as usize * BLOCK_SIZE + 100] ^= 1;
+    }
+}
+
+impl BlockDevice for MemoryDevice {
+    fn block_count(&self) -> u64 {
+        (self.0.borrow().len() / BLOCK_SIZE) as u64
+    }
+
+    fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        check_request(self.block_count(), first_block, buf.len())?;
+        let start = first_block as usize * BLOCK_SIZE;
+        buf.copy_from_slice(&self.0.borrow()[start..start + buf.len()]);
+        Ok(())
+    }
+
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        check_request(self.block_count(), first_block, data.len())?;
+        let start = first_block as usize * BLOCK_SIZE;
+        self.0.borrow_mut()[start..start + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+}
+
+const GEOMETRY: Geometry = Geometry { store_id: 0x5eed, node_count: 16, page_count: 200, log_block_count: 256 };
+
+fn page(fill: u8) -> alloc::boxed::Box<format::Block> {
+    let mut block = zeroed_block();
+    block.fill(fill);
+    block
+}
+
+fn checkpoint_pages(store: &mut Store<MemoryDevice>, pages: &[(u64, u64, u8)]) -> u64 {
+    store.begin_checkpoint().unwrap();
+    for (id, version, fill) in pages {
+        store.checkpoint_write_page(ObjectId(*id), Version(*version), &page(*fill)).unwrap();
+    }
+    store.commit_checkpoint().unwrap()
+}
+
+fn migrate_all(store: &mut Store<MemoryDevice>) {
+    while let MigrationProgress::Migrating { .. } = store.migrate_step(7).unwrap() {}
+}
+
+fn read_page(store: &mut Store<MemoryDevice>, id: u64) -> (u64, u8) {
+    let mut data = zeroed_block();
+    let version = store.read_page(ObjectId(id), &mut data).unwrap();
+    assert!(data.iter().all(|byte| *byte == data[0]), "page {id} is one byte repeated");
+    (version.0, data[0])
+}
+
+#[test]
+fn a_fresh_store_reads_zeros_at_version_0() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
+    assert_eq!(read_page(&mut store, 199), (0, 0));
+    let (version, image) = store.read_node(ObjectId(15)).unwrap();
+    assert_eq!((version, image.iter().all(|byte| *byte == 0)), (Version(0), true));
+    assert_eq!(store.read_page(ObjectId(200), &mut zeroed_block()), Err(StoreError::ObjectOutOfRange { id: 200 }));
+    assert!(store.check().unwrap().is_clean());
+}
+
+#[test]
+fn checkpoints_migrate_home_and_survive_reopen() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    // More pages than one record holds, so that the checkpoint spans records.
+    let pages: Vec<(u64, u64, u8)> = (0..100).map(|id| (id, 1, id as u8 + 1)).collect();
+    assert_eq!(checkpoint_pages(&mut store, &pages), 1);
+    assert_eq!(read_page(&mut store, 42), (1, 43));
+    migrate_all(&mut store);
+    // The tail moved to where migration began, just past the commit record.
+    assert_eq!(store.log_used_blocks(), 0);
+    assert_eq!(read_page(&mut store, 42), (1, 43));
+    store.begin_checkpoint().unwrap();
+    let mut image = [0u8; NODE_SIZE];
+    image[0] = 9;
+    store.checkpoint_write_node(ObjectId(5), Version(3), &image).unwrap();
+    store.checkpoint_write_page(ObjectId(42), Version(2), &page(0xee)).unwrap();
+    store.commit_checkpoint().unwrap();
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(store.checkpoint_generation(), 2);
+    assert_eq!(read_page(&mut store, 42), (2, 0xee));
+    assert_eq!(read_page(&mut store, 41), (1, 42));
+    let (version, node) = store.read_node(ObjectId(5)).unwrap();
+    assert_eq!((version, node[0]), (Version(3), 9));
+    assert_eq!(store.read_node(ObjectId(4)).unwrap().0, Version(0));
+    migrate_all(&mut store);
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.home_pages_written, 100);
+    assert_eq!(report.home_node_pots_written, 1);
+}
+
+#[test]
+fn journal_commits_are_newer_than_the_snapshot_before_them_and_older_than_the_one_after() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    store.begin_checkpoint().unwrap();
+    // Made after snapshot 1 was taken: it must win over the snapshot's copy.
+    let ticket = store.journal_submit(&[JournalPage { id: ObjectId(7), version: Version(5), data: &page(0x55) }]).unwrap();
+    assert_eq!(store.journal_write().unwrap(), Some(ticket));
+    store.checkpoint_write_page(ObjectId(7), Version(4), &page(0x44)).unwrap();
+    store.commit_checkpoint().unwrap();
+    assert_eq!(read_page(&mut store, 7), (5, 0x55));
+    drop(store);
+    let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
+    assert_eq!(read_page(&mut store, 7), (5, 0x55));
+    migrate_all(&mut store);
+    checkpoint_pages(&mut store, &[(7, 6, 0x66)]);
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(read_page(&mut store, 7), (6, 0x66));
+}
+
+#[test]
+fn group_commit_packs_commits_into_records() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    migrate_all(&mut store);
+    let blocks_before = store.log_used_blocks();
+    let mut last = None;
+    for id in 0..10 {
+        let data = page(id as u8);
+        last = Some(store.journal_submit(&[JournalPage { id: ObjectId(id), version: Version(1), data: &data }]).unwrap());
+    }
+    assert_eq!(store.journal_write().unwrap(), last);
+    // One header for ten single-page commits.
+    assert_eq!(store.log_used_blocks() - blocks_before, 11);
+    let too_many: Vec<JournalPage<'_>> = Vec::new();
+    assert_eq!(store.journal_submit(&too_many).map(|_| ()), Ok(()));
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(read_page(&mut store, 9), (1, 9));
+    assert_eq!(store.counters().journal_commits_total, 0);
+}
+
+#[test]
+fn a_bad_copy_is_read_from_the_other_mirror_and_repaired() {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    let (first, second) = (MemoryDevice::new(block_count), MemoryDevice::new(block_count));
+    let mut store = Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    migrate_all(&mut store);
+    let home_block = GEOMETRY.layout().unwrap().page_ranges.data_first_block + 3;
+    first.flip_bit(home_block);
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+    assert_eq!(store.counters().mirror_repaired_blocks_total, 1);
+    assert!(store.check().unwrap().is_clean());
+    first.flip_bit(home_block);
+    second.flip_bit(home_block);
+    let error = store.read_page(ObjectId(3), &mut zeroed_block()).unwrap_err();
+    assert_eq!(
+        error,
+        StoreError::Corrupt(Corruption { region: Region::PageData, block: home_block, check: Check::DataChecksum })
+    );
+    assert_eq!(
+        alloc::format!("{error}"),
+        alloc::format!("every copy is bad: block {home_block} (page home block) failed the data checksum listed apart from the block check")
+    );
+    assert_eq!(store.check().unwrap().finding_count, 2);
+}
+
+#[test]
+fn a_blank_replacement_is_resilvered() {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    let first = MemoryDevice::new(block_count);
+    let mut store = Store::format(alloc::vec![first.clone()], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    migrate_all(&mut store);
+    let second = MemoryDevice::new(block_count);
+    store.replace_mirror(1, second.clone()).unwrap();
+    assert!(store.mirror_status().degraded);
+    while store.resilver_step(50).unwrap() > 0 {}
+    assert!(!store.mirror_status().degraded);
+    drop(store);
+    let mut store = Store::open(alloc::vec![second]).unwrap();
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+}
+
+#[test]
+fn a_foreign_or_blank_disk_is_refused_with_the_check() {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    let blank = MemoryDevice::new(block_count);
+    assert_eq!(
+        Store::open(alloc::vec![blank]).err(),
+        Some(StoreError::Corrupt(Corruption { region: Region::Superblock, block: 0, check: Check::Magic }))
+    );
+    let ours = MemoryDevice::new(block_count);
+    let theirs = MemoryDevice::new(block_count);
+    drop(Store::format(alloc::vec![ours.clone()], GEOMETRY).unwrap());
+    drop(Store::format(alloc::vec![theirs.clone()], Geometry { store_id: 1, ..GEOMETRY }).unwrap());
+    assert!(matches!(Store::open(alloc::vec![ours, theirs]).err(), Some(StoreError::Foreign { .. })));
+}
+
+#[test]
+fn the_log_fills_and_a_checkpoint_frees_it() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
+    migrate_all(&mut store);
+    let data = page(1);
+    let mut result = Ok(None);
+    for id in 0..200 {
+        store.journal_submit(&[JournalPage { id: ObjectId(id), version: Version(1), data: &data }]).unwrap();
+        result = store.journal_write();
+        if result.is_err() {
+            break;
+        }
+    }
+    assert!(matches!(result, Err(StoreError::LogFull { .. })), "{result:?}");
+    assert!(store.log_fill_ratio() > 0.9);
+}
+
+#[test]
+fn metric_names_follow_prometheus_conventions() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(1, 1, 1), (2, 1, 2)]);
+    store.note_checkpoint_stabilization_seconds(0.25);
+    let counters = store.counters();
+    assert_eq!(counters.checkpoint_generation, 1);
+    assert_eq!(counters.checkpoint_objects_written_total, 2);
+    assert_eq!(counters.migration_backlog_objects, 2);
+    assert!(counters.device_written_bytes_total > 0);
+    let metrics = counters.metrics();
+    let mut names: Vec<&str> = metrics.iter().map(|(name, _)| *name).collect();
+    for name in &names {
+        assert!(name.starts_with("holdfast_"), "{name}");
+        assert!(name.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{name}");
+    }
+    assert!(metrics.contains(&("holdfast_checkpoint_stabilization_seconds", 0.25)));
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), metrics.len(), "metric names are unique");
+    let inspection = alloc::format!("{}", store.inspect());
+    assert!(inspection.contains("generation 1 committed"), "{inspection}");
+}
+
+#[test]
+fn a_mirror_missing_at_open_is_reported_and_stale_when_it_returns() {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    let (first, second) = (MemoryDevice::new(block_count), MemoryDevice::new(block_count));
+    drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
+    let mut store = Store::open(alloc::vec![first.clone()]).unwrap();
+    let status = store.mirror_status();
+    assert!(status.degraded && status.mirrors_expected == 2, "{status:?}");
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    migrate_all(&mut store);
+    drop(store);
+    // The second disk missed the checkpoint: it must be copied anew, not trusted.
+    let mut store = Store::open(alloc::vec![first.clone(), second.clone()]).unwrap();
+    assert_eq!(store.mirror_status().mirrors[1], MirrorState::Resilvering { copied_blocks: 0 });
+    while store.resilver_step(40).unwrap() > 0 {}
+    assert!(!store.mirror_status().degraded);
+    drop(store);
+    let mut store = Store::open(alloc::vec![second]).unwrap();
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+}
