@@ -39,6 +39,46 @@ pub enum Command {
     /// Benchmarks: print tables of figures against peers measured in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The single-level store on disk images (the layout is in docs/disk-format.md).
+    #[command(subcommand, after_help = STORE_EXIT_STATUS_HELP)]
+    Store(StoreCommand),
+}
+
+const STORE_EXIT_STATUS_HELP: &str = "\
+Exit status: 0 success, 1 `check` found problems (each printed with its mirror, block and \
+check), 2 an image is missing, foreign or too damaged to open (one line naming the block \
+and the check), 3 any other failure.";
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Make a new, empty store on one image, or mirrored on two; prints its summary.
+    Format(StoreFormatArguments),
+    /// Open the store (recovery, as at boot) and print its geometry, generations, log fill
+    /// and mirrors.
+    Inspect(StoreImages),
+    /// Open the store and verify every checksum on every mirror; a copy that fails and has
+    /// a good copy on the other mirror is repaired, as at run time.
+    Check(StoreImages),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreImages {
+    /// The store's disk images: one, or two mirrors in order
+    #[arg(value_name = "IMAGE", required = true, num_args = 1..=2)]
+    pub images: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct StoreFormatArguments {
+    /// The images to create: one, or two mirrors
+    #[arg(value_name = "IMAGE", required = true, num_args = 1..=2)]
+    pub images: Vec<PathBuf>,
+    /// Size of each image in MiB: an eighth is log, a sixteenth nodes, the rest pages
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub size_mib: u64,
+    /// Overwrite images that exist
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Command::Vm(command) => commands::vm::run(command),
         Command::Accel(arguments) => commands::accel::run(arguments),
         Command::Bench(command) => commands::bench::run(command),
+        Command::Store(command) => commands::store::run(command),
     };
     match result {
         Ok(code) => code,

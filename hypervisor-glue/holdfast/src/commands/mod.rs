@@ -4,4 +4,5 @@ pub mod accel;
 pub mod bench;
 pub mod image;
 pub mod run;
+pub mod store;
 pub mod vm;

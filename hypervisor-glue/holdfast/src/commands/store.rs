@@ -1,0 +1,181 @@
+//! `holdfast store format|inspect|check`: the single-level store on disk images, through
+//! the same `holdfast-store` code the kernel runs, over files instead of virtio-blk.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use holdfast_store::geometry::LOG_BLOCK_COUNT_MIN;
+use holdfast_store::{BLOCK_SIZE, BlockDevice, DeviceError, Geometry, NODES_PER_POT, Store};
+
+use crate::cli::{StoreCommand, StoreFormatArguments, StoreImages};
+use crate::failure::Failure;
+
+pub fn run(command: StoreCommand) -> Result<ExitCode, Failure> {
+    match command {
+        StoreCommand::Format(arguments) => format(&arguments),
+        StoreCommand::Inspect(images) => {
+            let store = open(&images)?;
+            println!("{}", store.inspect());
+            Ok(ExitCode::SUCCESS)
+        }
+        StoreCommand::Check(images) => check(&images),
+    }
+}
+
+/// A disk image as a block device: 4096-byte blocks at their offsets in the file.
+struct ImageFile {
+    file: File,
+    block_count: u64,
+}
+
+impl ImageFile {
+    fn open(path: &Path) -> Result<Self, Failure> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?;
+        let bytes = file
+            .metadata()
+            .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?
+            .len();
+        Ok(Self {
+            file,
+            block_count: bytes / BLOCK_SIZE as u64,
+        })
+    }
+}
+
+impl BlockDevice for ImageFile {
+    fn block_count(&self) -> u64 {
+        self.block_count
+    }
+
+    fn read(&mut self, first_block: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        holdfast_store::device::check_request(self.block_count, first_block, buffer.len())?;
+        self.file
+            .read_exact_at(buffer, first_block * BLOCK_SIZE as u64)
+            .map_err(|_| DeviceError::Io)
+    }
+
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        holdfast_store::device::check_request(self.block_count, first_block, data.len())?;
+        self.file
+            .write_all_at(data, first_block * BLOCK_SIZE as u64)
+            .map_err(|_| DeviceError::Io)
+    }
+
+    fn flush(&mut self) -> Result<(), DeviceError> {
+        self.file.sync_data().map_err(|_| DeviceError::Io)
+    }
+}
+
+/// The images as the store's mirrors, in order, with an error that names them.
+fn open(images: &StoreImages) -> Result<Store<ImageFile>, Failure> {
+    let devices = images
+        .images
+        .iter()
+        .map(|path| ImageFile::open(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    Store::open(devices)
+        .map_err(|error| Failure::input(format!("{}: {error}", named(&images.images))))
+}
+
+fn named(images: &[PathBuf]) -> String {
+    let names: Vec<String> = images
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect();
+    names.join(" + ")
+}
+
+fn check(images: &StoreImages) -> Result<ExitCode, Failure> {
+    let mut store = open(images)?;
+    let report = store
+        .check()
+        .map_err(|error| Failure::input(format!("{}: {error}", named(&images.images))))?;
+    println!(
+        "{}: {} mirror(s), {} blocks, {} log records checked; {} problem(s)",
+        named(&images.images),
+        report.mirrors_checked,
+        report.blocks_checked,
+        report.log_records_checked,
+        report.finding_count
+    );
+    for (mirror, corruption) in &report.findings {
+        println!(
+            "mirror {mirror} ({}): {corruption}",
+            images.images[*mirror].display()
+        );
+    }
+    let status = store.mirror_status();
+    if status.degraded {
+        println!("degraded: {status:?}");
+    }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A geometry that fills `block_count` blocks: an eighth for the log, a sixteenth for
+/// nodes (four to a block), the rest for pages and the checksum tables.
+fn geometry_for(block_count: u64, store_id: u64) -> Result<Geometry, Failure> {
+    let log_block_count = (block_count / 8).max(LOG_BLOCK_COUNT_MIN);
+    let node_count = (block_count / 16).max(1) * NODES_PER_POT;
+    let mut geometry = Geometry {
+        store_id,
+        node_count,
+        page_count: block_count.saturating_sub(log_block_count + node_count / NODES_PER_POT),
+        log_block_count,
+    };
+    // The tables and superblocks take some of the pages' room: shrink until it fits.
+    loop {
+        let needed = geometry
+            .layout()
+            .map_err(|error| Failure::input(format!("cannot lay out a store: {error}")))?
+            .block_count;
+        if needed <= block_count {
+            return Ok(geometry);
+        }
+        let excess = needed - block_count;
+        if geometry.page_count <= excess {
+            return Err(Failure::input(format!(
+                "{block_count} blocks are too few for a store"
+            )));
+        }
+        geometry.page_count -= excess;
+    }
+}
+
+fn format(arguments: &StoreFormatArguments) -> Result<ExitCode, Failure> {
+    let bytes = arguments.size_mib * 1024 * 1024;
+    for path in &arguments.images {
+        if path.exists() && !arguments.force {
+            return Err(Failure::input(format!(
+                "{}: exists; formatting destroys it (add --force)",
+                path.display()
+            )));
+        }
+        let file = File::create(path)
+            .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?;
+        file.set_len(bytes)
+            .map_err(|error| Failure::other(format!("{}: {error}", path.display())))?;
+    }
+    let store_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |since| since.as_nanos() as u64 | 1);
+    let geometry = geometry_for(bytes / BLOCK_SIZE as u64, store_id)?;
+    let devices = arguments
+        .images
+        .iter()
+        .map(|path| ImageFile::open(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let store = Store::format(devices, geometry)
+        .map_err(|error| Failure::input(format!("{}: {error}", named(&arguments.images))))?;
+    println!("{}", store.inspect());
+    Ok(ExitCode::SUCCESS)
+}
