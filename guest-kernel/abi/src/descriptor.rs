@@ -24,7 +24,6 @@ pub enum Kind {
     Send = 2,
 }
 
-/// Up to four capability registers, in order.
 /// Up to four capability register indices, packed as in the descriptor (a nibble each):
 /// the kernel decodes a descriptor on every invocation and mostly finds no registers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -51,10 +50,6 @@ impl Registers {
             nibbles,
             count: indices.len() as u8,
         })
-    }
-
-    pub fn len(&self) -> usize {
-        usize::from(self.count)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -51,6 +51,7 @@ pub struct Process {
     pub name: &'static str,
     /// The root node, as a process capability.
     pub root: Capability,
+    /// A cache of the space tree; emptied whenever a translation it holds may be stale.
     pub tables: space::UserTables,
     /// The user registers, saved whenever the process is not running. While it waits in an
     /// invocation they still hold its `invoke` arguments, which say where a message for it
@@ -306,6 +307,9 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
 
 /// Runs the loaded processes, each until it stops or faults, then calls `on_all_done`.
 pub fn run(on_all_done: fn() -> !) -> ! {
+    // The kernel runs with interrupts off from here on (ring 3 runs with them on):
+    // `resume_user` relies on it.
+    x86_64::instructions::interrupts::disable();
     SCHEDULER.lock().on_all_done = Some(on_all_done);
     switch_to_next()
 }
@@ -384,11 +388,13 @@ pub fn node_changed(objects: &mut Objects, node: ObjectId) {
     }
     objects.cache.forget_translations();
     let mut scheduler = SCHEDULER.lock();
+    // Unhook and flush first: the tables' frames go back to the heap, which writes into
+    // them, and no walk may see them then.
+    scheduler.installed = None;
+    space::flush_live_user_half();
     for process in &mut scheduler.processes {
         process.tables.clear();
     }
-    scheduler.installed = None;
-    space::flush_live_user_half();
 }
 
 /// Calls `with` on each process, in load order.

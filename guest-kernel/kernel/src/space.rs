@@ -123,12 +123,16 @@ impl UserTables {
         if writable {
             flags |= PageTableFlags::WRITABLE;
         }
-        table[page_address.p1_index()].set_frame(frame, flags);
-        if self.mapped.len() < MAPPED_PAGES_TRACKED_MAX {
-            self.mapped.push(page_address);
-        } else {
-            self.mapped_overflowed = true;
+        let entry = &mut table[page_address.p1_index()];
+        // A remap (a spurious fault) is on the list already.
+        if entry.is_unused() {
+            if self.mapped.len() < MAPPED_PAGES_TRACKED_MAX {
+                self.mapped.push(page_address);
+            } else {
+                self.mapped_overflowed = true;
+            }
         }
+        entry.set_frame(frame, flags);
         if running {
             x86_64::instructions::tlb::flush(page_address);
         }
@@ -189,13 +193,11 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
     for index in incoming.used_top_indices() {
         live[index] = top[index].clone();
     }
-    // `invlpg` also empties the paging-structure caches (Intel SDM 4.10.4.1), which may
-    // hold the outgoing top-level entries even where no page was mapped; reloading CR3
-    // empties them and the whole TLB.
+    // Every present intermediate entry lies on the path of a page in `mapped`, so the
+    // `invlpg`s above also emptied the paging-structure caches of the outgoing entries
+    // (Intel SDM 4.10.4.1); reloading CR3 empties them and the whole TLB.
     if flush_all {
         x86_64::instructions::tlb::flush_all();
-    } else {
-        x86_64::instructions::tlb::flush(VirtAddr::zero());
     }
 }
 

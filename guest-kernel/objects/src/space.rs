@@ -44,8 +44,6 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
     let mut offset = address;
     let mut writable = true;
     let mut keeper = None;
-    // Each step descends a level or unwraps a keeper node, so twice the greatest height
-    // bounds the loop whatever a program put in its nodes.
     for _ in 0..WALK_NODES_MAX {
         writable &= capability.may_write();
         let Some((height, is_keeper_node)) = capability.space_shape() else {

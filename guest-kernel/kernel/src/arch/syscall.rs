@@ -118,12 +118,13 @@ pub fn init() {
     unsafe { Efer::update(|flags| flags.insert(EferFlags::SYSTEM_CALL_EXTENSIONS)) };
 }
 
-/// Starts or resumes ring-3 execution with `registers`, in whatever address space is in CR3.
-/// The kernel stack is abandoned: nothing on it is live across a switch to user mode.
+/// Starts or resumes ring-3 execution with `registers`, in whatever user half the live root
+/// holds. The kernel stack is abandoned: nothing on it is live across a switch to user mode.
 ///
 /// # Safety
-/// CR3 holds the page tables of the process whose registers these are, and `rip`/`rsp`
-/// are user addresses.
+/// The live root holds the user half of the process whose registers these are; `rip` and
+/// `rsp` are user addresses; `registers` is not on the kernel stack, which this resets and
+/// pushes onto before it has read them all.
 #[unsafe(naked)]
 pub unsafe extern "C" fn enter_user(registers: *const UserRegisters) -> ! {
     naked_asm!(
