@@ -14,6 +14,24 @@ pub struct CampaignReport {
     pub mirror_repairs: u64,
 }
 
+/// The campaign's totals, as the CLI and the CI test print them.
+impl core::fmt::Display for CampaignReport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} seeds, {} runs, {} crash points checked, {} checkpoints committed, {} journal \
+             commits acknowledged, {} mirror repairs, {} corruptions reported as errors",
+            self.seeds,
+            self.runs,
+            self.crash_points_checked,
+            self.checkpoints_committed,
+            self.journal_commits_acknowledged,
+            self.mirror_repairs,
+            self.corruption_reported
+        )
+    }
+}
+
 impl CampaignReport {
     fn add(&mut self, report: &RunReport) {
         self.runs += 1;

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 use crate::device::{BLOCK_SIZE, BlockDevice};
 use crate::error::{Check, Corruption, Region, StoreError};
 use crate::format::home_table::HomeTable;
-use crate::format::log_record::{BlockKind, Expected, LogHeader, RecordKind};
+use crate::format::log_record::{BlockKind, LogHeader, RecordKind};
 use crate::format::superblock::{LogCursor, Superblock};
 use crate::format::{as_block, checksum, sealed_checksum, zeroed_block};
 use crate::geometry::{Geometry, Layout};
@@ -203,15 +203,7 @@ impl<D: BlockDevice> Store<D> {
         let mut cursor: LogCursor = self.tail;
         while cursor.sequence < self.head.sequence {
             let device_block = self.layout.log_first_block + cursor.position;
-            let expected = Expected {
-                store_id: self.geometry.store_id,
-                position: cursor.position,
-                sequence: cursor.sequence,
-                previous_header_checksum: cursor.previous_header_checksum,
-                log_block_count: self.layout.log_block_count,
-                node_pot_count: self.geometry.node_pot_count(),
-                page_count: self.geometry.page_count,
-            };
+            let expected = self.expected_at(&cursor);
             let mut block = zeroed_block();
             report.blocks_checked += 1;
             if self.mirrors.read_from(mirror, device_block, &mut block[..]).is_err() {

@@ -36,7 +36,7 @@ pub(crate) struct ScannedRecord {
 }
 
 impl<D: BlockDevice> Store<D> {
-    fn expected_at(&self, cursor: &LogCursor) -> Expected {
+    pub(crate) fn expected_at(&self, cursor: &LogCursor) -> Expected {
         Expected {
             store_id: self.geometry.store_id,
             position: cursor.position,

@@ -72,14 +72,14 @@ impl BlockDevice for ImageFile {
     }
 }
 
+/// The images as block devices, in mirror order.
+fn image_files(paths: &[PathBuf]) -> Result<Vec<ImageFile>, Failure> {
+    paths.iter().map(|path| ImageFile::open(path)).collect()
+}
+
 /// The images as the store's mirrors, in order, with an error that names them.
 fn open(images: &StoreImages) -> Result<Store<ImageFile>, Failure> {
-    let devices = images
-        .images
-        .iter()
-        .map(|path| ImageFile::open(path))
-        .collect::<Result<Vec<_>, _>>()?;
-    Store::open(devices)
+    Store::open(image_files(&images.images)?)
         .map_err(|error| Failure::input(format!("{}: {error}", named(&images.images))))
 }
 
@@ -169,12 +169,7 @@ fn format(arguments: &StoreFormatArguments) -> Result<ExitCode, Failure> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |since| since.as_nanos() as u64 | 1);
     let geometry = geometry_for(bytes / BLOCK_SIZE as u64, store_id)?;
-    let devices = arguments
-        .images
-        .iter()
-        .map(|path| ImageFile::open(path))
-        .collect::<Result<Vec<_>, _>>()?;
-    let store = Store::format(devices, geometry)
+    let store = Store::format(image_files(&arguments.images)?, geometry)
         .map_err(|error| Failure::input(format!("{}: {error}", named(&arguments.images))))?;
     println!("{}", store.inspect());
     Ok(ExitCode::SUCCESS)
