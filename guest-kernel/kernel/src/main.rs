@@ -17,6 +17,7 @@ extern crate alloc;
 
 mod arch;
 mod bootinfo;
+mod checkpoint;
 mod console;
 mod drivers;
 mod initial_system;
@@ -37,6 +38,8 @@ pub struct BootOptions {
     pub stay_up: bool,
     /// A deliberate kernel fault, to show the fault report: `ud` or `page`.
     pub kernel_fault: Option<&'static str>,
+    /// How often a checkpoint is taken when the disk holds a store.
+    pub checkpoint_interval_ms: u64,
 }
 
 impl BootOptions {
@@ -44,11 +47,18 @@ impl BootOptions {
         let mut options = Self {
             stay_up: false,
             kernel_fault: None,
+            checkpoint_interval_ms: checkpoint::DEFAULT_INTERVAL_MS,
         };
         for word in command_line.split_ascii_whitespace() {
             match word.split_once('=') {
                 Some(("holdfast.after", "stay")) => options.stay_up = true,
                 Some(("holdfast.kernel-fault", kind)) => options.kernel_fault = Some(kind),
+                Some(("holdfast.checkpoint-interval-ms", value)) => match value.parse() {
+                    Ok(milliseconds) if milliseconds > 0 => {
+                        options.checkpoint_interval_ms = milliseconds;
+                    }
+                    _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
+                },
                 _ => {}
             }
         }

@@ -18,6 +18,7 @@ use holdfast_objects::{CapType, Capability, Rights, Slot};
 
 use crate::arch::syscall::UserRegisters;
 use crate::arch::{self, timer};
+use crate::checkpoint;
 use crate::ipc::Message;
 use crate::objects::Objects;
 use crate::process::{ProcessState, SCHEDULER};
@@ -129,30 +130,40 @@ fn page_method(
 ) -> MethodResult {
     let frame = objects
         .cache
-        .page_mut(&target)
+        .page(&target)
         .map_err(|_| ObjectError::InvalidOrder)?;
     match request {
         // The decoder checked `offset + length <= 4096`.
         page::Request::Read { offset, length } => {
             let mut reply = Message::reply(0, [length, 0, 0, 0]);
             let range = offset as usize..(offset + length) as usize;
-            reply.string = frame.bytes_mut()[range].to_vec();
+            reply.string = frame.bytes()[range].to_vec();
             Ok(reply)
         }
         page::Request::Write { offset } => {
-            writable(&target)?;
             let range = offset as usize..offset as usize + message.string.len();
-            frame.bytes_mut()[range].copy_from_slice(&message.string);
+            page_for_writing(objects, &target)?[range].copy_from_slice(&message.string);
             ok([message.string.len() as u64, 0, 0, 0])
         }
         page::Request::Zero => {
-            writable(&target)?;
-            frame.bytes_mut().fill(0);
+            page_for_writing(objects, &target)?.fill(0);
             ok([0; 4])
         }
         page::Request::Weaken => ok_capability(target.restricted(Rights::READ_ONLY)),
         page::Request::Identify => unreachable!("answered by the caller"),
     }
+}
+
+/// A live page's bytes for a write through `target`: marks the page dirty (only a write
+/// may make the next checkpoint store it) and keeps a checkpoint's copy of it first.
+fn page_for_writing<'a>(
+    objects: &'a mut Objects,
+    target: &Capability,
+) -> Result<&'a mut [u8; crate::memory::PAGE_BYTES], ObjectError> {
+    writable(target)?;
+    checkpoint::before_page_write(&objects.cache, target.object());
+    let frame = objects.cache.page_mut(target).map_err(|_| ObjectError::InvalidOrder)?;
+    Ok(frame.bytes_mut())
 }
 
 fn slot(word: u64) -> Result<Slot, ObjectError> {

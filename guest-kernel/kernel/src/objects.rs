@@ -1,8 +1,9 @@
 //! The kernel's object cache: every page and node in memory (see `holdfast_objects`), with
 //! pages held in physical frames that address spaces map directly.
 //!
-//! Until the store lands, every object is created at boot from the initial image and stays
-//! resident; ids are handed out in order.
+//! Every object is created at boot from the initial image, or read back from the store's
+//! newest checkpoint at a restart (see [`crate::checkpoint`]), and stays resident; ids are
+//! handed out in order and never reused.
 
 use holdfast_objects::{CapType, Capability, Node, ObjectCache, ObjectId, Version};
 use spin::Mutex;
@@ -20,6 +21,17 @@ impl Frame {
         Self(PhysFrame::containing_address(PhysAddr::new(
             memory::virtual_to_physical(block as u64),
         )))
+    }
+
+    /// A frame for a page read back from the store; its bytes are overwritten.
+    pub fn for_stored_page() -> Self {
+        Self::zeroed()
+    }
+
+    pub fn bytes(&self) -> &[u8; PAGE_BYTES] {
+        // SAFETY: as for `bytes_mut`; ring 3 does not run while the kernel does (one CPU,
+        // interrupts off in the kernel), so nothing changes the bytes under this borrow.
+        unsafe { &*(memory::physical_to_virtual(self.0.start_address().as_u64()) as *const _) }
     }
 
     pub fn physical(&self) -> PhysFrame {
@@ -47,6 +59,17 @@ pub static OBJECTS: Mutex<Objects> = Mutex::new(Objects {
 });
 
 impl Objects {
+    /// The next node and page ids to hand out.
+    pub fn next_ids(&self) -> (u64, u64) {
+        (self.next_node_id, self.next_page_id)
+    }
+
+    /// Continues handing out ids where a checkpoint left off.
+    pub fn set_next_ids(&mut self, (node, page): (u64, u64)) {
+        self.next_node_id = node;
+        self.next_page_id = page;
+    }
+
     /// A new empty node; returns a capability of `kind` to it.
     pub fn create_node(&mut self, kind: CapType) -> Capability {
         let id = ObjectId(self.next_node_id);

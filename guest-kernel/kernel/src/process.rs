@@ -6,8 +6,9 @@
 //!
 //! The process table here is a cache: capability registers and the space are read from the
 //! root node at each use, and page tables are filled lazily from the space tree (see
-//! [`crate::space`]). Registers are cached here while the process exists; writing them back
-//! to the root node is the checkpoint's job (the store issue).
+//! [`crate::space`]). Registers and the run state are cached here and written back to the
+//! root node at each snapshot ([`write_back`]); a restart rebuilds the table from the root
+//! nodes ([`restore`]).
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -19,8 +20,8 @@ use x86_64::registers::control::Cr3;
 
 use crate::arch::idt::FaultReport;
 use crate::arch::syscall::{UserRegisters, enter_user};
-use crate::ipc;
 use crate::memory::PAGE_BYTES;
+use crate::{checkpoint, ipc};
 use crate::objects::{OBJECTS, Objects};
 use crate::space;
 use holdfast_abi::keeper;
@@ -333,6 +334,14 @@ pub fn switch_to_next() -> ! {
     resume_user(scheduler)
 }
 
+pub fn any_runnable() -> bool {
+    SCHEDULER
+        .lock()
+        .processes
+        .iter()
+        .any(|process| process.state == ProcessState::Runnable)
+}
+
 /// Makes process `index` the current one and enters it.
 pub fn switch_to(index: usize) -> ! {
     let mut scheduler = SCHEDULER.lock();
@@ -429,6 +438,8 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
         scheduler.processes[current].registers = registers;
         scheduler.processes[current].root
     };
+    // With no process running, this is the moment for checkpoint work.
+    checkpoint::step();
     if let Some(meter) = charge_meter(&root) {
         let keeper = {
             let objects = OBJECTS.lock();
@@ -517,21 +528,27 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 .map(|node| node.get(process_root::SPACE));
             match space.map(|space| walk(&objects.cache, space, address)) {
                 Ok(Walk::Page { page, writable }) => {
+                    // Writable only for a write: a page mapped writable is dirty (see
+                    // `checkpoint`), and most pages are only ever read.
+                    let writing = writable && error_code & PAGE_FAULT_WRITE != 0;
+                    if writing {
+                        checkpoint::before_page_write(&objects.cache, page.object());
+                    }
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());
-                    frame.map(|frame| Ok((frame, writable)))
+                    frame.map(|frame| Ok((frame, writable, writing)))
                 }
                 Ok(Walk::Missing { keeper }) => keeper.map(Err),
                 Err(_) => None,
             }
         };
         match found {
-            Some(Ok((frame, writable))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
+            Some(Ok((frame, writable, writing))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
                 let mut scheduler = SCHEDULER.lock();
                 let current = scheduler.current();
                 let running = scheduler.installed == Some(current);
                 let process = &mut scheduler.processes[current];
                 process.registers = registers;
-                process.tables.map_page(address, frame, writable, running);
+                process.tables.map_page(address, frame, writing, running);
                 resume_user(scheduler)
             }
             Some(Err(keeper)) => space_keeper = Some(keeper),
@@ -580,4 +597,154 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
 pub struct KeeperMessage {
     pub code: u64,
     pub words: [u64; 4],
+}
+
+/// The run state in a root node's status slot: a number whose first word holds a code
+/// (bits 0..8), flags (bits 8..16) and a fault's vector (bits 16..24), and whose second word
+/// holds the exit code or the fault's rip. The register slots hold the 18 user registers in
+/// `UserRegisters` order, then a fault's error code and address, then the invocation count.
+mod status {
+    pub const RUNNABLE: u64 = 1;
+    pub const AVAILABLE: u64 = 2;
+    pub const WAITING_FOR_REPLY: u64 = 3;
+    pub const STALLED: u64 = 4;
+    pub const OUT_OF_TIME: u64 = 5;
+    pub const STOPPED: u64 = 6;
+    pub const FAULTED: u64 = 7;
+    pub const WAITING_FOR_KEEPER: u64 = 1 << 8;
+    pub const FAULT_HAS_ERROR_CODE: u64 = 1 << 9;
+    pub const FAULT_HAS_ADDRESS: u64 = 1 << 10;
+    pub const FAULT_VECTOR_SHIFT: u32 = 16;
+}
+
+const REGISTER_COUNT: usize = 18;
+
+fn register_words(registers: &UserRegisters) -> [u64; REGISTER_COUNT] {
+    let r = registers;
+    [
+        r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.r8, r.r9, r.r10, r.r11, r.r12,
+        r.r13, r.r14, r.r15, r.rip, r.rsp, r.rflags,
+    ]
+}
+
+fn registers_from(words: &[u64; REGISTER_COUNT]) -> UserRegisters {
+    let [rax, rbx, rcx, rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15, rip, rsp, rflags] =
+        *words;
+    UserRegisters {
+        rax, rbx, rcx, rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15, rip, rsp, rflags,
+    }
+}
+
+/// Writes every process's registers and run state into its root node, so that the nodes
+/// alone hold everything a restart needs (EROS: the process table is a cache).
+pub fn write_back(objects: &mut Objects) {
+    let scheduler = SCHEDULER.lock();
+    for process in &scheduler.processes {
+        let mut words = [0u64; process_root::REGISTER_WORDS];
+        words[..REGISTER_COUNT].copy_from_slice(&register_words(&process.registers));
+        let mut code = match process.state {
+            ProcessState::Runnable => status::RUNNABLE,
+            ProcessState::Available => status::AVAILABLE,
+            ProcessState::WaitingForReply => status::WAITING_FOR_REPLY,
+            ProcessState::Stalled => status::STALLED,
+            ProcessState::OutOfTime => status::OUT_OF_TIME,
+            ProcessState::Stopped { .. } => status::STOPPED,
+            ProcessState::Faulted(report) => {
+                words[REGISTER_COUNT] = report.error_code.unwrap_or(0);
+                words[REGISTER_COUNT + 1] = report.address.unwrap_or(0);
+                status::FAULTED
+                    | u64::from(report.vector) << status::FAULT_VECTOR_SHIFT
+                    | if report.error_code.is_some() { status::FAULT_HAS_ERROR_CODE } else { 0 }
+                    | if report.address.is_some() { status::FAULT_HAS_ADDRESS } else { 0 }
+            }
+        };
+        if process.waiting_for_keeper {
+            code |= status::WAITING_FOR_KEEPER;
+        }
+        let detail = match process.state {
+            ProcessState::Stopped { exit_code } => exit_code,
+            ProcessState::Faulted(report) => report.rip,
+            _ => 0,
+        };
+        words[REGISTER_COUNT + 2] = process.invocation_count;
+        let Ok(node) = objects.cache.node_mut(&process.root) else {
+            continue; // A rescinded root: the process is gone with it.
+        };
+        node.swap(process_root::STATUS, Capability::number([code, detail]));
+        for (index, pair) in words.chunks_exact(2).enumerate() {
+            let slot = Slot::constant(process_root::REGISTERS_FIRST.index() as u8 + index as u8);
+            node.swap(slot, Capability::number([pair[0], pair[1]]));
+        }
+    }
+}
+
+/// Drops every translation and every process's page tables: after a snapshot, a page may be
+/// written only after a fault that marks it dirty and preserves its snapshot copy.
+pub fn drop_all_translations(objects: &mut Objects) {
+    objects.cache.forget_translations();
+    let mut scheduler = SCHEDULER.lock();
+    scheduler.installed = None;
+    space::flush_live_user_half();
+    for process in &mut scheduler.processes {
+        process.tables.clear();
+    }
+}
+
+/// Rebuilds the process table from the root nodes a checkpoint names, in its order. A
+/// process stalled at the snapshot runs its invocation again (its registers point at the
+/// `syscall`); nothing else changes state.
+pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Result<(), alloc::string::String> {
+    space::init_live_root(Cr3::read().0);
+    let mut scheduler = SCHEDULER.lock();
+    for &(root_id, name) in processes {
+        let root = objects
+            .cache
+            .node_capability(CapType::Process, root_id)
+            .ok_or_else(|| alloc::format!("process {name}: root node {} is not in the checkpoint", root_id.0))?;
+        let node = objects.cache.node(&root).expect("just looked up");
+        let number = |slot: Slot| node.get(slot).number_words().unwrap_or([0, 0]);
+        let [code, detail] = number(process_root::STATUS);
+        let mut words = [0u64; process_root::REGISTER_WORDS];
+        for (index, pair) in words.chunks_exact_mut(2).enumerate() {
+            let slot = Slot::constant(process_root::REGISTERS_FIRST.index() as u8 + index as u8);
+            pair.copy_from_slice(&number(slot));
+        }
+        let state = match code & 0xff {
+            status::RUNNABLE | status::STALLED => ProcessState::Runnable,
+            status::AVAILABLE => ProcessState::Available,
+            status::WAITING_FOR_REPLY => ProcessState::WaitingForReply,
+            status::OUT_OF_TIME => ProcessState::OutOfTime,
+            status::STOPPED => ProcessState::Stopped { exit_code: detail },
+            status::FAULTED => ProcessState::Faulted(FaultReport {
+                vector: (code >> status::FAULT_VECTOR_SHIFT) as u8,
+                error_code: (code & status::FAULT_HAS_ERROR_CODE != 0).then_some(words[REGISTER_COUNT]),
+                rip: detail,
+                address: (code & status::FAULT_HAS_ADDRESS != 0).then_some(words[REGISTER_COUNT + 1]),
+            }),
+            other => return Err(alloc::format!("process {name}: unknown run state {other}")),
+        };
+        let mut registers = [0u64; REGISTER_COUNT];
+        registers.copy_from_slice(&words[..REGISTER_COUNT]);
+        scheduler.processes.push(Process {
+            name,
+            root,
+            tables: space::UserTables::new(),
+            registers: registers_from(&registers),
+            state,
+            stalled: VecDeque::new(),
+            waiting_for_keeper: code & status::WAITING_FOR_KEEPER != 0,
+            invocation_count: words[REGISTER_COUNT + 2],
+        });
+    }
+    Ok(())
+}
+
+/// Each process's root node id and name, in table order (for the checkpoint directory).
+pub fn roots_and_names() -> Vec<(ObjectId, &'static str)> {
+    SCHEDULER
+        .lock()
+        .processes
+        .iter()
+        .map(|process| (process.root.object(), process.name))
+        .collect()
 }

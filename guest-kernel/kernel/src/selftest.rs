@@ -9,6 +9,7 @@ use holdfast_boot_image::Image;
 use crate::arch::{self, timer};
 use crate::bootinfo::BootInformation;
 use crate::process::{self, ProcessState};
+use crate::checkpoint::{self, Opened};
 use crate::{BootOptions, drivers, initial_system, println};
 
 static FAILED: AtomicBool = AtomicBool::new(false);
@@ -95,7 +96,53 @@ pub fn run(
         check(close)
     );
     drivers::self_test(&mut devices);
+    let disk = match devices.block {
+        drivers::Device::Ready(disk) => Some(disk),
+        _ => None,
+    };
+    let store = match checkpoint::open(disk) {
+        Ok(Opened::NoStore(why)) => {
+            println!("holdfast: store: {why}; nothing persists");
+            None
+        }
+        Ok(Opened::Checkpointed(mut store)) => {
+            let generation = store.checkpoint_generation();
+            match checkpoint::restore(&mut store) {
+                Ok(count) => println!(
+                    "holdfast: restarted from checkpoint {generation}: {count} processes"
+                ),
+                Err(error) => {
+                    println!("selftest: store: restart from checkpoint {generation}: {error} [{}]", check(false));
+                    finish()
+                }
+            }
+            start_checkpoints(store, options.checkpoint_interval_ms)
+        }
+        Ok(Opened::Fresh(store)) => Some(store),
+        Err(error) => {
+            println!("selftest: store: {error}; not started [{}]", check(false));
+            finish()
+        }
+    };
+    build_initial_system(boot);
+    match store {
+        Some(store) => start_checkpoints(store, options.checkpoint_interval_ms),
+        None => process::run(report_processes),
+    }
+}
 
+/// Runs the system with checkpoints to `store`; never ends (the VM is stopped from outside).
+fn start_checkpoints(store: holdfast_store::Store<drivers::Block>, interval_ms: u64) -> ! {
+    if let Err(error) = checkpoint::start(store, interval_ms) {
+        println!("selftest: store: {error} [{}]", check(false));
+        finish()
+    }
+    println!("holdfast: store: checkpoints every {interval_ms} ms");
+    process::run(checkpoint::idle)
+}
+
+/// Builds the initial system of the image's system table, or reports why not and ends.
+fn build_initial_system(boot: &BootInformation) {
     let Some(bytes) = boot.initial_image_bytes() else {
         println!(
             "selftest: initial image: missing (no boot module) [{}]",
@@ -139,7 +186,6 @@ pub fn run(
             finish()
         }
     }
-    process::run(report_processes)
 }
 
 fn report_processes() -> ! {

@@ -42,6 +42,9 @@ fn for_each_piece(
         if for_writing && !writable {
             return Err(BadAddress);
         }
+        if for_writing {
+            crate::checkpoint::before_page_write(cache, page.object());
+        }
         let frame = cache.page(&page).map_err(|_| BadAddress)?.physical();
         let offset = (at % PAGE_BYTES as u64) as usize;
         let count = (PAGE_BYTES - offset).min((end - at) as usize);

@@ -12,6 +12,7 @@ use hashbrown::HashMap;
 use rustc_hash::FxBuildHasher;
 
 use crate::capability::ObjectKind;
+use crate::image::NODE_IMAGE_BYTES;
 use crate::{CapType, Capability, Node, ObjectId, Slot, Version};
 
 /// The capability is void: its type is void, its object is gone, or its version is stale.
@@ -27,11 +28,24 @@ struct NodeEntry {
     /// The translation epoch in which a space walk last passed this node: if it is the
     /// current one, some page-table entry may depend on the node's slots.
     translated_in: Cell<u64>,
+    /// Changed since the last snapshot (or never stored).
+    dirty: bool,
 }
 
 struct PageEntry<F> {
     version: Version,
     frame: F,
+    /// Changed, or mapped writable, since the last snapshot (or never stored). A cell: the
+    /// kernel writes pages through shared borrows of the cache (ring 3 writes them without
+    /// the kernel at all once mapped).
+    dirty: Cell<bool>,
+}
+
+/// A node as a snapshot takes it: its versions and its image, ready for the store.
+pub struct NodeSnapshot {
+    pub id: ObjectId,
+    pub version: Version,
+    pub image: alloc::boxed::Box<[u8; NODE_IMAGE_BYTES]>,
 }
 
 /// Pages hold frames of type `F` (in the kernel a physical frame, on the host a buffer).
@@ -58,29 +72,93 @@ impl<F> ObjectCache<F> {
         }
     }
 
-    /// Adds node `id` with `version`; returns `false` (and changes nothing) if it is
-    /// already here.
+    /// Adds a new node `id` with `version` (dirty: the store has never seen it); returns
+    /// `false` (and changes nothing) if it is already here.
     pub fn insert_node(&mut self, id: ObjectId, version: Version, node: Node) -> bool {
+        self.insert_node_entry(id, version, Version::default(), node, true)
+    }
+
+    /// Adds node `id` as the store holds it (clean).
+    pub fn insert_stored_node(&mut self, id: ObjectId, version: Version, resume_version: Version, node: Node) -> bool {
+        self.insert_node_entry(id, version, resume_version, node, false)
+    }
+
+    fn insert_node_entry(&mut self, id: ObjectId, version: Version, resume_version: Version, node: Node, dirty: bool) -> bool {
         if self.nodes.contains_key(&id) {
             return false;
         }
         let entry = NodeEntry {
             version,
-            resume_version: Version::default(),
+            resume_version,
             node,
             translated_in: Cell::new(0),
+            dirty,
         };
         self.nodes.insert(id, entry);
         true
     }
 
-    /// Adds page `id` with `version`; returns the frame back if the page is already here.
+    /// Adds a new page `id` with `version` (dirty); returns the frame back if the page is
+    /// already here.
     pub fn insert_page(&mut self, id: ObjectId, version: Version, frame: F) -> Result<(), F> {
+        self.insert_page_entry(id, version, frame, true)
+    }
+
+    /// Adds page `id` as the store holds it (clean).
+    pub fn insert_stored_page(&mut self, id: ObjectId, version: Version, frame: F) -> Result<(), F> {
+        self.insert_page_entry(id, version, frame, false)
+    }
+
+    fn insert_page_entry(&mut self, id: ObjectId, version: Version, frame: F, dirty: bool) -> Result<(), F> {
         if self.pages.contains_key(&id) {
             return Err(frame);
         }
-        self.pages.insert(id, PageEntry { version, frame });
+        self.pages.insert(id, PageEntry { version, frame, dirty: Cell::new(dirty) });
         Ok(())
+    }
+
+    /// Page `id` may change without the kernel seeing it (it is mapped writable) or the
+    /// kernel wrote it through a shared borrow: the next snapshot must take it.
+    pub fn mark_page_dirty(&self, id: ObjectId) {
+        if let Some(entry) = self.pages.get(&id) {
+            entry.dirty.set(true);
+        }
+    }
+
+    /// The snapshot's nodes: every dirty node's image, after which all nodes are clean.
+    pub fn take_dirty_nodes(&mut self) -> alloc::vec::Vec<NodeSnapshot> {
+        let mut taken = alloc::vec::Vec::new();
+        for (&id, entry) in self.nodes.iter_mut().filter(|(_, entry)| entry.dirty) {
+            entry.dirty = false;
+            taken.push(NodeSnapshot {
+                id,
+                version: entry.version,
+                image: alloc::boxed::Box::new(entry.node.encode(entry.resume_version)),
+            });
+        }
+        taken
+    }
+
+    /// The snapshot's pages: every dirty page's id and version, after which all pages are
+    /// clean. The caller keeps their contents as they are now (copy on write) until stored,
+    /// and must make sure that nothing writes them unseen (drop writable mappings).
+    pub fn take_dirty_pages(&mut self) -> alloc::vec::Vec<(ObjectId, Version)> {
+        let mut taken = alloc::vec::Vec::new();
+        for (&id, entry) in self.pages.iter().filter(|(_, entry)| entry.dirty.get()) {
+            entry.dirty.set(false);
+            taken.push((id, entry.version));
+        }
+        taken
+    }
+
+    /// Page `id`'s frame, whatever its version (for storing it).
+    pub fn page_frame(&self, id: ObjectId) -> Option<&F> {
+        self.pages.get(&id).map(|entry| &entry.frame)
+    }
+
+    /// How many nodes and pages are here.
+    pub fn object_counts(&self) -> (usize, usize) {
+        (self.nodes.len(), self.pages.len())
     }
 
     /// The current capability of `kind` to node `id`, as its owner would mint it.
@@ -166,6 +244,7 @@ impl<F> ObjectCache<F> {
     pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {
         let entry = self.nodes.get_mut(&capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
+        entry.dirty = true;
         Ok(&mut entry.node)
     }
 
@@ -190,6 +269,7 @@ impl<F> ObjectCache<F> {
     pub fn page_mut(&mut self, capability: &Capability) -> Result<&mut F, Void> {
         let entry = self.pages.get_mut(&capability.object()).ok_or(Void)?;
         Self::page_entry_matches(entry, capability)?;
+        entry.dirty.set(true);
         Ok(&mut entry.frame)
     }
 
@@ -217,6 +297,7 @@ impl<F> ObjectCache<F> {
         };
         entry.version = entry.version.next();
         entry.resume_version = entry.resume_version.next();
+        entry.dirty = true;
         true
     }
 
@@ -225,6 +306,7 @@ impl<F> ObjectCache<F> {
             return false;
         };
         entry.version = entry.version.next();
+        entry.dirty.set(true);
         true
     }
 
@@ -237,6 +319,7 @@ impl<F> ObjectCache<F> {
         self.check(resume)?;
         let entry = self.nodes.get_mut(&resume.object()).ok_or(Void)?;
         entry.resume_version = entry.resume_version.next();
+        entry.dirty = true;
         Ok(())
     }
 }
@@ -311,6 +394,35 @@ mod tests {
             Ok(start),
             "a strong path fetches as is"
         );
+    }
+
+    #[test]
+    fn snapshots_take_what_changed_since_the_last_one() {
+        let (mut cache, node, page) = cache_with_node_and_page();
+        assert_eq!(cache.take_dirty_nodes().len(), 1, "new objects are dirty");
+        assert_eq!(cache.take_dirty_pages(), [(ObjectId(1), Version(9))]);
+        assert!(cache.take_dirty_nodes().is_empty() && cache.take_dirty_pages().is_empty());
+
+        cache.node_mut(&node).unwrap().swap(slot(3), page);
+        cache.mark_page_dirty(ObjectId(1));
+        let nodes = cache.take_dirty_nodes();
+        assert_eq!((nodes.len(), nodes[0].id, nodes[0].version), (1, ObjectId(1), Version(4)));
+        let (decoded, resume_version) = Node::decode(&nodes[0].image).unwrap();
+        assert_eq!((decoded.get(slot(3)), resume_version), (page, Version(0)));
+        assert_eq!(cache.take_dirty_pages().len(), 1);
+
+        let resume = cache.node_capability(CapType::Resume, ObjectId(1)).unwrap();
+        cache.consume_resume(&resume).unwrap();
+        assert!(cache.rescind_page(ObjectId(1)));
+        let nodes = cache.take_dirty_nodes();
+        assert_eq!(Node::decode(&nodes[0].image).unwrap().1, Version(1), "the resume version is kept");
+        assert_eq!(cache.take_dirty_pages(), [(ObjectId(1), Version(10))]);
+
+        let mut restored = Cache::default();
+        assert!(restored.insert_stored_node(ObjectId(1), Version(4), Version(1), decoded));
+        restored.insert_stored_page(ObjectId(1), Version(10), [0; 8]).unwrap();
+        assert!(restored.take_dirty_nodes().is_empty() && restored.take_dirty_pages().is_empty());
+        assert_eq!(restored.consume_resume(&resume), Err(Void), "a used resume stays used");
     }
 
     #[test]

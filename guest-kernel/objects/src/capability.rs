@@ -138,7 +138,7 @@ pub struct Capability {
 /// A space of height h covers 4 KiB × 32^h; 7 levels cover the 2^47-byte user half.
 pub const SPACE_HEIGHT_MAX: u8 = 7;
 const SPACE_HEIGHT_MASK: u16 = 0xf;
-const SPACE_KEEPER_FLAG: u16 = 0x10;
+pub(crate) const SPACE_KEEPER_FLAG: u16 = 0x10;
 
 impl Capability {
     pub const VOID: Self = Self {
@@ -160,6 +160,29 @@ impl Capability {
             object,
             version,
         }
+    }
+
+    /// A capability from its stored fields, which the caller has checked (see `image`).
+    pub(crate) const fn from_parts(
+        kind: CapType,
+        rights: Rights,
+        detail: u16,
+        badge: u64,
+        object: ObjectId,
+        version: Version,
+    ) -> Self {
+        Self {
+            kind,
+            rights,
+            detail,
+            badge,
+            object,
+            version,
+        }
+    }
+
+    pub(crate) const fn detail(&self) -> u16 {
+        self.detail
     }
 
     pub const fn number(words: [u64; 2]) -> Self {

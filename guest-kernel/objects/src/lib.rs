@@ -11,12 +11,16 @@
 //!   transformations (restrict, weaken);
 //! - [`node`]: a node's 32 slots and the layout of a process's root node;
 //! - [`cache`]: objects by id, with the version check that makes revocation work.
+//! - [`directory`]: the checkpoint's list of processes and next object ids;
+//! - [`image`]: a node's image on the store, checked field by field when read back.
 #![no_std]
 
 extern crate alloc;
 
 pub mod cache;
 pub mod capability;
+pub mod directory;
+pub mod image;
 pub mod node;
 pub mod space;
 

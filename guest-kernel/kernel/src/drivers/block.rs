@@ -14,6 +14,8 @@ use virtio_drivers::device::blk::{SECTOR_SIZE, VirtIOBlk};
 use virtio_drivers::transport::pci::PciTransport;
 
 use super::hal::KernelHal;
+use holdfast_store::device::check_request;
+use holdfast_store::{BLOCK_SIZE, BlockDevice, DeviceError};
 
 pub struct Block {
     device: VirtIOBlk<KernelHal, PciTransport>,
@@ -108,5 +110,40 @@ impl Block {
             ));
         }
         Ok(Some(seed))
+    }
+}
+
+/// The store's view of the disk: 4096-byte blocks of eight sectors each.
+impl BlockDevice for Block {
+    fn block_count(&self) -> u64 {
+        self.capacity() / SECTORS_PER_BLOCK
+    }
+
+    fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        check_request(self.block_count(), first_block, buf.len())?;
+        self.device
+            .read_blocks((first_block * SECTORS_PER_BLOCK) as usize, buf)
+            .map_err(device_error)
+    }
+
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        check_request(self.block_count(), first_block, data.len())?;
+        self.device
+            .write_blocks((first_block * SECTORS_PER_BLOCK) as usize, data)
+            .map_err(device_error)
+    }
+
+    fn flush(&mut self) -> Result<(), DeviceError> {
+        self.device.flush().map_err(device_error)
+    }
+}
+
+const SECTORS_PER_BLOCK: u64 = (BLOCK_SIZE / SECTOR_SIZE) as u64;
+
+/// A request the device refused may work again; a device that stopped answering will not.
+fn device_error(error: virtio_drivers::Error) -> DeviceError {
+    match error {
+        virtio_drivers::Error::IoError => DeviceError::Io,
+        _ => DeviceError::Gone,
     }
 }
