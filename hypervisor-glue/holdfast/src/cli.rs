@@ -173,6 +173,9 @@ pub enum VmCommand {
     Resume(VmName),
     /// End the VM (QEMU exits; `holdfast run` returns)
     Quit(VmName),
+    /// Kill the VM's QEMU with SIGKILL, as a crash would: nothing is flushed or shut down
+    /// (for crash and failover drills)
+    Kill(VmName),
 }
 
 #[derive(Debug, Args)]

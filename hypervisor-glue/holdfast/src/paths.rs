@@ -46,6 +46,11 @@ pub fn qmp_socket_of(name: &str) -> Result<PathBuf, Failure> {
     Ok(socket)
 }
 
+/// Where `holdfast run` records QEMU's pid: beside the VM's QMP socket.
+pub fn pid_file_beside(qmp_socket: &Path) -> PathBuf {
+    qmp_socket.with_file_name("qemu.pid")
+}
+
 /// A QMP socket path for a VM without a name, private to this process.
 pub fn private_qmp_socket() -> Result<PathBuf, Failure> {
     let socket = std::env::temp_dir()

@@ -5,14 +5,21 @@
 //!
 //! Step `i` writes `mix(i)` into `TRACE[i % TRACE_WORDS]` (four pages), and the count is
 //! kept both in a register (the loop variable) and in memory. Every `REPORT_STEPS` steps it
-//! checks the whole trace and prints `persist-counter: <i>`; on a mismatch it prints what
+//! checks the whole trace, moves a capability between a node slot and a capability register
+//! (so that which of them holds it says whether the report is odd), calls the echo server
+//! with the count, and prints `persist-counter: <i>`; on any disagreement it prints what
 //! differs and stops with exit code 1.
+//!
+//! Capability registers: 0 console, 1 the ledger node (slot 0 holds the number [1, 0] at
+//! the start), 2 the echo server, 3 empty at the start.
 #![no_std]
 #![no_main]
 
 use core::ptr::{addr_of, addr_of_mut};
 
 use holdfast_userlib as user;
+use user::interface::{node, number};
+use user::syscall::CapReg;
 
 const TRACE_WORDS: u64 = 2048;
 const REPORT_STEPS: u64 = 1 << 22;
@@ -56,6 +63,27 @@ fn record_step(count: u64) {
     }
 }
 
+const LEDGER: CapReg = CapReg::new(1);
+const ECHO_SERVER: u8 = 2;
+const MOVED: CapReg = CapReg::new(3);
+/// The echo server's order that replies with the words (echo_server.rs).
+const ECHO: u64 = 1;
+
+/// Report `report`'s capability and IPC checks; `Err` says what disagreed.
+fn check_capabilities(report: u64, count: u64) -> Result<(), &'static str> {
+    // The number moves into register MOVED at odd reports and back into the slot at even ones.
+    node::swap(LEDGER, 0, MOVED, MOVED).map_err(|_| "ledger swap refused")?;
+    let moved = number::value(MOVED).map(|value| [value.word0, value.word1]);
+    match (report % 2, moved) {
+        (1, Ok([1, 0])) | (0, Err(_)) => {}
+        _ => return Err("the ledger's number is not where the report count puts it"),
+    }
+    match user::call(ECHO_SERVER, ECHO, [count, report, 0, 0]) {
+        Ok([echoed, echoed_report, 0, _badge]) if echoed == count && echoed_report == report => Ok(()),
+        _ => Err("the echo server's reply does not match the call"),
+    }
+}
+
 fn main() -> u64 {
     // The loop variable lives in a register: a restart must bring it back with the pages.
     let mut count = stored_count();
@@ -71,6 +99,10 @@ fn main() -> u64 {
             if in_memory != count || !trace_matches(count) {
                 print_with_number("persist-counter: MISMATCH at register count ", count);
                 print_with_number("persist-counter: memory count ", in_memory);
+                return 1;
+            }
+            if let Err(what) = check_capabilities(count / REPORT_STEPS, count) {
+                user::print_parts(&[b"persist-counter: MISMATCH: ", what.as_bytes(), b"\n"]);
                 return 1;
             }
             print_with_number("persist-counter: ", count);

@@ -89,6 +89,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
             qemu.path().display()
         ))
     })?;
+    qmp_socket.record_pid(vm.pid())?;
     let mut stdout = std::io::stdout().lock();
     let report = vm
         .wait(time_limit, |line| {
@@ -217,9 +218,21 @@ impl QmpSocket {
     }
 }
 
+impl QmpSocket {
+    /// Writes QEMU's pid beside the socket, for `holdfast vm kill`.
+    fn record_pid(&self, pid: u32) -> Result<(), Failure> {
+        let file = crate::paths::pid_file_beside(&self.path);
+        std::fs::write(&file, format!("{pid}\n")).map_err(|error| {
+            Failure::other(format!("cannot write '{}': {error}", file.display()))
+        })
+    }
+}
+
 impl Drop for QmpSocket {
     fn drop(&mut self) {
-        // Leftovers are harmless: the next run of the same name removes a stale socket.
+        // Leftovers are harmless: the next run of the same name removes a stale socket, and
+        // `vm kill` checks that a pid is QEMU's before it kills.
+        let _ = std::fs::remove_file(crate::paths::pid_file_beside(&self.path));
         let _ = std::fs::remove_file(&self.path);
         if let Some(directory) = self.path.parent() {
             let _ = std::fs::remove_dir(directory);

@@ -107,23 +107,30 @@ pub fn boot(arguments: &[&str]) -> Run {
 }
 
 /// The image every test boots: `holdfast image build --out <target>/test-image`, run once
-/// per test process. A file lock keeps test processes that run at the same time from
-/// building over each other.
+/// per test process.
 pub fn image_dir() -> &'static Path {
     static IMAGE_DIR: OnceLock<PathBuf> = OnceLock::new();
-    IMAGE_DIR.get_or_init(|| {
-        let dir = target_dir().join("test-image");
-        let lock = File::create(target_dir().join("test-image.lock")).expect("create lock file");
-        lock.lock().expect("lock the test image");
-        let build = run_holdfast(&["image", "build", "--out", dir.to_str().expect("UTF-8 path")]);
-        assert_eq!(
-            build.status,
-            Some(0),
-            "holdfast image build failed\n{}",
-            build.transcript()
-        );
-        dir
-    })
+    IMAGE_DIR.get_or_init(|| build_image("test-image", None))
+}
+
+/// Builds an image of `manifest` (the default one if `None`) into `<target>/<name>`. A file
+/// lock keeps test processes that run at the same time from building over each other.
+pub fn build_image(name: &str, manifest: Option<&Path>) -> PathBuf {
+    let dir = target_dir().join(name);
+    let lock = File::create(target_dir().join(format!("{name}.lock"))).expect("create lock file");
+    lock.lock().expect("lock the image directory");
+    let mut arguments = vec!["image", "build", "--out", dir.to_str().expect("UTF-8 path")];
+    if let Some(manifest) = manifest {
+        arguments.extend(["--manifest", manifest.to_str().expect("UTF-8 path")]);
+    }
+    let build = run_holdfast(&arguments);
+    assert_eq!(
+        build.status,
+        Some(0),
+        "holdfast image build failed\n{}",
+        build.transcript()
+    );
+    dir
 }
 
 /// A child process that is killed if the test ends (or panics) before it exits.

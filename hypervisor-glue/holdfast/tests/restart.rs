@@ -1,0 +1,218 @@
+//! Restart after a crash: a system checkpointing to its store is killed with SIGKILL at a
+//! random moment (`holdfast vm kill`), booted again on the same disk, and must come back
+//! from its newest committed checkpoint with its process where the checkpoint caught it —
+//! registers, pages and capabilities — many times over.
+//!
+//! The workload is `persist-counter` (services/selftest/src/persist_counter.rs, manifest
+//! services/persist-manifest.toml): it prints `persist-counter: <n>` every 2^22 steps, `n`
+//! counted in a register and in memory alongside a trace of every step that it checks at
+//! each print. The kernel prints `holdfast: checkpoint <g> committed: ...` after each commit
+//! and `holdfast: restarted from checkpoint <g>: ...` at a restart. What must hold after each
+//! kill, boot `k` restarting from checkpoint `g`:
+//! - `g` is the newest checkpoint boot `k-1` committed: the last it printed, or one more if
+//!   the kill fell between the commit and its line;
+//! - the first count boot `k` prints is past every count boot `k-1` printed before
+//!   committing checkpoint `g-1` (checkpoint `g` was taken after that), and at most one
+//!   report beyond the last count it printed at all (nothing is invented);
+//! - counts go up by one report at a time within a boot, and the program never finds its
+//!   registers and pages disagreeing (`MISMATCH`) or restarted from its entry point.
+//!
+//! `HOLDFAST_RESTART_ROUNDS` sets the number of kills (default 8).
+
+mod support;
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{KillOnDrop, build_image, holdfast, run_holdfast, scratch_dir, source_dir};
+
+const REPORT_STEPS: u64 = 1 << 22;
+const CHECKPOINT_INTERVAL_MS: u64 = 200;
+/// Commits a boot must show before it is killed, so that the next boot has a checkpoint of
+/// this boot to come back to and the one before it to bound it.
+const COMMITS_BEFORE_KILL: usize = 2;
+const KILL_DELAY_MS_MAX: u64 = 400;
+const BOOT_TIME_LIMIT: Duration = Duration::from_secs(120);
+
+fn random_u64() -> u64 {
+    RandomState::new().build_hasher().finish()
+}
+
+/// What one boot printed, in order.
+struct Boot {
+    lines: Vec<String>,
+}
+
+impl Boot {
+    fn counts(&self) -> Vec<u64> {
+        self.counts_in(&self.lines)
+    }
+
+    fn counts_in(&self, lines: &[String]) -> Vec<u64> {
+        lines
+            .iter()
+            .filter_map(|line| line.strip_prefix("persist-counter: "))
+            .filter_map(|rest| rest.parse().ok())
+            .collect()
+    }
+
+    fn commits(&self) -> Vec<(usize, u64)> {
+        self.lines
+            .iter()
+            .enumerate()
+            .filter_map(|(index, line)| {
+                let rest = line.strip_prefix("holdfast: checkpoint ")?;
+                let (generation, rest) = rest.split_once(' ')?;
+                rest.starts_with("committed")
+                    .then_some(())
+                    .and_then(|()| Some((index, generation.parse().ok()?)))
+            })
+            .collect()
+    }
+
+    fn restarted_from(&self) -> Option<u64> {
+        self.lines.iter().find_map(|line| {
+            let rest = line.strip_prefix("holdfast: restarted from checkpoint ")?;
+            rest.split(':').next()?.parse().ok()
+        })
+    }
+
+    /// The last count printed before the line announcing `generation`'s commit.
+    fn last_count_before_commit(&self, generation: u64) -> Option<u64> {
+        let (index, _) = self.commits().into_iter().find(|&(_, g)| g == generation)?;
+        self.counts_in(&self.lines[..index]).last().copied()
+    }
+
+    fn transcript(&self) -> String {
+        self.lines.join("\n")
+    }
+}
+
+/// Boots the persist image on `store` as VM `name`, kills it `delay` after its
+/// [`COMMITS_BEFORE_KILL`]th commit, and returns what it printed.
+fn boot_and_kill(image_dir: &Path, store: &Path, name: &str, delay: Duration) -> Boot {
+    let append = format!("holdfast.checkpoint-interval-ms={CHECKPOINT_INTERVAL_MS}");
+    let mut command = holdfast();
+    command
+        .args(["run", "--name", name, "--accel", "tcg", "--timeout-seconds", "300"])
+        .arg("--image-dir")
+        .arg(image_dir)
+        .arg("--disk")
+        .arg(store)
+        .args(["--append", &append])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = KillOnDrop(command.spawn().expect("start holdfast run"));
+    let stdout = child.0.stdout.take().expect("piped");
+    let (sender, receiver) = mpsc::channel();
+    let reader = thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut boot = Boot { lines: Vec::new() };
+    let started = Instant::now();
+    let mut kill_at = None;
+    loop {
+        if kill_at.is_some_and(|at| Instant::now() >= at) {
+            break;
+        }
+        let left = BOOT_TIME_LIMIT.saturating_sub(started.elapsed());
+        assert!(!left.is_zero(), "no {COMMITS_BEFORE_KILL} commits within {BOOT_TIME_LIMIT:?}:\n{}", boot.transcript());
+        let wait = kill_at.map_or(left, |at: Instant| at.saturating_duration_since(Instant::now()));
+        match receiver.recv_timeout(wait) {
+            Ok(line) => boot.lines.push(line),
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("the VM ended before it was killed:\n{}", boot.transcript())
+            }
+        }
+        if kill_at.is_none() && boot.commits().len() >= COMMITS_BEFORE_KILL {
+            kill_at = Some(Instant::now() + delay);
+        }
+    }
+    let kill = run_holdfast(&["vm", "kill", name]);
+    assert_eq!(kill.status, Some(0), "holdfast vm kill failed\n{}", kill.transcript());
+    assert!(kill.stdout.starts_with(&format!("{name}: killed (SIGKILL to QEMU, pid ")), "{}", kill.transcript());
+    // The rest of what the VM printed before it died.
+    boot.lines.extend(receiver.iter());
+    reader.join().expect("the reader thread ends");
+    let status = child.0.wait().expect("holdfast run ends");
+    assert!(!status.success(), "a killed VM is not a success: {status}");
+    boot
+}
+
+/// Checks one boot on its own: no disagreement found, counts one report apart.
+fn check_boot(boot: &Boot) {
+    for bad in ["MISMATCH", "continuing at", "kernel panic", "checkpoint failed", "[FAILED]"] {
+        assert!(!boot.lines.iter().any(|line| line.contains(bad)), "'{bad}' in:\n{}", boot.transcript());
+    }
+    let counts = boot.counts();
+    assert!(!counts.is_empty(), "no counts:\n{}", boot.transcript());
+    for pair in counts.windows(2) {
+        assert_eq!(pair[1], pair[0] + REPORT_STEPS, "counts out of step:\n{}", boot.transcript());
+    }
+}
+
+/// Checks that `boot` restarted where `before` (the boot it followed) left off.
+fn check_restart(before: &Boot, boot: &Boot) {
+    let context = || format!("--- the boot before\n{}\n--- the restart\n{}", before.transcript(), boot.transcript());
+    let last_commit = before.commits().last().map(|&(_, generation)| generation).expect("commits were awaited");
+    let generation = boot.restarted_from().unwrap_or_else(|| panic!("no restart line\n{}", context()));
+    assert!(
+        generation == last_commit || generation == last_commit + 1,
+        "restarted from checkpoint {generation}, but the last commit before the kill was {last_commit}\n{}",
+        context()
+    );
+    let first = boot.counts()[0];
+    let floor = before.last_count_before_commit(generation - 1);
+    assert!(
+        floor.is_none_or(|floor| first > floor),
+        "restarted at count {first}, behind {floor:?}, a count printed before checkpoint {} committed\n{}",
+        generation - 1,
+        context()
+    );
+    let ceiling = before.counts().last().copied().unwrap_or(0) + REPORT_STEPS;
+    assert!(first <= ceiling, "restarted at count {first}, beyond anything reached ({ceiling})\n{}", context());
+}
+
+#[test]
+fn a_killed_system_restarts_from_its_newest_checkpoint() {
+    let manifest = source_dir().join("services/persist-manifest.toml");
+    let image_dir = build_image("persist-image", Some(&manifest));
+    let directory = scratch_dir("restart");
+    let store = directory.join("store.img");
+    let store_path = store.to_str().expect("UTF-8 path");
+    let format = run_holdfast(&["store", "format", "--size-mib", "16", store_path]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+
+    let rounds: usize = std::env::var("HOLDFAST_RESTART_ROUNDS").ok().and_then(|value| value.parse().ok()).unwrap_or(8);
+    let name = format!("restart-test-{}", std::process::id());
+    let mut previous: Option<Boot> = None;
+    for round in 0..rounds {
+        let delay = Duration::from_millis(random_u64() % (KILL_DELAY_MS_MAX + 1));
+        let boot = boot_and_kill(&image_dir, &store, &name, delay);
+        check_boot(&boot);
+        match &previous {
+            None => assert_eq!(boot.restarted_from(), None, "a fresh store restarted:\n{}", boot.transcript()),
+            Some(before) => check_restart(before, &boot),
+        }
+        eprintln!(
+            "round {round}: killed {delay:?} after commit {}, counts {:?}..{:?}",
+            boot.commits().get(COMMITS_BEFORE_KILL - 1).map_or(0, |&(_, generation)| generation),
+            boot.counts().first(),
+            boot.counts().last()
+        );
+        let check = run_holdfast(&["store", "check", store_path]);
+        assert_eq!(check.status, Some(0), "the store is not clean after kill {round}\n{}", check.transcript());
+        previous = Some(boot);
+    }
+}
