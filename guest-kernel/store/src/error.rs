@@ -81,6 +81,8 @@ pub enum StoreError {
     NoSuchMirror { mirror: usize },
     /// Too many journal pages wait for [`crate::Store::journal_write`].
     JournalQueueFull,
+    /// The store was opened with [`crate::Store::open_read_only`]: it writes nothing.
+    ReadOnly,
 }
 
 impl From<Corruption> for StoreError {
@@ -148,6 +150,7 @@ impl fmt::Display for StoreError {
             }
             Self::NoSuchMirror { mirror } => write!(f, "no mirror slot {mirror}"),
             Self::JournalQueueFull => f.write_str("journal queue full: write the queued commits first"),
+            Self::ReadOnly => f.write_str("the store was opened read-only"),
         }
     }
 }

@@ -72,6 +72,36 @@ pub struct Inspection {
     pub log_resident_pages: u64,
     pub journal_queued_commits: usize,
     pub mirrors: MirrorStatus,
+    /// Superblock slots that open found bad or stale on a mirror it kept, and whether it
+    /// repaired them (see [`Store::recovery_findings`]).
+    pub recovery_findings: Vec<Finding>,
+}
+
+/// What becomes of a bad copy that recovery or a check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remedy {
+    /// A read-write open rewrote it from the superblock it recovered.
+    Repaired,
+    /// Left as it is (the store was opened read-only, or the damage came after open); the
+    /// next read-write open rewrites it.
+    NextOpen,
+}
+
+/// A copy of a block that failed a check, on one mirror.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The mirror's index, in the order the devices were given.
+    pub mirror: usize,
+    pub corruption: Corruption,
+    /// `None` when the finding says nothing of repair.
+    pub remedy: Option<Remedy>,
+}
+
+impl Finding {
+    /// A superblock slot (block 0 or 1) that failed `check` on `mirror`.
+    pub(crate) fn superblock_slot(mirror: usize, slot: u64, check: Check, remedy: Remedy) -> Self {
+        Self { mirror, corruption: Corruption { region: Region::Superblock, block: slot, check }, remedy: Some(remedy) }
+    }
 }
 
 /// What [`Store::check`] found.
@@ -83,8 +113,8 @@ pub struct CheckReport {
     /// Home blocks ever written, per mirror checked.
     pub home_node_pots_written: u64,
     pub home_pages_written: u64,
-    /// Every problem found, up to [`CHECK_FINDINGS_MAX`]: (mirror, block, check).
-    pub findings: Vec<(usize, Corruption)>,
+    /// Every problem found, up to [`CHECK_FINDINGS_MAX`].
+    pub findings: Vec<Finding>,
     pub finding_count: u64,
 }
 
@@ -92,9 +122,13 @@ pub const CHECK_FINDINGS_MAX: usize = 64;
 
 impl CheckReport {
     fn find(&mut self, mirror: usize, region: Region, block: u64, check: Check) {
+        self.push(Finding { mirror, corruption: Corruption { region, block, check }, remedy: None });
+    }
+
+    fn push(&mut self, finding: Finding) {
         self.finding_count += 1;
         if self.findings.len() < CHECK_FINDINGS_MAX {
-            self.findings.push((mirror, Corruption { region, block, check }));
+            self.findings.push(finding);
         }
     }
 
@@ -107,6 +141,9 @@ impl<D: BlockDevice> Store<D> {
     /// Puts a blank device into mirror slot `mirror` (a failed one, or a new second slot);
     /// [`Store::resilver_step`] then copies the store onto it while it runs.
     pub fn replace_mirror(&mut self, mirror: usize, device: D) -> Result<(), StoreError> {
+        if self.mirrors.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         if device.block_count() < self.layout.block_count {
             return Err(StoreError::Geometry("the replacement is smaller than the store"));
         }
@@ -160,12 +197,18 @@ impl<D: BlockDevice> Store<D> {
             log_resident_pages: self.directory.len() as u64 - log_resident_node_pots,
             journal_queued_commits: self.journal_queued_commits(),
             mirrors: self.mirror_status(),
+            recovery_findings: self.recovery_findings.clone(),
         }
     }
 
     /// Verifies every copy of everything reachable, mirror by mirror, without repairing:
     /// both superblock slots, every live log record and its data, both table slots of every
     /// group, and every home block a table lists as written. Reads the whole store.
+    ///
+    /// It reports what is on the disks now: after [`Store::open`], superblock slots that
+    /// recovery repaired are in [`Store::recovery_findings`], not here; after
+    /// [`Store::open_read_only`] they are still on disk, so here (marked
+    /// [`Remedy::NextOpen`]) as well as there.
     pub fn check(&mut self) -> Result<CheckReport, StoreError> {
         let mut report = CheckReport::default();
         for mirror in self.mirrors.readable(0, self.layout.block_count) {
@@ -184,16 +227,20 @@ impl<D: BlockDevice> Store<D> {
         Ok(report)
     }
 
+    /// Both slots must decode, and the current one must hold the current superblock: any
+    /// other copy is what a read-write open rewrites (see [`Store::open`]).
     fn check_superblocks(&mut self, mirror: usize, report: &mut CheckReport) {
         for slot in 0..2u64 {
             let mut block = zeroed_block();
             report.blocks_checked += 1;
             match self.mirrors.read_from(mirror, slot, &mut block[..]) {
-                Ok(()) => {
-                    if let Err(check) = Superblock::decode(&block, slot) {
-                        report.find(mirror, Region::Superblock, slot, check);
+                Ok(()) => match Superblock::decode(&block, slot) {
+                    Ok(found) if slot == self.superblock.slot() && found.generation != self.superblock.generation => {
+                        report.push(Finding::superblock_slot(mirror, slot, Check::Sequence, Remedy::NextOpen));
                     }
-                }
+                    Ok(_) => {}
+                    Err(check) => report.push(Finding::superblock_slot(mirror, slot, check, Remedy::NextOpen)),
+                },
                 Err(_) => report.find(mirror, Region::Superblock, slot, Check::Bounds),
             }
         }
@@ -308,6 +355,35 @@ impl core::fmt::Display for Inspection {
             self.log_resident_node_pots,
             self.log_resident_pages
         )?;
-        write!(f, "mirrors             {:?}{}", self.mirrors.mirrors, if self.mirrors.degraded { " DEGRADED" } else { "" })
+        write!(f, "mirrors             {:?}{}", self.mirrors.mirrors, if self.mirrors.degraded { " DEGRADED" } else { "" })?;
+        for finding in &self.recovery_findings {
+            write!(f, "\nrecovery finding    mirror {}: {finding}", finding.mirror)?;
+        }
+        Ok(())
+    }
+}
+
+impl core::fmt::Display for Remedy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::Repaired => "repaired at open",
+            Self::NextOpen => "will be rewritten at the next read-write open",
+        })
+    }
+}
+
+/// The block and the check, and what becomes of it; the mirror is left to the caller, who
+/// can name its device.
+impl core::fmt::Display for Finding {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let Corruption { region, block, check } = self.corruption;
+        match region {
+            Region::Superblock => write!(f, "superblock slot {block} (block {block}) failed the {check} check")?,
+            _ => write!(f, "{}", self.corruption)?,
+        }
+        match self.remedy {
+            Some(remedy) => write!(f, " — {remedy}"),
+            None => Ok(()),
+        }
     }
 }

@@ -38,6 +38,9 @@ pub(crate) struct MirrorSet<D> {
     pub(crate) repaired_blocks_total: u64,
     /// A mirror failed since the last superblock write; the next flush records it.
     pub(crate) failures_unrecorded: bool,
+    /// Opened read-only: nothing is written or flushed, repairs included (bad copies stay
+    /// for `check` to report and for the next read-write open to repair).
+    pub(crate) read_only: bool,
 }
 
 impl<D: BlockDevice> MirrorSet<D> {
@@ -50,7 +53,13 @@ impl<D: BlockDevice> MirrorSet<D> {
         }
         let mirrors =
             devices.into_iter().map(|device| Mirror { device, state: MirrorState::Healthy }).collect();
-        Ok(Self { mirrors, written_bytes_total: 0, repaired_blocks_total: 0, failures_unrecorded: false })
+        Ok(Self {
+            mirrors,
+            written_bytes_total: 0,
+            repaired_blocks_total: 0,
+            failures_unrecorded: false,
+            read_only: false,
+        })
     }
 
     pub(crate) fn states(&self) -> Vec<MirrorState> {
@@ -108,6 +117,9 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Writes to every live mirror (resilvering ones included, so that copied blocks stay
     /// current).
     pub(crate) fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         let mut written = false;
         for index in 0..self.mirrors.len() {
             match self.mirrors[index].state {
@@ -128,7 +140,11 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     /// Writes to one mirror only, to repair it; a failure drops the mirror if it can be.
+    /// Read-only, the repair is skipped (and not counted): the bad copy stays.
     pub(crate) fn write_to(&mut self, index: usize, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
         match self.mirrors[index].device.write(first_block, data) {
             Ok(()) => {
                 self.written_bytes_total += data.len() as u64;
@@ -140,6 +156,10 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        if self.read_only {
+            // Nothing was written.
+            return Ok(());
+        }
         for index in 0..self.mirrors.len() {
             if matches!(self.mirrors[index].state, MirrorState::Failed(_)) {
                 continue;
@@ -215,6 +235,9 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// one: blocks 2 and up in order, then the superblocks. Returns the blocks still to copy
     /// (0 when no mirror is resilvering).
     pub(crate) fn resilver_step(&mut self, store_block_count: u64, block_count_max: u64) -> Result<u64, StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         let Some(target) = self
             .mirrors
             .iter()

@@ -14,6 +14,7 @@ use crate::format::log_record::BlockKind;
 use crate::format::superblock::{LogCursor, Superblock};
 use crate::format::{Block, zeroed_block};
 use crate::geometry::{Geometry, HomeRangeLayout, Layout, NODE_SIZE, NODES_PER_POT};
+use crate::inspect::Finding;
 use crate::journal::JournalQueue;
 use crate::mirror::{MirrorSet, MirrorState};
 use crate::phase::Phase;
@@ -79,6 +80,8 @@ pub struct Store<D: BlockDevice> {
     pub(crate) journal: JournalQueue,
     pub(crate) table_sequence_next: u64,
     pub(crate) totals: Totals,
+    /// Superblock slots open found bad or stale on the mirrors it kept.
+    pub(crate) recovery_findings: Vec<Finding>,
 }
 
 /// Running totals behind [`crate::StoreCounters`].
@@ -135,6 +138,20 @@ impl<D: BlockDevice> Store<D> {
 
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// Superblock slots that open found torn, corrupt or stale (an older generation in the
+    /// current slot than another mirror holds) on a mirror it kept: repaired by
+    /// [`Store::open`], left on disk by [`Store::open_read_only`]. The other slot and the
+    /// other mirrors still held the superblock, so nothing was lost, but the disks were
+    /// damaged or a superblock write was cut off.
+    pub fn recovery_findings(&self) -> &[Finding] {
+        &self.recovery_findings
+    }
+
+    /// Whether the store was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.mirrors.read_only
     }
 
     /// The newest committed checkpoint generation.

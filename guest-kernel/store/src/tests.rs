@@ -3,7 +3,7 @@
 
 use alloc::rc::Rc;
 use alloc::vec::Vec;
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 
 use holdfast_objects::{ObjectId, Version};
 
@@ -11,13 +11,31 @@ use crate::device::check_request;
 use crate::format::zeroed_block;
 use crate::*;
 
-/// Shared so that a test can damage the media under an open store.
+/// Shared so that a test can damage the media under an open store; counts the write and
+/// flush requests it gets.
 #[derive(Clone)]
-struct MemoryDevice(Rc<RefCell<Vec<u8>>>);
+struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>);
 
 impl MemoryDevice {
     fn new(block_count: u64) -> Self {
-        Self(Rc::new(RefCell::new(alloc::vec![0; block_count as usize * BLOCK_SIZE])))
+        Self(Rc::new(RefCell::new(alloc::vec![0; block_count as usize * BLOCK_SIZE])), Rc::new(Cell::new(0)))
+    }
+
+    /// Write and flush requests so far.
+    fn requests(&self) -> u64 {
+        self.1.get()
+    }
+
+    fn contents(&self) -> Vec<u8> {
+        self.0.borrow().clone()
+    }
+
+    fn block(&self, block: u64) -> Vec<u8> {
+        self.0.borrow()[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE].to_vec()
+    }
+
+    fn set_block(&self, block: u64, bytes: &[u8]) {
+        self.0.borrow_mut()[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE].copy_from_slice(bytes);
     }
 
     fn flip_bit(&self, block: u64) {
@@ -38,6 +56,7 @@ impl BlockDevice for MemoryDevice {
     }
 
     fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.1.set(self.1.get() + 1);
         check_request(self.block_count(), first_block, data.len())?;
         let start = first_block as usize * BLOCK_SIZE;
         self.0.borrow_mut()[start..start + data.len()].copy_from_slice(data);
@@ -45,6 +64,7 @@ impl BlockDevice for MemoryDevice {
     }
 
     fn flush(&mut self) -> Result<(), DeviceError> {
+        self.1.set(self.1.get() + 1);
         Ok(())
     }
 }
@@ -283,4 +303,96 @@ fn a_mirror_missing_at_open_is_reported_and_stale_when_it_returns() {
     drop(store);
     let mut store = Store::open(alloc::vec![second]).unwrap();
     assert_eq!(read_page(&mut store, 3), (1, 0x33));
+}
+
+fn slot_finding(mirror: usize, slot: u64, check: Check, remedy: Remedy) -> Finding {
+    Finding { mirror, corruption: Corruption { region: Region::Superblock, block: slot, check }, remedy: Some(remedy) }
+}
+
+#[test]
+fn a_torn_superblock_slot_is_reported_left_alone_read_only_and_repaired_by_open() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    // Format writes generations 0 and 1, its open 2 (slot 0): slot 1 holds the older one.
+    drop(Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap());
+    device.flip_bit(1);
+    let (before, requests) = (device.contents(), device.requests());
+
+    let mut store = Store::open_read_only(alloc::vec![device.clone()]).unwrap();
+    let torn = slot_finding(0, 1, Check::Checksum, Remedy::NextOpen);
+    assert_eq!(store.recovery_findings(), &[torn]);
+    assert_eq!(store.inspect().recovery_findings, alloc::vec![torn]);
+    assert_eq!(
+        alloc::format!("{torn}"),
+        "superblock slot 1 (block 1) failed the record checksum check — will be rewritten at the next read-write open"
+    );
+    assert!(
+        alloc::format!("{}", store.inspect()).ends_with(
+            "\nrecovery finding    mirror 0: superblock slot 1 (block 1) failed the record checksum check — will be \
+             rewritten at the next read-write open"
+        ),
+        "{}",
+        store.inspect()
+    );
+    let report = store.check().unwrap();
+    assert_eq!((report.findings.clone(), report.finding_count, report.is_clean()), (alloc::vec![torn], 1, false));
+    assert_eq!(read_page(&mut store, 5), (0, 0));
+    // Nothing that writes works, and nothing was written or flushed.
+    assert_eq!(store.journal_write(), Ok(None));
+    let data = page(1);
+    store.journal_submit(&[JournalPage { id: ObjectId(1), version: Version(1), data: &data }]).unwrap();
+    assert_eq!(store.journal_write(), Err(StoreError::ReadOnly));
+    assert_eq!(store.resilver_step(10), Err(StoreError::ReadOnly));
+    assert_eq!(store.inspect().boot_count, 1);
+    drop(store);
+    assert_eq!(device.requests(), requests);
+    assert!(device.contents() == before, "a read-only open changed the device");
+
+    // A read-write open repairs it (its boot superblock goes to slot 1) and says so.
+    let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
+    assert_eq!(store.recovery_findings(), &[slot_finding(0, 1, Check::Checksum, Remedy::Repaired)]);
+    assert!(store.check().unwrap().is_clean());
+    drop(store);
+    assert!(Store::open_read_only(alloc::vec![device]).unwrap().recovery_findings().is_empty());
+}
+
+#[test]
+fn a_torn_newest_superblock_falls_back_to_the_other_slot_and_is_reported() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    let generation = store.inspect().superblock_generation;
+    drop(store);
+    let newest_slot = generation % 2;
+    device.flip_bit(newest_slot);
+    let mut store = Store::open_read_only(alloc::vec![device.clone()]).unwrap();
+    assert_eq!(store.recovery_findings(), &[slot_finding(0, newest_slot, Check::Checksum, Remedy::NextOpen)]);
+    assert_eq!(store.inspect().superblock_generation, generation - 1);
+    // The older superblock names the same log: the checkpoint is still there.
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+    assert_eq!(store.check().unwrap().finding_count, 1);
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(store.recovery_findings(), &[slot_finding(0, newest_slot, Check::Checksum, Remedy::Repaired)]);
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+    assert!(store.check().unwrap().is_clean());
+}
+
+#[test]
+fn a_superblock_write_that_missed_one_mirror_is_reported_as_stale() {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    let (first, second) = (MemoryDevice::new(block_count), MemoryDevice::new(block_count));
+    drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
+    // Generation 3 goes to slot 1 of both; the second mirror then loses it, as if the power
+    // had failed before its copy reached the media.
+    let older = second.block(1);
+    drop(Store::open(alloc::vec![first.clone(), second.clone()]).unwrap());
+    second.set_block(1, &older);
+    let mut store = Store::open_read_only(alloc::vec![first.clone(), second.clone()]).unwrap();
+    let stale = slot_finding(1, 1, Check::Sequence, Remedy::NextOpen);
+    assert_eq!(store.recovery_findings(), &[stale]);
+    assert_eq!(store.check().unwrap().findings, alloc::vec![stale]);
+    drop(store);
+    let mut store = Store::open(alloc::vec![first, second]).unwrap();
+    assert_eq!(store.recovery_findings(), &[slot_finding(1, 1, Check::Sequence, Remedy::Repaired)]);
+    assert!(store.check().unwrap().is_clean());
 }
