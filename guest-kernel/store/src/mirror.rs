@@ -24,7 +24,9 @@ pub enum MirrorState {
     /// from it once copied; the superblocks are copied last and not written before, so a
     /// restart in the middle finds no superblock and starts the copy again rather than
     /// trusting a half-copied mirror.
-    Resilvering { copied_blocks: u64 },
+    Resilvering {
+        copied_blocks: u64,
+    },
 }
 
 pub(crate) struct Mirror<D> {
@@ -49,10 +51,17 @@ impl<D: BlockDevice> MirrorSet<D> {
             return Err(StoreError::NoMirror);
         }
         if devices.len() > MIRROR_COUNT_MAX {
-            return Err(StoreError::NoSuchMirror { mirror: MIRROR_COUNT_MAX });
+            return Err(StoreError::NoSuchMirror {
+                mirror: MIRROR_COUNT_MAX,
+            });
         }
-        let mirrors =
-            devices.into_iter().map(|device| Mirror { device, state: MirrorState::Healthy }).collect();
+        let mirrors = devices
+            .into_iter()
+            .map(|device| Mirror {
+                device,
+                state: MirrorState::Healthy,
+            })
+            .collect();
         Ok(Self {
             mirrors,
             written_bytes_total: 0,
@@ -67,7 +76,10 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     fn live_count(&self) -> usize {
-        self.mirrors.iter().filter(|mirror| !matches!(mirror.state, MirrorState::Failed(_))).count()
+        self.mirrors
+            .iter()
+            .filter(|mirror| !matches!(mirror.state, MirrorState::Failed(_)))
+            .count()
     }
 
     /// Mirrors a run of `block_count` blocks from `first_block` can be read from.
@@ -96,12 +108,20 @@ impl<D: BlockDevice> MirrorSet<D> {
             }
             Ok(())
         } else {
-            Err(StoreError::Device { mirror: index, error })
+            Err(StoreError::Device {
+                mirror: index,
+                error,
+            })
         }
     }
 
     /// Reads raw blocks from one mirror; a device error is recorded against it.
-    pub(crate) fn read_from(&mut self, index: usize, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+    pub(crate) fn read_from(
+        &mut self,
+        index: usize,
+        first_block: u64,
+        buf: &mut [u8],
+    ) -> Result<(), DeviceError> {
         let result = self.mirrors[index].device.read(first_block, buf);
         if let Err(error) = result {
             // A failed read is reported to the caller, which tries the next mirror; the
@@ -141,7 +161,12 @@ impl<D: BlockDevice> MirrorSet<D> {
 
     /// Writes to one mirror only, to repair it; a failure drops the mirror if it can be.
     /// Read-only, the repair is skipped (and not counted): the bad copy stays.
-    pub(crate) fn write_to(&mut self, index: usize, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
+    pub(crate) fn write_to(
+        &mut self,
+        index: usize,
+        first_block: u64,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
         if self.read_only {
             return Ok(());
         }
@@ -196,9 +221,16 @@ impl<D: BlockDevice> MirrorSet<D> {
                         }
                         return Ok(());
                     }
-                    Err(check) => StoreError::Corrupt(Corruption { region, block: first_block, check }),
+                    Err(check) => StoreError::Corrupt(Corruption {
+                        region,
+                        block: first_block,
+                        check,
+                    }),
                 },
-                Err(error) => StoreError::Device { mirror: index, error },
+                Err(error) => StoreError::Device {
+                    mirror: index,
+                    error,
+                },
             };
             bad_mirrors.push(index);
             // A checksum failure says more about the data than a device error does.
@@ -215,9 +247,14 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Adds a blank device or replaces a failed one; it is resilvered by
     /// [`MirrorSet::resilver_step`].
     pub(crate) fn replace(&mut self, index: usize, device: D) -> Result<(), StoreError> {
-        let mirror = Mirror { device, state: MirrorState::Resilvering { copied_blocks: 0 } };
+        let mirror = Mirror {
+            device,
+            state: MirrorState::Resilvering { copied_blocks: 0 },
+        };
         if index < self.mirrors.len() {
-            if !matches!(self.mirrors[index].state, MirrorState::Failed(_)) && self.live_count() == 1 {
+            if !matches!(self.mirrors[index].state, MirrorState::Failed(_))
+                && self.live_count() == 1
+            {
                 // Replacing the only live mirror would leave nothing to copy from.
                 return Err(StoreError::NoMirror);
             }
@@ -234,7 +271,11 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Copies up to `block_count_max` blocks to the first resilvering mirror from a healthy
     /// one: blocks 2 and up in order, then the superblocks. Returns the blocks still to copy
     /// (0 when no mirror is resilvering).
-    pub(crate) fn resilver_step(&mut self, store_block_count: u64, block_count_max: u64) -> Result<u64, StoreError> {
+    pub(crate) fn resilver_step(
+        &mut self,
+        store_block_count: u64,
+        block_count_max: u64,
+    ) -> Result<u64, StoreError> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
@@ -248,12 +289,19 @@ impl<D: BlockDevice> MirrorSet<D> {
         let MirrorState::Resilvering { copied_blocks } = self.mirrors[target].state else {
             return Ok(0);
         };
-        let Some(source) = self.mirrors.iter().position(|mirror| mirror.state == MirrorState::Healthy) else {
+        let Some(source) = self
+            .mirrors
+            .iter()
+            .position(|mirror| mirror.state == MirrorState::Healthy)
+        else {
             return Err(StoreError::NoMirror);
         };
         let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
         let (first_block, count) = if copied_blocks < body_blocks {
-            (SUPERBLOCK_BLOCKS + copied_blocks, (body_blocks - copied_blocks).min(block_count_max.max(1)))
+            (
+                SUPERBLOCK_BLOCKS + copied_blocks,
+                (body_blocks - copied_blocks).min(block_count_max.max(1)),
+            )
         } else {
             // Everything else is in place: the superblocks make the mirror whole.
             (0, SUPERBLOCK_BLOCKS)
@@ -268,7 +316,10 @@ impl<D: BlockDevice> MirrorSet<D> {
         }
         let mut buf = alloc::vec![0u8; count as usize * BLOCK_SIZE];
         if let Err(error) = self.read_from(source, first_block, &mut buf) {
-            return Err(StoreError::Device { mirror: source, error });
+            return Err(StoreError::Device {
+                mirror: source,
+                error,
+            });
         }
         self.write_to(target, first_block, &buf)?;
         if matches!(self.mirrors[target].state, MirrorState::Failed(_)) {

@@ -11,9 +11,9 @@ use alloc::vec::Vec;
 use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
 use crate::error::{Check, Corruption, Region, StoreError};
 use crate::format::as_block;
+use crate::format::checksum_chain;
 use crate::format::log_record::RecordKind;
 use crate::format::superblock::{LogCursor, Superblock};
-use crate::format::checksum_chain;
 use crate::inspect::{Finding, Remedy};
 use crate::journal::JournalQueue;
 use crate::log::ScannedRecord;
@@ -56,7 +56,10 @@ impl<D: BlockDevice> Store<D> {
             let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
             if let Err(error) = mirrors.read_from(index, 0, &mut pair) {
                 mirrors.mirrors[index].state = MirrorState::Failed(error);
-                first_failure.get_or_insert(StoreError::Device { mirror: index, error });
+                first_failure.get_or_insert(StoreError::Device {
+                    mirror: index,
+                    error,
+                });
                 newest.push(None);
                 slots.push([Err(Check::Bounds), Err(Check::Bounds)]);
                 continue;
@@ -85,7 +88,11 @@ impl<D: BlockDevice> Store<D> {
             newest.push(best);
             slots.push(found);
         }
-        let Some(superblock) = newest.iter().flatten().copied().max_by_key(|superblock| superblock.generation)
+        let Some(superblock) = newest
+            .iter()
+            .flatten()
+            .copied()
+            .max_by_key(|superblock| superblock.generation)
         else {
             return Err(first_failure.unwrap_or(StoreError::NoMirror));
         };
@@ -110,7 +117,11 @@ impl<D: BlockDevice> Store<D> {
                 mirrors.mirrors[index].state = MirrorState::Failed(DeviceError::OutOfRange);
             }
         }
-        if !mirrors.mirrors.iter().any(|mirror| mirror.state == MirrorState::Healthy) {
+        if !mirrors
+            .mirrors
+            .iter()
+            .any(|mirror| mirror.state == MirrorState::Healthy)
+        {
             return Err(StoreError::Geometry("no device holds the whole store"));
         }
         // On the mirrors kept as they are, every slot must hold a superblock and the current
@@ -125,10 +136,19 @@ impl<D: BlockDevice> Store<D> {
             for slot in 0..2u64 {
                 let check = match found[slot as usize] {
                     Err(check) => check,
-                    Ok(generation) if slot == current_slot && generation != superblock.generation => Check::Sequence,
+                    Ok(generation)
+                        if slot == current_slot && generation != superblock.generation =>
+                    {
+                        Check::Sequence
+                    }
                     Ok(_) => continue,
                 };
-                recovery_findings.push(Finding::superblock_slot(index, slot, check, Remedy::NextOpen));
+                recovery_findings.push(Finding::superblock_slot(
+                    index,
+                    slot,
+                    check,
+                    Remedy::NextOpen,
+                ));
             }
         }
         let mut store = Store {
@@ -150,7 +170,9 @@ impl<D: BlockDevice> Store<D> {
         if read_only {
             // The same scan, with its repairs skipped by the mirror set.
             store.recover_log()?;
-            if !store.directory.is_empty() || store.checkpoint_generation > store.superblock.home_generation {
+            if !store.directory.is_empty()
+                || store.checkpoint_generation > store.superblock.home_generation
+            {
                 store.start_migration();
             }
             return Ok(store);
@@ -185,7 +207,9 @@ impl<D: BlockDevice> Store<D> {
                 _ => None,
             };
         }
-        if !store.directory.is_empty() || store.checkpoint_generation > store.superblock.home_generation {
+        if !store.directory.is_empty()
+            || store.checkpoint_generation > store.superblock.home_generation
+        {
             store.start_migration();
         }
         Ok(store)
@@ -220,16 +244,27 @@ impl<D: BlockDevice> Store<D> {
             let header = &record.header;
             match header.kind {
                 RecordKind::CheckpointData => {
-                    data_records.entry(header.generation).or_default().push((header.sequence, record.header_checksum));
+                    data_records
+                        .entry(header.generation)
+                        .or_default()
+                        .push((header.sequence, record.header_checksum));
                 }
                 RecordKind::CheckpointCommit => {
                     let summary = header.commit;
                     let covered: Vec<&(u64, u32)> = data_records
                         .get(&header.generation)
-                        .map(|list| list.iter().filter(|(sequence, _)| *sequence >= summary.first_sequence).collect())
+                        .map(|list| {
+                            list.iter()
+                                .filter(|(sequence, _)| *sequence >= summary.first_sequence)
+                                .collect()
+                        })
                         .unwrap_or_default();
-                    let chain = covered.iter().fold(0, |chain, (_, checksum)| checksum_chain(chain, *checksum));
-                    if covered.len() as u64 != summary.data_record_count || chain != summary.data_header_checksum_chain {
+                    let chain = covered
+                        .iter()
+                        .fold(0, |chain, (_, checksum)| checksum_chain(chain, *checksum));
+                    if covered.len() as u64 != summary.data_record_count
+                        || chain != summary.data_header_checksum_chain
+                    {
                         return Err(StoreError::Corrupt(Corruption {
                             region: Region::LogHeader,
                             block: self.layout.log_first_block + header.position,
@@ -255,7 +290,9 @@ impl<D: BlockDevice> Store<D> {
             let header = &record.header;
             let source = match header.kind {
                 RecordKind::CheckpointData => match committed.get(&header.generation) {
-                    Some((first, commit)) if (*first..*commit).contains(&header.sequence) => SOURCE_CHECKPOINT,
+                    Some((first, commit)) if (*first..*commit).contains(&header.sequence) => {
+                        SOURCE_CHECKPOINT
+                    }
                     _ => continue,
                 },
                 RecordKind::Journal => SOURCE_JOURNAL,
@@ -274,7 +311,11 @@ impl<D: BlockDevice> Store<D> {
                     },
                 };
                 let key = (entry.kind, entry.index);
-                if self.directory.get(&key).is_none_or(|current| current.order < directory_entry.order) {
+                if self
+                    .directory
+                    .get(&key)
+                    .is_none_or(|current| current.order < directory_entry.order)
+                {
                     self.directory.insert(key, directory_entry);
                 }
             }
