@@ -45,13 +45,26 @@ impl CampaignReport {
 
 /// Runs `seed` uninterrupted, then crashed before each of its writes (every `stride`-th
 /// write or flush boundary; 1 for all of them).
-pub fn run_seed(seed: u64, step_count: usize, stride: u64, report: &mut CampaignReport) -> Result<(), Failure> {
-    let options = Options { seed, crash_point: None, step_count, trace: false };
+pub fn run_seed(
+    seed: u64,
+    step_count: usize,
+    stride: u64,
+    report: &mut CampaignReport,
+) -> Result<(), Failure> {
+    let options = Options {
+        seed,
+        crash_point: None,
+        step_count,
+        trace: false,
+    };
     let first = run(&options)?;
     report.add(&first);
     let mut crash_point = 1;
     while crash_point <= first.device_requests_total {
-        let crashed = run(&Options { crash_point: Some(crash_point), ..options })?;
+        let crashed = run(&Options {
+            crash_point: Some(crash_point),
+            ..options
+        })?;
         report.add(&crashed);
         crash_point += stride;
     }

@@ -193,4 +193,3 @@ impl BlockDevice for SimDisk {
         Ok(())
     }
 }
-

@@ -38,7 +38,9 @@ fn main() -> ExitCode {
         let started = Instant::now();
         let mut report = CampaignReport::default();
         for seed in arguments.seed..arguments.seed + arguments.seeds {
-            if let Err(failure) = run_seed(seed, arguments.steps, arguments.stride.max(1), &mut report) {
+            if let Err(failure) =
+                run_seed(seed, arguments.steps, arguments.stride.max(1), &mut report)
+            {
                 eprintln!("{failure}");
                 return ExitCode::FAILURE;
             }
@@ -46,7 +48,11 @@ fn main() -> ExitCode {
         println!("{report}, in {:.1} s", started.elapsed().as_secs_f64());
         return ExitCode::SUCCESS;
     }
-    println!("seed {} ({:?})", arguments.seed, FaultMode::of_seed(arguments.seed));
+    println!(
+        "seed {} ({:?})",
+        arguments.seed,
+        FaultMode::of_seed(arguments.seed)
+    );
     let options = Options {
         seed: arguments.seed,
         crash_point: arguments.crash_point,

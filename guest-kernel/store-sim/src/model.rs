@@ -24,7 +24,10 @@ pub struct State {
 
 impl State {
     pub fn new(node_count: usize, page_count: usize) -> Self {
-        Self { nodes: vec![Object::default(); node_count], pages: vec![Object::default(); page_count] }
+        Self {
+            nodes: vec![Object::default(); node_count],
+            pages: vec![Object::default(); page_count],
+        }
     }
 }
 
@@ -93,7 +96,11 @@ impl Model {
         if let Some(in_flight) = &self.checkpoint_in_flight {
             bases.push(in_flight);
         }
-        let in_flight_count = self.journal.iter().filter(|commit| commit.status == CommitStatus::InFlight).count();
+        let in_flight_count = self
+            .journal
+            .iter()
+            .filter(|commit| commit.status == CommitStatus::InFlight)
+            .count();
         let mut candidates = Vec::new();
         for (generation, state) in bases {
             for prefix in 0..=in_flight_count {
@@ -188,7 +195,10 @@ mod tests {
     #[test]
     fn journal_commits_apply_only_on_top_of_older_snapshots() {
         let mut model = Model::new(4, 4, 1);
-        let object = Object { version: 1, stamp: 9 };
+        let object = Object {
+            version: 1,
+            stamp: 9,
+        };
         model.journal.push(JournalCommit {
             ticket: 1,
             generation: 0,

@@ -11,12 +11,14 @@ use std::rc::Rc;
 
 use holdfast_objects::{ObjectId, Version};
 use holdfast_store::{
-    CheckpointPhase, Geometry, JournalPage, MigrationProgress, Region, Store, StoreError, BLOCK_SIZE,
+    BLOCK_SIZE, CheckpointPhase, Geometry, JournalPage, MigrationProgress, Region, Store,
+    StoreError,
 };
 
 use crate::disk::{SilentFaults, SimDisk, World};
 use crate::model::{
-    CommitStatus, JournalCommit, Model, Object, Stabilizing, State, node_image, page_image, stamp_of,
+    CommitStatus, JournalCommit, Model, Object, Stabilizing, State, node_image, page_image,
+    stamp_of,
 };
 use crate::rng::Rng;
 
@@ -97,7 +99,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn command(&self) -> String {
-        let replay = format!("cargo run -p holdfast-store-sim -- --seed {} --steps {}", self.seed, self.step_count);
+        let replay = format!(
+            "cargo run -p holdfast-store-sim -- --seed {} --steps {}",
+            self.seed, self.step_count
+        );
         match self.crash_point {
             Some(write) => format!("{replay} --crash-point {write}"),
             None => replay,
@@ -107,7 +112,13 @@ impl Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "seed {} failed: {}\nreplay: {}", self.seed, self.message, self.command())
+        write!(
+            f,
+            "seed {} failed: {}\nreplay: {}",
+            self.seed,
+            self.message,
+            self.command()
+        )
     }
 }
 
@@ -163,11 +174,16 @@ pub fn run(options: &Options) -> Result<RunReport, Failure> {
         step += 1;
         // A store may absorb a crash as a failed mirror and carry on; the machine is down all
         // the same.
-        let result = run.step(step, step_count).and_then(|()| run.crash_noticed());
+        let result = run
+            .step(step, step_count)
+            .and_then(|()| run.crash_noticed());
         match result {
             Ok(()) => {}
             Err(Stop::Crash) => {
-                run.trace(format_args!("crash before device request {}", run.world.borrow().device_requests_total + 1));
+                run.trace(format_args!(
+                    "crash before device request {}",
+                    run.world.borrow().device_requests_total + 1
+                ));
                 run.restart().map_err(|stop| fail(stop_message(stop)))?;
                 // After the injected crash, a few more steps show the recovered store works.
                 step_count = step_count.min(step + 6);
@@ -201,17 +217,28 @@ impl Run {
             page_count: PAGE_COUNT,
             log_block_count: LOG_BLOCK_COUNT,
         };
-        let block_count = geometry.layout().map_err(|error| error.to_string())?.block_count;
+        let block_count = geometry
+            .layout()
+            .map_err(|error| error.to_string())?
+            .block_count;
         let world = Rc::new(RefCell::new(World::default()));
-        let disks: Vec<SimDisk> =
-            (0..mode.mirror_count()).map(|index| SimDisk::new(&world, block_count, seed * 16 + index as u64)).collect();
-        let store = Store::format(disks.clone(), geometry).map_err(|error| format!("format: {error}"))?;
+        let disks: Vec<SimDisk> = (0..mode.mirror_count())
+            .map(|index| SimDisk::new(&world, block_count, seed * 16 + index as u64))
+            .collect();
+        let store =
+            Store::format(disks.clone(), geometry).map_err(|error| format!("format: {error}"))?;
         match mode {
             FaultMode::MisdirectedWrites => {
-                disks[1].set_silent_faults(SilentFaults { misdirected_write_per_mille: 8, ..SilentFaults::default() });
+                disks[1].set_silent_faults(SilentFaults {
+                    misdirected_write_per_mille: 8,
+                    ..SilentFaults::default()
+                });
             }
             FaultMode::LostWrites => {
-                disks[0].set_silent_faults(SilentFaults { lost_write_per_mille: 8, ..SilentFaults::default() });
+                disks[0].set_silent_faults(SilentFaults {
+                    lost_write_per_mille: 8,
+                    ..SilentFaults::default()
+                });
             }
             _ => {}
         }
@@ -243,7 +270,9 @@ impl Run {
     }
 
     fn store(&mut self) -> &mut Store<SimDisk> {
-        self.store.as_mut().expect("the store is open between restarts")
+        self.store
+            .as_mut()
+            .expect("the store is open between restarts")
     }
 
     /// A store error: a crash if the machine stopped, else a broken invariant.
@@ -257,11 +286,18 @@ impl Run {
 
     /// Whether mirror 1 was replaced or came back, so that the run ends on it alone.
     fn disk_swapped(&self) -> bool {
-        matches!(self.mode, FaultMode::LostDiskReplaced | FaultMode::StaleMirrorReturns) && self.replaced
+        matches!(
+            self.mode,
+            FaultMode::LostDiskReplaced | FaultMode::StaleMirrorReturns
+        ) && self.replaced
     }
 
     fn crash_noticed(&self) -> Step<()> {
-        if self.world.borrow().crashed { Err(Stop::Crash) } else { Ok(()) }
+        if self.world.borrow().crashed {
+            Err(Stop::Crash)
+        } else {
+            Ok(())
+        }
     }
 
     fn step(&mut self, step: usize, step_count: usize) -> Step<()> {
@@ -326,11 +362,19 @@ impl Run {
     fn journal_commits(&mut self) -> Step<()> {
         let commit_count = 1 + self.rng.below(3);
         for _ in 0..commit_count {
-            let mut ids: Vec<usize> = (0..1 + self.rng.below(3)).map(|_| self.rng.below(PAGE_COUNT) as usize).collect();
+            let mut ids: Vec<usize> = (0..1 + self.rng.below(3))
+                .map(|_| self.rng.below(PAGE_COUNT) as usize)
+                .collect();
             ids.sort_unstable();
             ids.dedup();
-            let pages: Vec<(usize, Object)> = ids.iter().map(|id| (*id, self.model.current.pages[*id])).collect();
-            let images: Vec<Box<[u8; BLOCK_SIZE]>> = pages.iter().map(|(_, object)| page_image(object.stamp)).collect();
+            let pages: Vec<(usize, Object)> = ids
+                .iter()
+                .map(|id| (*id, self.model.current.pages[*id]))
+                .collect();
+            let images: Vec<Box<[u8; BLOCK_SIZE]>> = pages
+                .iter()
+                .map(|(_, object)| page_image(object.stamp))
+                .collect();
             let journal_pages: Vec<JournalPage<'_>> = pages
                 .iter()
                 .zip(&images)
@@ -341,7 +385,10 @@ impl Run {
                 })
                 .collect();
             let generation = self.store().snapshot_generation();
-            let ticket = self.store().journal_submit(&journal_pages).map_err(|error| self.stopped("journal_submit", error))?;
+            let ticket = self
+                .store()
+                .journal_submit(&journal_pages)
+                .map_err(|error| self.stopped("journal_submit", error))?;
             self.model.journal.push(JournalCommit {
                 ticket: ticket.0,
                 generation,
@@ -349,7 +396,10 @@ impl Run {
                 status: CommitStatus::InFlight,
             });
         }
-        let durable = self.store().journal_write().map_err(|error| self.stopped("journal_write", error))?;
+        let durable = self
+            .store()
+            .journal_write()
+            .map_err(|error| self.stopped("journal_write", error))?;
         let Some(durable) = durable else {
             return Err(Stop::Fail("journal_write acknowledged nothing".into()));
         };
@@ -359,7 +409,10 @@ impl Run {
                 self.report.journal_commits_acknowledged += 1;
             }
         }
-        self.trace(format_args!("journal: {commit_count} commits durable through ticket {}", durable.0));
+        self.trace(format_args!(
+            "journal: {commit_count} commits durable through ticket {}",
+            durable.0
+        ));
         Ok(())
     }
 
@@ -367,9 +420,16 @@ impl Run {
         if self.store().checkpoint_phase() != CheckpointPhase::Idle {
             return self.migrate();
         }
-        let generation = self.store().begin_checkpoint().map_err(|error| self.stopped("begin_checkpoint", error))?;
-        let mut nodes_to_write: Vec<usize> = std::mem::take(&mut self.model.dirty_nodes).into_iter().collect();
-        let mut pages_to_write: Vec<usize> = std::mem::take(&mut self.model.dirty_pages).into_iter().collect();
+        let generation = self
+            .store()
+            .begin_checkpoint()
+            .map_err(|error| self.stopped("begin_checkpoint", error))?;
+        let mut nodes_to_write: Vec<usize> = std::mem::take(&mut self.model.dirty_nodes)
+            .into_iter()
+            .collect();
+        let mut pages_to_write: Vec<usize> = std::mem::take(&mut self.model.dirty_pages)
+            .into_iter()
+            .collect();
         // The kernel writes in whatever order its cache gives; so does the model.
         shuffle(&mut self.rng, &mut nodes_to_write);
         shuffle(&mut self.rng, &mut pages_to_write);
@@ -378,8 +438,12 @@ impl Run {
             nodes_to_write.len(),
             pages_to_write.len()
         ));
-        self.model.stabilizing =
-            Some(Stabilizing { generation, snapshot: self.model.current.clone(), nodes_to_write, pages_to_write });
+        self.model.stabilizing = Some(Stabilizing {
+            generation,
+            snapshot: self.model.current.clone(),
+            nodes_to_write,
+            pages_to_write,
+        });
         Ok(())
     }
 
@@ -390,17 +454,30 @@ impl Run {
         let result = self.write_snapshot_objects_from(&mut stabilizing);
         self.model.stabilizing = Some(stabilizing);
         result?;
-        let done = self.model.stabilizing.as_ref().is_some_and(|s| s.nodes_to_write.is_empty() && s.pages_to_write.is_empty());
+        let done = self
+            .model
+            .stabilizing
+            .as_ref()
+            .is_some_and(|s| s.nodes_to_write.is_empty() && s.pages_to_write.is_empty());
         if done {
             let stabilizing = self.model.stabilizing.take().expect("checked above");
-            self.model.checkpoint_in_flight = Some((stabilizing.generation, stabilizing.snapshot.clone()));
-            let generation = self.store().commit_checkpoint().map_err(|error| self.stopped("commit_checkpoint", error))?;
+            self.model.checkpoint_in_flight =
+                Some((stabilizing.generation, stabilizing.snapshot.clone()));
+            let generation = self
+                .store()
+                .commit_checkpoint()
+                .map_err(|error| self.stopped("commit_checkpoint", error))?;
             if generation != stabilizing.generation {
-                return Err(Stop::Fail(format!("committed {generation}, began {}", stabilizing.generation)));
+                return Err(Stop::Fail(format!(
+                    "committed {generation}, began {}",
+                    stabilizing.generation
+                )));
             }
             self.model.checkpoint_in_flight = None;
             self.model.base = (generation, stabilizing.snapshot);
-            self.model.journal.retain(|commit| commit.generation >= generation);
+            self.model
+                .journal
+                .retain(|commit| commit.generation >= generation);
             self.report.checkpoints_committed += 1;
             self.trace(format_args!("commit checkpoint {generation}"));
         }
@@ -428,14 +505,20 @@ impl Run {
 
     fn migrate(&mut self) -> Step<()> {
         let blocks = 1 + self.rng.below(24) as usize;
-        let progress = self.store().migrate_step(blocks).map_err(|error| self.stopped("migrate_step", error))?;
+        let progress = self
+            .store()
+            .migrate_step(blocks)
+            .map_err(|error| self.stopped("migrate_step", error))?;
         self.trace(format_args!("migrate {blocks}: {progress:?}"));
         Ok(())
     }
 
     fn resilver(&mut self) -> Step<()> {
         let blocks = 1 + self.rng.below(64);
-        let left = self.store().resilver_step(blocks).map_err(|error| self.stopped("resilver_step", error))?;
+        let left = self
+            .store()
+            .resilver_step(blocks)
+            .map_err(|error| self.stopped("resilver_step", error))?;
         if left > 0 {
             self.trace(format_args!("resilver {blocks}: {left} blocks left"));
         }
@@ -445,7 +528,11 @@ impl Run {
     fn inject_faults(&mut self, step: usize, step_count: usize) {
         match self.mode {
             FaultMode::BitRotOneMirror if self.rng.chance(150) => {
-                let block = self.rng.below(self.geometry.layout().map_or(1, |layout| layout.block_count));
+                let block = self.rng.below(
+                    self.geometry
+                        .layout()
+                        .map_or(1, |layout| layout.block_count),
+                );
                 let bit = self.rng.next_u64();
                 self.disks[0].rot(block, bit);
                 self.trace(format_args!("rot block {block} on mirror 0"));
@@ -511,7 +598,8 @@ impl Run {
                     world.crash_point = None;
                 }
             }
-            let opened = Store::open(self.disks.clone()).map_err(|error| self.stopped("open", error));
+            let opened =
+                Store::open(self.disks.clone()).map_err(|error| self.stopped("open", error));
             let checked = opened.and_then(|store| {
                 self.store = Some(store);
                 self.check_recovered()
@@ -535,19 +623,27 @@ impl Run {
                 .store()
                 .read_node(ObjectId(id))
                 .map_err(|error| self.stopped(&format!("node {id}"), error))?;
-            let stamp = stamp_of(&image[..]).ok_or_else(|| Stop::Fail(format!("node {id}: corrupted image returned")))?;
-            observed.nodes[id as usize] = Object { version: version.0, stamp };
+            let stamp = stamp_of(&image[..])
+                .ok_or_else(|| Stop::Fail(format!("node {id}: corrupted image returned")))?;
+            observed.nodes[id as usize] = Object {
+                version: version.0,
+                stamp,
+            };
         }
         let mut page = Box::new([0u8; BLOCK_SIZE]);
         for id in 0..PAGE_COUNT {
             match self.store().read_page(ObjectId(id), &mut page) {
                 Ok(version) => {
-                    let stamp =
-                        stamp_of(&page[..]).ok_or_else(|| Stop::Fail(format!("page {id}: corrupted data returned")))?;
-                    observed.pages[id as usize] = Object { version: version.0, stamp };
+                    let stamp = stamp_of(&page[..])
+                        .ok_or_else(|| Stop::Fail(format!("page {id}: corrupted data returned")))?;
+                    observed.pages[id as usize] = Object {
+                        version: version.0,
+                        stamp,
+                    };
                 }
                 Err(StoreError::Corrupt(corruption))
-                    if corruption.region == Region::PageData && self.poisoned_blocks.contains(&corruption.block) =>
+                    if corruption.region == Region::PageData
+                        && self.poisoned_blocks.contains(&corruption.block) =>
                 {
                     self.report.corruption_reported += 1;
                     unreadable_pages.insert(id as usize);
@@ -558,9 +654,9 @@ impl Run {
         let candidates = self.model.candidates();
         let matched = candidates.iter().find(|candidate| {
             candidate.nodes == observed.nodes
-                && candidate.pages.iter().zip(&observed.pages).enumerate().all(|(id, (expected, seen))| {
-                    unreadable_pages.contains(&id) || expected == seen
-                })
+                && candidate.pages.iter().zip(&observed.pages).enumerate().all(
+                    |(id, (expected, seen))| unreadable_pages.contains(&id) || expected == seen,
+                )
         });
         let Some(matched) = matched.cloned() else {
             return Err(Stop::Fail(describe_mismatch(&candidates, &observed)));
@@ -579,8 +675,15 @@ impl Run {
         if self.disk_swapped() {
             // Degraded until the replacement is resilvered; the store must say so.
             let status = self.store().mirror_status();
-            if status.mirrors.iter().any(|state| *state != holdfast_store::MirrorState::Healthy) != status.degraded {
-                return Err(Stop::Fail(format!("mirror status inconsistent: {status:?}")));
+            if status
+                .mirrors
+                .iter()
+                .any(|state| *state != holdfast_store::MirrorState::Healthy)
+                != status.degraded
+            {
+                return Err(Stop::Fail(format!(
+                    "mirror status inconsistent: {status:?}"
+                )));
             }
         }
         self.model.restarted(matched, generation);
@@ -603,7 +706,12 @@ impl Run {
 
     fn finish_once(&mut self) -> Step<()> {
         if self.disk_swapped() && !self.original_vanished {
-            while self.store().resilver_step(256).map_err(|error| self.stopped("resilver", error))? > 0 {}
+            while self
+                .store()
+                .resilver_step(256)
+                .map_err(|error| self.stopped("resilver", error))?
+                > 0
+            {}
             self.crash_noticed()?;
             if self.store().mirror_status().degraded {
                 return Err(Stop::Fail("still degraded after resilvering".into()));
@@ -611,22 +719,34 @@ impl Run {
             // The original disk goes: everything must now come from the resilvered one.
             self.disks[0].vanish();
             self.original_vanished = true;
-            self.trace(format_args!("mirror 0 vanishes; running from the resilvered disk"));
+            self.trace(format_args!(
+                "mirror 0 vanishes; running from the resilvered disk"
+            ));
         }
         self.restart()?;
-        while let MigrationProgress::Migrating { .. } =
-            self.store().migrate_step(64).map_err(|error| self.stopped("migrate", error))?
+        while let MigrationProgress::Migrating { .. } = self
+            .store()
+            .migrate_step(64)
+            .map_err(|error| self.stopped("migrate", error))?
         {}
         self.crash_noticed()?;
         self.report.mirror_repairs = self.store().counters().mirror_repaired_blocks_total;
         if matches!(self.mode, FaultMode::SingleDisk | FaultMode::Mirrored) {
-            let report = self.store().check().map_err(|error| self.stopped("check", error))?;
+            let report = self
+                .store()
+                .check()
+                .map_err(|error| self.stopped("check", error))?;
             if !report.is_clean() {
-                return Err(Stop::Fail(format!("check after recovery found damage: {:?}", report.findings)));
+                return Err(Stop::Fail(format!(
+                    "check after recovery found damage: {:?}",
+                    report.findings
+                )));
             }
         }
         if self.disk_swapped() && !self.store().mirror_status().degraded {
-            return Err(Stop::Fail("running on one disk but not reported degraded".into()));
+            return Err(Stop::Fail(
+                "running on one disk but not reported degraded".into(),
+            ));
         }
         Ok(())
     }

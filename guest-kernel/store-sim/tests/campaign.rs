@@ -21,12 +21,21 @@ fn every_write_boundary_of_every_seed_recovers_a_committed_state() {
             panic!("{failure}");
         }
     }
-    eprintln!("store-sim campaign: {report}, in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "store-sim campaign: {report}, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     assert!(
         report.crash_points_checked >= CRASH_POINTS_MIN,
         "only {} crash points checked",
         report.crash_points_checked
     );
-    assert!(report.corruption_reported > 0, "rot on both mirrors was never reported");
-    assert!(report.mirror_repairs > 0, "no bad copy was ever repaired from the other mirror");
+    assert!(
+        report.corruption_reported > 0,
+        "rot on both mirrors was never reported"
+    );
+    assert!(
+        report.mirror_repairs > 0,
+        "no bad copy was ever repaired from the other mirror"
+    );
 }

@@ -11,26 +11,53 @@ use holdfast_store_sim::disk::{SimDisk, World};
 use holdfast_store_sim::model::{node_image, page_image, stamp_of};
 use holdfast_store_sim::rng::Rng;
 
-const GEOMETRY: Geometry = Geometry { store_id: 0xdada, node_count: 16, page_count: 32, log_block_count: 96 };
+const GEOMETRY: Geometry = Geometry {
+    store_id: 0xdada,
+    node_count: 16,
+    page_count: 32,
+    log_block_count: 96,
+};
 
 fn written_store(rng: &mut Rng) -> SimDisk {
     let world = Rc::new(RefCell::new(World::default()));
-    let disk = SimDisk::new(&world, GEOMETRY.layout().unwrap().block_count, rng.next_u64());
+    let disk = SimDisk::new(
+        &world,
+        GEOMETRY.layout().unwrap().block_count,
+        rng.next_u64(),
+    );
     let mut store = Store::format(vec![disk.clone()], GEOMETRY).unwrap();
     for round in 0..3 {
         store.begin_checkpoint().unwrap();
         for id in 0..16 {
-            store.checkpoint_write_node(ObjectId(id), Version(round), &node_image(rng.next_u64() | 1)).unwrap();
+            store
+                .checkpoint_write_node(
+                    ObjectId(id),
+                    Version(round),
+                    &node_image(rng.next_u64() | 1),
+                )
+                .unwrap();
         }
         for id in 0..32 {
-            store.checkpoint_write_page(ObjectId(id), Version(round), &page_image(rng.next_u64() | 1)).unwrap();
+            store
+                .checkpoint_write_page(
+                    ObjectId(id),
+                    Version(round),
+                    &page_image(rng.next_u64() | 1),
+                )
+                .unwrap();
         }
         store.commit_checkpoint().unwrap();
         if round < 2 {
             while let MigrationProgress::Migrating { .. } = store.migrate_step(9).unwrap() {}
         }
         let page = page_image(rng.next_u64() | 1);
-        store.journal_submit(&[JournalPage { id: ObjectId(3), version: Version(9), data: &page }]).unwrap();
+        store
+            .journal_submit(&[JournalPage {
+                id: ObjectId(3),
+                version: Version(9),
+                data: &page,
+            }])
+            .unwrap();
         store.journal_write().unwrap();
     }
     drop(store);
@@ -72,14 +99,20 @@ fn damaged_single_disk_images_give_errors_or_intact_objects() {
         opened += 1;
         for id in 0..16 {
             match store.read_node(ObjectId(id)) {
-                Ok((_, image)) => assert!(stamp_of(&image[..]).is_some(), "seed {seed}: node {id} damaged"),
+                Ok((_, image)) => assert!(
+                    stamp_of(&image[..]).is_some(),
+                    "seed {seed}: node {id} damaged"
+                ),
                 Err(_) => errors += 1,
             }
         }
         let mut page = Box::new([0u8; BLOCK_SIZE]);
         for id in 0..32 {
             match store.read_page(ObjectId(id), &mut page) {
-                Ok(_) => assert!(stamp_of(&page[..]).is_some(), "seed {seed}: page {id} damaged"),
+                Ok(_) => assert!(
+                    stamp_of(&page[..]).is_some(),
+                    "seed {seed}: page {id} damaged"
+                ),
                 Err(_) => errors += 1,
             }
         }

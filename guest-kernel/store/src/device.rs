@@ -59,9 +59,15 @@ mod tests {
     fn requests_must_be_whole_blocks_within_the_device() {
         assert_eq!(check_request(4, 0, BLOCK_SIZE * 4), Ok(4));
         assert_eq!(check_request(4, 3, BLOCK_SIZE), Ok(1));
-        assert_eq!(check_request(4, 3, BLOCK_SIZE * 2), Err(DeviceError::OutOfRange));
+        assert_eq!(
+            check_request(4, 3, BLOCK_SIZE * 2),
+            Err(DeviceError::OutOfRange)
+        );
         assert_eq!(check_request(4, 0, 0), Err(DeviceError::OutOfRange));
         assert_eq!(check_request(4, 0, 100), Err(DeviceError::OutOfRange));
-        assert_eq!(check_request(4, u64::MAX, BLOCK_SIZE), Err(DeviceError::OutOfRange));
+        assert_eq!(
+            check_request(4, u64::MAX, BLOCK_SIZE),
+            Err(DeviceError::OutOfRange)
+        );
     }
 }

@@ -71,7 +71,10 @@ pub enum StoreError {
     /// The object id is past the end of its home range.
     ObjectOutOfRange { id: u64 },
     /// The log has no room for the records; a checkpoint and its migration free it.
-    LogFull { needed_blocks: u64, free_blocks: u64 },
+    LogFull {
+        needed_blocks: u64,
+        free_blocks: u64,
+    },
     /// The call does not fit the checkpoint's phase (for example a write with no checkpoint
     /// begun, or a new checkpoint before migration of the last one finished).
     WrongPhase,
@@ -81,6 +84,8 @@ pub enum StoreError {
     NoSuchMirror { mirror: usize },
     /// Too many journal pages wait for [`crate::Store::journal_write`].
     JournalQueueFull,
+    /// The store was opened with [`crate::Store::open_read_only`]: it writes nothing.
+    ReadOnly,
 }
 
 impl From<Corruption> for StoreError {
@@ -123,7 +128,11 @@ impl fmt::Display for Check {
 
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "block {} ({}) failed the {} check", self.block, self.region, self.check)
+        write!(
+            f,
+            "block {} ({}) failed the {} check",
+            self.block, self.region, self.check
+        )
     }
 }
 
@@ -134,11 +143,17 @@ impl fmt::Display for StoreError {
             Self::NoMirror => f.write_str("no mirror left: every device has failed"),
             Self::Corrupt(corruption) => write!(f, "every copy is bad: {corruption}"),
             Self::Foreign { mirror } => {
-                write!(f, "mirror {mirror} holds another store; it is not overwritten")
+                write!(
+                    f,
+                    "mirror {mirror} holds another store; it is not overwritten"
+                )
             }
             Self::Geometry(why) => write!(f, "geometry: {why}"),
             Self::ObjectOutOfRange { id } => write!(f, "object {id} is past its home range"),
-            Self::LogFull { needed_blocks, free_blocks } => write!(
+            Self::LogFull {
+                needed_blocks,
+                free_blocks,
+            } => write!(
                 f,
                 "log full: {needed_blocks} blocks needed, {free_blocks} free; checkpoint and migrate"
             ),
@@ -147,7 +162,10 @@ impl fmt::Display for StoreError {
                 write!(f, "journal commit of {pages} pages; at most {pages_max}")
             }
             Self::NoSuchMirror { mirror } => write!(f, "no mirror slot {mirror}"),
-            Self::JournalQueueFull => f.write_str("journal queue full: write the queued commits first"),
+            Self::JournalQueueFull => {
+                f.write_str("journal queue full: write the queued commits first")
+            }
+            Self::ReadOnly => f.write_str("the store was opened read-only"),
         }
     }
 }

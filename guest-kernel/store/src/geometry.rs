@@ -59,7 +59,12 @@ impl HomeRangeLayout {
         let group_count = data_block_count.div_ceil(TABLE_ENTRIES_MAX as u64);
         let data_first_block = first_block.checked_add(group_count.checked_mul(2)?)?;
         data_first_block.checked_add(data_block_count)?;
-        Some(Self { table_first_block: first_block, group_count, data_first_block, data_block_count })
+        Some(Self {
+            table_first_block: first_block,
+            group_count,
+            data_first_block,
+            data_block_count,
+        })
     }
 
     fn end_block(&self) -> u64 {
@@ -101,7 +106,8 @@ impl Geometry {
         let too_large = StoreError::Geometry("geometry overflows a 64-bit block number");
         let log_first_block = 2;
         let node_first = log_first_block + self.log_block_count;
-        let node_ranges = HomeRangeLayout::new(node_first, self.node_pot_count()).ok_or(too_large)?;
+        let node_ranges =
+            HomeRangeLayout::new(node_first, self.node_pot_count()).ok_or(too_large)?;
         let page_ranges =
             HomeRangeLayout::new(node_ranges.end_block(), self.page_count).ok_or(too_large)?;
         Ok(Layout {
@@ -120,7 +126,12 @@ mod tests {
 
     #[test]
     fn layout_places_ranges_back_to_back() {
-        let geometry = Geometry { store_id: 7, node_count: 400, page_count: 200, log_block_count: 64 };
+        let geometry = Geometry {
+            store_id: 7,
+            node_count: 400,
+            page_count: 200,
+            log_block_count: 64,
+        };
         let layout = geometry.layout().unwrap();
         assert_eq!(layout.log_first_block, 2);
         assert_eq!(layout.node_ranges.table_first_block, 66);
@@ -135,11 +146,26 @@ mod tests {
 
     #[test]
     fn bad_geometries_are_refused() {
-        let odd = Geometry { store_id: 1, node_count: 3, page_count: 1, log_block_count: 64 };
+        let odd = Geometry {
+            store_id: 1,
+            node_count: 3,
+            page_count: 1,
+            log_block_count: 64,
+        };
         assert!(matches!(odd.layout(), Err(StoreError::Geometry(_))));
-        let small_log = Geometry { store_id: 1, node_count: 4, page_count: 1, log_block_count: 2 };
+        let small_log = Geometry {
+            store_id: 1,
+            node_count: 4,
+            page_count: 1,
+            log_block_count: 2,
+        };
         assert!(matches!(small_log.layout(), Err(StoreError::Geometry(_))));
-        let huge = Geometry { store_id: 1, node_count: 4, page_count: u64::MAX, log_block_count: 8 };
+        let huge = Geometry {
+            store_id: 1,
+            node_count: 4,
+            page_count: u64::MAX,
+            log_block_count: 8,
+        };
         assert!(matches!(huge.layout(), Err(StoreError::Geometry(_))));
     }
 }

@@ -40,7 +40,11 @@ impl<D: BlockDevice> Store<D> {
     /// A group's current table: of both slots on every readable mirror, the valid copy with
     /// the highest sequence. A mirror whose copy of a slot is invalid or older than the best
     /// copy of that slot gets the best copy written over it.
-    pub(crate) fn read_table(&mut self, kind: BlockKind, group: u64) -> Result<HomeTable, StoreError> {
+    pub(crate) fn read_table(
+        &mut self,
+        kind: BlockKind,
+        group: u64,
+    ) -> Result<HomeTable, StoreError> {
         let range = self.range_layout(kind);
         let first_block = range.table_block(group, 0);
         let mut best: [Option<(HomeTable, Vec<u8>)>; 2] = [None, None];
@@ -49,17 +53,24 @@ impl<D: BlockDevice> Store<D> {
         for index in self.mirrors.readable(first_block, 2) {
             let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
             if let Err(error) = self.mirrors.read_from(index, first_block, &mut pair) {
-                first_failure.get_or_insert(StoreError::Device { mirror: index, error });
+                first_failure.get_or_insert(StoreError::Device {
+                    mirror: index,
+                    error,
+                });
                 continue;
             }
             let mut sequences = [None, None];
             for slot in 0..2u8 {
-                let bytes = &pair[usize::from(slot) * BLOCK_SIZE..(usize::from(slot) + 1) * BLOCK_SIZE];
+                let bytes =
+                    &pair[usize::from(slot) * BLOCK_SIZE..(usize::from(slot) + 1) * BLOCK_SIZE];
                 match HomeTable::decode(as_block(bytes), &self.table_place(kind, group, slot)) {
                     Ok(table) => {
                         sequences[usize::from(slot)] = Some(table.sequence);
                         let best_slot = &mut best[usize::from(slot)];
-                        if best_slot.as_ref().is_none_or(|(current, _)| current.sequence < table.sequence) {
+                        if best_slot
+                            .as_ref()
+                            .is_none_or(|(current, _)| current.sequence < table.sequence)
+                        {
                             *best_slot = Some((table, bytes.to_vec()));
                         }
                     }
@@ -80,14 +91,19 @@ impl<D: BlockDevice> Store<D> {
                     && sequences[slot] != Some(table.sequence)
                 {
                     let bytes = bytes.clone();
-                    self.mirrors.write_to(index, first_block + slot as u64, &bytes)?;
+                    self.mirrors
+                        .write_to(index, first_block + slot as u64, &bytes)?;
                 }
             }
         }
         let [slot_0, slot_1] = best;
         match (slot_0, slot_1) {
             (Some((table_0, _)), Some((table_1, _))) => {
-                Ok(if table_1.sequence > table_0.sequence { table_1 } else { table_0 })
+                Ok(if table_1.sequence > table_0.sequence {
+                    table_1
+                } else {
+                    table_0
+                })
             }
             (Some((table, _)), None) | (None, Some((table, _))) => Ok(table),
             (None, None) => Err(first_failure.unwrap_or(StoreError::NoMirror)),
@@ -96,7 +112,10 @@ impl<D: BlockDevice> Store<D> {
 
     /// A block at home, verified against its table entry. A block never migrated reads as
     /// zeros with version 0 (the device block is not read).
-    pub(crate) fn read_home(&mut self, key: BlockKey) -> Result<([u64; 4], Box<Block>), StoreError> {
+    pub(crate) fn read_home(
+        &mut self,
+        key: BlockKey,
+    ) -> Result<([u64; 4], Box<Block>), StoreError> {
         let (kind, index) = key;
         let (group, entry_index) = HomeRangeLayout::group_of(index);
         let table = self.read_table(kind, group)?;
@@ -108,9 +127,14 @@ impl<D: BlockDevice> Store<D> {
             return Ok(([0; 4], block));
         }
         let device_block = self.range_layout(kind).data_first_block + index;
-        self.mirrors.read_verified(device_block, &mut block[..], data_region(kind), |bytes| {
-            if checksum(bytes) == entry.checksum { Ok(()) } else { Err(Check::DataChecksum) }
-        })?;
+        self.mirrors
+            .read_verified(device_block, &mut block[..], data_region(kind), |bytes| {
+                if checksum(bytes) == entry.checksum {
+                    Ok(())
+                } else {
+                    Err(Check::DataChecksum)
+                }
+            })?;
         Ok((entry.versions, block))
     }
 }

@@ -40,15 +40,39 @@ impl StoreCounters {
     /// Every counter with its metric name, for the text exposition format.
     pub fn metrics(&self) -> [(&'static str, f64); 10] {
         [
-            ("holdfast_checkpoint_generation", self.checkpoint_generation as f64),
-            ("holdfast_checkpoint_objects_written_total", self.checkpoint_objects_written_total as f64),
-            ("holdfast_checkpoint_stabilization_seconds", self.checkpoint_stabilization_seconds),
+            (
+                "holdfast_checkpoint_generation",
+                self.checkpoint_generation as f64,
+            ),
+            (
+                "holdfast_checkpoint_objects_written_total",
+                self.checkpoint_objects_written_total as f64,
+            ),
+            (
+                "holdfast_checkpoint_stabilization_seconds",
+                self.checkpoint_stabilization_seconds,
+            ),
             ("holdfast_store_log_fill_ratio", self.log_fill_ratio),
-            ("holdfast_migration_backlog_objects", self.migration_backlog_objects as f64),
-            ("holdfast_migrated_blocks_total", self.migrated_blocks_total as f64),
-            ("holdfast_journal_commits_total", self.journal_commits_total as f64),
-            ("holdfast_store_written_bytes_total", self.device_written_bytes_total as f64),
-            ("holdfast_mirror_repaired_blocks_total", self.mirror_repaired_blocks_total as f64),
+            (
+                "holdfast_migration_backlog_objects",
+                self.migration_backlog_objects as f64,
+            ),
+            (
+                "holdfast_migrated_blocks_total",
+                self.migrated_blocks_total as f64,
+            ),
+            (
+                "holdfast_journal_commits_total",
+                self.journal_commits_total as f64,
+            ),
+            (
+                "holdfast_store_written_bytes_total",
+                self.device_written_bytes_total as f64,
+            ),
+            (
+                "holdfast_mirror_repaired_blocks_total",
+                self.mirror_repaired_blocks_total as f64,
+            ),
             ("holdfast_mirror_degraded", self.mirror_degraded as f64),
         ]
     }
@@ -72,6 +96,44 @@ pub struct Inspection {
     pub log_resident_pages: u64,
     pub journal_queued_commits: usize,
     pub mirrors: MirrorStatus,
+    /// Superblock slots that open found bad or stale on a mirror it kept, and whether it
+    /// repaired them (see [`Store::recovery_findings`]).
+    pub recovery_findings: Vec<Finding>,
+}
+
+/// What becomes of a bad copy that recovery or a check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remedy {
+    /// A read-write open rewrote it from the superblock it recovered.
+    Repaired,
+    /// Left as it is (the store was opened read-only, or the damage came after open); the
+    /// next read-write open rewrites it.
+    NextOpen,
+}
+
+/// A copy of a block that failed a check, on one mirror.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The mirror's index, in the order the devices were given.
+    pub mirror: usize,
+    pub corruption: Corruption,
+    /// `None` when the finding says nothing of repair.
+    pub remedy: Option<Remedy>,
+}
+
+impl Finding {
+    /// A superblock slot (block 0 or 1) that failed `check` on `mirror`.
+    pub(crate) fn superblock_slot(mirror: usize, slot: u64, check: Check, remedy: Remedy) -> Self {
+        Self {
+            mirror,
+            corruption: Corruption {
+                region: Region::Superblock,
+                block: slot,
+                check,
+            },
+            remedy: Some(remedy),
+        }
+    }
 }
 
 /// What [`Store::check`] found.
@@ -83,8 +145,8 @@ pub struct CheckReport {
     /// Home blocks ever written, per mirror checked.
     pub home_node_pots_written: u64,
     pub home_pages_written: u64,
-    /// Every problem found, up to [`CHECK_FINDINGS_MAX`]: (mirror, block, check).
-    pub findings: Vec<(usize, Corruption)>,
+    /// Every problem found, up to [`CHECK_FINDINGS_MAX`].
+    pub findings: Vec<Finding>,
     pub finding_count: u64,
 }
 
@@ -92,9 +154,21 @@ pub const CHECK_FINDINGS_MAX: usize = 64;
 
 impl CheckReport {
     fn find(&mut self, mirror: usize, region: Region, block: u64, check: Check) {
+        self.push(Finding {
+            mirror,
+            corruption: Corruption {
+                region,
+                block,
+                check,
+            },
+            remedy: None,
+        });
+    }
+
+    fn push(&mut self, finding: Finding) {
         self.finding_count += 1;
         if self.findings.len() < CHECK_FINDINGS_MAX {
-            self.findings.push((mirror, Corruption { region, block, check }));
+            self.findings.push(finding);
         }
     }
 
@@ -107,8 +181,13 @@ impl<D: BlockDevice> Store<D> {
     /// Puts a blank device into mirror slot `mirror` (a failed one, or a new second slot);
     /// [`Store::resilver_step`] then copies the store onto it while it runs.
     pub fn replace_mirror(&mut self, mirror: usize, device: D) -> Result<(), StoreError> {
+        if self.mirrors.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         if device.block_count() < self.layout.block_count {
-            return Err(StoreError::Geometry("the replacement is smaller than the store"));
+            return Err(StoreError::Geometry(
+                "the replacement is smaller than the store",
+            ));
         }
         self.mirrors.replace(mirror, device)
     }
@@ -116,7 +195,9 @@ impl<D: BlockDevice> Store<D> {
     /// Copies up to `block_count_max` blocks to a resilvering mirror; returns the blocks
     /// still to copy (0 once every mirror is healthy).
     pub fn resilver_step(&mut self, block_count_max: u64) -> Result<u64, StoreError> {
-        let left = self.mirrors.resilver_step(self.layout.block_count, block_count_max)?;
+        let left = self
+            .mirrors
+            .resilver_step(self.layout.block_count, block_count_max)?;
         if left == 0 && self.superblock.degraded_generation != 0 && !self.mirror_status().degraded {
             // Whole again: the next superblock, on both mirrors, says so.
             self.write_superblock(|_| {})?;
@@ -144,8 +225,11 @@ impl<D: BlockDevice> Store<D> {
     }
 
     pub fn inspect(&self) -> Inspection {
-        let log_resident_node_pots =
-            self.directory.keys().filter(|(kind, _)| *kind == BlockKind::NodePot).count() as u64;
+        let log_resident_node_pots = self
+            .directory
+            .keys()
+            .filter(|(kind, _)| *kind == BlockKind::NodePot)
+            .count() as u64;
         Inspection {
             geometry: self.geometry,
             layout: self.layout,
@@ -160,12 +244,18 @@ impl<D: BlockDevice> Store<D> {
             log_resident_pages: self.directory.len() as u64 - log_resident_node_pots,
             journal_queued_commits: self.journal_queued_commits(),
             mirrors: self.mirror_status(),
+            recovery_findings: self.recovery_findings.clone(),
         }
     }
 
     /// Verifies every copy of everything reachable, mirror by mirror, without repairing:
     /// both superblock slots, every live log record and its data, both table slots of every
     /// group, and every home block a table lists as written. Reads the whole store.
+    ///
+    /// It reports what is on the disks now: after [`Store::open`], superblock slots that
+    /// recovery repaired are in [`Store::recovery_findings`], not here; after
+    /// [`Store::open_read_only`] they are still on disk, so here (marked
+    /// [`Remedy::NextOpen`]) as well as there.
     pub fn check(&mut self) -> Result<CheckReport, StoreError> {
         let mut report = CheckReport::default();
         for mirror in self.mirrors.readable(0, self.layout.block_count) {
@@ -184,16 +274,33 @@ impl<D: BlockDevice> Store<D> {
         Ok(report)
     }
 
+    /// Both slots must decode, and the current one must hold the current superblock: any
+    /// other copy is what a read-write open rewrites (see [`Store::open`]).
     fn check_superblocks(&mut self, mirror: usize, report: &mut CheckReport) {
         for slot in 0..2u64 {
             let mut block = zeroed_block();
             report.blocks_checked += 1;
             match self.mirrors.read_from(mirror, slot, &mut block[..]) {
-                Ok(()) => {
-                    if let Err(check) = Superblock::decode(&block, slot) {
-                        report.find(mirror, Region::Superblock, slot, check);
+                Ok(()) => match Superblock::decode(&block, slot) {
+                    Ok(found)
+                        if slot == self.superblock.slot()
+                            && found.generation != self.superblock.generation =>
+                    {
+                        report.push(Finding::superblock_slot(
+                            mirror,
+                            slot,
+                            Check::Sequence,
+                            Remedy::NextOpen,
+                        ));
                     }
-                }
+                    Ok(_) => {}
+                    Err(check) => report.push(Finding::superblock_slot(
+                        mirror,
+                        slot,
+                        check,
+                        Remedy::NextOpen,
+                    )),
+                },
                 Err(_) => report.find(mirror, Region::Superblock, slot, Check::Bounds),
             }
         }
@@ -206,7 +313,11 @@ impl<D: BlockDevice> Store<D> {
             let expected = self.expected_at(&cursor);
             let mut block = zeroed_block();
             report.blocks_checked += 1;
-            if self.mirrors.read_from(mirror, device_block, &mut block[..]).is_err() {
+            if self
+                .mirrors
+                .read_from(mirror, device_block, &mut block[..])
+                .is_err()
+            {
                 report.find(mirror, Region::LogHeader, device_block, Check::Bounds);
                 return;
             }
@@ -224,7 +335,10 @@ impl<D: BlockDevice> Store<D> {
                     let data_block = device_block + 1 + index as u64;
                     let mut data = zeroed_block();
                     report.blocks_checked += 1;
-                    let good = self.mirrors.read_from(mirror, data_block, &mut data[..]).is_ok()
+                    let good = self
+                        .mirrors
+                        .read_from(mirror, data_block, &mut data[..])
+                        .is_ok()
                         && checksum(&data[..]) == entry.checksum;
                     if !good {
                         report.find(mirror, Region::LogData, data_block, Check::DataChecksum);
@@ -239,20 +353,33 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
-    fn check_group(&mut self, mirror: usize, kind: BlockKind, group: u64, report: &mut CheckReport) {
+    fn check_group(
+        &mut self,
+        mirror: usize,
+        kind: BlockKind,
+        group: u64,
+        report: &mut CheckReport,
+    ) {
         let range = self.range_layout(kind);
         let mut newest: Option<HomeTable> = None;
         for slot in 0..2u8 {
             let device_block = range.table_block(group, slot);
             let mut block = zeroed_block();
             report.blocks_checked += 1;
-            if self.mirrors.read_from(mirror, device_block, &mut block[..]).is_err() {
+            if self
+                .mirrors
+                .read_from(mirror, device_block, &mut block[..])
+                .is_err()
+            {
                 report.find(mirror, table_region(kind), device_block, Check::Bounds);
                 continue;
             }
             match HomeTable::decode(&block, &self.table_place(kind, group, slot)) {
                 Ok(table) => {
-                    if newest.as_ref().is_none_or(|current| current.sequence < table.sequence) {
+                    if newest
+                        .as_ref()
+                        .is_none_or(|current| current.sequence < table.sequence)
+                    {
                         newest = Some(table);
                     }
                 }
@@ -266,12 +393,20 @@ impl<D: BlockDevice> Store<D> {
         let mut run = alloc::vec![0u8; table.entries.len() * BLOCK_SIZE];
         let first_block = range.data_first_block + first_index;
         if table.entries.iter().any(|entry| entry.written)
-            && self.mirrors.read_from(mirror, first_block, &mut run).is_err()
+            && self
+                .mirrors
+                .read_from(mirror, first_block, &mut run)
+                .is_err()
         {
             report.find(mirror, data_region(kind), first_block, Check::Bounds);
             return;
         }
-        for (index, entry) in table.entries.iter().enumerate().filter(|(_, entry)| entry.written) {
+        for (index, entry) in table
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| entry.written)
+        {
             report.blocks_checked += 1;
             match kind {
                 BlockKind::NodePot => report.home_node_pots_written += 1,
@@ -279,7 +414,12 @@ impl<D: BlockDevice> Store<D> {
             }
             let bytes = as_block(&run[index * BLOCK_SIZE..(index + 1) * BLOCK_SIZE]);
             if checksum(bytes) != entry.checksum {
-                report.find(mirror, data_region(kind), first_block + index as u64, Check::DataChecksum);
+                report.find(
+                    mirror,
+                    data_region(kind),
+                    first_block + index as u64,
+                    Check::DataChecksum,
+                );
             }
         }
     }
@@ -292,9 +432,16 @@ impl core::fmt::Display for Inspection {
         writeln!(
             f,
             "geometry            {} nodes, {} pages, log {} blocks, {} blocks per device",
-            self.geometry.node_count, self.geometry.page_count, self.geometry.log_block_count, self.layout.block_count
+            self.geometry.node_count,
+            self.geometry.page_count,
+            self.geometry.log_block_count,
+            self.layout.block_count
         )?;
-        writeln!(f, "superblock          generation {}, boot {}", self.superblock_generation, self.boot_count)?;
+        writeln!(
+            f,
+            "superblock          generation {}, boot {}",
+            self.superblock_generation, self.boot_count
+        )?;
         writeln!(
             f,
             "checkpoint          generation {} committed, {} home, phase {:?}",
@@ -308,6 +455,55 @@ impl core::fmt::Display for Inspection {
             self.log_resident_node_pots,
             self.log_resident_pages
         )?;
-        write!(f, "mirrors             {:?}{}", self.mirrors.mirrors, if self.mirrors.degraded { " DEGRADED" } else { "" })
+        write!(
+            f,
+            "mirrors             {:?}{}",
+            self.mirrors.mirrors,
+            if self.mirrors.degraded {
+                " DEGRADED"
+            } else {
+                ""
+            }
+        )?;
+        for finding in &self.recovery_findings {
+            write!(
+                f,
+                "\nrecovery finding    mirror {}: {finding}",
+                finding.mirror
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl core::fmt::Display for Remedy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::Repaired => "repaired at open",
+            Self::NextOpen => "will be rewritten at the next read-write open",
+        })
+    }
+}
+
+/// The block and the check, and what becomes of it; the mirror is left to the caller, who
+/// can name its device.
+impl core::fmt::Display for Finding {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let Corruption {
+            region,
+            block,
+            check,
+        } = self.corruption;
+        match region {
+            Region::Superblock => write!(
+                f,
+                "superblock slot {block} (block {block}) failed the {check} check"
+            )?,
+            _ => write!(f, "{}", self.corruption)?,
+        }
+        match self.remedy {
+            Some(remedy) => write!(f, " — {remedy}"),
+            None => Ok(()),
+        }
     }
 }

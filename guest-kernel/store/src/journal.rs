@@ -11,7 +11,9 @@ use holdfast_objects::{ObjectId, Version};
 
 use crate::device::BlockDevice;
 use crate::error::StoreError;
-use crate::format::log_record::{BlockKind, CommitSummary, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, RecordKind};
+use crate::format::log_record::{
+    BlockKind, CommitSummary, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, RecordKind,
+};
 use crate::format::{Block, checksum};
 use crate::log::OutgoingRecord;
 use crate::store::{DirectoryEntry, Order, SOURCE_JOURNAL, Store};
@@ -49,7 +51,11 @@ pub(crate) struct JournalQueue {
 
 impl JournalQueue {
     pub(crate) fn new(ticket_next: u64) -> Self {
-        Self { commits: Vec::new(), queued_pages: 0, ticket_next }
+        Self {
+            commits: Vec::new(),
+            queued_pages: 0,
+            ticket_next,
+        }
     }
 
     pub(crate) fn queued_commits(&self) -> usize {
@@ -60,14 +66,23 @@ impl JournalQueue {
 impl<D: BlockDevice> Store<D> {
     /// Queues a commit of `pages` (copied) and returns its ticket. It is durable once
     /// [`Store::journal_write`] has returned a ticket at least as large.
-    pub fn journal_submit(&mut self, pages: &[JournalPage<'_>]) -> Result<JournalTicket, StoreError> {
+    pub fn journal_submit(
+        &mut self,
+        pages: &[JournalPage<'_>],
+    ) -> Result<JournalTicket, StoreError> {
         if pages.len() > JOURNAL_COMMIT_PAGES_MAX {
-            return Err(StoreError::CommitTooLarge { pages: pages.len(), pages_max: JOURNAL_COMMIT_PAGES_MAX });
+            return Err(StoreError::CommitTooLarge {
+                pages: pages.len(),
+                pages_max: JOURNAL_COMMIT_PAGES_MAX,
+            });
         }
         if self.journal.queued_pages + pages.len() > JOURNAL_QUEUE_PAGES_MAX {
             return Err(StoreError::JournalQueueFull);
         }
-        if let Some(page) = pages.iter().find(|page| page.id.0 >= self.geometry.page_count) {
+        if let Some(page) = pages
+            .iter()
+            .find(|page| page.id.0 >= self.geometry.page_count)
+        {
             return Err(StoreError::ObjectOutOfRange { id: page.id.0 });
         }
         let ticket = self.journal.ticket_next;
@@ -76,7 +91,10 @@ impl<D: BlockDevice> Store<D> {
         self.journal.commits.push(QueuedCommit {
             ticket,
             generation: self.snapshot_generation,
-            pages: pages.iter().map(|page| (page.id.0, page.version.0, Box::new(*page.data))).collect(),
+            pages: pages
+                .iter()
+                .map(|page| (page.id.0, page.version.0, Box::new(*page.data)))
+                .collect(),
         });
         Ok(JournalTicket(ticket))
     }
@@ -98,9 +116,15 @@ impl<D: BlockDevice> Store<D> {
         let mut data = Vec::new();
         for commit in &self.journal.commits {
             // A record holds whole commits of one snapshot generation.
-            if entries.len() + commit.pages.len() > LOG_RECORD_DATA_BLOCKS_MAX || commit.generation != generation {
+            if entries.len() + commit.pages.len() > LOG_RECORD_DATA_BLOCKS_MAX
+                || commit.generation != generation
+            {
                 if !entries.is_empty() {
-                    records.push(journal_record(generation, core::mem::take(&mut entries), core::mem::take(&mut data)));
+                    records.push(journal_record(
+                        generation,
+                        core::mem::take(&mut entries),
+                        core::mem::take(&mut data),
+                    ));
                 }
                 generation = commit.generation;
             }
@@ -118,8 +142,10 @@ impl<D: BlockDevice> Store<D> {
         if !entries.is_empty() {
             records.push(journal_record(generation, entries, data));
         }
-        let record_entries: Vec<(u64, Vec<LogEntry>)> =
-            records.iter().map(|record| (record.generation, record.entries.clone())).collect();
+        let record_entries: Vec<(u64, Vec<LogEntry>)> = records
+            .iter()
+            .map(|record| (record.generation, record.entries.clone()))
+            .collect();
         let placed = self.append_records(records)?;
         self.flush()?;
         for (place, (generation, entries)) in placed.iter().zip(record_entries) {
@@ -136,7 +162,11 @@ impl<D: BlockDevice> Store<D> {
                     },
                 };
                 let key = (BlockKind::Page, entry.index);
-                if self.directory.get(&key).is_none_or(|current| current.order < directory_entry.order) {
+                if self
+                    .directory
+                    .get(&key)
+                    .is_none_or(|current| current.order < directory_entry.order)
+                {
                     self.directory.insert(key, directory_entry);
                 }
             }
@@ -149,5 +179,11 @@ impl<D: BlockDevice> Store<D> {
 }
 
 fn journal_record(generation: u64, entries: Vec<LogEntry>, data: Vec<u8>) -> OutgoingRecord {
-    OutgoingRecord { kind: RecordKind::Journal, generation, commit: CommitSummary::default(), entries, data }
+    OutgoingRecord {
+        kind: RecordKind::Journal,
+        generation,
+        commit: CommitSummary::default(),
+        entries,
+        data,
+    }
 }

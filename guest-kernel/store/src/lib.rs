@@ -42,7 +42,7 @@ pub use geometry::{Geometry, Layout, NODE_SIZE, NODES_PER_POT};
 #[cfg(test)]
 mod tests;
 
-pub use inspect::{CheckReport, Inspection, StoreCounters};
+pub use inspect::{CheckReport, Finding, Inspection, Remedy, StoreCounters};
 pub use journal::{JOURNAL_COMMIT_PAGES_MAX, JournalPage, JournalTicket};
 pub use mirror::MirrorState;
 pub use phase::{CheckpointPhase, MigrationProgress};

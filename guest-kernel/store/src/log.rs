@@ -65,7 +65,10 @@ impl<D: BlockDevice> Store<D> {
 
     /// Appends records after the head without flushing: consecutive records go out in one
     /// device write. The head moves only once every write has returned.
-    pub(crate) fn append_records(&mut self, records: Vec<OutgoingRecord>) -> Result<Vec<PlacedRecord>, StoreError> {
+    pub(crate) fn append_records(
+        &mut self,
+        records: Vec<OutgoingRecord>,
+    ) -> Result<Vec<PlacedRecord>, StoreError> {
         let log_block_count = self.layout.log_block_count;
         let mut cursor = self.head;
         let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -77,12 +80,16 @@ impl<D: BlockDevice> Store<D> {
         for record in records {
             let record_blocks = 1 + record.entries.len() as u64;
             if record_blocks >= log_block_count {
-                return Err(StoreError::LogFull { needed_blocks: record_blocks, free_blocks: self.log_free_blocks() });
+                return Err(StoreError::LogFull {
+                    needed_blocks: record_blocks,
+                    free_blocks: self.log_free_blocks(),
+                });
             }
             if cursor.position + record_blocks > log_block_count {
                 // Pad to the end of the log: only the padding header is written.
                 let padding_blocks = log_block_count - cursor.position;
-                let header = self.header_at(&cursor, RecordKind::Padding, (padding_blocks - 1) as u32);
+                let header =
+                    self.header_at(&cursor, RecordKind::Padding, (padding_blocks - 1) as u32);
                 header.encode(&mut header_block);
                 run.extend_from_slice(&header_block[..]);
                 runs.push((run_start, core::mem::take(&mut run)));
@@ -102,7 +109,11 @@ impl<D: BlockDevice> Store<D> {
             let header_checksum = sealed_checksum(&header_block);
             run.extend_from_slice(&header_block[..]);
             run.extend_from_slice(&record.data);
-            placed.push(PlacedRecord { position: cursor.position, sequence: cursor.sequence, header_checksum });
+            placed.push(PlacedRecord {
+                position: cursor.position,
+                sequence: cursor.sequence,
+                header_checksum,
+            });
             needed_blocks += record_blocks;
             cursor = LogCursor {
                 position: (cursor.position + record_blocks) % log_block_count,
@@ -119,10 +130,14 @@ impl<D: BlockDevice> Store<D> {
         }
         let free_blocks = self.log_free_blocks();
         if needed_blocks > free_blocks {
-            return Err(StoreError::LogFull { needed_blocks, free_blocks });
+            return Err(StoreError::LogFull {
+                needed_blocks,
+                free_blocks,
+            });
         }
         for (position, bytes) in runs {
-            self.mirrors.write(self.layout.log_first_block + position, &bytes)?;
+            self.mirrors
+                .write(self.layout.log_first_block + position, &bytes)?;
         }
         self.head = cursor;
         Ok(placed)
@@ -135,13 +150,23 @@ impl<D: BlockDevice> Store<D> {
     }
 
     /// A logged data block, verified against the checksum its header listed.
-    pub(crate) fn read_log_data(&mut self, position: u64, expected_checksum: u32) -> Result<Box<Block>, StoreError> {
+    pub(crate) fn read_log_data(
+        &mut self,
+        position: u64,
+        expected_checksum: u32,
+    ) -> Result<Box<Block>, StoreError> {
         let mut block = zeroed_block();
         self.mirrors.read_verified(
             self.layout.log_first_block + position,
             &mut block[..],
             Region::LogData,
-            |bytes| if checksum(bytes) == expected_checksum { Ok(()) } else { Err(Check::DataChecksum) },
+            |bytes| {
+                if checksum(bytes) == expected_checksum {
+                    Ok(())
+                } else {
+                    Err(Check::DataChecksum)
+                }
+            },
         )?;
         Ok(block)
     }
@@ -149,7 +174,10 @@ impl<D: BlockDevice> Store<D> {
     /// Reads the record `cursor` expects from the first mirror that holds it whole (header
     /// and every data block), and writes it over the mirrors that do not. `None` is the end
     /// of the log.
-    pub(crate) fn read_record(&mut self, cursor: &LogCursor) -> Result<Option<ScannedRecord>, StoreError> {
+    pub(crate) fn read_record(
+        &mut self,
+        cursor: &LogCursor,
+    ) -> Result<Option<ScannedRecord>, StoreError> {
         let expected = self.expected_at(cursor);
         let first_block = self.layout.log_first_block + cursor.position;
         let mut lacking = Vec::new();
@@ -160,8 +188,14 @@ impl<D: BlockDevice> Store<D> {
                 // A record that reached only some mirrors before a crash must be copied to
                 // the others now, or losing the first mirror later would cut the log here.
                 let mut copy = alloc::vec![0u8; record.len()];
-                let in_place = self.mirrors.readable(first_block, (record.len() / BLOCK_SIZE) as u64).contains(&index)
-                    && self.mirrors.read_from(index, first_block, &mut copy).is_ok()
+                let in_place = self
+                    .mirrors
+                    .readable(first_block, (record.len() / BLOCK_SIZE) as u64)
+                    .contains(&index)
+                    && self
+                        .mirrors
+                        .read_from(index, first_block, &mut copy)
+                        .is_ok()
                     && copy == *record;
                 if !in_place {
                     lacking.push(index);
@@ -169,7 +203,11 @@ impl<D: BlockDevice> Store<D> {
                 continue;
             }
             let mut header_block = zeroed_block();
-            if self.mirrors.read_from(index, first_block, &mut header_block[..]).is_err() {
+            if self
+                .mirrors
+                .read_from(index, first_block, &mut header_block[..])
+                .is_err()
+            {
                 continue;
             }
             let Ok(header) = LogHeader::decode(&header_block, &expected) else {
@@ -179,8 +217,14 @@ impl<D: BlockDevice> Store<D> {
             let mut record = header_block.to_vec();
             if header.kind != RecordKind::Padding && header.data_block_count > 0 {
                 let mut data = alloc::vec![0u8; header.data_block_count as usize * BLOCK_SIZE];
-                if self.mirrors.readable(first_block + 1, u64::from(header.data_block_count)).contains(&index)
-                    && self.mirrors.read_from(index, first_block + 1, &mut data).is_ok()
+                if self
+                    .mirrors
+                    .readable(first_block + 1, u64::from(header.data_block_count))
+                    .contains(&index)
+                    && self
+                        .mirrors
+                        .read_from(index, first_block + 1, &mut data)
+                        .is_ok()
                     && data_matches(&header, &data)
                 {
                     record.extend_from_slice(&data);
@@ -190,7 +234,13 @@ impl<D: BlockDevice> Store<D> {
                 }
             }
             let header_checksum = sealed_checksum(&header_block);
-            found = Some((ScannedRecord { header, header_checksum }, record));
+            found = Some((
+                ScannedRecord {
+                    header,
+                    header_checksum,
+                },
+                record,
+            ));
         }
         let Some((scanned, record)) = found else {
             return Ok(None);

@@ -24,7 +24,9 @@ pub enum MirrorState {
     /// from it once copied; the superblocks are copied last and not written before, so a
     /// restart in the middle finds no superblock and starts the copy again rather than
     /// trusting a half-copied mirror.
-    Resilvering { copied_blocks: u64 },
+    Resilvering {
+        copied_blocks: u64,
+    },
 }
 
 pub(crate) struct Mirror<D> {
@@ -38,6 +40,9 @@ pub(crate) struct MirrorSet<D> {
     pub(crate) repaired_blocks_total: u64,
     /// A mirror failed since the last superblock write; the next flush records it.
     pub(crate) failures_unrecorded: bool,
+    /// Opened read-only: nothing is written or flushed, repairs included (bad copies stay
+    /// for `check` to report and for the next read-write open to repair).
+    pub(crate) read_only: bool,
 }
 
 impl<D: BlockDevice> MirrorSet<D> {
@@ -46,11 +51,24 @@ impl<D: BlockDevice> MirrorSet<D> {
             return Err(StoreError::NoMirror);
         }
         if devices.len() > MIRROR_COUNT_MAX {
-            return Err(StoreError::NoSuchMirror { mirror: MIRROR_COUNT_MAX });
+            return Err(StoreError::NoSuchMirror {
+                mirror: MIRROR_COUNT_MAX,
+            });
         }
-        let mirrors =
-            devices.into_iter().map(|device| Mirror { device, state: MirrorState::Healthy }).collect();
-        Ok(Self { mirrors, written_bytes_total: 0, repaired_blocks_total: 0, failures_unrecorded: false })
+        let mirrors = devices
+            .into_iter()
+            .map(|device| Mirror {
+                device,
+                state: MirrorState::Healthy,
+            })
+            .collect();
+        Ok(Self {
+            mirrors,
+            written_bytes_total: 0,
+            repaired_blocks_total: 0,
+            failures_unrecorded: false,
+            read_only: false,
+        })
     }
 
     pub(crate) fn states(&self) -> Vec<MirrorState> {
@@ -58,7 +76,10 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     fn live_count(&self) -> usize {
-        self.mirrors.iter().filter(|mirror| !matches!(mirror.state, MirrorState::Failed(_))).count()
+        self.mirrors
+            .iter()
+            .filter(|mirror| !matches!(mirror.state, MirrorState::Failed(_)))
+            .count()
     }
 
     /// Mirrors a run of `block_count` blocks from `first_block` can be read from.
@@ -87,12 +108,20 @@ impl<D: BlockDevice> MirrorSet<D> {
             }
             Ok(())
         } else {
-            Err(StoreError::Device { mirror: index, error })
+            Err(StoreError::Device {
+                mirror: index,
+                error,
+            })
         }
     }
 
     /// Reads raw blocks from one mirror; a device error is recorded against it.
-    pub(crate) fn read_from(&mut self, index: usize, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+    pub(crate) fn read_from(
+        &mut self,
+        index: usize,
+        first_block: u64,
+        buf: &mut [u8],
+    ) -> Result<(), DeviceError> {
         let result = self.mirrors[index].device.read(first_block, buf);
         if let Err(error) = result {
             // A failed read is reported to the caller, which tries the next mirror; the
@@ -108,6 +137,9 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Writes to every live mirror (resilvering ones included, so that copied blocks stay
     /// current).
     pub(crate) fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         let mut written = false;
         for index in 0..self.mirrors.len() {
             match self.mirrors[index].state {
@@ -128,7 +160,16 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     /// Writes to one mirror only, to repair it; a failure drops the mirror if it can be.
-    pub(crate) fn write_to(&mut self, index: usize, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
+    /// Read-only, the repair is skipped (and not counted): the bad copy stays.
+    pub(crate) fn write_to(
+        &mut self,
+        index: usize,
+        first_block: u64,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
         match self.mirrors[index].device.write(first_block, data) {
             Ok(()) => {
                 self.written_bytes_total += data.len() as u64;
@@ -140,6 +181,10 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        if self.read_only {
+            // Nothing was written.
+            return Ok(());
+        }
         for index in 0..self.mirrors.len() {
             if matches!(self.mirrors[index].state, MirrorState::Failed(_)) {
                 continue;
@@ -176,9 +221,16 @@ impl<D: BlockDevice> MirrorSet<D> {
                         }
                         return Ok(());
                     }
-                    Err(check) => StoreError::Corrupt(Corruption { region, block: first_block, check }),
+                    Err(check) => StoreError::Corrupt(Corruption {
+                        region,
+                        block: first_block,
+                        check,
+                    }),
                 },
-                Err(error) => StoreError::Device { mirror: index, error },
+                Err(error) => StoreError::Device {
+                    mirror: index,
+                    error,
+                },
             };
             bad_mirrors.push(index);
             // A checksum failure says more about the data than a device error does.
@@ -195,9 +247,14 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Adds a blank device or replaces a failed one; it is resilvered by
     /// [`MirrorSet::resilver_step`].
     pub(crate) fn replace(&mut self, index: usize, device: D) -> Result<(), StoreError> {
-        let mirror = Mirror { device, state: MirrorState::Resilvering { copied_blocks: 0 } };
+        let mirror = Mirror {
+            device,
+            state: MirrorState::Resilvering { copied_blocks: 0 },
+        };
         if index < self.mirrors.len() {
-            if !matches!(self.mirrors[index].state, MirrorState::Failed(_)) && self.live_count() == 1 {
+            if !matches!(self.mirrors[index].state, MirrorState::Failed(_))
+                && self.live_count() == 1
+            {
                 // Replacing the only live mirror would leave nothing to copy from.
                 return Err(StoreError::NoMirror);
             }
@@ -214,7 +271,14 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Copies up to `block_count_max` blocks to the first resilvering mirror from a healthy
     /// one: blocks 2 and up in order, then the superblocks. Returns the blocks still to copy
     /// (0 when no mirror is resilvering).
-    pub(crate) fn resilver_step(&mut self, store_block_count: u64, block_count_max: u64) -> Result<u64, StoreError> {
+    pub(crate) fn resilver_step(
+        &mut self,
+        store_block_count: u64,
+        block_count_max: u64,
+    ) -> Result<u64, StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         let Some(target) = self
             .mirrors
             .iter()
@@ -225,12 +289,19 @@ impl<D: BlockDevice> MirrorSet<D> {
         let MirrorState::Resilvering { copied_blocks } = self.mirrors[target].state else {
             return Ok(0);
         };
-        let Some(source) = self.mirrors.iter().position(|mirror| mirror.state == MirrorState::Healthy) else {
+        let Some(source) = self
+            .mirrors
+            .iter()
+            .position(|mirror| mirror.state == MirrorState::Healthy)
+        else {
             return Err(StoreError::NoMirror);
         };
         let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
         let (first_block, count) = if copied_blocks < body_blocks {
-            (SUPERBLOCK_BLOCKS + copied_blocks, (body_blocks - copied_blocks).min(block_count_max.max(1)))
+            (
+                SUPERBLOCK_BLOCKS + copied_blocks,
+                (body_blocks - copied_blocks).min(block_count_max.max(1)),
+            )
         } else {
             // Everything else is in place: the superblocks make the mirror whole.
             (0, SUPERBLOCK_BLOCKS)
@@ -245,7 +316,10 @@ impl<D: BlockDevice> MirrorSet<D> {
         }
         let mut buf = alloc::vec![0u8; count as usize * BLOCK_SIZE];
         if let Err(error) = self.read_from(source, first_block, &mut buf) {
-            return Err(StoreError::Device { mirror: source, error });
+            return Err(StoreError::Device {
+                mirror: source,
+                error,
+            });
         }
         self.write_to(target, first_block, &buf)?;
         if matches!(self.mirrors[target].state, MirrorState::Failed(_)) {

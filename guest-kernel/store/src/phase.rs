@@ -12,7 +12,9 @@ use holdfast_objects::{ObjectId, Version};
 use crate::device::BlockDevice;
 use crate::error::StoreError;
 use crate::format::home_table::{HomeTable, TableEntry};
-use crate::format::log_record::{BlockKind, CommitSummary, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, RecordKind};
+use crate::format::log_record::{
+    BlockKind, CommitSummary, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, RecordKind,
+};
 use crate::format::superblock::LogCursor;
 use crate::format::{Block, checksum, checksum_chain};
 use crate::geometry::{HomeRangeLayout, NODE_SIZE, NODES_PER_POT};
@@ -78,12 +80,12 @@ impl<D: BlockDevice> Store<D> {
     pub fn checkpoint_phase(&self) -> CheckpointPhase {
         match &self.phase {
             Phase::Idle => CheckpointPhase::Idle,
-            Phase::Stabilizing(stabilization) => {
-                CheckpointPhase::Stabilizing { generation: stabilization.generation }
-            }
-            Phase::Migrating(migration) => {
-                CheckpointPhase::Migrating { backlog_blocks: migration.backlog_blocks() }
-            }
+            Phase::Stabilizing(stabilization) => CheckpointPhase::Stabilizing {
+                generation: stabilization.generation,
+            },
+            Phase::Migrating(migration) => CheckpointPhase::Migrating {
+                backlog_blocks: migration.backlog_blocks(),
+            },
         }
     }
 
@@ -114,7 +116,12 @@ impl<D: BlockDevice> Store<D> {
 
     /// Adds a node of the snapshot to the checkpoint. Nodes travel in pots of four: the
     /// pot's other nodes are taken from this checkpoint or the newest committed state.
-    pub fn checkpoint_write_node(&mut self, id: ObjectId, version: Version, image: &[u8; NODE_SIZE]) -> Result<(), StoreError> {
+    pub fn checkpoint_write_node(
+        &mut self,
+        id: ObjectId,
+        version: Version,
+        image: &[u8; NODE_SIZE],
+    ) -> Result<(), StoreError> {
         if id.0 >= self.geometry.node_count {
             return Err(StoreError::ObjectOutOfRange { id: id.0 });
         }
@@ -123,7 +130,10 @@ impl<D: BlockDevice> Store<D> {
         self.with_stabilization(|store, stabilization| {
             if !stabilization.batch.contains_key(&key) {
                 let base = match stabilization.pending.get(&key).copied() {
-                    Some(entry) => (entry.versions, store.read_log_data(entry.position, entry.checksum)?),
+                    Some(entry) => (
+                        entry.versions,
+                        store.read_log_data(entry.position, entry.checksum)?,
+                    ),
                     None => store.read_block(key)?,
                 };
                 stabilization.batch.insert(key, base);
@@ -138,12 +148,20 @@ impl<D: BlockDevice> Store<D> {
     }
 
     /// Adds a page of the snapshot to the checkpoint.
-    pub fn checkpoint_write_page(&mut self, id: ObjectId, version: Version, data: &Block) -> Result<(), StoreError> {
+    pub fn checkpoint_write_page(
+        &mut self,
+        id: ObjectId,
+        version: Version,
+        data: &Block,
+    ) -> Result<(), StoreError> {
         if id.0 >= self.geometry.page_count {
             return Err(StoreError::ObjectOutOfRange { id: id.0 });
         }
         self.with_stabilization(|store, stabilization| {
-            stabilization.batch.insert((BlockKind::Page, id.0), ([version.0, 0, 0, 0], Box::new(*data)));
+            stabilization.batch.insert(
+                (BlockKind::Page, id.0),
+                ([version.0, 0, 0, 0], Box::new(*data)),
+            );
             store.totals.checkpoint_objects_written += 1;
             store.write_batch_if_full(stabilization)
         })
@@ -170,12 +188,17 @@ impl<D: BlockDevice> Store<D> {
             store.flush()?;
             Ok(stabilization.generation)
         })?;
-        let Phase::Stabilizing(stabilization) = core::mem::replace(&mut self.phase, Phase::Idle) else {
+        let Phase::Stabilizing(stabilization) = core::mem::replace(&mut self.phase, Phase::Idle)
+        else {
             return Err(StoreError::WrongPhase);
         };
         for (key, entry) in stabilization.pending {
             // A journal commit made after the snapshot stays newer than the snapshot's copy.
-            if self.directory.get(&key).is_none_or(|current| current.order < entry.order) {
+            if self
+                .directory
+                .get(&key)
+                .is_none_or(|current| current.order < entry.order)
+            {
                 self.directory.insert(key, entry);
             }
         }
@@ -192,7 +215,10 @@ impl<D: BlockDevice> Store<D> {
     /// Moves up to `block_count_max` log-resident blocks home. The last step flushes, writes
     /// every changed checksum table once, flushes, and writes the superblock that frees the
     /// log.
-    pub fn migrate_step(&mut self, block_count_max: usize) -> Result<MigrationProgress, StoreError> {
+    pub fn migrate_step(
+        &mut self,
+        block_count_max: usize,
+    ) -> Result<MigrationProgress, StoreError> {
         let mut migration = match core::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Migrating(migration) => migration,
             Phase::Idle => return Ok(MigrationProgress::Idle),
@@ -216,7 +242,11 @@ impl<D: BlockDevice> Store<D> {
     }
 
     pub(crate) fn start_migration(&mut self) {
-        let work = self.directory.iter().map(|(key, entry)| (*key, *entry)).collect();
+        let work = self
+            .directory
+            .iter()
+            .map(|(key, entry)| (*key, *entry))
+            .collect();
         self.phase = Phase::Migrating(Box::new(Migration {
             work,
             next: 0,
@@ -291,14 +321,20 @@ impl<D: BlockDevice> Store<D> {
         }
         stabilization.first_sequence.get_or_insert(placed.sequence);
         stabilization.data_record_count += 1;
-        stabilization.data_header_checksum_chain =
-            checksum_chain(stabilization.data_header_checksum_chain, placed.header_checksum);
+        stabilization.data_header_checksum_chain = checksum_chain(
+            stabilization.data_header_checksum_chain,
+            placed.header_checksum,
+        );
         stabilization.batch.clear();
         Ok(())
     }
 
     /// Returns true when migration is complete.
-    fn migrate_some(&mut self, migration: &mut Migration, block_count_max: usize) -> Result<bool, StoreError> {
+    fn migrate_some(
+        &mut self,
+        migration: &mut Migration,
+        block_count_max: usize,
+    ) -> Result<bool, StoreError> {
         let end = (migration.next + block_count_max).min(migration.work.len());
         let mut run_start: Option<(BlockKind, u64)> = None;
         let mut run: Vec<u8> = Vec::new();
@@ -306,7 +342,9 @@ impl<D: BlockDevice> Store<D> {
             let ((kind, index), entry) = migration.work[item];
             let block = self.read_log_data(entry.position, entry.checksum)?;
             let (group, entry_index) = HomeRangeLayout::group_of(index);
-            if let alloc::collections::btree_map::Entry::Vacant(vacant) = migration.tables.entry((kind, group)) {
+            if let alloc::collections::btree_map::Entry::Vacant(vacant) =
+                migration.tables.entry((kind, group))
+            {
                 // Written to the older slot, so a torn table write leaves the newer one.
                 let mut table = self.read_table(kind, group)?;
                 table.slot = 1 - table.slot;
@@ -367,7 +405,11 @@ impl<D: BlockDevice> Store<D> {
         Ok(true)
     }
 
-    fn write_home_run(&mut self, run_start: Option<(BlockKind, u64)>, run: &[u8]) -> Result<(), StoreError> {
+    fn write_home_run(
+        &mut self,
+        run_start: Option<(BlockKind, u64)>,
+        run: &[u8],
+    ) -> Result<(), StoreError> {
         let Some((kind, first)) = run_start else {
             return Ok(());
         };

@@ -11,9 +11,10 @@ use alloc::vec::Vec;
 use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
 use crate::error::{Check, Corruption, Region, StoreError};
 use crate::format::as_block;
+use crate::format::checksum_chain;
 use crate::format::log_record::RecordKind;
 use crate::format::superblock::{LogCursor, Superblock};
-use crate::format::checksum_chain;
+use crate::inspect::{Finding, Remedy};
 use crate::journal::JournalQueue;
 use crate::log::ScannedRecord;
 use crate::mirror::{MirrorSet, MirrorState};
@@ -26,33 +27,56 @@ impl<D: BlockDevice> Store<D> {
     /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]); a
     /// mirror holding another store is refused. If the log holds blocks not yet home, the
     /// store starts in the migrating phase; call [`Store::migrate_step`] until done.
+    ///
+    /// Recovery writes: it repairs bad copies (superblock slots, log records a mirror
+    /// lacks) and writes a new superblock for this boot. The superblock slots it found bad
+    /// are listed by [`Store::recovery_findings`].
     pub fn open(devices: Vec<D>) -> Result<Self, StoreError> {
+        Self::open_as(devices, false)
+    }
+
+    /// Recovers the store as [`Store::open`] does, in memory only: nothing is written or
+    /// flushed on any device, no repair and no new superblock (the boot count stays). Bad
+    /// copies stay on disk, for [`Store::check`] to report and for the next [`Store::open`]
+    /// to repair; every call that would write returns [`StoreError::ReadOnly`]. For
+    /// inspecting and checking images (`holdfast store inspect|check`).
+    pub fn open_read_only(devices: Vec<D>) -> Result<Self, StoreError> {
+        Self::open_as(devices, true)
+    }
+
+    fn open_as(devices: Vec<D>, read_only: bool) -> Result<Self, StoreError> {
         let mut mirrors = MirrorSet::new(devices)?;
+        mirrors.read_only = read_only;
         let mut newest: Vec<Option<Superblock>> = Vec::new();
-        // The generation each mirror holds in each slot, to repair a slot torn at a crash.
-        let mut slot_generations: Vec<[Option<u64>; 2]> = Vec::new();
+        // What each mirror holds in each slot (the generation, or the check it failed), to
+        // report and repair a slot torn at a crash.
+        let mut slots: Vec<[Result<u64, Check>; 2]> = Vec::new();
         let mut first_failure = None;
         for index in 0..mirrors.mirrors.len() {
             let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
             if let Err(error) = mirrors.read_from(index, 0, &mut pair) {
                 mirrors.mirrors[index].state = MirrorState::Failed(error);
-                first_failure.get_or_insert(StoreError::Device { mirror: index, error });
+                first_failure.get_or_insert(StoreError::Device {
+                    mirror: index,
+                    error,
+                });
                 newest.push(None);
-                slot_generations.push([None, None]);
+                slots.push([Err(Check::Bounds), Err(Check::Bounds)]);
                 continue;
             }
             let mut best: Option<Superblock> = None;
-            let mut generations = [None, None];
+            let mut found = [Err(Check::Bounds), Err(Check::Bounds)];
             for slot in 0..2u64 {
                 let bytes = &pair[slot as usize * BLOCK_SIZE..(slot as usize + 1) * BLOCK_SIZE];
                 match Superblock::decode(as_block(bytes), slot) {
                     Ok(superblock) => {
-                        generations[slot as usize] = Some(superblock.generation);
+                        found[slot as usize] = Ok(superblock.generation);
                         if best.is_none_or(|current| current.generation < superblock.generation) {
                             best = Some(superblock);
                         }
                     }
                     Err(check) => {
+                        found[slot as usize] = Err(check);
                         first_failure.get_or_insert(StoreError::Corrupt(Corruption {
                             region: Region::Superblock,
                             block: slot,
@@ -62,9 +86,13 @@ impl<D: BlockDevice> Store<D> {
                 }
             }
             newest.push(best);
-            slot_generations.push(generations);
+            slots.push(found);
         }
-        let Some(superblock) = newest.iter().flatten().copied().max_by_key(|superblock| superblock.generation)
+        let Some(superblock) = newest
+            .iter()
+            .flatten()
+            .copied()
+            .max_by_key(|superblock| superblock.generation)
         else {
             return Err(first_failure.unwrap_or(StoreError::NoMirror));
         };
@@ -89,8 +117,39 @@ impl<D: BlockDevice> Store<D> {
                 mirrors.mirrors[index].state = MirrorState::Failed(DeviceError::OutOfRange);
             }
         }
-        if !mirrors.mirrors.iter().any(|mirror| mirror.state == MirrorState::Healthy) {
+        if !mirrors
+            .mirrors
+            .iter()
+            .any(|mirror| mirror.state == MirrorState::Healthy)
+        {
             return Err(StoreError::Geometry("no device holds the whole store"));
+        }
+        // On the mirrors kept as they are, every slot must hold a superblock and the current
+        // slot the current one; anything else is a finding (resilvered mirrors are copied
+        // whole, failed ones are not used).
+        let current_slot = superblock.slot();
+        let mut recovery_findings = Vec::new();
+        for (index, found) in slots.iter().enumerate() {
+            if mirrors.mirrors[index].state != MirrorState::Healthy {
+                continue;
+            }
+            for slot in 0..2u64 {
+                let check = match found[slot as usize] {
+                    Err(check) => check,
+                    Ok(generation)
+                        if slot == current_slot && generation != superblock.generation =>
+                    {
+                        Check::Sequence
+                    }
+                    Ok(_) => continue,
+                };
+                recovery_findings.push(Finding::superblock_slot(
+                    index,
+                    slot,
+                    check,
+                    Remedy::NextOpen,
+                ));
+            }
         }
         let mut store = Store {
             mirrors,
@@ -106,16 +165,27 @@ impl<D: BlockDevice> Store<D> {
             journal: JournalQueue::new(superblock.journal_ticket_next),
             table_sequence_next: (superblock.boot_count + 1) << 32,
             totals: Totals::default(),
+            recovery_findings,
         };
+        if read_only {
+            // The same scan, with its repairs skipped by the mirror set.
+            store.recover_log()?;
+            if !store.directory.is_empty()
+                || store.checkpoint_generation > store.superblock.home_generation
+            {
+                store.start_migration();
+            }
+            return Ok(store);
+        }
         // The slot open's own superblock write will not overwrite gets the current
         // superblock wherever it is missing, so both slots are valid on every mirror again.
         let mut current = crate::format::zeroed_block();
         superblock.encode(&mut current);
-        for (index, generations) in slot_generations.iter().enumerate() {
+        for (index, found) in slots.iter().enumerate() {
             if store.mirrors.mirrors[index].state == MirrorState::Healthy
-                && generations[superblock.slot() as usize] != Some(superblock.generation)
+                && found[current_slot as usize] != Ok(superblock.generation)
             {
-                store.mirrors.write_to(index, superblock.slot(), &current[..])?;
+                store.mirrors.write_to(index, current_slot, &current[..])?;
             }
         }
         store.recover_log()?;
@@ -123,12 +193,23 @@ impl<D: BlockDevice> Store<D> {
         store.mirrors.flush()?;
         let snapshot_generation = store.snapshot_generation;
         let journal_ticket_next = store.journal.ticket_next;
+        // Its slot is the other one: this write repairs it on every mirror.
         store.write_superblock(|superblock| {
             superblock.boot_count += 1;
             superblock.snapshot_generation = snapshot_generation;
             superblock.journal_ticket_next = journal_ticket_next;
         })?;
-        if !store.directory.is_empty() || store.checkpoint_generation > store.superblock.home_generation {
+        // Repaired on the mirrors that took the writes; a mirror that failed meanwhile is
+        // out of the store, and its finding says nothing of repair.
+        for finding in &mut store.recovery_findings {
+            finding.remedy = match store.mirrors.mirrors[finding.mirror].state {
+                MirrorState::Healthy => Some(Remedy::Repaired),
+                _ => None,
+            };
+        }
+        if !store.directory.is_empty()
+            || store.checkpoint_generation > store.superblock.home_generation
+        {
             store.start_migration();
         }
         Ok(store)
@@ -163,16 +244,27 @@ impl<D: BlockDevice> Store<D> {
             let header = &record.header;
             match header.kind {
                 RecordKind::CheckpointData => {
-                    data_records.entry(header.generation).or_default().push((header.sequence, record.header_checksum));
+                    data_records
+                        .entry(header.generation)
+                        .or_default()
+                        .push((header.sequence, record.header_checksum));
                 }
                 RecordKind::CheckpointCommit => {
                     let summary = header.commit;
                     let covered: Vec<&(u64, u32)> = data_records
                         .get(&header.generation)
-                        .map(|list| list.iter().filter(|(sequence, _)| *sequence >= summary.first_sequence).collect())
+                        .map(|list| {
+                            list.iter()
+                                .filter(|(sequence, _)| *sequence >= summary.first_sequence)
+                                .collect()
+                        })
                         .unwrap_or_default();
-                    let chain = covered.iter().fold(0, |chain, (_, checksum)| checksum_chain(chain, *checksum));
-                    if covered.len() as u64 != summary.data_record_count || chain != summary.data_header_checksum_chain {
+                    let chain = covered
+                        .iter()
+                        .fold(0, |chain, (_, checksum)| checksum_chain(chain, *checksum));
+                    if covered.len() as u64 != summary.data_record_count
+                        || chain != summary.data_header_checksum_chain
+                    {
                         return Err(StoreError::Corrupt(Corruption {
                             region: Region::LogHeader,
                             block: self.layout.log_first_block + header.position,
@@ -198,7 +290,9 @@ impl<D: BlockDevice> Store<D> {
             let header = &record.header;
             let source = match header.kind {
                 RecordKind::CheckpointData => match committed.get(&header.generation) {
-                    Some((first, commit)) if (*first..*commit).contains(&header.sequence) => SOURCE_CHECKPOINT,
+                    Some((first, commit)) if (*first..*commit).contains(&header.sequence) => {
+                        SOURCE_CHECKPOINT
+                    }
                     _ => continue,
                 },
                 RecordKind::Journal => SOURCE_JOURNAL,
@@ -217,7 +311,11 @@ impl<D: BlockDevice> Store<D> {
                     },
                 };
                 let key = (entry.kind, entry.index);
-                if self.directory.get(&key).is_none_or(|current| current.order < directory_entry.order) {
+                if self
+                    .directory
+                    .get(&key)
+                    .is_none_or(|current| current.order < directory_entry.order)
+                {
                     self.directory.insert(key, directory_entry);
                 }
             }

@@ -14,6 +14,7 @@ use crate::format::log_record::BlockKind;
 use crate::format::superblock::{LogCursor, Superblock};
 use crate::format::{Block, zeroed_block};
 use crate::geometry::{Geometry, HomeRangeLayout, Layout, NODE_SIZE, NODES_PER_POT};
+use crate::inspect::Finding;
 use crate::journal::JournalQueue;
 use crate::mirror::{MirrorSet, MirrorState};
 use crate::phase::Phase;
@@ -79,6 +80,8 @@ pub struct Store<D: BlockDevice> {
     pub(crate) journal: JournalQueue,
     pub(crate) table_sequence_next: u64,
     pub(crate) totals: Totals,
+    /// Superblock slots open found bad or stale on the mirrors it kept.
+    pub(crate) recovery_findings: Vec<Finding>,
 }
 
 /// Running totals behind [`crate::StoreCounters`].
@@ -102,7 +105,10 @@ impl<D: BlockDevice> Store<D> {
                 return Err(StoreError::Geometry("a device is smaller than the store"));
             }
         }
-        for (kind, range) in [(BlockKind::NodePot, layout.node_ranges), (BlockKind::Page, layout.page_ranges)] {
+        for (kind, range) in [
+            (BlockKind::NodePot, layout.node_ranges),
+            (BlockKind::Page, layout.page_ranges),
+        ] {
             write_empty_tables(&mut mirrors, geometry.store_id, kind, &range)?;
         }
         let mut superblock = Superblock {
@@ -110,7 +116,11 @@ impl<D: BlockDevice> Store<D> {
             generation: 0,
             home_generation: 0,
             snapshot_generation: 0,
-            log_tail: LogCursor { position: 0, sequence: 1, previous_header_checksum: 0 },
+            log_tail: LogCursor {
+                position: 0,
+                sequence: 1,
+                previous_header_checksum: 0,
+            },
             boot_count: 0,
             journal_ticket_next: 1,
             block_count: layout.block_count,
@@ -125,7 +135,11 @@ impl<D: BlockDevice> Store<D> {
             mirrors.write(superblock.slot(), &block[..])?;
         }
         mirrors.flush()?;
-        let devices = mirrors.mirrors.into_iter().map(|mirror| mirror.device).collect();
+        let devices = mirrors
+            .mirrors
+            .into_iter()
+            .map(|mirror| mirror.device)
+            .collect();
         Self::open(devices)
     }
 
@@ -137,6 +151,20 @@ impl<D: BlockDevice> Store<D> {
         self.layout
     }
 
+    /// Superblock slots that open found torn, corrupt or stale (an older generation in the
+    /// current slot than another mirror holds) on a mirror it kept: repaired by
+    /// [`Store::open`], left on disk by [`Store::open_read_only`]. The other slot and the
+    /// other mirrors still held the superblock, so nothing was lost, but the disks were
+    /// damaged or a superblock write was cut off.
+    pub fn recovery_findings(&self) -> &[Finding] {
+        &self.recovery_findings
+    }
+
+    /// Whether the store was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.mirrors.read_only
+    }
+
     /// The newest committed checkpoint generation.
     pub fn checkpoint_generation(&self) -> u64 {
         self.checkpoint_generation
@@ -146,7 +174,11 @@ impl<D: BlockDevice> Store<D> {
         let mirrors = self.mirrors.states();
         let degraded = mirrors.iter().any(|state| *state != MirrorState::Healthy)
             || (mirrors.len() as u64) < self.superblock.mirror_count;
-        MirrorStatus { mirrors, mirrors_expected: self.superblock.mirror_count as usize, degraded }
+        MirrorStatus {
+            mirrors,
+            mirrors_expected: self.superblock.mirror_count as usize,
+            degraded,
+        }
     }
 
     /// Blocks of the log between tail and head.
@@ -161,7 +193,10 @@ impl<D: BlockDevice> Store<D> {
     }
 
     /// The newest committed version and image of a node: the log directory first, else home.
-    pub fn read_node(&mut self, id: ObjectId) -> Result<(Version, Box<[u8; NODE_SIZE]>), StoreError> {
+    pub fn read_node(
+        &mut self,
+        id: ObjectId,
+    ) -> Result<(Version, Box<[u8; NODE_SIZE]>), StoreError> {
         if id.0 >= self.geometry.node_count {
             return Err(StoreError::ObjectOutOfRange { id: id.0 });
         }
@@ -183,7 +218,10 @@ impl<D: BlockDevice> Store<D> {
     }
 
     /// The newest committed copy of a block.
-    pub(crate) fn read_block(&mut self, key: BlockKey) -> Result<([u64; 4], Box<Block>), StoreError> {
+    pub(crate) fn read_block(
+        &mut self,
+        key: BlockKey,
+    ) -> Result<([u64; 4], Box<Block>), StoreError> {
         if let Some(entry) = self.directory.get(&key).copied() {
             let block = self.read_log_data(entry.position, entry.checksum)?;
             return Ok((entry.versions, block));
@@ -211,14 +249,23 @@ impl<D: BlockDevice> Store<D> {
 
     /// Writes the next superblock (to the slot of its generation on every mirror) and
     /// flushes. The caller has flushed everything the superblock points at.
-    pub(crate) fn write_superblock(&mut self, change: impl FnOnce(&mut Superblock)) -> Result<(), StoreError> {
+    pub(crate) fn write_superblock(
+        &mut self,
+        change: impl FnOnce(&mut Superblock),
+    ) -> Result<(), StoreError> {
         let mut superblock = self.superblock;
         superblock.generation += 1;
         change(&mut superblock);
         // Mirrors that miss this superblock are stale from here on; once every mirror is
         // healthy again (resilvered), none is.
-        superblock.mirror_count = superblock.mirror_count.max(self.mirrors.mirrors.len() as u64);
-        let all_healthy = self.mirrors.mirrors.iter().all(|mirror| mirror.state == MirrorState::Healthy)
+        superblock.mirror_count = superblock
+            .mirror_count
+            .max(self.mirrors.mirrors.len() as u64);
+        let all_healthy = self
+            .mirrors
+            .mirrors
+            .iter()
+            .all(|mirror| mirror.state == MirrorState::Healthy)
             && self.mirrors.mirrors.len() as u64 >= superblock.mirror_count;
         if all_healthy {
             superblock.degraded_generation = 0;

@@ -3,7 +3,7 @@
 
 use alloc::rc::Rc;
 use alloc::vec::Vec;
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 
 use holdfast_objects::{ObjectId, Version};
 
@@ -11,13 +11,37 @@ use crate::device::check_request;
 use crate::format::zeroed_block;
 use crate::*;
 
-/// Shared so that a test can damage the media under an open store.
+/// Shared so that a test can damage the media under an open store; counts the write and
+/// flush requests it gets.
 #[derive(Clone)]
-struct MemoryDevice(Rc<RefCell<Vec<u8>>>);
+struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>);
 
 impl MemoryDevice {
     fn new(block_count: u64) -> Self {
-        Self(Rc::new(RefCell::new(alloc::vec![0; block_count as usize * BLOCK_SIZE])))
+        Self(
+            Rc::new(RefCell::new(
+                alloc::vec![0; block_count as usize * BLOCK_SIZE],
+            )),
+            Rc::new(Cell::new(0)),
+        )
+    }
+
+    /// Write and flush requests so far.
+    fn requests(&self) -> u64 {
+        self.1.get()
+    }
+
+    fn contents(&self) -> Vec<u8> {
+        self.0.borrow().clone()
+    }
+
+    fn block(&self, block: u64) -> Vec<u8> {
+        self.0.borrow()[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE].to_vec()
+    }
+
+    fn set_block(&self, block: u64, bytes: &[u8]) {
+        self.0.borrow_mut()[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE]
+            .copy_from_slice(bytes);
     }
 
     fn flip_bit(&self, block: u64) {
@@ -38,6 +62,7 @@ impl BlockDevice for MemoryDevice {
     }
 
     fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.1.set(self.1.get() + 1);
         check_request(self.block_count(), first_block, data.len())?;
         let start = first_block as usize * BLOCK_SIZE;
         self.0.borrow_mut()[start..start + data.len()].copy_from_slice(data);
@@ -45,11 +70,17 @@ impl BlockDevice for MemoryDevice {
     }
 
     fn flush(&mut self) -> Result<(), DeviceError> {
+        self.1.set(self.1.get() + 1);
         Ok(())
     }
 }
 
-const GEOMETRY: Geometry = Geometry { store_id: 0x5eed, node_count: 16, page_count: 200, log_block_count: 256 };
+const GEOMETRY: Geometry = Geometry {
+    store_id: 0x5eed,
+    node_count: 16,
+    page_count: 200,
+    log_block_count: 256,
+};
 
 fn page(fill: u8) -> alloc::boxed::Box<format::Block> {
     let mut block = zeroed_block();
@@ -60,7 +91,9 @@ fn page(fill: u8) -> alloc::boxed::Box<format::Block> {
 fn checkpoint_pages(store: &mut Store<MemoryDevice>, pages: &[(u64, u64, u8)]) -> u64 {
     store.begin_checkpoint().unwrap();
     for (id, version, fill) in pages {
-        store.checkpoint_write_page(ObjectId(*id), Version(*version), &page(*fill)).unwrap();
+        store
+            .checkpoint_write_page(ObjectId(*id), Version(*version), &page(*fill))
+            .unwrap();
     }
     store.commit_checkpoint().unwrap()
 }
@@ -72,7 +105,10 @@ fn migrate_all(store: &mut Store<MemoryDevice>) {
 fn read_page(store: &mut Store<MemoryDevice>, id: u64) -> (u64, u8) {
     let mut data = zeroed_block();
     let version = store.read_page(ObjectId(id), &mut data).unwrap();
-    assert!(data.iter().all(|byte| *byte == data[0]), "page {id} is one byte repeated");
+    assert!(
+        data.iter().all(|byte| *byte == data[0]),
+        "page {id} is one byte repeated"
+    );
     (version.0, data[0])
 }
 
@@ -82,8 +118,14 @@ fn a_fresh_store_reads_zeros_at_version_0() {
     let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
     assert_eq!(read_page(&mut store, 199), (0, 0));
     let (version, image) = store.read_node(ObjectId(15)).unwrap();
-    assert_eq!((version, image.iter().all(|byte| *byte == 0)), (Version(0), true));
-    assert_eq!(store.read_page(ObjectId(200), &mut zeroed_block()), Err(StoreError::ObjectOutOfRange { id: 200 }));
+    assert_eq!(
+        (version, image.iter().all(|byte| *byte == 0)),
+        (Version(0), true)
+    );
+    assert_eq!(
+        store.read_page(ObjectId(200), &mut zeroed_block()),
+        Err(StoreError::ObjectOutOfRange { id: 200 })
+    );
     assert!(store.check().unwrap().is_clean());
 }
 
@@ -102,8 +144,12 @@ fn checkpoints_migrate_home_and_survive_reopen() {
     store.begin_checkpoint().unwrap();
     let mut image = [0u8; NODE_SIZE];
     image[0] = 9;
-    store.checkpoint_write_node(ObjectId(5), Version(3), &image).unwrap();
-    store.checkpoint_write_page(ObjectId(42), Version(2), &page(0xee)).unwrap();
+    store
+        .checkpoint_write_node(ObjectId(5), Version(3), &image)
+        .unwrap();
+    store
+        .checkpoint_write_page(ObjectId(42), Version(2), &page(0xee))
+        .unwrap();
     store.commit_checkpoint().unwrap();
     drop(store);
     let mut store = Store::open(alloc::vec![device]).unwrap();
@@ -126,9 +172,17 @@ fn journal_commits_are_newer_than_the_snapshot_before_them_and_older_than_the_on
     let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
     store.begin_checkpoint().unwrap();
     // Made after snapshot 1 was taken: it must win over the snapshot's copy.
-    let ticket = store.journal_submit(&[JournalPage { id: ObjectId(7), version: Version(5), data: &page(0x55) }]).unwrap();
+    let ticket = store
+        .journal_submit(&[JournalPage {
+            id: ObjectId(7),
+            version: Version(5),
+            data: &page(0x55),
+        }])
+        .unwrap();
     assert_eq!(store.journal_write().unwrap(), Some(ticket));
-    store.checkpoint_write_page(ObjectId(7), Version(4), &page(0x44)).unwrap();
+    store
+        .checkpoint_write_page(ObjectId(7), Version(4), &page(0x44))
+        .unwrap();
     store.commit_checkpoint().unwrap();
     assert_eq!(read_page(&mut store, 7), (5, 0x55));
     drop(store);
@@ -150,7 +204,15 @@ fn group_commit_packs_commits_into_records() {
     let mut last = None;
     for id in 0..10 {
         let data = page(id as u8);
-        last = Some(store.journal_submit(&[JournalPage { id: ObjectId(id), version: Version(1), data: &data }]).unwrap());
+        last = Some(
+            store
+                .journal_submit(&[JournalPage {
+                    id: ObjectId(id),
+                    version: Version(1),
+                    data: &data,
+                }])
+                .unwrap(),
+        );
     }
     assert_eq!(store.journal_write().unwrap(), last);
     // One header for ten single-page commits.
@@ -166,7 +228,10 @@ fn group_commit_packs_commits_into_records() {
 #[test]
 fn a_bad_copy_is_read_from_the_other_mirror_and_repaired() {
     let block_count = GEOMETRY.layout().unwrap().block_count;
-    let (first, second) = (MemoryDevice::new(block_count), MemoryDevice::new(block_count));
+    let (first, second) = (
+        MemoryDevice::new(block_count),
+        MemoryDevice::new(block_count),
+    );
     let mut store = Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap();
     checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
     migrate_all(&mut store);
@@ -177,14 +242,22 @@ fn a_bad_copy_is_read_from_the_other_mirror_and_repaired() {
     assert!(store.check().unwrap().is_clean());
     first.flip_bit(home_block);
     second.flip_bit(home_block);
-    let error = store.read_page(ObjectId(3), &mut zeroed_block()).unwrap_err();
+    let error = store
+        .read_page(ObjectId(3), &mut zeroed_block())
+        .unwrap_err();
     assert_eq!(
         error,
-        StoreError::Corrupt(Corruption { region: Region::PageData, block: home_block, check: Check::DataChecksum })
+        StoreError::Corrupt(Corruption {
+            region: Region::PageData,
+            block: home_block,
+            check: Check::DataChecksum
+        })
     );
     assert_eq!(
         alloc::format!("{error}"),
-        alloc::format!("every copy is bad: block {home_block} (page home block) failed the data checksum listed apart from the block check")
+        alloc::format!(
+            "every copy is bad: block {home_block} (page home block) failed the data checksum listed apart from the block check"
+        )
     );
     assert_eq!(store.check().unwrap().finding_count, 2);
 }
@@ -212,13 +285,29 @@ fn a_foreign_or_blank_disk_is_refused_with_the_check() {
     let blank = MemoryDevice::new(block_count);
     assert_eq!(
         Store::open(alloc::vec![blank]).err(),
-        Some(StoreError::Corrupt(Corruption { region: Region::Superblock, block: 0, check: Check::Magic }))
+        Some(StoreError::Corrupt(Corruption {
+            region: Region::Superblock,
+            block: 0,
+            check: Check::Magic
+        }))
     );
     let ours = MemoryDevice::new(block_count);
     let theirs = MemoryDevice::new(block_count);
     drop(Store::format(alloc::vec![ours.clone()], GEOMETRY).unwrap());
-    drop(Store::format(alloc::vec![theirs.clone()], Geometry { store_id: 1, ..GEOMETRY }).unwrap());
-    assert!(matches!(Store::open(alloc::vec![ours, theirs]).err(), Some(StoreError::Foreign { .. })));
+    drop(
+        Store::format(
+            alloc::vec![theirs.clone()],
+            Geometry {
+                store_id: 1,
+                ..GEOMETRY
+            },
+        )
+        .unwrap(),
+    );
+    assert!(matches!(
+        Store::open(alloc::vec![ours, theirs]).err(),
+        Some(StoreError::Foreign { .. })
+    ));
 }
 
 #[test]
@@ -229,13 +318,22 @@ fn the_log_fills_and_a_checkpoint_frees_it() {
     let data = page(1);
     let mut result = Ok(None);
     for id in 0..200 {
-        store.journal_submit(&[JournalPage { id: ObjectId(id), version: Version(1), data: &data }]).unwrap();
+        store
+            .journal_submit(&[JournalPage {
+                id: ObjectId(id),
+                version: Version(1),
+                data: &data,
+            }])
+            .unwrap();
         result = store.journal_write();
         if result.is_err() {
             break;
         }
     }
-    assert!(matches!(result, Err(StoreError::LogFull { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(StoreError::LogFull { .. })),
+        "{result:?}"
+    );
     assert!(store.log_fill_ratio() > 0.9);
 }
 
@@ -254,33 +352,194 @@ fn metric_names_follow_prometheus_conventions() {
     let mut names: Vec<&str> = metrics.iter().map(|(name, _)| *name).collect();
     for name in &names {
         assert!(name.starts_with("holdfast_"), "{name}");
-        assert!(name.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{name}");
+        assert!(
+            name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{name}"
+        );
     }
     assert!(metrics.contains(&("holdfast_checkpoint_stabilization_seconds", 0.25)));
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), metrics.len(), "metric names are unique");
     let inspection = alloc::format!("{}", store.inspect());
-    assert!(inspection.contains("generation 1 committed"), "{inspection}");
+    assert!(
+        inspection.contains("generation 1 committed"),
+        "{inspection}"
+    );
 }
 
 #[test]
 fn a_mirror_missing_at_open_is_reported_and_stale_when_it_returns() {
     let block_count = GEOMETRY.layout().unwrap().block_count;
-    let (first, second) = (MemoryDevice::new(block_count), MemoryDevice::new(block_count));
+    let (first, second) = (
+        MemoryDevice::new(block_count),
+        MemoryDevice::new(block_count),
+    );
     drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
     let mut store = Store::open(alloc::vec![first.clone()]).unwrap();
     let status = store.mirror_status();
-    assert!(status.degraded && status.mirrors_expected == 2, "{status:?}");
+    assert!(
+        status.degraded && status.mirrors_expected == 2,
+        "{status:?}"
+    );
     checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
     migrate_all(&mut store);
     drop(store);
     // The second disk missed the checkpoint: it must be copied anew, not trusted.
     let mut store = Store::open(alloc::vec![first.clone(), second.clone()]).unwrap();
-    assert_eq!(store.mirror_status().mirrors[1], MirrorState::Resilvering { copied_blocks: 0 });
+    assert_eq!(
+        store.mirror_status().mirrors[1],
+        MirrorState::Resilvering { copied_blocks: 0 }
+    );
     while store.resilver_step(40).unwrap() > 0 {}
     assert!(!store.mirror_status().degraded);
     drop(store);
     let mut store = Store::open(alloc::vec![second]).unwrap();
     assert_eq!(read_page(&mut store, 3), (1, 0x33));
+}
+
+fn slot_finding(mirror: usize, slot: u64, check: Check, remedy: Remedy) -> Finding {
+    Finding {
+        mirror,
+        corruption: Corruption {
+            region: Region::Superblock,
+            block: slot,
+            check,
+        },
+        remedy: Some(remedy),
+    }
+}
+
+#[test]
+fn a_torn_superblock_slot_is_reported_left_alone_read_only_and_repaired_by_open() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    // Format writes generations 0 and 1, its open 2 (slot 0): slot 1 holds the older one.
+    drop(Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap());
+    device.flip_bit(1);
+    let (before, requests) = (device.contents(), device.requests());
+
+    let mut store = Store::open_read_only(alloc::vec![device.clone()]).unwrap();
+    let torn = slot_finding(0, 1, Check::Checksum, Remedy::NextOpen);
+    assert_eq!(store.recovery_findings(), &[torn]);
+    assert_eq!(store.inspect().recovery_findings, alloc::vec![torn]);
+    assert_eq!(
+        alloc::format!("{torn}"),
+        "superblock slot 1 (block 1) failed the record checksum check — will be rewritten at the next read-write open"
+    );
+    assert!(
+        alloc::format!("{}", store.inspect()).ends_with(
+            "\nrecovery finding    mirror 0: superblock slot 1 (block 1) failed the record checksum check — will be \
+             rewritten at the next read-write open"
+        ),
+        "{}",
+        store.inspect()
+    );
+    let report = store.check().unwrap();
+    assert_eq!(
+        (
+            report.findings.clone(),
+            report.finding_count,
+            report.is_clean()
+        ),
+        (alloc::vec![torn], 1, false)
+    );
+    assert_eq!(read_page(&mut store, 5), (0, 0));
+    // Nothing that writes works, and nothing was written or flushed.
+    assert_eq!(store.journal_write(), Ok(None));
+    let data = page(1);
+    store
+        .journal_submit(&[JournalPage {
+            id: ObjectId(1),
+            version: Version(1),
+            data: &data,
+        }])
+        .unwrap();
+    assert_eq!(store.journal_write(), Err(StoreError::ReadOnly));
+    assert_eq!(store.resilver_step(10), Err(StoreError::ReadOnly));
+    assert_eq!(store.inspect().boot_count, 1);
+    drop(store);
+    assert_eq!(device.requests(), requests);
+    assert!(
+        device.contents() == before,
+        "a read-only open changed the device"
+    );
+
+    // A read-write open repairs it (its boot superblock goes to slot 1) and says so.
+    let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
+    assert_eq!(
+        store.recovery_findings(),
+        &[slot_finding(0, 1, Check::Checksum, Remedy::Repaired)]
+    );
+    assert!(store.check().unwrap().is_clean());
+    drop(store);
+    assert!(
+        Store::open_read_only(alloc::vec![device])
+            .unwrap()
+            .recovery_findings()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_torn_newest_superblock_falls_back_to_the_other_slot_and_is_reported() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    let generation = store.inspect().superblock_generation;
+    drop(store);
+    let newest_slot = generation % 2;
+    device.flip_bit(newest_slot);
+    let mut store = Store::open_read_only(alloc::vec![device.clone()]).unwrap();
+    assert_eq!(
+        store.recovery_findings(),
+        &[slot_finding(
+            0,
+            newest_slot,
+            Check::Checksum,
+            Remedy::NextOpen
+        )]
+    );
+    assert_eq!(store.inspect().superblock_generation, generation - 1);
+    // The older superblock names the same log: the checkpoint is still there.
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+    assert_eq!(store.check().unwrap().finding_count, 1);
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(
+        store.recovery_findings(),
+        &[slot_finding(
+            0,
+            newest_slot,
+            Check::Checksum,
+            Remedy::Repaired
+        )]
+    );
+    assert_eq!(read_page(&mut store, 3), (1, 0x33));
+    assert!(store.check().unwrap().is_clean());
+}
+
+#[test]
+fn a_superblock_write_that_missed_one_mirror_is_reported_as_stale() {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    let (first, second) = (
+        MemoryDevice::new(block_count),
+        MemoryDevice::new(block_count),
+    );
+    drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
+    // Generation 3 goes to slot 1 of both; the second mirror then loses it, as if the power
+    // had failed before its copy reached the media.
+    let older = second.block(1);
+    drop(Store::open(alloc::vec![first.clone(), second.clone()]).unwrap());
+    second.set_block(1, &older);
+    let mut store = Store::open_read_only(alloc::vec![first.clone(), second.clone()]).unwrap();
+    let stale = slot_finding(1, 1, Check::Sequence, Remedy::NextOpen);
+    assert_eq!(store.recovery_findings(), &[stale]);
+    assert_eq!(store.check().unwrap().findings, alloc::vec![stale]);
+    drop(store);
+    let mut store = Store::open(alloc::vec![first, second]).unwrap();
+    assert_eq!(
+        store.recovery_findings(),
+        &[slot_finding(1, 1, Check::Sequence, Remedy::Repaired)]
+    );
+    assert!(store.check().unwrap().is_clean());
 }

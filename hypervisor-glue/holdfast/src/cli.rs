@@ -45,19 +45,27 @@ pub enum Command {
 }
 
 const STORE_EXIT_STATUS_HELP: &str = "\
-Exit status: 0 success, 1 `check` found problems (each printed with its mirror, block and \
-check), 2 an image is missing, foreign or too damaged to open (one line naming the block \
-and the check), 3 any other failure.";
+`inspect` and `check` only read the images: they recover the store in memory, repair nothing \
+and leave the boot count as it is; what they find stays on disk until the store is next \
+opened read-write (at boot), which repairs what it can.
+
+Exit status: 0 success (`inspect`: whatever it lists; `check`: no problem found, and a store \
+missing a mirror is still 0 and says `degraded`), 1 `check` found problems, each printed on \
+one line with its mirror, block and check; a bad superblock slot adds \"will be rewritten at \
+the next read-write open\" and counts as a problem too (the store still opens from the other \
+slot or mirror, but the disk was damaged or a write was cut off), 2 an image is missing, \
+foreign or too damaged to open (one line naming the block and the check), 3 any other \
+failure.";
 
 #[derive(Debug, Subcommand)]
 pub enum StoreCommand {
     /// Make a new, empty store on one image, or mirrored on two; prints its summary.
     Format(StoreFormatArguments),
-    /// Open the store (recovery, as at boot) and print its geometry, generations, log fill
-    /// and mirrors.
+    /// Recover the store read-only (as at boot, writing nothing) and print its geometry,
+    /// generations, log fill and mirrors, and any superblock slot recovery found bad.
     Inspect(StoreImages),
-    /// Open the store and verify every checksum on every mirror; a copy that fails and has
-    /// a good copy on the other mirror is repaired, as at run time.
+    /// Recover the store read-only and verify every checksum of every copy on every mirror;
+    /// repairs nothing, prints the problems found (the first 64, then how many more).
     Check(StoreImages),
 }
 

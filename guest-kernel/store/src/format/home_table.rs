@@ -138,15 +138,28 @@ mod tests {
     use super::*;
     use crate::format::zeroed_block;
 
-    const PLACE: TablePlace =
-        TablePlace { kind: BlockKind::Page, store_id: 9, group: 3, slot: 1, entry_count: 84 };
+    const PLACE: TablePlace = TablePlace {
+        kind: BlockKind::Page,
+        store_id: 9,
+        group: 3,
+        slot: 1,
+        entry_count: 84,
+    };
 
     fn sample() -> HomeTable {
         let mut table = HomeTable::empty(&PLACE, 77);
-        table.entries[5] =
-            TableEntry { written: true, checksum: 0xabc, sequence: 70, versions: [2, 0, 0, 0] };
-        table.entries[83] =
-            TableEntry { written: true, checksum: 0xdef, sequence: 71, versions: [9, 8, 7, 6] };
+        table.entries[5] = TableEntry {
+            written: true,
+            checksum: 0xabc,
+            sequence: 70,
+            versions: [2, 0, 0, 0],
+        };
+        table.entries[83] = TableEntry {
+            written: true,
+            checksum: 0xdef,
+            sequence: 71,
+            versions: [9, 8, 7, 6],
+        };
         table
     }
 
@@ -164,21 +177,42 @@ mod tests {
 
     #[test]
     fn corruption_is_named() {
-        assert_eq!(HomeTable::decode(&zeroed_block(), &PLACE), Err(Check::Magic));
+        assert_eq!(
+            HomeTable::decode(&zeroed_block(), &PLACE),
+            Err(Check::Magic)
+        );
         let mut torn = encoded(&sample());
         torn[300] ^= 4;
         assert_eq!(HomeTable::decode(&torn, &PLACE), Err(Check::Checksum));
-        let other_store = TablePlace { store_id: 10, ..PLACE };
-        assert_eq!(HomeTable::decode(&encoded(&sample()), &other_store), Err(Check::StoreId));
+        let other_store = TablePlace {
+            store_id: 10,
+            ..PLACE
+        };
+        assert_eq!(
+            HomeTable::decode(&encoded(&sample()), &other_store),
+            Err(Check::StoreId)
+        );
         for misplaced in [
             TablePlace { group: 4, ..PLACE },
             TablePlace { slot: 0, ..PLACE },
-            TablePlace { kind: BlockKind::NodePot, ..PLACE },
+            TablePlace {
+                kind: BlockKind::NodePot,
+                ..PLACE
+            },
         ] {
-            assert_eq!(HomeTable::decode(&encoded(&sample()), &misplaced), Err(Check::Position));
+            assert_eq!(
+                HomeTable::decode(&encoded(&sample()), &misplaced),
+                Err(Check::Position)
+            );
         }
-        let short = TablePlace { entry_count: 80, ..PLACE };
-        assert_eq!(HomeTable::decode(&encoded(&sample()), &short), Err(Check::Bounds));
+        let short = TablePlace {
+            entry_count: 80,
+            ..PLACE
+        };
+        assert_eq!(
+            HomeTable::decode(&encoded(&sample()), &short),
+            Err(Check::Bounds)
+        );
         let mut bad_state = encoded(&sample());
         put_u8(&mut bad_state, ENTRIES_OFFSET + 4, 2);
         seal(&mut bad_state);

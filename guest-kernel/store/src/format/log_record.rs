@@ -15,7 +15,8 @@ pub const LOG_HEADER_MAGIC: u32 = u32::from_le_bytes(*b"HFLG");
 const ENTRIES_OFFSET: usize = 96;
 const ENTRY_SIZE: usize = 56;
 /// Data blocks one record can carry: as many entries as fit in the header block.
-pub const LOG_RECORD_DATA_BLOCKS_MAX: usize = (super::RECORD_CHECKSUM_OFFSET - ENTRIES_OFFSET) / ENTRY_SIZE;
+pub const LOG_RECORD_DATA_BLOCKS_MAX: usize =
+    (super::RECORD_CHECKSUM_OFFSET - ENTRIES_OFFSET) / ENTRY_SIZE;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordKind {
@@ -278,7 +279,10 @@ mod tests {
     #[test]
     fn round_trip_of_every_kind() {
         let journal = journal_header(LOG_RECORD_DATA_BLOCKS_MAX.min(60));
-        assert_eq!(LogHeader::decode(&encoded(&journal), &EXPECTED), Ok(journal.clone()));
+        assert_eq!(
+            LogHeader::decode(&encoded(&journal), &EXPECTED),
+            Ok(journal.clone())
+        );
         let mut data = journal_header(3);
         data.kind = RecordKind::CheckpointData;
         data.entries[1].kind = BlockKind::NodePot;
@@ -286,12 +290,19 @@ mod tests {
         assert_eq!(LogHeader::decode(&encoded(&data), &EXPECTED), Ok(data));
         let mut commit = journal_header(0);
         commit.kind = RecordKind::CheckpointCommit;
-        commit.commit = CommitSummary { first_sequence: 3, data_record_count: 4, data_header_checksum_chain: 5 };
+        commit.commit = CommitSummary {
+            first_sequence: 3,
+            data_record_count: 4,
+            data_header_checksum_chain: 5,
+        };
         assert_eq!(LogHeader::decode(&encoded(&commit), &EXPECTED), Ok(commit));
         let mut padding = journal_header(0);
         padding.kind = RecordKind::Padding;
         padding.data_block_count = 89;
-        assert_eq!(LogHeader::decode(&encoded(&padding), &EXPECTED), Ok(padding));
+        assert_eq!(
+            LogHeader::decode(&encoded(&padding), &EXPECTED),
+            Ok(padding)
+        );
     }
 
     #[test]
@@ -302,34 +313,66 @@ mod tests {
     #[test]
     fn corruption_is_named() {
         let header = journal_header(4);
-        assert_eq!(LogHeader::decode(&zeroed_block(), &EXPECTED), Err(Check::Magic));
+        assert_eq!(
+            LogHeader::decode(&zeroed_block(), &EXPECTED),
+            Err(Check::Magic)
+        );
         let mut torn = encoded(&header);
         torn[ENTRIES_OFFSET + 3] ^= 1;
         assert_eq!(LogHeader::decode(&torn, &EXPECTED), Err(Check::Checksum));
         let foreign = resealed(&header, |block| put_u64(block, 8, 43));
         assert_eq!(LogHeader::decode(&foreign, &EXPECTED), Err(Check::StoreId));
         let misdirected = resealed(&header, |block| put_u64(block, 24, 11));
-        assert_eq!(LogHeader::decode(&misdirected, &EXPECTED), Err(Check::Position));
+        assert_eq!(
+            LogHeader::decode(&misdirected, &EXPECTED),
+            Err(Check::Position)
+        );
         let stale = resealed(&header, |block| put_u64(block, 16, 6));
         assert_eq!(LogHeader::decode(&stale, &EXPECTED), Err(Check::Sequence));
         let unlinked = resealed(&header, |block| put_u32(block, 48, 0));
-        assert_eq!(LogHeader::decode(&unlinked, &EXPECTED), Err(Check::Sequence));
+        assert_eq!(
+            LogHeader::decode(&unlinked, &EXPECTED),
+            Err(Check::Sequence)
+        );
         let unknown_kind = resealed(&header, |block| put_u8(block, 4, 9));
-        assert_eq!(LogHeader::decode(&unknown_kind, &EXPECTED), Err(Check::Kind));
+        assert_eq!(
+            LogHeader::decode(&unknown_kind, &EXPECTED),
+            Err(Check::Kind)
+        );
         let node_in_journal = resealed(&header, |block| put_u8(block, ENTRIES_OFFSET + 4, 1));
-        assert_eq!(LogHeader::decode(&node_in_journal, &EXPECTED), Err(Check::Kind));
+        assert_eq!(
+            LogHeader::decode(&node_in_journal, &EXPECTED),
+            Err(Check::Kind)
+        );
         let count_mismatch = resealed(&header, |block| put_u32(block, 56, 3));
-        assert_eq!(LogHeader::decode(&count_mismatch, &EXPECTED), Err(Check::Bounds));
+        assert_eq!(
+            LogHeader::decode(&count_mismatch, &EXPECTED),
+            Err(Check::Bounds)
+        );
         let past_log_end = resealed(&header, |block| {
             put_u32(block, 52, 95);
             put_u32(block, 56, 95);
         });
-        assert_eq!(LogHeader::decode(&past_log_end, &EXPECTED), Err(Check::Bounds));
+        assert_eq!(
+            LogHeader::decode(&past_log_end, &EXPECTED),
+            Err(Check::Bounds)
+        );
         let page_out_of_range = resealed(&header, |block| put_u64(block, ENTRIES_OFFSET + 8, 64));
-        assert_eq!(LogHeader::decode(&page_out_of_range, &EXPECTED), Err(Check::Bounds));
+        assert_eq!(
+            LogHeader::decode(&page_out_of_range, &EXPECTED),
+            Err(Check::Bounds)
+        );
         let generation_overflows = resealed(&header, |block| put_u64(block, 32, u64::MAX));
-        assert_eq!(LogHeader::decode(&generation_overflows, &EXPECTED), Err(Check::Bounds));
-        let ticket_overflows = resealed(&header, |block| put_u64(block, ENTRIES_OFFSET + 16, u64::MAX));
-        assert_eq!(LogHeader::decode(&ticket_overflows, &EXPECTED), Err(Check::Bounds));
+        assert_eq!(
+            LogHeader::decode(&generation_overflows, &EXPECTED),
+            Err(Check::Bounds)
+        );
+        let ticket_overflows = resealed(&header, |block| {
+            put_u64(block, ENTRIES_OFFSET + 16, u64::MAX)
+        });
+        assert_eq!(
+            LogHeader::decode(&ticket_overflows, &EXPECTED),
+            Err(Check::Bounds)
+        );
     }
 }

@@ -3,9 +3,7 @@
 //! generation g goes to slot g % 2 — so a torn superblock write leaves the other slot valid;
 //! the newest valid slot on any mirror wins.
 
-use super::{
-    Block, check_envelope, get_u32, get_u64, put_u32, put_u64, seal, FORMAT_VERSION,
-};
+use super::{Block, FORMAT_VERSION, check_envelope, get_u32, get_u64, put_u32, put_u64, seal};
 use crate::error::Check;
 use crate::geometry::Geometry;
 
@@ -134,13 +132,22 @@ mod tests {
     use crate::format::{RECORD_CHECKSUM_OFFSET, zeroed_block};
 
     fn sample() -> Superblock {
-        let geometry = Geometry { store_id: 0xfeed, node_count: 64, page_count: 32, log_block_count: 16 };
+        let geometry = Geometry {
+            store_id: 0xfeed,
+            node_count: 64,
+            page_count: 32,
+            log_block_count: 16,
+        };
         Superblock {
             geometry,
             generation: 5,
             home_generation: 3,
             snapshot_generation: 4,
-            log_tail: LogCursor { position: 7, sequence: 99, previous_header_checksum: 0xabcd },
+            log_tail: LogCursor {
+                position: 7,
+                sequence: 99,
+                previous_header_checksum: 0xabcd,
+            },
             boot_count: 2,
             journal_ticket_next: 11,
             block_count: geometry.layout().unwrap().block_count,
@@ -181,41 +188,69 @@ mod tests {
         for offset in [8, 16, 100, 2000, RECORD_CHECKSUM_OFFSET] {
             let mut block = encoded(&sample());
             block[offset] ^= 0x10;
-            assert_eq!(Superblock::decode(&block, 1), Err(Check::Checksum), "offset {offset}");
+            assert_eq!(
+                Superblock::decode(&block, 1),
+                Err(Check::Checksum),
+                "offset {offset}"
+            );
         }
     }
 
     #[test]
     fn a_superblock_in_the_wrong_slot_is_misdirected() {
-        assert_eq!(Superblock::decode(&encoded(&sample()), 0), Err(Check::Position));
+        assert_eq!(
+            Superblock::decode(&encoded(&sample()), 0),
+            Err(Check::Position)
+        );
     }
 
     #[test]
     fn a_geometry_that_does_not_lay_out_is_refused() {
         let mut superblock = sample();
         superblock.geometry.node_count = 3;
-        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Geometry));
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Geometry)
+        );
         let mut superblock = sample();
         superblock.block_count += 1;
-        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Geometry));
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Geometry)
+        );
     }
 
     #[test]
     fn fields_out_of_their_bounds_are_refused() {
         let mut superblock = sample();
         superblock.log_tail.position = 16;
-        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Bounds)
+        );
         let mut superblock = sample();
         superblock.home_generation = 5;
-        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Bounds)
+        );
         let mut superblock = sample();
         superblock.degraded_generation = 6;
-        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Bounds)
+        );
         let mut superblock = sample();
         superblock.mirror_count = 3;
-        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Bounds)
+        );
         let mut superblock = sample();
         superblock.boot_count = u64::MAX;
-        assert_eq!(Superblock::decode(&encoded(&superblock), 1), Err(Check::Bounds));
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Bounds)
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! `holdfast store format|inspect|check`: the single-level store on disk images, through
 //! the same `holdfast-store` code the kernel runs, over files instead of virtio-blk.
+//! `inspect` and `check` open the images read-only (the files as well as the store): they
+//! recover the store in memory and report what the next read-write open would repair.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -31,10 +33,10 @@ struct ImageFile {
 }
 
 impl ImageFile {
-    fn open(path: &Path) -> Result<Self, Failure> {
+    fn open(path: &Path, writable: bool) -> Result<Self, Failure> {
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(writable)
             .open(path)
             .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?;
         let bytes = file
@@ -73,13 +75,17 @@ impl BlockDevice for ImageFile {
 }
 
 /// The images as block devices, in mirror order.
-fn image_files(paths: &[PathBuf]) -> Result<Vec<ImageFile>, Failure> {
-    paths.iter().map(|path| ImageFile::open(path)).collect()
+fn image_files(paths: &[PathBuf], writable: bool) -> Result<Vec<ImageFile>, Failure> {
+    paths
+        .iter()
+        .map(|path| ImageFile::open(path, writable))
+        .collect()
 }
 
-/// The images as the store's mirrors, in order, with an error that names them.
+/// The images as the store's mirrors, in order, opened read-only, with an error that names
+/// them.
 fn open(images: &StoreImages) -> Result<Store<ImageFile>, Failure> {
-    Store::open(image_files(&images.images)?)
+    Store::open_read_only(image_files(&images.images, false)?)
         .map_err(|error| Failure::input(format!("{}: {error}", named(&images.images))))
 }
 
@@ -104,10 +110,17 @@ fn check(images: &StoreImages) -> Result<ExitCode, Failure> {
         report.log_records_checked,
         report.finding_count
     );
-    for (mirror, corruption) in &report.findings {
+    for finding in &report.findings {
         println!(
-            "mirror {mirror} ({}): {corruption}",
-            images.images[*mirror].display()
+            "mirror {} ({}): {finding}",
+            finding.mirror,
+            images.images[finding.mirror].display()
+        );
+    }
+    if report.finding_count > report.findings.len() as u64 {
+        println!(
+            "... and {} more",
+            report.finding_count - report.findings.len() as u64
         );
     }
     let status = store.mirror_status();
@@ -169,7 +182,7 @@ fn format(arguments: &StoreFormatArguments) -> Result<ExitCode, Failure> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |since| since.as_nanos() as u64 | 1);
     let geometry = geometry_for(bytes / BLOCK_SIZE as u64, store_id)?;
-    let store = Store::format(image_files(&arguments.images)?, geometry)
+    let store = Store::format(image_files(&arguments.images, true)?, geometry)
         .map_err(|error| Failure::input(format!("{}: {error}", named(&arguments.images))))?;
     println!("{}", store.inspect());
     Ok(ExitCode::SUCCESS)
