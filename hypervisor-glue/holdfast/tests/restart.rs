@@ -184,6 +184,17 @@ fn check_restart(before: &Boot, boot: &Boot) {
     assert!(first <= ceiling, "restarted at count {first}, beyond anything reached ({ceiling})\n{}", context());
 }
 
+/// `holdfast store check` after a kill: clean, except that a superblock write the kill cut
+/// off may be reported (the next open rewrites it); nothing else may be wrong.
+fn check_store_after_kill(store: &str, round: usize) {
+    let check = run_holdfast(&["store", "check", store]);
+    let findings: Vec<&str> = check.stdout.lines().skip(1).collect();
+    let cut_off_superblock_write =
+        |line: &&str| line.contains(": superblock slot ") && line.ends_with("will be rewritten at the next read-write open");
+    let clean = check.status == Some(0) || (check.status == Some(1) && findings.iter().all(cut_off_superblock_write));
+    assert!(clean, "the store is damaged after kill {round}\n{}", check.transcript());
+}
+
 #[test]
 fn a_killed_system_restarts_from_its_newest_checkpoint() {
     let manifest = source_dir().join("services/persist-manifest.toml");
@@ -211,8 +222,7 @@ fn a_killed_system_restarts_from_its_newest_checkpoint() {
             boot.counts().first(),
             boot.counts().last()
         );
-        let check = run_holdfast(&["store", "check", store_path]);
-        assert_eq!(check.status, Some(0), "the store is not clean after kill {round}\n{}", check.transcript());
+        check_store_after_kill(store_path, round);
         previous = Some(boot);
     }
 }
