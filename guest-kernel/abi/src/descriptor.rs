@@ -1,4 +1,4 @@
-//! The invocation descriptor: how `rdi` packs what an `invoke` does (ABI version 2).
+//! The invocation descriptor: how `rdi` packs what an `invoke` does (unchanged since ABI version 2).
 //!
 //! | bits    | field |
 //! |---------|-------|

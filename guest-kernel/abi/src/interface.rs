@@ -1,13 +1,13 @@
 // Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
 // Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
 
-//! The kernel interface, ABI version 2: capability types, order codes, errors, and the
+//! The kernel interface, ABI version 3: capability types, order codes, errors, and the
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
 /// The ABI version this interface describes. [`crate::ABI_VERSION`] stays the version the
 /// running kernel speaks until the kernel implements this one.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Capability types.
 #[repr(u64)]
@@ -37,6 +37,12 @@ pub enum Type {
     Console = 10,
     /// The time since boot.
     Clock = 11,
+    /// Control of the single-level store's checkpoints: their interval, a checkpoint now, and the store's counters.
+    Checkpoint = 12,
+    /// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes.
+    Journal = 13,
+    /// The control channel: a serial line on which the host's `holdfast` sends requests and reads replies.
+    Control = 14,
 }
 
 impl Type {
@@ -58,6 +64,9 @@ impl Type {
             9 => Self::Indirector,
             10 => Self::Console,
             11 => Self::Clock,
+            12 => Self::Checkpoint,
+            13 => Self::Journal,
+            14 => Self::Control,
             _ => return None,
         })
     }
@@ -77,6 +86,9 @@ impl Type {
             Self::Indirector => "indirector",
             Self::Console => "console",
             Self::Clock => "clock",
+            Self::Checkpoint => "checkpoint",
+            Self::Journal => "journal",
+            Self::Control => "control",
         }
     }
 }
@@ -151,6 +163,8 @@ pub enum ObjectError {
     OutOfRange = 5,
     /// The capability lacks a right the method needs (a call through a no-call capability).
     NoRight = 6,
+    /// The kernel service has nothing to act on here: no store on this system, or no control channel.
+    Unavailable = 7,
 }
 
 impl ObjectError {
@@ -166,6 +180,7 @@ impl ObjectError {
             4 => Self::WrongType,
             5 => Self::OutOfRange,
             6 => Self::NoRight,
+            7 => Self::Unavailable,
             _ => return None,
         })
     }
@@ -180,6 +195,9 @@ impl ObjectError {
             Self::OutOfRange => "An offset, length, height, index or number is out of range.",
             Self::NoRight => {
                 "The capability lacks a right the method needs (a call through a no-call capability)."
+            }
+            Self::Unavailable => {
+                "The kernel service has nothing to act on here: no store on this system, or no control channel."
             }
         }
     }
@@ -750,6 +768,155 @@ pub mod clock {
             match message.order {
                 order::IDENTIFY => Ok(Self::Identify),
                 order::NOW => Ok(Self::Now),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// Control of the single-level store's checkpoints: their interval, a checkpoint now, and the store's counters.
+pub mod checkpoint {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Sets how often a checkpoint is taken (one is taken early whenever the log is 65 % full).
+        pub const SET_INTERVAL: u64 = 1;
+        /// Says how the store stands.
+        pub const STATUS: u64 = 2;
+        /// Asks for a checkpoint now rather than at the end of the interval, and returns at once: `status` shows its commit.
+        pub const TAKE: u64 = 3;
+        /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
+        pub const COUNTERS: u64 = 4;
+    }
+
+    /// An invocation of a checkpoint capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Sets how often a checkpoint is taken (one is taken early whenever the log is 65 % full).
+        SetInterval {
+            /// The interval.
+            milliseconds: u64,
+        },
+        /// Says how the store stands.
+        Status,
+        /// Asks for a checkpoint now rather than at the end of the interval, and returns at once: `status` shows its commit.
+        Take,
+        /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
+        Counters,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::SET_INTERVAL => {
+                    let milliseconds = message.words[0];
+                    if !(10..=86400000).contains(&milliseconds) {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::SetInterval { milliseconds })
+                }
+                order::STATUS => Ok(Self::Status),
+                order::TAKE => Ok(Self::Take),
+                order::COUNTERS => Ok(Self::Counters),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes.
+pub mod journal {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Commits the pages sent, as they are now, and returns once they are on disk; commits made meanwhile share the disk write (group commit).
+        pub const COMMIT: u64 = 1;
+    }
+
+    /// An invocation of a journal capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Commits the pages sent, as they are now, and returns once they are on disk; commits made meanwhile share the disk write (group commit).
+        Commit,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::COMMIT => {
+                    // `page0` must be a page; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::Commit)
+                }
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// The control channel: a serial line on which the host's `holdfast` sends requests and reads replies.
+pub mod control {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Waits until the host has sent at least one byte, then returns what has arrived, up to `length` bytes.
+        pub const READ: u64 = 1;
+        /// Sends the string to the host.
+        pub const WRITE: u64 = 2;
+    }
+
+    /// An invocation of a control capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Waits until the host has sent at least one byte, then returns what has arrived, up to `length` bytes.
+        Read {
+            /// The most bytes returned.
+            length: u64,
+        },
+        /// Sends the string to the host.
+        Write,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::READ => {
+                    let length = message.words[0];
+                    if !(1..=4096).contains(&length) {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::Read { length })
+                }
+                order::WRITE => Ok(Self::Write),
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

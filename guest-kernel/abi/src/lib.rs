@@ -23,7 +23,7 @@ pub mod descriptor;
 pub mod interface;
 
 /// Version of the kernel ABI (system call registers, capability types, orders, results).
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Every ring-3 program carries an ELF note (in a `PT_NOTE` segment) naming the ABI version
 /// it was built against; the kernel refuses a program without it or with another version.

@@ -74,6 +74,9 @@ pub mod type_code {
     pub const INDIRECTOR: u8 = 9;
     pub const CONSOLE: u8 = 10;
     pub const CLOCK: u8 = 11;
+    pub const CHECKPOINT: u8 = 12;
+    pub const JOURNAL: u8 = 13;
+    pub const CONTROL: u8 = 14;
 }
 
 /// A capability's rights: a set of restrictions on what it may do.
@@ -116,6 +119,9 @@ pub enum Target {
     },
     Console,
     Clock,
+    Checkpoint,
+    Journal,
+    Control,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -569,7 +575,12 @@ impl<'a> SystemTable<'a> {
         }
         // Which of object, word 0, word 1 and height each type uses.
         let (uses_object, uses_word0, uses_word1, uses_height) = match code {
-            type_code::VOID | type_code::CONSOLE | type_code::CLOCK => (false, false, false, false),
+            type_code::VOID
+            | type_code::CONSOLE
+            | type_code::CLOCK
+            | type_code::CHECKPOINT
+            | type_code::JOURNAL
+            | type_code::CONTROL => (false, false, false, false),
             type_code::NUMBER => (false, true, true, false),
             type_code::PAGE | type_code::NODE | type_code::PROCESS | type_code::METER => {
                 (true, false, false, false)
@@ -620,6 +631,9 @@ impl<'a> SystemTable<'a> {
             },
             type_code::CONSOLE => Target::Console,
             type_code::CLOCK => Target::Clock,
+            type_code::CHECKPOINT => Target::Checkpoint,
+            type_code::JOURNAL => Target::Journal,
+            type_code::CONTROL => Target::Control,
             _ => Target::Void,
         };
         Ok(Capability {
@@ -689,6 +703,9 @@ fn encode_capability(capability: &Capability) -> [u8; CAPABILITY_BYTES] {
         Target::Indirector { node, badge } => (type_code::INDIRECTOR, node, 0, badge, 0),
         Target::Console => (type_code::CONSOLE, 0, 0, 0, 0),
         Target::Clock => (type_code::CLOCK, 0, 0, 0, 0),
+        Target::Checkpoint => (type_code::CHECKPOINT, 0, 0, 0, 0),
+        Target::Journal => (type_code::JOURNAL, 0, 0, 0, 0),
+        Target::Control => (type_code::CONTROL, 0, 0, 0, 0),
     };
     let mut bytes = [0u8; CAPABILITY_BYTES];
     bytes[0] = code;

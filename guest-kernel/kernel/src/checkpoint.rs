@@ -46,6 +46,9 @@ const STEP_OBJECTS: usize = 64;
 pub const DEFAULT_INTERVAL_MS: u64 = 5000;
 /// The log fill at which a checkpoint is taken at once (DESIGN.md).
 const FORCED_LOG_FILL: f64 = 0.65;
+/// The log fill above which journal commits wait for the forced checkpoint's migration to
+/// free the log: what is left is for the checkpoint itself.
+const JOURNAL_LOG_FILL_MAX: f64 = 0.8;
 
 /// A page of the snapshot not yet in the log.
 enum SnapshotPage {
@@ -68,11 +71,24 @@ struct Stabilization {
 
 pub struct Persistence {
     store: Store<Block>,
+    interval_ms: u64,
     interval_ticks: u64,
     next_snapshot_tick: u64,
     stabilization: Option<Stabilization>,
+    /// When each queued journal commit was made (TSC), by ticket: for its latency.
+    journal_submitted_tsc: BTreeMap<u64, u64>,
+    kernel_counters: KernelCounters,
     /// Set when a checkpoint failed: the store is no longer written, and the system says so.
     failed: bool,
+}
+
+/// What the kernel measures about the store, beside the store's own counters.
+#[derive(Default)]
+struct KernelCounters {
+    snapshot_pause_seconds_last: f64,
+    snapshot_pause_seconds_max: f64,
+    journal_commit_seconds_sum: f64,
+    journal_commit_seconds_count: u64,
 }
 
 static PERSISTENCE: Mutex<Option<Persistence>> = Mutex::new(None);
@@ -152,12 +168,100 @@ pub fn start(store: Store<Block>, interval_ms: u64) -> Result<(), String> {
     }
     *PERSISTENCE.lock() = Some(Persistence {
         store,
-        interval_ticks: (interval_ms * timer::TIMER_HZ).div_ceil(1000).max(1),
+        interval_ms,
+        interval_ticks: interval_ticks(interval_ms),
         next_snapshot_tick: timer::ticks(),
         stabilization: None,
+        journal_submitted_tsc: BTreeMap::new(),
+        kernel_counters: KernelCounters::default(),
         failed: false,
     });
     Ok(())
+}
+
+fn interval_ticks(interval_ms: u64) -> u64 {
+    (interval_ms * timer::TIMER_HZ).div_ceil(1000).max(1)
+}
+
+/// The store, unless there is none or it failed: what the checkpoint and journal
+/// capabilities act on.
+fn with_store<T>(with: impl FnOnce(&mut Persistence) -> T) -> Option<T> {
+    let mut guard = PERSISTENCE.lock();
+    guard.as_mut().filter(|persistence| !persistence.failed).map(with)
+}
+
+/// Checkpoints from now on every `interval_ms`; `None` without a store.
+pub fn set_interval(interval_ms: u64) -> Option<()> {
+    with_store(|persistence| {
+        persistence.interval_ms = interval_ms;
+        persistence.interval_ticks = interval_ticks(interval_ms);
+        persistence.next_snapshot_tick = timer::ticks() + persistence.interval_ticks;
+    })
+}
+
+/// A checkpoint at the next step.
+pub fn request_now() -> Option<()> {
+    with_store(|persistence| persistence.next_snapshot_tick = timer::ticks())
+}
+
+/// Newest committed generation, interval, log fill in thousandths, degraded (0 or 1).
+pub fn status() -> Option<[u64; 4]> {
+    with_store(|persistence| {
+        let store = &persistence.store;
+        [
+            store.checkpoint_generation(),
+            persistence.interval_ms,
+            (store.log_fill_ratio() * 1000.0) as u64,
+            u64::from(store.mirror_status().degraded),
+        ]
+    })
+}
+
+/// The store's and the kernel's counters in the Prometheus text format.
+pub fn counters_text() -> Option<String> {
+    with_store(|persistence| {
+        use core::fmt::Write;
+        let mut text = String::new();
+        let kernel = &persistence.kernel_counters;
+        let kernel_metrics = [
+            ("holdfast_checkpoint_snapshot_pause_seconds", kernel.snapshot_pause_seconds_last),
+            ("holdfast_checkpoint_snapshot_pause_seconds_max", kernel.snapshot_pause_seconds_max),
+            ("holdfast_journal_commit_seconds_sum", kernel.journal_commit_seconds_sum),
+            ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
+        ];
+        for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics) {
+            let _ = writeln!(text, "{name} {value}");
+        }
+        text
+    })
+}
+
+/// Queues a journal commit of `pages` (live page capabilities, void ones skipped) and
+/// returns its ticket; the caller waits until [`step`] has written it. `None` without a
+/// store.
+pub fn journal_submit(cache: &ObjectCache<Frame>, pages: &[holdfast_objects::Capability]) -> Option<u64> {
+    let mut guard = PERSISTENCE.lock();
+    let persistence = guard.as_mut().filter(|persistence| !persistence.failed)?;
+    let frames: Vec<holdfast_store::JournalPage<'_>> = pages
+        .iter()
+        .filter_map(|page| {
+            let frame = cache.page(page).ok()?;
+            Some(holdfast_store::JournalPage { id: page.object(), version: page.version(), data: frame.bytes() })
+        })
+        .collect();
+    match persistence.store.journal_submit(&frames) {
+        Ok(ticket) => {
+            persistence.journal_submitted_tsc.insert(ticket.0, arch::read_tsc());
+            Some(ticket.0)
+        }
+        // Hundreds of commits waiting (one per process at most): refused, the store is fine.
+        Err(StoreError::JournalQueueFull) => None,
+        Err(error) => {
+            println!("holdfast: journal commit failed: {error}; no further commits or checkpoints this run");
+            persistence.failed = true;
+            None
+        }
+    }
 }
 
 /// Page `id` is about to be written (mapped writable, or written by the kernel): marks it
@@ -199,7 +303,32 @@ pub fn step() -> bool {
 }
 
 impl Persistence {
+    /// Writes every queued journal commit in one group and lets its processes run on.
+    fn journal_write(&mut self, objects: &mut Objects) -> Result<(), String> {
+        let Some(durable) = self.store.journal_write().map_err(|error| error.to_string())? else {
+            return Ok(());
+        };
+        let now = arch::read_tsc();
+        let counters = &mut self.kernel_counters;
+        while let Some(entry) = self.journal_submitted_tsc.first_entry()
+            && *entry.key() <= durable.0
+        {
+            let submitted = entry.remove();
+            counters.journal_commit_seconds_sum += timer::tsc_to_nanoseconds(now - submitted) as f64 / 1e9;
+            counters.journal_commit_seconds_count += 1;
+        }
+        process::journal_durable(objects, durable.0);
+        Ok(())
+    }
+
     fn step(&mut self, objects: &mut Objects) -> Result<bool, String> {
+        // Commits wait while the log is nearly full: the checkpoint forced at 65 % needs the
+        // rest, and its migration frees the log.
+        let mut worked = false;
+        if self.store.journal_queued_commits() > 0 && self.store.log_fill_ratio() < JOURNAL_LOG_FILL_MAX {
+            self.journal_write(objects)?;
+            worked = true;
+        }
         if self.stabilization.is_some() {
             return self.stabilize_step(objects).map(|()| true);
         }
@@ -209,7 +338,7 @@ impl Persistence {
         }
         let due = timer::ticks() >= self.next_snapshot_tick || self.store.log_fill_ratio() >= FORCED_LOG_FILL;
         if !due {
-            return Ok(false);
+            return Ok(worked);
         }
         self.snapshot(objects)?;
         Ok(true)
@@ -238,10 +367,14 @@ impl Persistence {
             .collect();
         let generation = self.store.begin_checkpoint().map_err(|error| error.to_string())?;
         let snapshot_tsc = arch::read_tsc();
+        let snapshot_pause_us = timer::tsc_to_microseconds(snapshot_tsc - started);
+        let counters = &mut self.kernel_counters;
+        counters.snapshot_pause_seconds_last = snapshot_pause_us as f64 / 1e6;
+        counters.snapshot_pause_seconds_max = counters.snapshot_pause_seconds_max.max(counters.snapshot_pause_seconds_last);
         self.stabilization = Some(Stabilization {
             generation,
             snapshot_tsc,
-            snapshot_pause_us: timer::tsc_to_microseconds(snapshot_tsc - started),
+            snapshot_pause_us,
             directory: Some(Box::new(directory)),
             node_count: nodes.len(),
             page_count: pages.len(),
@@ -302,6 +435,7 @@ impl Persistence {
 /// What the kernel does when no process can run: checkpoint work, else wait for the timer.
 pub fn idle() -> ! {
     loop {
+        crate::control::wake_readers();
         if process::any_runnable() {
             process::switch_to_next()
         }

@@ -51,6 +51,9 @@ fn capability(objects: &Objects, made: &Made, capability: &table::Capability) ->
         }
         Target::Console => Capability::new(CapType::Console, ObjectId(0), Version(0)),
         Target::Clock => Capability::new(CapType::Clock, ObjectId(0), Version(0)),
+        Target::Checkpoint => Capability::new(CapType::Checkpoint, ObjectId(0), Version(0)),
+        Target::Journal => Capability::new(CapType::Journal, ObjectId(0), Version(0)),
+        Target::Control => Capability::new(CapType::Control, ObjectId(0), Version(0)),
     };
     let rights = Rights::from_bits(capability.rights.0).expect("the table checks rights");
     made_capability.restricted(rights)

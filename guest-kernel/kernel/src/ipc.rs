@@ -15,7 +15,7 @@ use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, Slot};
 
 use crate::arch::syscall::UserRegisters;
-use crate::methods;
+use crate::{methods, services};
 use crate::objects::{OBJECTS, Objects};
 use crate::process::{self, ProcessState, SCHEDULER};
 use crate::user_memory;
@@ -204,6 +204,30 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
             become_available_and_switch(invoker, registers)
         }
         CapType::Void => return Err(InvocationError::Void),
+        CapType::Checkpoint | CapType::Journal | CapType::Control => {
+            let outcome = services::invoke(&objects, target, &message);
+            let reply = match outcome {
+                services::Outcome::Reply(reply) => reply,
+                services::Outcome::WaitForInput => {
+                    drop(objects);
+                    let mut registers = *registers;
+                    // Back over the two-byte `syscall`: the read runs again once input has
+                    // arrived, and nothing of this one remains.
+                    registers.rip -= 2;
+                    process::wait_current(ProcessState::WaitingForInput, &registers)
+                }
+                services::Outcome::WaitUntilDurable(ticket) => {
+                    drop(objects);
+                    process::wait_current(ProcessState::WaitingForJournal { ticket }, registers)
+                }
+            };
+            if descriptor.kind == Kind::Return {
+                drop(objects);
+                become_available_and_switch(invoker, registers)
+            }
+            deliver(&mut objects, &root, registers, Some(&descriptor), reply);
+            return Ok(());
+        }
         _ => {
             let reply = methods::invoke(&mut objects, target, &message);
             drop(objects);

@@ -19,6 +19,7 @@ mod arch;
 mod bootinfo;
 mod checkpoint;
 mod console;
+mod control;
 mod drivers;
 mod initial_system;
 mod ipc;
@@ -27,6 +28,7 @@ mod methods;
 mod objects;
 mod process;
 mod selftest;
+mod services;
 mod space;
 mod user_memory;
 
@@ -68,6 +70,7 @@ impl BootOptions {
 
 pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
     console::init();
+    control::init();
     // SAFETY: these are the registers the boot loader handed to `start32`.
     let boot = unsafe { bootinfo::read(boot_magic, boot_information_physical) };
     if boot

@@ -42,6 +42,12 @@ pub enum ProcessState {
     Stalled,
     /// Its meter ran out and has no keeper; it runs again when the meter is refilled.
     OutOfTime,
+    /// Its control-channel `read` found nothing; it runs the `read` again once input has
+    /// arrived ([`crate::control`]).
+    WaitingForInput,
+    /// Its journal commit is queued; it gets the reply and runs on once commit `ticket` is
+    /// durable ([`crate::checkpoint`]). Its registers are those of the `invoke`.
+    WaitingForJournal { ticket: u64 },
     Stopped {
         exit_code: u64,
     },
@@ -334,6 +340,41 @@ pub fn switch_to_next() -> ! {
     resume_user(scheduler)
 }
 
+/// Input arrived on the control channel: every process waiting for it runs its `read` again.
+pub fn input_arrived() {
+    for process in SCHEDULER.lock().processes.iter_mut() {
+        if process.state == ProcessState::WaitingForInput {
+            process.state = ProcessState::Runnable;
+        }
+    }
+}
+
+/// Journal commits up to `ticket` are durable: their processes get the reply and run on.
+pub fn journal_durable(objects: &mut Objects, ticket: u64) {
+    for process in SCHEDULER.lock().processes.iter_mut() {
+        if let ProcessState::WaitingForJournal { ticket: waiting } = process.state
+            && waiting <= ticket
+        {
+            let descriptor = abi::descriptor::Descriptor::decode(process.registers.rdi).ok();
+            let reply = ipc::Message::reply(0, [waiting, 0, 0, 0]);
+            ipc::deliver(objects, &process.root, &mut process.registers, descriptor.as_ref(), reply);
+            process.state = ProcessState::Runnable;
+        }
+    }
+}
+
+/// Makes the current process wait in `state` with `registers` (already holding its reply,
+/// or pointing back at its `syscall`), and goes on with the next process.
+pub fn wait_current(state: ProcessState, registers: &UserRegisters) -> ! {
+    {
+        let mut scheduler = SCHEDULER.lock();
+        let current = scheduler.current();
+        scheduler.processes[current].registers = *registers;
+        scheduler.processes[current].state = state;
+    }
+    switch_to_next()
+}
+
 pub fn any_runnable() -> bool {
     SCHEDULER
         .lock()
@@ -438,7 +479,8 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
         scheduler.processes[current].registers = registers;
         scheduler.processes[current].root
     };
-    // With no process running, this is the moment for checkpoint work.
+    // With no process running, this is the moment for background work.
+    crate::control::wake_readers();
     checkpoint::step();
     if let Some(meter) = charge_meter(&root) {
         let keeper = {
@@ -640,14 +682,22 @@ fn registers_from(words: &[u64; REGISTER_COUNT]) -> UserRegisters {
 pub fn write_back(objects: &mut Objects) {
     let scheduler = SCHEDULER.lock();
     for process in &scheduler.processes {
+        let mut registers = process.registers;
+        if let ProcessState::WaitingForJournal { .. } = process.state {
+            // Not acknowledged, so not promised: after a restart it commits again.
+            registers.rip -= 2;
+        }
         let mut words = [0u64; process_root::REGISTER_WORDS];
-        words[..REGISTER_COUNT].copy_from_slice(&register_words(&process.registers));
+        words[..REGISTER_COUNT].copy_from_slice(&register_words(&registers));
         let mut code = match process.state {
             ProcessState::Runnable => status::RUNNABLE,
             ProcessState::Available => status::AVAILABLE,
             ProcessState::WaitingForReply => status::WAITING_FOR_REPLY,
             ProcessState::Stalled => status::STALLED,
             ProcessState::OutOfTime => status::OUT_OF_TIME,
+            // Its registers point at the `read`, which waits again after a restart.
+            ProcessState::WaitingForInput => status::STALLED,
+            ProcessState::WaitingForJournal { .. } => status::STALLED,
             ProcessState::Stopped { .. } => status::STOPPED,
             ProcessState::Faulted(report) => {
                 words[REGISTER_COUNT] = report.error_code.unwrap_or(0);

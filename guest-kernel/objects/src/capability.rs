@@ -32,10 +32,16 @@ pub enum CapType {
     Indirector = codes::Indirector as u8,
     Console = codes::Console as u8,
     Clock = codes::Clock as u8,
+    /// Checkpoint control: the interval, a checkpoint now, the store's counters.
+    Checkpoint = codes::Checkpoint as u8,
+    /// Synchronous page commits to the store's log.
+    Journal = codes::Journal as u8,
+    /// The control channel to the host.
+    Control = codes::Control as u8,
 }
 
 impl CapType {
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 15] = [
         Self::Void,
         Self::Number,
         Self::Page,
@@ -48,6 +54,9 @@ impl CapType {
         Self::Indirector,
         Self::Console,
         Self::Clock,
+        Self::Checkpoint,
+        Self::Journal,
+        Self::Control,
     ];
 
     pub fn from_code(code: u8) -> Option<Self> {
@@ -61,7 +70,13 @@ impl CapType {
             Self::Node | Self::Space | Self::Meter | Self::Indirector => Some(ObjectKind::Node),
             // A process is its root node; start and resume capabilities name that node too.
             Self::Process | Self::Start | Self::Resume => Some(ObjectKind::Node),
-            Self::Void | Self::Number | Self::Console | Self::Clock => None,
+            Self::Void
+            | Self::Number
+            | Self::Console
+            | Self::Clock
+            | Self::Checkpoint
+            | Self::Journal
+            | Self::Control => None,
         }
     }
 
@@ -305,7 +320,7 @@ mod tests {
         for kind in CapType::ALL {
             assert_eq!(CapType::from_code(kind as u8), Some(kind));
         }
-        assert_eq!(CapType::from_code(12), None);
+        assert_eq!(CapType::from_code(15), None);
     }
 
     #[test]

@@ -42,6 +42,30 @@ pub enum Command {
     /// The single-level store on disk images (the layout is in docs/disk-format.md).
     #[command(subcommand, after_help = STORE_EXIT_STATUS_HELP)]
     Store(StoreCommand),
+    /// The checkpoints of a running VM (`holdfast run --name NAME` with a store disk), over
+    /// its control channel; the VM's system must run the admin service.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointCommand {
+    /// Print the newest committed checkpoint, the interval, how full the log is and
+    /// whether a mirror is missing
+    Status(VmName),
+    /// Set how often the VM takes a checkpoint (it also takes one whenever its log is 65 %
+    /// full)
+    Interval(CheckpointIntervalArguments),
+    /// Take a checkpoint now instead of at the end of the interval
+    Now(VmName),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointIntervalArguments {
+    /// The name given to `holdfast run --name`
+    pub name: String,
+    /// The interval, 10 to 86400000 milliseconds
+    pub milliseconds: u64,
 }
 
 const STORE_EXIT_STATUS_HELP: &str = "\
@@ -184,6 +208,9 @@ pub enum VmCommand {
     /// Kill the VM's QEMU with SIGKILL, as a crash would: nothing is flushed or shut down
     /// (for crash and failover drills)
     Kill(VmName),
+    /// Print the store's counters (Prometheus text format) over the VM's control channel;
+    /// its system must run the admin service
+    Counters(VmName),
 }
 
 #[derive(Debug, Args)]

@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Accel(arguments) => commands::accel::run(arguments),
         Command::Bench(command) => commands::bench::run(command),
         Command::Store(command) => commands::store::run(command),
+        Command::Checkpoint(command) => commands::checkpoint::run(command),
     };
     match result {
         Ok(code) => code,

@@ -51,6 +51,12 @@ pub fn pid_file_beside(qmp_socket: &Path) -> PathBuf {
     qmp_socket.with_file_name("qemu.pid")
 }
 
+/// Where QEMU listens for `holdfast checkpoint` and `holdfast store counters`: the host's
+/// end of the guest's control channel, beside the VM's QMP socket.
+pub fn control_socket_beside(qmp_socket: &Path) -> PathBuf {
+    qmp_socket.with_file_name("control.sock")
+}
+
 /// A QMP socket path for a VM without a name, private to this process.
 pub fn private_qmp_socket() -> Result<PathBuf, Failure> {
     let socket = std::env::temp_dir()

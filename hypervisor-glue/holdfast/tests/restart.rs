@@ -15,7 +15,10 @@
 //!   committing checkpoint `g-1` (checkpoint `g` was taken after that), and at most one
 //!   report beyond the last count it printed at all (nothing is invented);
 //! - counts go up by one report at a time within a boot, and the program never finds its
-//!   registers and pages disagreeing (`MISMATCH`) or restarted from its entry point.
+//!   registers and pages disagreeing (`MISMATCH`) or restarted from its entry point;
+//! - every journal commit `journal-writer` printed as acknowledged (every 16th) survives,
+//!   though no checkpoint followed it: the page it finds after the restart holds at least
+//!   the last number acknowledged before the kill.
 //!
 //! `HOLDFAST_RESTART_ROUNDS` sets the number of kills (default 8).
 
@@ -33,6 +36,8 @@ use std::time::{Duration, Instant};
 use support::{KillOnDrop, build_image, holdfast, run_holdfast, scratch_dir, source_dir};
 
 const REPORT_STEPS: u64 = 1 << 22;
+/// `journal-writer` prints every 16th acknowledged commit.
+const JOURNAL_PRINT_EVERY: u64 = 16;
 const CHECKPOINT_INTERVAL_MS: u64 = 200;
 /// Commits a boot must show before it is killed, so that the next boot has a checkpoint of
 /// this boot to come back to and the one before it to bound it.
@@ -42,6 +47,15 @@ const BOOT_TIME_LIMIT: Duration = Duration::from_secs(120);
 
 fn random_u64() -> u64 {
     RandomState::new().build_hasher().finish()
+}
+
+/// The numbers that follow `prefix` on the lines that start with it.
+fn numbers_after(lines: &[String], prefix: &str) -> Vec<u64> {
+    lines
+        .iter()
+        .filter_map(|line| line.strip_prefix(prefix))
+        .filter_map(|rest| rest.parse().ok())
+        .collect()
 }
 
 /// What one boot printed, in order.
@@ -55,11 +69,11 @@ impl Boot {
     }
 
     fn counts_in(&self, lines: &[String]) -> Vec<u64> {
-        lines
-            .iter()
-            .filter_map(|line| line.strip_prefix("persist-counter: "))
-            .filter_map(|rest| rest.parse().ok())
-            .collect()
+        numbers_after(lines, "persist-counter: ")
+    }
+
+    fn acknowledged(&self) -> Vec<u64> {
+        numbers_after(&self.lines, "journal-writer: acknowledged ")
     }
 
     fn commits(&self) -> Vec<(usize, u64)> {
@@ -160,6 +174,16 @@ fn check_boot(boot: &Boot) {
     for pair in counts.windows(2) {
         assert_eq!(pair[1], pair[0] + REPORT_STEPS, "counts out of step:\n{}", boot.transcript());
     }
+    let acknowledged = boot.acknowledged();
+    assert!(!acknowledged.is_empty(), "no journal commit acknowledged:\n{}", boot.transcript());
+    for pair in acknowledged.windows(2) {
+        // More than one apart after a restart that found the page newer than the registers.
+        assert!(
+            pair[1] > pair[0] && pair[1] % JOURNAL_PRINT_EVERY == 0,
+            "journal commits out of step:\n{}",
+            boot.transcript()
+        );
+    }
 }
 
 /// Checks that `boot` restarted where `before` (the boot it followed) left off.
@@ -182,6 +206,14 @@ fn check_restart(before: &Boot, boot: &Boot) {
     );
     let ceiling = before.counts().last().copied().unwrap_or(0) + REPORT_STEPS;
     assert!(first <= ceiling, "restarted at count {first}, beyond anything reached ({ceiling})\n{}", context());
+    if let Some(&last_before) = before.acknowledged().last() {
+        let survived = numbers_after(&boot.lines, "journal-writer: restarted, page holds ").first().copied();
+        assert!(
+            survived.is_some_and(|survived| survived >= last_before),
+            "journal commit {last_before} was acknowledged before the kill, but the page holds {survived:?} after the restart\n{}",
+            context()
+        );
+    }
 }
 
 /// `holdfast store check` after a kill: clean, except that a superblock write the kill cut

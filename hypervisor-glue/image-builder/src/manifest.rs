@@ -131,6 +131,9 @@ struct NoObject {}
 struct CapabilityEntry {
     console: Option<NoObject>,
     clock: Option<NoObject>,
+    checkpoint: Option<NoObject>,
+    journal: Option<NoObject>,
+    control: Option<NoObject>,
     own_process: Option<NoObject>,
     process: Option<String>,
     start: Option<String>,
@@ -154,8 +157,7 @@ enum Right {
     NoCall,
 }
 
-const CAPABILITY_KINDS: &str =
-    "console, clock, own-process, process, start, node, space, page, meter, number, indirector";
+const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, own-process, process, start, node, space, page, meter, number, indirector";
 
 /// The entries' names, by kind, to resolve references.
 struct Names<'a> {
@@ -422,6 +424,9 @@ fn resolve_capability(
     };
     add("console", written.console.is_some());
     add("clock", written.clock.is_some());
+    add("checkpoint", written.checkpoint.is_some());
+    add("journal", written.journal.is_some());
+    add("control", written.control.is_some());
     add("own-process", written.own_process.is_some());
     add("process", written.process.is_some());
     add("start", written.start.is_some());
@@ -456,6 +461,9 @@ fn resolve_capability(
     let target = match kind {
         "console" => Target::Console,
         "clock" => Target::Clock,
+        "checkpoint" => Target::Checkpoint,
+        "journal" => Target::Journal,
+        "control" => Target::Control,
         "own-process" => {
             let process = own_process
                 .ok_or("own-process is only for a process's registers (a node has no owner)")?;
@@ -756,7 +764,7 @@ mod tests {
     fn unknown_capability_kind() {
         assert_eq!(
             message(&with_register("{ consol = {} }")),
-            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `indirector`, `badge`, `height`, `rights`"
+            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `indirector`, `badge`, `height`, `rights`"
         );
     }
 
@@ -772,7 +780,7 @@ mod tests {
     fn no_capability_kind() {
         assert_eq!(
             message(&with_register("{ badge = 3 }")),
-            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, own-process, process, start, node, space, page, meter, number, indirector)"
+            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, checkpoint, journal, control, own-process, process, start, node, space, page, meter, number, indirector)"
         );
     }
 

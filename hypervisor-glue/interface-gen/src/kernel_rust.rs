@@ -7,9 +7,14 @@ use std::fmt::Write;
 pub fn generate(description: &Description, header: &str) -> String {
     let mut out = String::new();
     out += header;
-    out += "\n//! The kernel interface, ABI version 2: capability types, order codes, errors, and the\n\
-            //! decoding of each invocation of a kernel object into a request (see\n\
-            //! `docs/interface.md`). Requests are plain data; the kernel matches on them.\n\n";
+    writeln!(
+        out,
+        "\n//! The kernel interface, ABI version {}: capability types, order codes, errors, and the\n\
+         //! decoding of each invocation of a kernel object into a request (see\n\
+         //! `docs/interface.md`). Requests are plain data; the kernel matches on them.\n",
+        description.abi_version
+    )
+    .unwrap();
     writeln!(
         out,
         "/// The ABI version this interface describes. [`crate::ABI_VERSION`] stays the version the\n\

@@ -81,6 +81,9 @@ pub struct VmSpec {
     pub memory_mib: u32,
     /// Where QEMU listens for QMP clients, if anywhere.
     pub qmp_socket: Option<PathBuf>,
+    /// Where QEMU listens for the host's end of the guest's control channel (its second
+    /// serial port, COM2), if anywhere.
+    pub control_socket: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -93,6 +96,7 @@ impl VmSpec {
             accelerator,
             memory_mib: DEFAULT_MEMORY_MIB,
             qmp_socket: None,
+            control_socket: None,
         }
     }
 
@@ -131,6 +135,10 @@ impl VmSpec {
         if let Some(socket) = &self.qmp_socket {
             arguments.add_with_path("-chardev", "socket,id=qmp,server=on,wait=off,path=", socket);
             arguments.add(["-mon", "chardev=qmp,mode=control"]);
+        }
+        if let Some(socket) = &self.control_socket {
+            arguments.add_with_path("-chardev", "socket,id=control,server=on,wait=off,path=", socket);
+            arguments.add(["-serial", "chardev:control"]);
         }
         match &self.boot {
             Boot::Pvh {

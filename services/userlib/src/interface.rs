@@ -583,3 +583,147 @@ pub mod clock {
         Ok(received.words[0])
     }
 }
+
+/// Control of the single-level store's checkpoints: their interval, a checkpoint now, and the store's counters.
+pub mod checkpoint {
+    use crate::abi::interface::checkpoint::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Sets how often a checkpoint is taken (one is taken early whenever the log is 65 % full).
+    ///
+    /// - `milliseconds`: The interval. Range 10..=86400000.
+    ///
+    /// Errors: `read_only`, `out_of_range`, `unavailable`; and invocation errors.
+    pub fn set_interval(checkpoint: CapReg, milliseconds: u64) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [milliseconds, 0, 0, 0],
+            ..Invocation::call(checkpoint, order::SET_INTERVAL)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// What [`status`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct StatusResults {
+        /// The newest committed checkpoint.
+        pub generation: u64,
+        /// The checkpoint interval.
+        pub milliseconds: u64,
+        /// How full the log is, in thousandths.
+        pub log_fill_permille: u64,
+        /// 1 if a mirror is missing, failed or being resilvered, else 0.
+        pub degraded: u64,
+    }
+
+    /// Says how the store stands.
+    ///
+    /// - returns `generation`: The newest committed checkpoint.
+    /// - returns `milliseconds`: The checkpoint interval.
+    /// - returns `log_fill_permille`: How full the log is, in thousandths.
+    /// - returns `degraded`: 1 if a mirror is missing, failed or being resilvered, else 0.
+    ///
+    /// Errors: `unavailable`; and invocation errors.
+    pub fn status(checkpoint: CapReg) -> Result<StatusResults, Error> {
+        let received = invoke(Invocation::call(checkpoint, order::STATUS)).check()?;
+        Ok(StatusResults {
+            generation: received.words[0],
+            milliseconds: received.words[1],
+            log_fill_permille: received.words[2],
+            degraded: received.words[3],
+        })
+    }
+
+    /// Asks for a checkpoint now rather than at the end of the interval, and returns at once: `status` shows its commit.
+    ///
+    /// Errors: `read_only`, `unavailable`; and invocation errors.
+    pub fn take(checkpoint: CapReg) -> Result<(), Error> {
+        invoke(Invocation::call(checkpoint, order::TAKE)).check()?;
+        Ok(())
+    }
+
+    /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
+    ///
+    /// - `text`: receives the counters.
+    ///
+    /// Returns bytes of `text` received.
+    ///
+    /// Errors: `unavailable`; and invocation errors.
+    pub fn counters(checkpoint: CapReg, text: &mut [u8]) -> Result<usize, Error> {
+        let received = invoke(Invocation {
+            buffer: text,
+            ..Invocation::call(checkpoint, order::COUNTERS)
+        })
+        .check()?;
+        Ok(received.string_length)
+    }
+}
+
+/// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes.
+pub mod journal {
+    use crate::abi::interface::journal::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Commits the pages sent, as they are now, and returns once they are on disk; commits made meanwhile share the disk write (group commit).
+    ///
+    /// - `page0`: A page to commit. Type page.
+    /// - `page1`: Another page, or void. Type void or page.
+    /// - `page2`: Another page, or void. Type void or page.
+    /// - `page3`: Another page, or void. Type void or page.
+    ///
+    /// Returns the commit's number: commits become durable in this order.
+    ///
+    /// Errors: `wrong_type`, `unavailable`; and invocation errors.
+    pub fn commit(
+        journal: CapReg,
+        page0: CapReg,
+        page1: CapReg,
+        page2: CapReg,
+        page3: CapReg,
+    ) -> Result<u64, Error> {
+        let received = invoke(Invocation {
+            send: &[page0, page1, page2, page3],
+            ..Invocation::call(journal, order::COMMIT)
+        })
+        .check()?;
+        Ok(received.words[0])
+    }
+}
+
+/// The control channel: a serial line on which the host's `holdfast` sends requests and reads replies.
+pub mod control {
+    use crate::abi::interface::control::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Waits until the host has sent at least one byte, then returns what has arrived, up to `length` bytes.
+    ///
+    /// - `length`: The most bytes returned. Range 1..=4096.
+    /// - `data`: receives the bytes read.
+    ///
+    /// Returns bytes of `data` received.
+    ///
+    /// Errors: `out_of_range`, `unavailable`; and invocation errors.
+    pub fn read(control: CapReg, length: u64, data: &mut [u8]) -> Result<usize, Error> {
+        let received = invoke(Invocation {
+            words: [length, 0, 0, 0],
+            buffer: data,
+            ..Invocation::call(control, order::READ)
+        })
+        .check()?;
+        Ok(received.string_length)
+    }
+
+    /// Sends the string to the host.
+    ///
+    /// - `data`: The bytes sent.
+    ///
+    /// Errors: `unavailable`; and invocation errors.
+    pub fn write(control: CapReg, data: &[u8]) -> Result<(), Error> {
+        invoke(Invocation {
+            string: data,
+            ..Invocation::call(control, order::WRITE)
+        })
+        .check()?;
+        Ok(())
+    }
+}

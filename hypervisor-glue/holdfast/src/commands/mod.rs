@@ -2,6 +2,8 @@
 
 pub mod accel;
 pub mod bench;
+pub mod checkpoint;
+pub mod control;
 pub mod image;
 pub mod run;
 pub mod store;

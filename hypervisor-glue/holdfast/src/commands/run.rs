@@ -77,6 +77,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         accelerator,
         memory_mib: arguments.memory_mib,
         qmp_socket: Some(qmp_socket.path.clone()),
+        control_socket: Some(crate::paths::control_socket_beside(&qmp_socket.path)),
     };
     let time_limit = match (arguments.timeout_seconds, arguments.stay_up) {
         (Some(seconds), _) => Some(Duration::from_secs(seconds)),
@@ -233,6 +234,7 @@ impl Drop for QmpSocket {
         // Leftovers are harmless: the next run of the same name removes a stale socket, and
         // `vm kill` checks that a pid is QEMU's before it kills.
         let _ = std::fs::remove_file(crate::paths::pid_file_beside(&self.path));
+        let _ = std::fs::remove_file(crate::paths::control_socket_beside(&self.path));
         let _ = std::fs::remove_file(&self.path);
         if let Some(directory) = self.path.parent() {
             let _ = std::fs::remove_dir(directory);

@@ -14,9 +14,14 @@ pub fn run(command: VmCommand) -> Result<ExitCode, Failure> {
     | VmCommand::Pause(vm)
     | VmCommand::Resume(vm)
     | VmCommand::Quit(vm)
-    | VmCommand::Kill(vm)) = &command;
+    | VmCommand::Kill(vm)
+    | VmCommand::Counters(vm)) = &command;
     let name = vm.name.as_str();
     paths::check_vm_name(name)?;
+    if let VmCommand::Counters(_) = &command {
+        print!("{}", super::control::request(name, "counters")?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let socket = paths::qmp_socket_of(name)?;
     let mut client = QmpClient::connect(&socket).map_err(|error| match error {
         QmpError::NotListening { .. } => Failure::input(format!(
@@ -47,6 +52,7 @@ pub fn run(command: VmCommand) -> Result<ExitCode, Failure> {
             let pid = kill_qemu(name, &socket)?;
             println!("{name}: killed (SIGKILL to QEMU, pid {pid})");
         }
+        VmCommand::Counters(_) => unreachable!("answered above"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,104 @@
+//! The kernel services that are not objects on the store: checkpoint control, the journal
+//! and the control channel (DESIGN.md: kernel services). Each capability names the service
+//! alone; holding it is the authority to use it.
+
+use alloc::vec::Vec;
+use holdfast_abi::interface::{self, ObjectError, checkpoint, control, journal};
+use holdfast_objects::{CapType, Capability};
+
+use crate::ipc::Message;
+use crate::objects::Objects;
+use crate::{checkpoint as store, control as channel};
+
+/// How an invocation of a service ends.
+pub enum Outcome {
+    Reply(Message),
+    /// Nothing to read yet: the invoker waits and runs its `read` again once input arrives.
+    WaitForInput,
+    /// The invoker waits until journal commit `ticket` is durable, then gets its reply.
+    WaitUntilDurable(u64),
+}
+
+fn reply(result: Result<[u64; 4], ObjectError>) -> Outcome {
+    Outcome::Reply(match result {
+        Ok(words) => Message::reply(0, words),
+        Err(error) => Message::reply(error as u64, [0; 4]),
+    })
+}
+
+fn writable(target: &Capability) -> Result<(), ObjectError> {
+    target.may_write().then_some(()).ok_or(ObjectError::ReadOnly)
+}
+
+/// Runs `message.code` on the service `target` names (checkpoint, journal or control).
+pub fn invoke(objects: &Objects, target: Capability, message: &Message) -> Outcome {
+    let header = interface::Message {
+        order: message.code,
+        words: message.words,
+        string_length: message.string.len() as u64,
+        capability_count: message.capabilities.len() as u64,
+    };
+    let identify = [target.kind() as u64, u64::from(target.rights().bits()), 0, 0];
+    let unavailable = ObjectError::Unavailable;
+    match target.kind() {
+        CapType::Checkpoint => reply(match checkpoint::Request::decode(&header) {
+            Ok(checkpoint::Request::Identify) => Ok(identify),
+            Ok(checkpoint::Request::SetInterval { milliseconds }) => writable(&target)
+                .and_then(|()| store::set_interval(milliseconds).ok_or(unavailable))
+                .map(|()| [0; 4]),
+            Ok(checkpoint::Request::Status) => store::status().ok_or(unavailable),
+            Ok(checkpoint::Request::Take) => writable(&target)
+                .and_then(|()| store::request_now().ok_or(unavailable))
+                .map(|()| [0; 4]),
+            Ok(checkpoint::Request::Counters) => {
+                let Some(text) = store::counters_text() else {
+                    return reply(Err(unavailable));
+                };
+                let mut message = Message::reply(0, [0; 4]);
+                message.string = text.into_bytes();
+                message.string.truncate(holdfast_abi::INVOCATION_STRING_BYTES_MAX);
+                message.words[0] = message.string.len() as u64;
+                return Outcome::Reply(message);
+            }
+            Err(error) => Err(error),
+        }),
+        CapType::Journal => match journal::Request::decode(&header) {
+            Ok(journal::Request::Identify) => reply(Ok(identify)),
+            Ok(journal::Request::Commit) => {
+                let (first, others) = message.capabilities.split_first().expect("the decoder checked the count");
+                let pages_only = first.kind() == CapType::Page
+                    && others.iter().all(|page| matches!(page.kind(), CapType::Page | CapType::Void));
+                if !pages_only {
+                    return reply(Err(ObjectError::WrongType));
+                }
+                let pages: Vec<Capability> = message.capabilities.iter().copied().filter(|page| !page.is_void()).collect();
+                match store::journal_submit(&objects.cache, &pages) {
+                    Some(ticket) => Outcome::WaitUntilDurable(ticket),
+                    None => reply(Err(unavailable)),
+                }
+            }
+            Err(error) => reply(Err(error)),
+        },
+        CapType::Control if !channel::present() => reply(Err(unavailable)),
+        CapType::Control => match control::Request::decode(&header) {
+            Ok(control::Request::Identify) => reply(Ok(identify)),
+            Ok(control::Request::Read { length }) => {
+                let mut bytes = alloc::vec![0u8; length as usize];
+                let count = channel::read(&mut bytes);
+                if count == 0 {
+                    return Outcome::WaitForInput;
+                }
+                bytes.truncate(count);
+                let mut message = Message::reply(0, [count as u64, 0, 0, 0]);
+                message.string = bytes;
+                Outcome::Reply(message)
+            }
+            Ok(control::Request::Write) => {
+                channel::write(&message.string);
+                reply(Ok([message.string.len() as u64, 0, 0, 0]))
+            }
+            Err(error) => reply(Err(error)),
+        },
+        _ => unreachable!("only services come here"),
+    }
+}

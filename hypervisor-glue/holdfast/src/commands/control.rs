@@ -1,0 +1,57 @@
+//! Requests to a running VM's admin service over its control channel: a line out, lines
+//! back until one that starts with `ok` or `error` (services/admin/src/main.rs).
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use crate::failure::Failure;
+use crate::paths;
+
+/// How long the admin service may take to answer: a guest under TCG on a busy host answers
+/// within a second; a system without the admin service never does.
+const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(30);
+
+/// Sends `request` to VM `name` and returns the reply's body and `ok` line; an `error`
+/// reply is a failure naming what the guest said.
+pub fn request(name: &str, request: &str) -> Result<String, Failure> {
+    paths::check_vm_name(name)?;
+    let socket = paths::control_socket_beside(&paths::qmp_socket_of(name)?);
+    let mut stream = UnixStream::connect(&socket).map_err(|error| match error.kind() {
+        ErrorKind::NotFound | ErrorKind::ConnectionRefused => Failure::input(format!(
+            "no VM named '{name}' is running (nothing answers on {})",
+            socket.display()
+        )),
+        _ => Failure::other(format!("VM '{name}': connecting to {}: {error}", socket.display())),
+    })?;
+    stream
+        .set_read_timeout(Some(ANSWER_TIME_LIMIT))
+        .map_err(|error| Failure::other(format!("VM '{name}': {error}")))?;
+    stream
+        .write_all(format!("{request}\n").as_bytes())
+        .map_err(|error| Failure::other(format!("VM '{name}': sending the request: {error}")))?;
+    let mut reply = String::new();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) => return Err(Failure::other(format!("VM '{name}' closed its control channel before answering"))),
+            Ok(_) => {}
+            Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(Failure::other(format!(
+                    "VM '{name}' did not answer on its control channel within {} s (is the admin service in its system?)",
+                    ANSWER_TIME_LIMIT.as_secs()
+                )));
+            }
+            Err(error) => return Err(Failure::other(format!("VM '{name}': reading the reply: {error}"))),
+        }
+        if let Some(what) = line.strip_prefix("error ") {
+            return Err(Failure::other(format!("VM '{name}': {}", what.trim_end())));
+        }
+        let done = line.starts_with("ok");
+        reply.push_str(&line);
+        if done {
+            return Ok(reply);
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! A running VM's checkpoints and counters from the host: `holdfast checkpoint
+//! status|interval|now` and `holdfast vm counters` go over the VM's control channel (its
+//! COM2) to the admin service (services/admin), which acts with its checkpoint capability.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{KillOnDrop, assert_one_line_error, build_image, holdfast, run_holdfast, scratch_dir, source_dir};
+
+/// The fields of a `checkpoint status` line: `NAME: generation G interval-ms MS ...`.
+fn status_field(stdout: &str, field: &str) -> u64 {
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    let at = words.iter().position(|word| *word == field).unwrap_or_else(|| panic!("no {field} in {stdout:?}"));
+    words[at + 1].parse().unwrap_or_else(|_| panic!("{field} is not a number in {stdout:?}"))
+}
+
+fn holdfast_ok(arguments: &[&str]) -> String {
+    let run = run_holdfast(arguments);
+    assert_eq!(run.status, Some(0), "holdfast {arguments:?}\n{}", run.transcript());
+    run.stdout
+}
+
+#[test]
+fn checkpoints_are_controlled_and_counted_from_the_host() {
+    let manifest = source_dir().join("services/persist-manifest.toml");
+    let image_dir = build_image("persist-image", Some(&manifest));
+    let directory = scratch_dir("control");
+    let store = directory.join("store.img");
+    let store_path = store.to_str().expect("UTF-8 path");
+    assert_eq!(run_holdfast(&["store", "format", "--size-mib", "16", store_path]).status, Some(0));
+
+    let name = format!("control-test-{}", std::process::id());
+    let mut child = KillOnDrop(
+        holdfast()
+            .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "300", "--disk", store_path])
+            .arg("--image-dir")
+            .arg(&image_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start holdfast run"),
+    );
+    let (sender, receiver) = mpsc::channel();
+    let stdout = child.0.stdout.take().expect("piped");
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    // The first checkpoint is taken at once; the admin service serves after it.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !receiver
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .expect("the first checkpoint commits within 120 s")
+        .starts_with("holdfast: checkpoint 1 committed")
+    {}
+
+    let status = holdfast_ok(&["checkpoint", "status", &name]);
+    assert!(status.starts_with(&format!("{name}: generation ")), "{status}");
+    assert_eq!(status_field(&status, "interval-ms"), 5000, "the default interval: {status}");
+    assert_eq!(status_field(&status, "degraded"), 0, "{status}");
+
+    assert_eq!(holdfast_ok(&["checkpoint", "interval", &name, "60000"]), format!("{name}: interval-ms 60000\n"));
+    let before = status_field(&holdfast_ok(&["checkpoint", "status", &name]), "generation");
+    assert_eq!(holdfast_ok(&["checkpoint", "now", &name]), format!("{name}: checkpoint requested\n"));
+    // Only the request makes a new one within a minute.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = holdfast_ok(&["checkpoint", "status", &name]);
+        assert_eq!(status_field(&status, "interval-ms"), 60000, "{status}");
+        if status_field(&status, "generation") > before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no checkpoint after 'checkpoint now': {status}");
+        thread::sleep(Duration::from_millis(200));
+    }
+
+    let counters = holdfast_ok(&["vm", "counters", &name]);
+    let value = |metric: &str| -> f64 {
+        let line = counters.lines().find(|line| line.split(' ').next() == Some(metric));
+        let line = line.unwrap_or_else(|| panic!("no {metric} in\n{counters}"));
+        line.split(' ').nth(1).and_then(|value| value.parse().ok()).unwrap_or_else(|| panic!("bad line {line}"))
+    };
+    assert!(value("holdfast_checkpoint_generation") > before as f64, "{counters}");
+    assert!(value("holdfast_journal_commits_total") > 0.0, "{counters}");
+    assert!(value("holdfast_journal_commit_seconds_count") > 0.0, "{counters}");
+    assert!(value("holdfast_checkpoint_snapshot_pause_seconds") > 0.0, "{counters}");
+    for metric in [
+        "holdfast_checkpoint_objects_written_total",
+        "holdfast_checkpoint_stabilization_seconds",
+        "holdfast_store_log_fill_ratio",
+        "holdfast_migration_backlog_objects",
+        "holdfast_journal_commit_seconds_sum",
+    ] {
+        assert!(value(metric) >= 0.0, "{metric}");
+    }
+    assert_eq!(counters.lines().last(), Some("ok"), "{counters}");
+
+    assert_one_line_error(
+        &run_holdfast(&["checkpoint", "interval", &name, "5"]),
+        2,
+        "holdfast: 5 ms is not a checkpoint interval: use 10 to 86400000",
+    );
+    let missing = run_holdfast(&["checkpoint", "status", "no-such-vm"]);
+    assert_eq!(missing.status, Some(2), "{}", missing.transcript());
+    assert!(missing.stderr.starts_with("holdfast: no VM named 'no-such-vm' is running"), "{}", missing.transcript());
+
+    assert_eq!(run_holdfast(&["vm", "kill", &name]).status, Some(0));
+}
