@@ -30,7 +30,7 @@ use spin::Mutex;
 
 use crate::arch::{self, timer};
 use crate::drivers::Block;
-use crate::memory::PAGE_BYTES;
+use crate::memory::{self, PAGE_BYTES};
 use crate::objects::{Frame, OBJECTS, Objects};
 use crate::{println, process};
 
@@ -89,9 +89,18 @@ struct KernelCounters {
     snapshot_pause_seconds_max: f64,
     journal_commit_seconds_sum: f64,
     journal_commit_seconds_count: u64,
+    evicted_pages_total: u64,
 }
 
 static PERSISTENCE: Mutex<Option<Persistence>> = Mutex::new(None);
+
+/// The store's boot count (0 without a store): the clock tells programs, so that they can
+/// tell a restart.
+static BOOT_COUNT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+pub fn boot_count() -> u64 {
+    BOOT_COUNT.load(core::sync::atomic::Ordering::Relaxed)
+}
 
 /// What the boot found on its disk.
 pub enum Opened {
@@ -122,50 +131,11 @@ pub fn open(disk: Option<Block>) -> Result<Opened, String> {
     }
 }
 
-/// Reads the newest checkpoint into the object cache and the process table.
-pub fn restore(store: &mut Store<Block>) -> Result<usize, String> {
-    let failed = |what: &str, error: &dyn core::fmt::Display| alloc::format!("{what}: {error}");
-    let mut block = Box::new([0u8; PAGE_BYTES]);
-    store.read_page(DIRECTORY_PAGE, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
-    let directory = Directory::decode(&block).map_err(|error| failed("checkpoint directory", &error))?;
-    let mut objects = OBJECTS.lock();
-    for id in (1..directory.next_node_id).map(ObjectId) {
-        let (version, image) = store.read_node(id).map_err(|error| failed("reading a node", &error))?;
-        let (node, resume_version) =
-            Node::decode(&image).map_err(|error| alloc::format!("node {}: {error}", id.0))?;
-        objects.cache.insert_stored_node(id, version, resume_version, node);
-    }
-    for id in (1..directory.next_page_id).map(ObjectId) {
-        let mut frame = Frame::for_stored_page();
-        let version = store.read_page(id, frame.bytes_mut()).map_err(|error| failed("reading a page", &error))?;
-        if objects.cache.insert_stored_page(id, version, frame).is_err() {
-            unreachable!("ids are read once each");
-        }
-    }
-    objects.set_next_ids((directory.next_node_id, directory.next_page_id));
-    let processes: Vec<(ObjectId, &'static str)> = directory
-        .processes
-        .into_iter()
-        .map(|DirectoryProcess { root, name }| (root, &*String::leak(name)))
-        .collect();
-    process::restore(&objects, &processes)?;
-    Ok(processes.len())
-}
-
-/// Starts checkpointing to `store`, the first checkpoint at once (a fresh store holds
-/// nothing until then).
-pub fn start(store: Store<Block>, interval_ms: u64) -> Result<(), String> {
-    let geometry = store.geometry();
-    let (next_node, next_page) = OBJECTS.lock().next_ids();
-    if next_node > geometry.node_count || next_page > geometry.page_count {
-        return Err(alloc::format!(
-            "the system has {} nodes and {} pages; the store holds {} and {} (format a larger one)",
-            next_node - 1,
-            next_page - 1,
-            geometry.node_count - 1,
-            geometry.page_count - 1
-        ));
-    }
+/// Hands `store` to the kernel: pages live on it from now on, and checkpoints go to it
+/// once processes run (the first at once: a fresh store holds nothing until then).
+pub fn attach(store: Store<Block>, interval_ms: u64) {
+    BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
+    OBJECTS.lock().set_store_backed();
     *PERSISTENCE.lock() = Some(Persistence {
         store,
         interval_ms,
@@ -176,6 +146,102 @@ pub fn start(store: Store<Block>, interval_ms: u64) -> Result<(), String> {
         kernel_counters: KernelCounters::default(),
         failed: false,
     });
+}
+
+/// Rebuilds the system of the newest checkpoint: every node, every page's version (the
+/// pages themselves are loaded when used), and the process table.
+pub fn restore() -> Result<usize, String> {
+    let failed = |what: &str, error: &dyn core::fmt::Display| alloc::format!("{what}: {error}");
+    let mut guard = PERSISTENCE.lock();
+    let store = &mut guard.as_mut().expect("attached first").store;
+    let mut block = Box::new([0u8; PAGE_BYTES]);
+    store.read_page(DIRECTORY_PAGE, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
+    let directory = Directory::decode(&block).map_err(|error| failed("checkpoint directory", &error))?;
+    let mut objects = OBJECTS.lock();
+    for id in (1..directory.next_node_id).map(ObjectId) {
+        let (version, image) = store.read_node(id).map_err(|error| failed("reading a node", &error))?;
+        let (node, resume_version) =
+            Node::decode(&image).map_err(|error| alloc::format!("node {}: {error}", id.0))?;
+        objects.cache.insert_stored_node(id, version, resume_version, node);
+    }
+    let versions = store.page_versions(directory.next_page_id).map_err(|error| failed("reading page versions", &error))?;
+    for (id, version) in versions.into_iter().enumerate().skip(1) {
+        objects.cache.insert_absent_page(ObjectId(id as u64), version);
+    }
+    objects.set_next_ids((directory.next_node_id, directory.next_page_id));
+    drop(guard);
+    let processes: Vec<(ObjectId, &'static str)> = directory
+        .processes
+        .into_iter()
+        .map(|DirectoryProcess { root, name }| (root, &*String::leak(name)))
+        .collect();
+    process::restore(&objects, &processes)?;
+    Ok(processes.len())
+}
+
+/// Whether the objects made so far fit the store's home ranges.
+pub fn check_capacity() -> Result<(), String> {
+    let geometry = with_store(|persistence| persistence.store.geometry()).ok_or("no store")?;
+    let (next_node, next_page) = OBJECTS.lock().next_ids();
+    if next_node > geometry.node_count || next_page > geometry.page_count {
+        return Err(alloc::format!(
+            "the system has {} nodes and {} pages; the store holds {} and {} (format a larger one)",
+            next_node - 1,
+            next_page - 1,
+            geometry.node_count - 1,
+            geometry.page_count - 1
+        ));
+    }
+    Ok(())
+}
+
+/// Reads page `id`'s newest committed contents from the store into `bytes`.
+pub fn read_page(id: ObjectId, bytes: &mut [u8; PAGE_BYTES]) -> Result<(), String> {
+    let result = with_store(|persistence| persistence.store.read_page(id, bytes));
+    match result {
+        None => Err("no store".to_string()),
+        Some(Err(error)) => Err(alloc::format!("page {}: {error}", id.0)),
+        Some(Ok(_version)) => Ok(()),
+    }
+}
+
+/// Heap kept free for the pages loaded while the scheduler is held (which cannot evict)
+/// and for copies on write: below it, clean pages are evicted before another is loaded.
+fn heap_free_target_bytes() -> usize {
+    (memory::heap_bytes() / 8).max(4 << 20)
+}
+
+/// Pages evicted at once: each eviction drops every translation, so it is done in batches.
+const EVICTION_BATCH_PAGES: usize = 512;
+
+/// Makes room for pages to be loaded, if the heap runs low: evicts clean pages other than
+/// `keep`, after a checkpoint if too few are clean (the world is stopped anyway). The
+/// caller holds the object cache but not the scheduler.
+pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String> {
+    if memory::heap_free_bytes() >= heap_free_target_bytes() {
+        return Ok(());
+    }
+    let mut guard = PERSISTENCE.lock();
+    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
+        return Ok(());
+    };
+    // A checkpoint's pages stay until stored.
+    while persistence.stabilization.is_some() {
+        persistence.stabilize_step(objects)?;
+    }
+    let mut victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
+    if victims.len() < EVICTION_BATCH_PAGES / 2 {
+        persistence.checkpoint_now(objects)?;
+        victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
+    }
+    if victims.is_empty() {
+        return Ok(());
+    }
+    process::drop_all_translations(objects);
+    for &id in &victims {
+        drop(objects.cache.evict(id));
+    }
+    persistence.kernel_counters.evicted_pages_total += victims.len() as u64;
     Ok(())
 }
 
@@ -228,6 +294,7 @@ pub fn counters_text() -> Option<String> {
             ("holdfast_checkpoint_snapshot_pause_seconds_max", kernel.snapshot_pause_seconds_max),
             ("holdfast_journal_commit_seconds_sum", kernel.journal_commit_seconds_sum),
             ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
+            ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
         ];
         for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics) {
             let _ = writeln!(text, "{name} {value}");
@@ -342,6 +409,19 @@ impl Persistence {
         }
         self.snapshot(objects)?;
         Ok(true)
+    }
+
+    /// A whole checkpoint, now: finishes the migration before it, snapshots, stabilizes
+    /// and commits. For memory pressure: afterwards every page is clean.
+    fn checkpoint_now(&mut self, objects: &mut Objects) -> Result<(), String> {
+        while let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
+            self.store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?;
+        }
+        self.snapshot(objects)?;
+        while self.stabilization.is_some() {
+            self.stabilize_step(objects)?;
+        }
+        Ok(())
     }
 
     fn snapshot(&mut self, objects: &mut Objects) -> Result<(), String> {

@@ -85,13 +85,15 @@ pub fn build(image: &Image<'static>, system: &SystemTable<'static>) -> Result<us
     }
     for page in system.pages() {
         let capability = objects.create_page();
-        let bytes = objects
-            .cache
-            .page_mut(&capability)
-            .expect("just made")
-            .bytes_mut();
-        bytes.fill(page.fill);
-        bytes[..page.contents.len()].copy_from_slice(page.contents);
+        // A zero page stays on the store until used.
+        if page.fill != 0 || page.contents.iter().any(|&byte| byte != 0) {
+            objects
+                .ensure_resident(&[capability.object()], true)
+                .map_err(|error| format!("page {}: {}", capability.object().0, error.0))?;
+            let bytes = objects.cache.page_mut(&capability).expect("just made").bytes_mut();
+            bytes.fill(page.fill);
+            bytes[..page.contents.len()].copy_from_slice(page.contents);
+        }
         made.pages.push(capability);
     }
     for meter in system.meters() {

@@ -95,7 +95,7 @@ pub fn deliver(
     let length = message.string.len().min(registers.r15 as usize);
     let delivered = length > 0
         && user_memory::write(
-            &objects.cache,
+            objects,
             root,
             registers.r14,
             &message.string[..length],
@@ -148,7 +148,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     let string = if string_length == 0 {
         Vec::new()
     } else {
-        user_memory::read(&objects.cache, &root, string_address, string_length)
+        user_memory::read(&mut objects, &root, string_address, string_length)
             .map_err(|_| InvocationError::BadAddress)?
     };
     let capabilities = descriptor
@@ -205,7 +205,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         }
         CapType::Void => return Err(InvocationError::Void),
         CapType::Checkpoint | CapType::Journal | CapType::Control => {
-            let outcome = services::invoke(&objects, target, &message);
+            let outcome = services::invoke(&mut objects, target, &message);
             let reply = match outcome {
                 services::Outcome::Reply(reply) => reply,
                 services::Outcome::WaitForInput => {

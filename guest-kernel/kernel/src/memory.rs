@@ -1,8 +1,7 @@
 //! Physical memory as the kernel sees it: the direct map, the kernel heap and page frames.
 //!
-//! The kernel takes its heap from the first large free RAM region above the kernel and
-//! the boot modules. Object pages come from it too until the store manages memory as a
-//! cache of the disk.
+//! The kernel takes its heap from the largest free RAM region; object pages come from it,
+//! and the object cache evicts clean pages when it runs low (see `objects.rs`).
 
 use linked_list_allocator::LockedHeap;
 
@@ -14,7 +13,8 @@ pub const KERNEL_OFFSET: u64 = 0xFFFF_FFFF_8000_0000;
 pub const DIRECT_MAP_BYTES: u64 = 4 << 30;
 pub const PAGE_BYTES: usize = 4096;
 
-const HEAP_BYTES: u64 = 32 << 20;
+/// The least heap the kernel boots with.
+const HEAP_BYTES_MIN: u64 = 16 << 20;
 
 #[global_allocator]
 static HEAP: LockedHeap = LockedHeap::empty();
@@ -41,33 +41,48 @@ pub fn virtual_to_physical(virtual_address: u64) -> u64 {
     }
 }
 
-/// Sets up the heap in the first usable RAM that overlaps no `reserved` range (kernel
-/// image, boot information, modules) and is mapped by the direct map.
+/// Sets up the heap in the largest stretch of usable RAM that overlaps no `reserved` range
+/// (kernel image, boot information, modules) and is mapped by the direct map: object pages
+/// come from the heap, so its size is what the object cache can hold.
 pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)]) {
     let page = PAGE_BYTES as u64;
-    let overlaps = |start: u64| {
-        reserved.iter().any(|&(reserved_start, reserved_end)| {
-            start < reserved_end && reserved_start < start + HEAP_BYTES
-        })
-    };
-    let start = usable
-        .iter()
-        .flat_map(|&(start, end)| {
-            // Candidate starts: the range's start and the end of each reservation inside it.
-            let end = end.min(DIRECT_MAP_BYTES);
-            core::iter::once(start)
-                .chain(reserved.iter().map(|&(_, reserved_end)| reserved_end))
-                .map(move |candidate| candidate.max(start).next_multiple_of(page))
-                .filter(move |&candidate| candidate + HEAP_BYTES <= end)
-        })
-        .find(|&candidate| candidate >= 1 << 20 && !overlaps(candidate))
-        .expect("no RAM range can hold the kernel heap");
+    let mut best = (0, 0);
+    // No allocation here: the heap does not exist yet. Each stretch starts at a usable
+    // range's start or a reservation's end and runs to the next reservation or the end.
+    for &(start, end) in usable {
+        let (start, end) = (start.max(1 << 20), end.min(DIRECT_MAP_BYTES));
+        let starts = core::iter::once(start).chain(reserved.iter().map(|&(_, reserved_end)| reserved_end));
+        for from in starts.filter(|&from| from >= start && from < end) {
+            let inside = reserved.iter().any(|&(reserved_start, reserved_end)| reserved_start <= from && from < reserved_end);
+            if inside {
+                continue;
+            }
+            let to = reserved
+                .iter()
+                .map(|&(reserved_start, _)| reserved_start)
+                .filter(|&reserved_start| reserved_start > from)
+                .fold(end, u64::min);
+            let (piece_start, piece_end) = (from.next_multiple_of(page), to & !(page - 1));
+            if piece_end > piece_start && piece_end - piece_start > best.1 - best.0 {
+                best = (piece_start, piece_end);
+            }
+        }
+    }
+    assert!(best.1 - best.0 >= HEAP_BYTES_MIN, "no RAM range can hold the kernel heap");
     // SAFETY: the range is usable RAM per the firmware's memory map, overlaps no
     // reservation, is mapped by the direct map, and is handed out only here.
     unsafe {
-        HEAP.lock()
-            .init(physical_to_virtual(start) as *mut u8, HEAP_BYTES as usize);
+        HEAP.lock().init(physical_to_virtual(best.0) as *mut u8, (best.1 - best.0) as usize);
     }
+}
+
+/// Bytes of the heap not allocated: what decides when object pages are evicted.
+pub fn heap_free_bytes() -> usize {
+    HEAP.lock().free()
+}
+
+pub fn heap_bytes() -> usize {
+    HEAP.lock().size()
 }
 
 /// A zeroed, page-aligned block of `pages` pages from the heap; never freed by callers that

@@ -95,7 +95,13 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> M
         },
         CapType::Clock => match clock::Request::decode(&header) {
             Ok(clock::Request::Identify) => identify(),
-            Ok(clock::Request::Now) => ok([timer::tsc_to_nanoseconds(arch::read_tsc()), 0, 0, 0]),
+            // Since this boot: a restart starts the clock again, and counts a boot.
+            Ok(clock::Request::Now) => ok([
+                timer::tsc_to_nanoseconds(arch::read_tsc() - arch::boot::tsc_at_entry()),
+                checkpoint::boot_count(),
+                0,
+                0,
+            ]),
             Err(error) => Err(error),
         },
         // Start, resume and indirector capabilities never reach here (the IPC path takes
@@ -128,6 +134,9 @@ fn page_method(
     request: page::Request,
     message: &Message,
 ) -> MethodResult {
+    objects
+        .ensure_resident(&[target.object()], true)
+        .map_err(|_| ObjectError::Unavailable)?;
     let frame = objects
         .cache
         .page(&target)

@@ -1,9 +1,12 @@
 //! The kernel's object cache: every page and node in memory (see `holdfast_objects`), with
 //! pages held in physical frames that address spaces map directly.
 //!
-//! Every object is created at boot from the initial image, or read back from the store's
-//! newest checkpoint at a restart (see [`crate::checkpoint`]), and stays resident; ids are
-//! handed out in order and never reused.
+//! Every object is created at boot from the initial image, or known from the store's newest
+//! checkpoint at a restart (see [`crate::checkpoint`]); ids are handed out in order and
+//! never reused. Nodes stay resident. With a store, pages are a cache of it: a page is
+//! loaded when first used ([`Objects::ensure_resident`]) and clean pages are evicted when
+//! the heap runs low ([`crate::checkpoint::make_room`]); a new page starts on the store,
+//! which reads a page never written as zeros.
 
 use holdfast_objects::{CapType, Capability, Node, ObjectCache, ObjectId, Version};
 use spin::Mutex;
@@ -46,17 +49,35 @@ impl Frame {
     }
 }
 
+impl Drop for Frame {
+    fn drop(&mut self) {
+        let block = memory::physical_to_virtual(self.0.start_address().as_u64()) as *mut u8;
+        // SAFETY: the frame came from `allocate_pages(1)` (`zeroed`) and is owned by this
+        // `Frame` alone; the object cache drops a frame only once no page table maps it
+        // (`make_room` drops every translation before it evicts).
+        unsafe { memory::free_pages(block, 1) };
+    }
+}
+
 pub struct Objects {
     pub cache: ObjectCache<Frame>,
     next_node_id: u64,
     next_page_id: u64,
+    /// A store holds the pages: new pages start absent (reading as zeros) and absent ones
+    /// are loaded from it.
+    store_backed: bool,
 }
 
 pub static OBJECTS: Mutex<Objects> = Mutex::new(Objects {
     cache: ObjectCache::new(),
     next_node_id: 1,
     next_page_id: 1,
+    store_backed: false,
 });
+
+/// Why a page could not be loaded.
+#[derive(Debug)]
+pub struct LoadError(pub alloc::string::String);
 
 impl Objects {
     /// The next node and page ids to hand out.
@@ -82,13 +103,38 @@ impl Objects {
     pub fn create_page(&mut self) -> Capability {
         let id = ObjectId(self.next_page_id);
         self.next_page_id += 1;
-        if self
-            .cache
-            .insert_page(id, Version(0), Frame::zeroed())
-            .is_err()
-        {
-            unreachable!("page ids are handed out once");
-        }
+        let inserted = if self.store_backed {
+            self.cache.insert_absent_page(id, Version(0))
+        } else {
+            self.cache.insert_page(id, Version(0), Frame::zeroed()).is_ok()
+        };
+        assert!(inserted, "page ids are handed out once");
         self.cache.page_capability(id).expect("just inserted")
+    }
+
+    /// From now on pages live on the store (see the module's comment).
+    pub fn set_store_backed(&mut self) {
+        self.store_backed = true;
+    }
+
+    /// Loads the pages among `ids` that are only on the store. With `make_room`, clean pages
+    /// are evicted first if the heap runs low; callers that hold the scheduler pass `false`
+    /// and load into the headroom eviction keeps.
+    pub fn ensure_resident(&mut self, ids: &[ObjectId], make_room: bool) -> Result<(), LoadError> {
+        let absent = |objects: &Self, id: &ObjectId| objects.cache.page_is_resident(*id) == Some(false);
+        if !ids.iter().any(|id| absent(self, id)) {
+            return Ok(());
+        }
+        if make_room {
+            crate::checkpoint::make_room(self, ids).map_err(LoadError)?;
+        }
+        for &id in ids {
+            if absent(self, &id) {
+                let mut frame = Frame::for_stored_page();
+                crate::checkpoint::read_page(id, frame.bytes_mut()).map_err(LoadError)?;
+                assert!(self.cache.install_frame(id, frame).is_ok(), "absent just now");
+            }
+        }
+        Ok(())
     }
 }

@@ -215,6 +215,10 @@ fn fill_range(
                 .expect("in the tree"),
             None => objects.create_page(),
         };
+        // A store-backed system's fresh pages start on the store.
+        objects
+            .ensure_resident(&[page.object()], true)
+            .unwrap_or_else(|error| panic!("loading a program's page: {}", error.0));
         let bytes = objects.cache.page_mut(&page).expect("live").bytes_mut();
         // Only this segment's part of the page: its file bytes, then zeros (bss).
         for (offset, byte) in bytes.iter_mut().enumerate() {
@@ -561,7 +565,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
         (report.vector, report.address, report.error_code)
     {
         let found = {
-            let objects = OBJECTS.lock();
+            let mut objects = OBJECTS.lock();
             // The root node holds the space capability: changing it changes the
             // translation too.
             let space = objects
@@ -570,6 +574,9 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 .map(|node| node.get(process_root::SPACE));
             match space.map(|space| walk(&objects.cache, space, address)) {
                 Ok(Walk::Page { page, writable }) => {
+                    if let Err(error) = objects.ensure_resident(&[page.object()], true) {
+                        crate::println!("holdfast: page {} cannot be loaded: {}", page.object().0, error.0);
+                    }
                     // Writable only for a write: a page mapped writable is dirty (see
                     // `checkpoint`), and most pages are only ever read.
                     let writing = writable && error_code & PAGE_FAULT_WRITE != 0;

@@ -100,14 +100,15 @@ pub fn run(
         drivers::Device::Ready(disk) => Some(disk),
         _ => None,
     };
-    let store = match checkpoint::open(disk) {
+    let persistent = match checkpoint::open(disk) {
         Ok(Opened::NoStore(why)) => {
             println!("holdfast: store: {why}; nothing persists");
-            None
+            false
         }
-        Ok(Opened::Checkpointed(mut store)) => {
+        Ok(Opened::Checkpointed(store)) => {
             let generation = store.checkpoint_generation();
-            match checkpoint::restore(&mut store) {
+            checkpoint::attach(store, options.checkpoint_interval_ms);
+            match checkpoint::restore() {
                 Ok(count) => println!(
                     "holdfast: restarted from checkpoint {generation}: {count} processes"
                 ),
@@ -116,27 +117,31 @@ pub fn run(
                     finish()
                 }
             }
-            start_checkpoints(store, options.checkpoint_interval_ms)
+            start_checkpoints(options.checkpoint_interval_ms)
         }
-        Ok(Opened::Fresh(store)) => Some(store),
+        Ok(Opened::Fresh(store)) => {
+            checkpoint::attach(store, options.checkpoint_interval_ms);
+            true
+        }
         Err(error) => {
             println!("selftest: store: {error}; not started [{}]", check(false));
             finish()
         }
     };
     build_initial_system(boot);
-    match store {
-        Some(store) => start_checkpoints(store, options.checkpoint_interval_ms),
-        None => process::run(report_processes),
+    if persistent {
+        if let Err(error) = checkpoint::check_capacity() {
+            println!("selftest: store: {error} [{}]", check(false));
+            finish()
+        }
+        start_checkpoints(options.checkpoint_interval_ms)
     }
+    process::run(report_processes)
 }
 
-/// Runs the system with checkpoints to `store`; never ends (the VM is stopped from outside).
-fn start_checkpoints(store: holdfast_store::Store<drivers::Block>, interval_ms: u64) -> ! {
-    if let Err(error) = checkpoint::start(store, interval_ms) {
-        println!("selftest: store: {error} [{}]", check(false));
-        finish()
-    }
+/// Runs the system with checkpoints to the store; never ends (the VM is stopped from
+/// outside).
+fn start_checkpoints(interval_ms: u64) -> ! {
     println!("holdfast: store: checkpoints every {interval_ms} ms");
     process::run(checkpoint::idle)
 }

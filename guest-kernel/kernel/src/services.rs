@@ -31,7 +31,7 @@ fn writable(target: &Capability) -> Result<(), ObjectError> {
 }
 
 /// Runs `message.code` on the service `target` names (checkpoint, journal or control).
-pub fn invoke(objects: &Objects, target: Capability, message: &Message) -> Outcome {
+pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> Outcome {
     let header = interface::Message {
         order: message.code,
         words: message.words,
@@ -72,6 +72,10 @@ pub fn invoke(objects: &Objects, target: Capability, message: &Message) -> Outco
                     return reply(Err(ObjectError::WrongType));
                 }
                 let pages: Vec<Capability> = message.capabilities.iter().copied().filter(|page| !page.is_void()).collect();
+                let ids: Vec<_> = pages.iter().map(Capability::object).collect();
+                if objects.ensure_resident(&ids, true).is_err() {
+                    return reply(Err(unavailable));
+                }
                 match store::journal_submit(&objects.cache, &pages) {
                     Some(ticket) => Outcome::WaitUntilDurable(ticket),
                     None => reply(Err(unavailable)),

@@ -9,7 +9,7 @@ use holdfast_objects::space::{Walk, walk};
 use holdfast_objects::{Capability, ObjectCache};
 
 use crate::memory::{self, PAGE_BYTES};
-use crate::objects::Frame;
+use crate::objects::{Frame, Objects};
 
 /// The range is not all mapped (writable, for a write) in the process's space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,37 +17,27 @@ pub struct BadAddress;
 
 /// Calls `with` on each piece of `[address, address + length)` of `root`'s space as a
 /// kernel pointer and length, in order, or fails without calling it for an unmapped part.
+/// Pages only on the store are loaded first (evicting others only with `make_room`).
 fn for_each_piece(
-    cache: &ObjectCache<Frame>,
+    objects: &mut Objects,
     root: &Capability,
     (address, length): (u64, u64),
     for_writing: bool,
+    make_room: bool,
     mut with: impl FnMut(*mut u8, usize),
 ) -> Result<(), BadAddress> {
-    let end = address.checked_add(length).ok_or(BadAddress)?;
-    if length > 0 && (address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END) {
-        return Err(BadAddress);
-    }
-    let space = cache
-        .node(root)
-        .map_err(|_| BadAddress)?
-        .get(process_root::SPACE);
-    // Resolve every page first, so that a write fails before changing anything.
-    let mut pieces = Vec::new();
+    let pages = pages_of(&objects.cache, root, (address, length), for_writing)?;
+    let ids: Vec<_> = pages.iter().map(|(page, _)| page.object()).collect();
+    objects.ensure_resident(&ids, make_room).map_err(|_| BadAddress)?;
+    let cache = &objects.cache;
+    let mut pieces = Vec::with_capacity(pages.len());
     let mut at = address;
-    while at < end {
-        let Walk::Page { page, writable } = walk(cache, space, at) else {
-            return Err(BadAddress);
-        };
-        if for_writing && !writable {
-            return Err(BadAddress);
-        }
+    for (page, count) in pages {
         if for_writing {
             crate::checkpoint::before_page_write(cache, page.object());
         }
         let frame = cache.page(&page).map_err(|_| BadAddress)?.physical();
         let offset = (at % PAGE_BYTES as u64) as usize;
-        let count = (PAGE_BYTES - offset).min((end - at) as usize);
         let base = memory::physical_to_virtual(frame.start_address().as_u64()) as *mut u8;
         // SAFETY: `base` is an object page's frame in the direct map, 4 KiB long, and
         // `offset < 4096`.
@@ -60,15 +50,49 @@ fn for_each_piece(
     Ok(())
 }
 
+/// The pages under `[address, address + length)` of `root`'s space and how many bytes of
+/// the range each holds, or `BadAddress` if a part is not mapped (writable, for a write).
+fn pages_of(
+    cache: &ObjectCache<Frame>,
+    root: &Capability,
+    (address, length): (u64, u64),
+    for_writing: bool,
+) -> Result<Vec<(Capability, usize)>, BadAddress> {
+    let end = address.checked_add(length).ok_or(BadAddress)?;
+    if length > 0 && (address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END) {
+        return Err(BadAddress);
+    }
+    let space = cache
+        .node(root)
+        .map_err(|_| BadAddress)?
+        .get(process_root::SPACE);
+    // Resolve every page first, so that a write fails before changing anything.
+    let mut pages = Vec::new();
+    let mut at = address;
+    while at < end {
+        let Walk::Page { page, writable } = walk(cache, space, at) else {
+            return Err(BadAddress);
+        };
+        if for_writing && !writable {
+            return Err(BadAddress);
+        }
+        let offset = (at % PAGE_BYTES as u64) as usize;
+        let count = (PAGE_BYTES - offset).min((end - at) as usize);
+        pages.push((page, count));
+        at += count as u64;
+    }
+    Ok(pages)
+}
+
 /// A copy of `[address, address + length)` of `root`'s space.
 pub fn read(
-    cache: &ObjectCache<Frame>,
+    objects: &mut Objects,
     root: &Capability,
     address: u64,
     length: u64,
 ) -> Result<Vec<u8>, BadAddress> {
     let mut bytes = Vec::with_capacity(length as usize);
-    for_each_piece(cache, root, (address, length), false, |pointer, count| {
+    for_each_piece(objects, root, (address, length), false, true, |pointer, count| {
         // SAFETY: `for_each_piece` hands out ranges within object pages in the direct map.
         bytes.extend_from_slice(unsafe { core::slice::from_raw_parts(pointer, count) });
     })?;
@@ -76,18 +100,21 @@ pub fn read(
 }
 
 /// Writes `bytes` at `address` of `root`'s space; nothing is written unless all of it can be.
+/// It runs while the scheduler is held (delivering a message), so it loads pages without
+/// evicting others (see [`crate::objects::Objects::ensure_resident`]).
 pub fn write(
-    cache: &ObjectCache<Frame>,
+    objects: &mut Objects,
     root: &Capability,
     address: u64,
     bytes: &[u8],
 ) -> Result<(), BadAddress> {
     let mut rest = bytes;
     for_each_piece(
-        cache,
+        objects,
         root,
         (address, bytes.len() as u64),
         true,
+        false,
         |pointer, count| {
             let (piece, after) = rest.split_at(count);
             // SAFETY: `for_each_piece` hands out ranges within object pages in the direct map,

@@ -34,7 +34,10 @@ struct NodeEntry {
 
 struct PageEntry<F> {
     version: Version,
-    frame: F,
+    /// `None` while the page is only on the store (never loaded, or evicted): its version
+    /// is known, so capabilities to it check as usual, but its bytes must be loaded before
+    /// use ([`ObjectCache::install_frame`]).
+    frame: Option<F>,
     /// Changed, or mapped writable, since the last snapshot (or never stored). A cell: the
     /// kernel writes pages through shared borrows of the cache (ring 3 writes them without
     /// the kernel at all once mapped).
@@ -113,14 +116,63 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return Err(frame);
         }
-        self.pages.insert(id, PageEntry { version, frame, dirty: Cell::new(dirty) });
+        self.pages.insert(id, PageEntry { version, frame: Some(frame), dirty: Cell::new(dirty) });
         Ok(())
+    }
+
+    /// Adds page `id` as on the store only, its bytes not loaded; returns `false` (and
+    /// changes nothing) if it is already here.
+    pub fn insert_absent_page(&mut self, id: ObjectId, version: Version) -> bool {
+        if self.pages.contains_key(&id) {
+            return false;
+        }
+        self.pages.insert(id, PageEntry { version, frame: None, dirty: Cell::new(false) });
+        true
+    }
+
+    /// Whether page `id` is here with its bytes (`None` if the page is not known at all).
+    pub fn page_is_resident(&self, id: ObjectId) -> Option<bool> {
+        self.pages.get(&id).map(|entry| entry.frame.is_some())
+    }
+
+    /// Gives absent page `id` its bytes, read back from the store; returns the frame back if
+    /// the page is unknown or already resident.
+    pub fn install_frame(&mut self, id: ObjectId, frame: F) -> Result<(), F> {
+        match self.pages.get_mut(&id) {
+            Some(entry) if entry.frame.is_none() => {
+                entry.frame = Some(frame);
+                Ok(())
+            }
+            _ => Err(frame),
+        }
+    }
+
+    /// Takes the frame of page `id` away if the page is resident and clean (the store holds
+    /// its bytes); the caller makes sure nothing maps the frame any more.
+    pub fn evict(&mut self, id: ObjectId) -> Option<F> {
+        let entry = self.pages.get_mut(&id)?;
+        if entry.dirty.get() {
+            return None;
+        }
+        entry.frame.take()
+    }
+
+    /// Up to `count` resident clean pages, candidates for eviction, none of them in `keep`.
+    pub fn eviction_candidates(&self, count: usize, keep: &[ObjectId]) -> alloc::vec::Vec<ObjectId> {
+        self.pages
+            .iter()
+            .filter(|(id, entry)| entry.frame.is_some() && !entry.dirty.get() && !keep.contains(id))
+            .map(|(&id, _)| id)
+            .take(count)
+            .collect()
     }
 
     /// Page `id` may change without the kernel seeing it (it is mapped writable) or the
     /// kernel wrote it through a shared borrow: the next snapshot must take it.
     pub fn mark_page_dirty(&self, id: ObjectId) {
-        if let Some(entry) = self.pages.get(&id) {
+        if let Some(entry) = self.pages.get(&id)
+            && entry.frame.is_some()
+        {
             entry.dirty.set(true);
         }
     }
@@ -144,6 +196,7 @@ impl<F> ObjectCache<F> {
     /// and must make sure that nothing writes them unseen (drop writable mappings).
     pub fn take_dirty_pages(&mut self) -> alloc::vec::Vec<(ObjectId, Version)> {
         let mut taken = alloc::vec::Vec::new();
+        // Only a resident page can be dirty.
         for (&id, entry) in self.pages.iter().filter(|(_, entry)| entry.dirty.get()) {
             entry.dirty.set(false);
             taken.push((id, entry.version));
@@ -153,12 +206,13 @@ impl<F> ObjectCache<F> {
 
     /// Page `id`'s frame, whatever its version (for storing it).
     pub fn page_frame(&self, id: ObjectId) -> Option<&F> {
-        self.pages.get(&id).map(|entry| &entry.frame)
+        self.pages.get(&id).and_then(|entry| entry.frame.as_ref())
     }
 
-    /// How many nodes and pages are here.
-    pub fn object_counts(&self) -> (usize, usize) {
-        (self.nodes.len(), self.pages.len())
+    /// How many nodes, pages and resident pages are here.
+    pub fn object_counts(&self) -> (usize, usize, usize) {
+        let resident = self.pages.values().filter(|entry| entry.frame.is_some()).count();
+        (self.nodes.len(), self.pages.len(), resident)
     }
 
     /// The current capability of `kind` to node `id`, as its owner would mint it.
@@ -260,17 +314,20 @@ impl<F> ObjectCache<F> {
         (version == capability.version()).then_some(()).ok_or(Void)
     }
 
+    /// The frame of a live page capability's page; `Err` too while the page is absent (the
+    /// kernel loads it first, see [`Self::page_is_resident`]).
     pub fn page(&self, capability: &Capability) -> Result<&F, Void> {
         let entry = self.pages.get(&capability.object()).ok_or(Void)?;
         Self::page_entry_matches(entry, capability)?;
-        Ok(&entry.frame)
+        entry.frame.as_ref().ok_or(Void)
     }
 
     pub fn page_mut(&mut self, capability: &Capability) -> Result<&mut F, Void> {
         let entry = self.pages.get_mut(&capability.object()).ok_or(Void)?;
         Self::page_entry_matches(entry, capability)?;
+        let frame = entry.frame.as_mut().ok_or(Void)?;
         entry.dirty.set(true);
-        Ok(&mut entry.frame)
+        Ok(frame)
     }
 
     fn page_entry_matches(entry: &PageEntry<F>, capability: &Capability) -> Result<(), Void> {
@@ -423,6 +480,29 @@ mod tests {
         restored.insert_stored_page(ObjectId(1), Version(10), [0; 8]).unwrap();
         assert!(restored.take_dirty_nodes().is_empty() && restored.take_dirty_pages().is_empty());
         assert_eq!(restored.consume_resume(&resume), Err(Void), "a used resume stays used");
+    }
+
+    #[test]
+    fn absent_pages_check_as_usual_and_are_loaded_and_evicted_clean() {
+        let mut cache = Cache::default();
+        assert!(cache.insert_absent_page(ObjectId(5), Version(2)));
+        let page = cache.page_capability(ObjectId(5)).unwrap();
+        assert_eq!(cache.check(&page), Ok(()), "an absent page's capability is live");
+        assert_eq!(cache.page_is_resident(ObjectId(5)), Some(false));
+        assert_eq!(cache.page(&page).err(), Some(Void), "its bytes are not here");
+        assert_eq!(cache.page_mut(&page).err(), Some(Void));
+        assert_eq!(cache.eviction_candidates(8, &[]), []);
+        cache.install_frame(ObjectId(5), [1; 8]).unwrap();
+        assert_eq!(cache.install_frame(ObjectId(5), [2; 8]), Err([2; 8]), "installed once");
+        assert_eq!(cache.page(&page), Ok(&[1; 8]));
+        assert_eq!(cache.eviction_candidates(8, &[ObjectId(5)]), [], "kept");
+        assert_eq!(cache.eviction_candidates(8, &[]), [ObjectId(5)]);
+        cache.page_mut(&page).unwrap()[0] = 9;
+        assert_eq!(cache.evict(ObjectId(5)), None, "a dirty page stays until stored");
+        assert_eq!(cache.take_dirty_pages(), [(ObjectId(5), Version(2))]);
+        assert_eq!(cache.evict(ObjectId(5)), Some([9, 1, 1, 1, 1, 1, 1, 1]));
+        assert_eq!(cache.object_counts(), (0, 1, 0));
+        assert_eq!(cache.check(&page), Ok(()), "evicted, still live");
     }
 
     #[test]

@@ -207,6 +207,28 @@ impl<D: BlockDevice> Store<D> {
         Ok((Version(versions[slot]), image))
     }
 
+    /// The newest committed versions of pages `0..count`, without reading their contents:
+    /// one read of each home checksum table, then the log directory. A restart learns every
+    /// page's version this way and loads each page only when it is used.
+    pub fn page_versions(&mut self, count: u64) -> Result<Vec<Version>, StoreError> {
+        if count > self.geometry.page_count {
+            return Err(StoreError::ObjectOutOfRange { id: count });
+        }
+        let mut versions = Vec::with_capacity(count as usize);
+        let mut group = 0;
+        while (versions.len() as u64) < count {
+            let table = self.read_table(BlockKind::Page, group)?;
+            let wanted = (count as usize - versions.len()).min(table.entries.len());
+            versions.extend(table.entries[..wanted].iter().map(|entry| Version(if entry.written { entry.versions[0] } else { 0 })));
+            group += 1;
+        }
+        for (&(kind, index), entry) in self.directory.range((BlockKind::Page, 0)..(BlockKind::Page, count)) {
+            debug_assert_eq!(kind, BlockKind::Page);
+            versions[index as usize] = Version(entry.versions[0]);
+        }
+        Ok(versions)
+    }
+
     /// The newest committed version of a page, its contents copied into `data`.
     pub fn read_page(&mut self, id: ObjectId, data: &mut Block) -> Result<Version, StoreError> {
         if id.0 >= self.geometry.page_count {

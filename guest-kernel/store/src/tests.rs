@@ -167,6 +167,22 @@ fn checkpoints_migrate_home_and_survive_reopen() {
 }
 
 #[test]
+fn page_versions_come_from_the_tables_and_the_log_without_reading_pages() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
+    // More pages than one table covers, some migrated home, some still in the log.
+    let home: Vec<(u64, u64, u8)> = (0..100).map(|id| (id, id % 3, 1)).collect();
+    checkpoint_pages(&mut store, &home);
+    migrate_all(&mut store);
+    checkpoint_pages(&mut store, &[(7, 9, 2), (150, 4, 2)]);
+    let versions = store.page_versions(160).unwrap();
+    assert_eq!(versions.len(), 160);
+    assert_eq!((versions[5], versions[7], versions[99]), (Version(2), Version(9), Version(0)));
+    assert_eq!((versions[150], versions[151]), (Version(4), Version(0)));
+    assert_eq!(store.page_versions(201), Err(StoreError::ObjectOutOfRange { id: 201 }));
+}
+
+#[test]
 fn a_migration_cut_short_leaves_a_store_that_checks_clean_and_reads_the_log() {
     let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
     let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();

@@ -5,8 +5,8 @@
 //! restart the page may be newer than the program's registers (it goes on from the page)
 //! but never older than the last commit acknowledged.
 //!
-//! It notices a restart by the clock going back (the time since boot starts again) and then
-//! prints `journal-writer: restarted, page holds <n>`: what survived, for the test to check.
+//! It notices a restart by the clock's boot count changing and then prints
+//! `journal-writer: restarted, page holds <n>`: what survived, for the test to check.
 //! Lines printed between the checkpoint and the crash are printed again after the restart;
 //! that line is not.
 //!
@@ -37,17 +37,17 @@ fn stored() -> Option<u64> {
 
 fn main() -> u64 {
     let mut next = 1u64;
-    let mut last_time = 0;
+    let mut boot = None;
     loop {
         let Some(in_page) = stored() else {
             user::print("journal-writer: MISMATCH: cannot read its page\n");
             return 1;
         };
-        let time = clock::now(CLOCK).unwrap_or(u64::MAX);
-        if time < last_time {
+        let now_boot = clock::now(CLOCK).map_or(u64::MAX, |now| now.boot);
+        if boot.is_some_and(|boot| boot != now_boot) {
             print_with_number("journal-writer: restarted, page holds ", in_page);
         }
-        last_time = time;
+        boot = Some(now_boot);
         // The page holds the number last written: `next - 1`, or `next` if a snapshot came
         // between the write and the commit, or more after a restart from the journal.
         if in_page + 1 < next {

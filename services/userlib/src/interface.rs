@@ -572,15 +572,27 @@ pub mod clock {
     use crate::abi::interface::clock::order;
     use crate::syscall::{CapReg, Error, Invocation, invoke};
 
+    /// What [`now`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct NowResults {
+        /// Nanoseconds since this boot.
+        pub nanoseconds: u64,
+        /// How many times the system has started from its store (0 without a store): it changes at every restart.
+        pub boot: u64,
+    }
+
     /// Returns the time since boot.
     ///
-    ///
-    /// Returns nanoseconds since boot.
+    /// - returns `nanoseconds`: Nanoseconds since this boot.
+    /// - returns `boot`: How many times the system has started from its store (0 without a store): it changes at every restart.
     ///
     /// Errors: invocation errors only.
-    pub fn now(clock: CapReg) -> Result<u64, Error> {
+    pub fn now(clock: CapReg) -> Result<NowResults, Error> {
         let received = invoke(Invocation::call(clock, order::NOW)).check()?;
-        Ok(received.words[0])
+        Ok(NowResults {
+            nanoseconds: received.words[0],
+            boot: received.words[1],
+        })
     }
 }
 
