@@ -205,6 +205,19 @@ pub fn read_page(id: ObjectId, bytes: &mut [u8; PAGE_BYTES]) -> Result<(), Strin
     }
 }
 
+/// Page `id` is about to become dirty in a fault (the world is stopped and the scheduler
+/// free): if the dirty pages would outgrow what the log can take, a checkpoint comes first.
+pub fn limit_dirty_pages(objects: &mut Objects) -> Result<(), String> {
+    let mut guard = PERSISTENCE.lock();
+    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
+        return Ok(());
+    };
+    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() {
+        return Ok(());
+    }
+    persistence.checkpoint_now(objects)
+}
+
 /// Heap kept free for the pages loaded while the scheduler is held (which cannot evict)
 /// and for copies on write: below it, clean pages are evicted before another is loaded.
 fn heap_free_target_bytes() -> usize {
@@ -370,6 +383,13 @@ pub fn step() -> bool {
 }
 
 impl Persistence {
+    /// The dirty pages a checkpoint may have to write: half the free log, so that the log
+    /// always holds a whole checkpoint (with its nodes) and the journal's commits.
+    fn dirty_pages_max(&self) -> u64 {
+        let log_blocks = self.store.geometry().log_block_count;
+        (log_blocks - self.store.log_used_blocks()) / 2
+    }
+
     /// Writes every queued journal commit in one group and lets its processes run on.
     fn journal_write(&mut self, objects: &mut Objects) -> Result<(), String> {
         let Some(durable) = self.store.journal_write().map_err(|error| error.to_string())? else {
@@ -403,7 +423,9 @@ impl Persistence {
             self.store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?;
             return Ok(true);
         }
-        let due = timer::ticks() >= self.next_snapshot_tick || self.store.log_fill_ratio() >= FORCED_LOG_FILL;
+        let due = timer::ticks() >= self.next_snapshot_tick
+            || self.store.log_fill_ratio() >= FORCED_LOG_FILL
+            || objects.cache.dirty_page_count() as u64 > self.dirty_pages_max();
         if !due {
             return Ok(worked);
         }
@@ -414,6 +436,9 @@ impl Persistence {
     /// A whole checkpoint, now: finishes the migration before it, snapshots, stabilizes
     /// and commits. For memory pressure: afterwards every page is clean.
     fn checkpoint_now(&mut self, objects: &mut Objects) -> Result<(), String> {
+        while self.stabilization.is_some() {
+            self.stabilize_step(objects)?;
+        }
         while let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
             self.store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?;
         }

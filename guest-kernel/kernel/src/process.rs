@@ -581,6 +581,9 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                     // `checkpoint`), and most pages are only ever read.
                     let writing = writable && error_code & PAGE_FAULT_WRITE != 0;
                     if writing {
+                        if let Err(error) = checkpoint::limit_dirty_pages(&mut objects) {
+                            crate::println!("holdfast: checkpoint failed: {error}");
+                        }
                         checkpoint::before_page_write(&objects.cache, page.object());
                     }
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());

@@ -58,6 +58,8 @@ pub struct ObjectCache<F> {
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
     /// translations depended on.
     translation_epoch: u64,
+    /// How many pages are dirty: what the next checkpoint must write.
+    dirty_pages: Cell<usize>,
 }
 
 impl<F> Default for ObjectCache<F> {
@@ -72,6 +74,7 @@ impl<F> ObjectCache<F> {
             nodes: HashMap::with_hasher(FxBuildHasher),
             pages: HashMap::with_hasher(FxBuildHasher),
             translation_epoch: 1,
+            dirty_pages: Cell::new(0),
         }
     }
 
@@ -116,7 +119,10 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return Err(frame);
         }
-        self.pages.insert(id, PageEntry { version, frame: Some(frame), dirty: Cell::new(dirty) });
+        self.pages.insert(id, PageEntry { version, frame: Some(frame), dirty: Cell::new(false) });
+        if dirty {
+            self.mark_page_dirty(id);
+        }
         Ok(())
     }
 
@@ -172,9 +178,15 @@ impl<F> ObjectCache<F> {
     pub fn mark_page_dirty(&self, id: ObjectId) {
         if let Some(entry) = self.pages.get(&id)
             && entry.frame.is_some()
+            && !entry.dirty.replace(true)
         {
-            entry.dirty.set(true);
+            self.dirty_pages.set(self.dirty_pages.get() + 1);
         }
+    }
+
+    /// How many pages are dirty.
+    pub fn dirty_page_count(&self) -> usize {
+        self.dirty_pages.get()
     }
 
     /// The snapshot's nodes: every dirty node's image, after which all nodes are clean.
@@ -201,6 +213,7 @@ impl<F> ObjectCache<F> {
             entry.dirty.set(false);
             taken.push((id, entry.version));
         }
+        self.dirty_pages.set(0);
         taken
     }
 
@@ -325,9 +338,13 @@ impl<F> ObjectCache<F> {
     pub fn page_mut(&mut self, capability: &Capability) -> Result<&mut F, Void> {
         let entry = self.pages.get_mut(&capability.object()).ok_or(Void)?;
         Self::page_entry_matches(entry, capability)?;
-        let frame = entry.frame.as_mut().ok_or(Void)?;
-        entry.dirty.set(true);
-        Ok(frame)
+        if entry.frame.is_none() {
+            return Err(Void);
+        }
+        if !entry.dirty.replace(true) {
+            self.dirty_pages.set(self.dirty_pages.get() + 1);
+        }
+        entry.frame.as_mut().ok_or(Void)
     }
 
     fn page_entry_matches(entry: &PageEntry<F>, capability: &Capability) -> Result<(), Void> {
@@ -363,7 +380,7 @@ impl<F> ObjectCache<F> {
             return false;
         };
         entry.version = entry.version.next();
-        entry.dirty.set(true);
+        self.mark_page_dirty(id);
         true
     }
 
@@ -466,7 +483,9 @@ mod tests {
         assert_eq!((nodes.len(), nodes[0].id, nodes[0].version), (1, ObjectId(1), Version(4)));
         let (decoded, resume_version) = Node::decode(&nodes[0].image).unwrap();
         assert_eq!((decoded.get(slot(3)), resume_version), (page, Version(0)));
+        assert_eq!(cache.dirty_page_count(), 1);
         assert_eq!(cache.take_dirty_pages().len(), 1);
+        assert_eq!(cache.dirty_page_count(), 0);
 
         let resume = cache.node_capability(CapType::Resume, ObjectId(1)).unwrap();
         cache.consume_resume(&resume).unwrap();
