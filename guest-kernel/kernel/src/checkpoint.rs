@@ -87,15 +87,20 @@ pub enum Opened {
     Checkpointed(Store<Block>),
 }
 
-/// Opens the store on `disk`. A blank or foreign disk is not an error (the system runs
-/// without persistence and says so); a damaged store is, and nothing is started on it.
-pub fn open(disk: Option<Block>) -> Result<Opened, String> {
-    let Some(disk) = disk else {
-        return Ok(Opened::NoStore("no disk".to_string()));
+/// Opens the store on the disks that hold it (see [`crate::mirrors::select`]: a blank disk
+/// beside the store is resilvered, a foreign one refused and left untouched) and prints the
+/// mirror status. No store on any disk is not an error (the system runs without persistence
+/// and says so); a damaged store is, and nothing is started on it.
+pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
+    let disks = match crate::mirrors::select(disks) {
+        Ok(disks) => disks,
+        Err(why) => return Ok(Opened::NoStore(why)),
     };
-    match Store::open(alloc::vec![disk]) {
-        Ok(store) if store.checkpoint_generation() == 0 => Ok(Opened::Fresh(store)),
-        Ok(store) => Ok(Opened::Checkpointed(store)),
+    match Store::open(disks) {
+        Ok(store) => {
+            crate::mirrors::opened(&store);
+            Ok(if store.checkpoint_generation() == 0 { Opened::Fresh(store) } else { Opened::Checkpointed(store) })
+        }
         Err(StoreError::Corrupt(corruption))
             if corruption.region == holdfast_store::Region::Superblock
                 && corruption.check == holdfast_store::Check::Magic =>
@@ -200,6 +205,9 @@ pub fn step() -> bool {
 
 impl Persistence {
     fn step(&mut self, objects: &mut Objects) -> Result<bool, String> {
+        // The mirrors: a blank or stale one resilvered in bounded steps beside the checkpoint
+        // work, repairs and status changes reported.
+        let resilvered = crate::mirrors::step(&mut self.store);
         if self.stabilization.is_some() {
             return self.stabilize_step(objects).map(|()| true);
         }
@@ -209,7 +217,7 @@ impl Persistence {
         }
         let due = timer::ticks() >= self.next_snapshot_tick || self.store.log_fill_ratio() >= FORCED_LOG_FILL;
         if !due {
-            return Ok(false);
+            return Ok(resilvered);
         }
         self.snapshot(objects)?;
         Ok(true)
