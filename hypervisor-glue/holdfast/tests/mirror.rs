@@ -10,7 +10,9 @@
 //!   image comes back it is stale, and is resilvered online;
 //! - a blank replacement: resilvered online while the system runs and checkpoints;
 //! - both copies of a needed block bad: one clear line naming the block and the check, and
-//!   nothing starts.
+//!   nothing starts;
+//! - a foreign disk, or one holding another store, beside the store: refused with a line,
+//!   never written, and the store runs degraded.
 //!
 //! The kernel's lines (guest-kernel/kernel/src/mirrors.rs): `holdfast: store: mirrored on 2
 //! disks`, `holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 missing|being resilvered)`,
@@ -431,4 +433,33 @@ fn both_copies_of_a_needed_block_bad_is_a_clear_error_and_nothing_starts() {
     assert!(has(&lines, "HOLDFAST-SELFTEST FAIL"), "{transcript}");
     assert!(counts(&lines).is_empty() && !transcript.contains("panic"), "{transcript}");
     assert!(!transcript.contains("initial system"), "{transcript}");
+}
+
+#[test]
+fn a_foreign_disk_or_another_store_beside_the_store_is_refused_and_left_untouched() {
+    let (a, _) = format_pair("mirror-foreign");
+    let dir = a.parent().expect("scratch directory").to_owned();
+    let foreign = dir.join("foreign.img");
+    let pattern: Vec<u8> = (0..16usize << 20).map(|index| (index * 7 % 251) as u8).collect();
+    std::fs::write(&foreign, &pattern).unwrap();
+    let other = dir.join("other.img");
+    let format = run_holdfast(&["store", "format", "--size-mib", STORE_MIB, text(&other)]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    let other_before = std::fs::read(&other).unwrap();
+
+    for (disk, refusal) in [
+        (&foreign, "holdfast: store: disk 1 is neither blank nor a Holdfast store; refused, nothing written to it"),
+        (&other, "holdfast: store: disk 1 holds another store (id "),
+    ] {
+        let mut vm = Vm::start("mirror-foreign", &[&a, disk], QUIET_MS);
+        vm.wait_for("a commit", |lines| !commits(lines).is_empty());
+        let lines = vm.kill();
+        let transcript = lines.join("\n");
+        let refused = position(&lines, refusal).expect(&transcript);
+        assert!(lines[refused].ends_with("; refused, nothing written to it"), "{transcript}");
+        assert!(has(&lines, "holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 missing)"), "{transcript}");
+        assert_healthy(&lines);
+    }
+    assert!(std::fs::read(&foreign).unwrap() == pattern, "the foreign disk was written");
+    assert!(std::fs::read(&other).unwrap() == other_before, "the other store was written");
 }
