@@ -112,15 +112,20 @@ pub enum Opened {
     Checkpointed(Store<Block>),
 }
 
-/// Opens the store on `disk`. A blank or foreign disk is not an error (the system runs
-/// without persistence and says so); a damaged store is, and nothing is started on it.
-pub fn open(disk: Option<Block>) -> Result<Opened, String> {
-    let Some(disk) = disk else {
-        return Ok(Opened::NoStore("no disk".to_string()));
+/// Opens the store on the disks that hold it (see [`crate::mirrors::select`]: a blank disk
+/// beside the store is resilvered, a foreign one refused and left untouched) and prints the
+/// mirror status. No store on any disk is not an error (the system runs without persistence
+/// and says so); a damaged store is, and nothing is started on it.
+pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
+    let disks = match crate::mirrors::select(disks) {
+        Ok(disks) => disks,
+        Err(why) => return Ok(Opened::NoStore(why)),
     };
-    match Store::open(alloc::vec![disk]) {
-        Ok(store) if store.checkpoint_generation() == 0 => Ok(Opened::Fresh(store)),
-        Ok(store) => Ok(Opened::Checkpointed(store)),
+    match Store::open(disks) {
+        Ok(store) => {
+            crate::mirrors::opened(&store);
+            Ok(if store.checkpoint_generation() == 0 { Opened::Fresh(store) } else { Opened::Checkpointed(store) })
+        }
         Err(StoreError::Corrupt(corruption))
             if corruption.region == holdfast_store::Region::Superblock
                 && corruption.check == holdfast_store::Check::Magic =>
@@ -409,9 +414,11 @@ impl Persistence {
     }
 
     fn step(&mut self, objects: &mut Objects) -> Result<bool, String> {
+        // The mirrors: a blank or stale one resilvered in bounded steps beside the checkpoint
+        // work, repairs and status changes reported.
+        let mut worked = crate::mirrors::step(&mut self.store);
         // Commits wait while the log is nearly full: the checkpoint forced at 65 % needs the
         // rest, and its migration frees the log.
-        let mut worked = false;
         if self.store.journal_queued_commits() > 0 && self.store.log_fill_ratio() < JOURNAL_LOG_FILL_MAX {
             self.journal_write(objects)?;
             worked = true;

@@ -25,6 +25,7 @@ mod initial_system;
 mod ipc;
 mod memory;
 mod methods;
+mod mirrors;
 mod objects;
 mod process;
 mod selftest;

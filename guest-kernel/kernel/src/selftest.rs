@@ -96,11 +96,15 @@ pub fn run(
         check(close)
     );
     drivers::self_test(&mut devices);
-    let disk = match devices.block {
-        drivers::Device::Ready(disk) => Some(disk),
-        _ => None,
-    };
-    let persistent = match checkpoint::open(disk) {
+    let disks = devices
+        .blocks
+        .into_iter()
+        .filter_map(|disk| match disk {
+            drivers::Device::Ready(disk) => Some(disk),
+            _ => None,
+        })
+        .collect();
+    let persistent = match checkpoint::open(disks) {
         Ok(Opened::NoStore(why)) => {
             println!("holdfast: store: {why}; nothing persists");
             false

@@ -5,7 +5,8 @@
 //! - [`hal`]: DMA memory and device memory for the crate;
 //! - [`block`], [`net`]: the two device types the kernel drives, each with its self-test.
 //!
-//! The first device of each type is driven; the host attaches at most one of each today.
+//! The first [`DISKS_MAX`] virtio-blk devices are driven (the store's mirrors, in PCI order,
+//! which is the order of `holdfast run --disk`) and the first virtio-net device.
 
 mod block;
 mod hal;
@@ -30,15 +31,19 @@ pub enum Device<T> {
     Ready(T),
 }
 
+/// Disks driven at most: the store keeps at most two mirrors.
+pub const DISKS_MAX: usize = holdfast_store::mirror::MIRROR_COUNT_MAX;
+
 pub struct Devices {
-    pub block: Device<Block>,
+    /// Disk `i` is the `i`-th virtio-blk function found; `Absent` past the last.
+    pub blocks: [Device<Block>; DISKS_MAX],
     pub net: Device<Net>,
 }
 
 /// Finds the devices the kernel drives, printing one line per virtio function.
 pub fn probe() -> Devices {
     let mut devices = Devices {
-        block: Device::Absent,
+        blocks: [const { Device::Absent }; DISKS_MAX],
         net: Device::Absent,
     };
     for pci::Found {
@@ -48,13 +53,26 @@ pub fn probe() -> Devices {
     } in pci::discover()
     {
         let status = match device_type {
-            DeviceType::Block => attach(&mut devices.block, location, transport, Block::new),
+            DeviceType::Block => attach_disk(&mut devices.blocks, location, transport),
             DeviceType::Network => attach(&mut devices.net, location, transport, Net::new),
             _ => String::from("not driven"),
         };
         println!("holdfast: pci {location}: virtio {device_type:?}, {status}");
     }
     devices
+}
+
+/// Starts the driver of the next disk, if fewer than [`DISKS_MAX`] were found before it.
+fn attach_disk(
+    slots: &mut [Device<Block>; DISKS_MAX],
+    location: DeviceFunction,
+    transport: Result<PciTransport, String>,
+) -> String {
+    let Some(index) = slots.iter().position(|slot| matches!(slot, Device::Absent)) else {
+        return format!("not driven (the kernel drives {DISKS_MAX} disks at most)");
+    };
+    let status = attach(&mut slots[index], location, transport, Block::new);
+    if index == 0 { status } else { format!("{status} (disk {index})") }
 }
 
 /// Starts the driver of a device of a type not seen yet, records it (or why there is
@@ -83,7 +101,14 @@ fn attach<T>(
 /// Exercises each device found; prints one report line per device and returns whether all
 /// passed. A missing device is not a failure; a device that is present but unusable is.
 pub fn self_test(devices: &mut Devices) -> bool {
-    let block = report("virtio-blk", &mut devices.block, Block::self_test);
+    // The first disk's line is the one it has always been; a second disk gets its own.
+    let [first, rest @ ..] = &mut devices.blocks;
+    let mut block = report("virtio-blk", first, Block::self_test);
+    for (index, disk) in rest.iter_mut().enumerate() {
+        if !matches!(disk, Device::Absent) {
+            block &= report(&format!("virtio-blk (disk {})", index + 1), disk, Block::self_test);
+        }
+    }
     let net = report("virtio-net", &mut devices.net, Net::self_test);
     block && net
 }
