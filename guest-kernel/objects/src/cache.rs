@@ -8,10 +8,8 @@
 
 use core::cell::Cell;
 
-use hashbrown::HashMap;
-use rustc_hash::FxBuildHasher;
-
 use crate::capability::ObjectKind;
+use crate::table::ObjectTable;
 use crate::{CapType, Capability, Node, ObjectId, Slot, Version};
 
 /// The capability is void: its type is void, its object is gone, or its version is stale.
@@ -36,8 +34,8 @@ struct PageEntry<F> {
 
 /// Pages hold frames of type `F` (in the kernel a physical frame, on the host a buffer).
 pub struct ObjectCache<F> {
-    nodes: HashMap<ObjectId, NodeEntry, FxBuildHasher>,
-    pages: HashMap<ObjectId, PageEntry<F>, FxBuildHasher>,
+    nodes: ObjectTable<NodeEntry>,
+    pages: ObjectTable<PageEntry<F>>,
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
     /// translations depended on.
     translation_epoch: u64,
@@ -52,8 +50,8 @@ impl<F> Default for ObjectCache<F> {
 impl<F> ObjectCache<F> {
     pub const fn new() -> Self {
         Self {
-            nodes: HashMap::with_hasher(FxBuildHasher),
-            pages: HashMap::with_hasher(FxBuildHasher),
+            nodes: ObjectTable::new(),
+            pages: ObjectTable::new(),
             translation_epoch: 1,
         }
     }

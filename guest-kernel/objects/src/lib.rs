@@ -10,7 +10,8 @@
 //! - [`capability`]: the capability (type, rights, badge, object, version) and its
 //!   transformations (restrict, weaken);
 //! - [`node`]: a node's 32 slots and the layout of a process's root node;
-//! - [`cache`]: objects by id, with the version check that makes revocation work.
+//! - [`cache`]: objects by id, with the version check that makes revocation work;
+//! - [`table`]: the cache's tables, whose lookups the invocation path makes many of.
 #![no_std]
 
 extern crate alloc;
@@ -19,6 +20,7 @@ pub mod cache;
 pub mod capability;
 pub mod node;
 pub mod space;
+pub mod table;
 
 pub use cache::{ObjectCache, Void};
 pub use capability::{CapType, Capability, Rights};
