@@ -149,6 +149,14 @@ impl<F> ObjectCache<F> {
         Ok(&entry.node)
     }
 
+    /// Records that a translation now depends on node `id` (see
+    /// [`Self::node_for_translation`]).
+    pub fn mark_translated(&self, id: ObjectId) {
+        if let Some(entry) = self.nodes.get(&id) {
+            entry.translated_in.set(self.translation_epoch);
+        }
+    }
+
     /// Whether a space walk passed node `id` since translations were last forgotten.
     pub fn is_translated(&self, id: ObjectId) -> bool {
         self.nodes
