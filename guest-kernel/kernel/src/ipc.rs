@@ -9,6 +9,7 @@
 //! and no process needs a kernel stack of its own while it waits.
 
 use alloc::vec::Vec;
+use arrayvec::ArrayVec;
 use holdfast_abi::descriptor::{Descriptor, Kind};
 use holdfast_abi::{self as abi, InvocationError};
 use holdfast_objects::node::process_root;
@@ -26,7 +27,9 @@ pub struct Message {
     pub code: u64,
     pub words: [u64; 4],
     pub string: Vec<u8>,
-    pub capabilities: Vec<Capability>,
+    /// At most four (the descriptor's limit): kept inline, as most messages carry none or
+    /// one and a heap allocation costs more than the rest of a call.
+    pub capabilities: ArrayVec<Capability, 4>,
     pub badge: u64,
     /// For a call: the capability to reply with.
     pub resume: Option<Capability>,
@@ -38,7 +41,7 @@ impl Message {
             code,
             words,
             string: Vec::new(),
-            capabilities: Vec::new(),
+            capabilities: ArrayVec::new(),
             badge: 0,
             resume: None,
         }
@@ -151,20 +154,20 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         user_memory::read(&mut objects, &root, string_address, string_length)
             .map_err(|_| InvocationError::BadAddress)?
     };
-    let capabilities = descriptor
-        .send
-        .iter()
-        .map(|index| capability_register(&objects, &root, index))
-        .collect();
     let words = [registers.rdx, registers.r10, registers.r8, registers.r9];
     let mut message = Message {
         code: registers.rsi,
         words,
         string,
-        capabilities,
+        capabilities: ArrayVec::new(),
         badge: target.badge(),
         resume: None,
     };
+    // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
+    for index in descriptor.send.iter() {
+        let capability = capability_register(&objects, &root, index);
+        message.capabilities.push(capability);
+    }
 
     let receiver = match target.kind() {
         CapType::Start => {
@@ -254,11 +257,11 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     match descriptor.kind {
         Kind::Call => {
             let process = &mut scheduler.processes[invoker];
-            process.registers = *registers;
+            process.registers.copy_from(registers);
             process.state = ProcessState::WaitingForReply;
         }
         Kind::Return => {
-            scheduler.processes[invoker].registers = *registers;
+            scheduler.processes[invoker].registers.copy_from(registers);
             make_available(&mut scheduler, invoker);
         }
         Kind::Send => registers.rax = 0,
@@ -304,7 +307,7 @@ fn stall(invoker: usize, target: usize, registers: &UserRegisters) -> ! {
     {
         let mut scheduler = SCHEDULER.lock();
         let process = &mut scheduler.processes[invoker];
-        process.registers = *registers;
+        process.registers.copy_from(registers);
         // Back over the two-byte `syscall`, so that the invocation restarts from scratch.
         process.registers.rip -= 2;
         process.state = ProcessState::Stalled;
@@ -327,7 +330,7 @@ fn make_available(scheduler: &mut process::Scheduler, index: usize) {
 fn become_available_and_switch(invoker: usize, registers: &UserRegisters) -> ! {
     {
         let mut scheduler = SCHEDULER.lock();
-        scheduler.processes[invoker].registers = *registers;
+        scheduler.processes[invoker].registers.copy_from(registers);
         make_available(&mut scheduler, invoker);
     }
     process::switch_to_next()
@@ -354,7 +357,7 @@ pub fn invoke_keeper(
     };
     if scheduler.processes[receiver].state != ProcessState::Available {
         let process = &mut scheduler.processes[faulter];
-        process.registers = *registers;
+        process.registers.copy_from(registers);
         process.state = ProcessState::Stalled;
         scheduler.processes[receiver].stalled.push_back(faulter);
         drop(scheduler);
@@ -366,14 +369,14 @@ pub fn invoke_keeper(
         code: keeper_message.code,
         words: keeper_message.words,
         string: Vec::new(),
-        capabilities: alloc::vec![root],
+        capabilities: [root].into_iter().collect(),
         badge: keeper.badge(),
         resume: objects
             .cache
             .node_capability(CapType::Resume, root.object()),
     };
     let process = &mut scheduler.processes[faulter];
-    process.registers = *registers;
+    process.registers.copy_from(registers);
     process.state = ProcessState::WaitingForReply;
     process.waiting_for_keeper = true;
     wake_with(&mut objects, &mut scheduler, receiver, message);

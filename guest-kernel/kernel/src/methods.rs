@@ -407,6 +407,8 @@ fn process_method(
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
             let old = node.swap(register, argument(message));
+            // The root node may also be part of a space tree.
+            crate::process::node_changed(objects, target.object());
             ok_capability(objects.cache.live_or_void(old))
         }
         process::Request::FetchSpace => ok_capability(root_slot(objects, process_root::SPACE)?),
@@ -464,6 +466,8 @@ fn meter_method(
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
             node.swap(slot(0)?, Capability::number([microseconds, 0]));
+            // A meter node may also be part of a space tree.
+            crate::process::node_changed(objects, target.object());
             crate::process::meter_refilled(objects, target.object());
             ok([0; 4])
         }
@@ -478,6 +482,7 @@ fn meter_method(
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
             node.swap(slot(1)?, keeper);
+            crate::process::node_changed(objects, target.object());
             ok([0; 4])
         }
         meter::Request::Identify => unreachable!("answered by the caller"),

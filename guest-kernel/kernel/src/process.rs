@@ -533,6 +533,7 @@ fn charge_meter(root: &Capability) -> Option<Capability> {
         .map_or(0, |[left, _]| left);
     let left = left.saturating_sub(PERIOD_MICROSECONDS);
     node.swap(METER_TIME_SLOT, Capability::number([left, 0]));
+    node_changed(&mut objects, meter.object());
     (left == 0).then_some(meter)
 }
 

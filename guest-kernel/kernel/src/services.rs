@@ -11,6 +11,8 @@ use crate::objects::Objects;
 use crate::{checkpoint as store, control as channel};
 
 /// How an invocation of a service ends.
+// Returned once per invocation and taken apart at once: boxing the reply would allocate.
+#[allow(clippy::large_enum_variant)]
 pub enum Outcome {
     Reply(Message),
     /// Nothing to read yet: the invoker waits and runs its `read` again once input arrives.

@@ -61,6 +61,14 @@ fn live_root() -> PhysFrame {
     *LIVE_ROOT.get().expect("init_live_root ran at boot")
 }
 
+/// A page mapped for ring 3 and where its page-table entry is, so that a switch can tell
+/// from the entry's accessed flag whether the TLB may hold the page.
+struct MappedPage {
+    page: VirtAddr,
+    /// The direct-map address of the last-level entry that maps it.
+    entry: u64,
+}
+
 /// A process's page tables: a cache of its space tree, emptied whenever a translation it
 /// holds may be stale.
 pub struct UserTables {
@@ -71,7 +79,7 @@ pub struct UserTables {
     /// uses one or two); `None` beyond: a switch then copies the whole user half.
     top_used: Option<ArrayVec<u16, 4>>,
     /// Every page mapped, while there are at most [`MAPPED_PAGES_TRACKED_MAX`].
-    mapped: Vec<VirtAddr>,
+    mapped: Vec<MappedPage>,
     mapped_overflowed: bool,
 }
 
@@ -83,13 +91,6 @@ impl UserTables {
             mapped: Vec::new(),
             mapped_overflowed: false,
         }
-    }
-
-    /// The user entries of `top` that may be in use.
-    fn used_top_indices(&self) -> impl Iterator<Item = usize> + '_ {
-        let few = self.top_used.as_ref().map(|used| used.iter().map(|&index| usize::from(index)));
-        let all = self.top_used.is_none().then_some(USER_TOP_ENTRIES);
-        few.into_iter().flatten().chain(all.into_iter().flatten())
     }
 
     /// Maps the 4 KiB page at `address` to `frame` for ring 3. `running`: these tables are
@@ -127,7 +128,10 @@ impl UserTables {
         // A remap (a spurious fault) is on the list already.
         if entry.is_unused() {
             if self.mapped.len() < MAPPED_PAGES_TRACKED_MAX {
-                self.mapped.push(page_address);
+                self.mapped.push(MappedPage {
+                    page: page_address,
+                    entry: core::ptr::from_ref(&*entry) as u64,
+                });
             } else {
                 self.mapped_overflowed = true;
             }
@@ -174,30 +178,72 @@ impl UserTables {
 
 /// Puts `incoming`'s user half into the live root in place of `outgoing`'s (if any
 /// process's was there) and drops `outgoing`'s TLB entries.
+///
+/// Only the pages the outgoing process touched since it was last switched in can be in the
+/// TLB: the processor caches a translation only with the accessed flag set in its
+/// page-table entry, setting the flag first (Intel SDM 4.10.2.3; QEMU's TCG walker sets it
+/// too). So a page whose flag is clear needs no `invlpg`, and one whose flag is set gets the
+/// flag cleared and its entry dropped. Under TCG each `invlpg` costs far more than reading
+/// an entry; a program touches a few of the pages it has mapped between two switches.
 pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
     let live = table_at(live_root());
     let mut flush_all = false;
     if let Some(outgoing) = outgoing {
-        for index in outgoing.used_top_indices() {
-            live[index].set_unused();
+        match &outgoing.top_used {
+            Some(used) => used.iter().for_each(|&index| live[usize::from(index)].set_unused()),
+            None => USER_TOP_ENTRIES.for_each(|index| live[index].set_unused()),
         }
         if outgoing.mapped_overflowed {
             flush_all = true;
         } else {
-            for &page in &outgoing.mapped {
-                x86_64::instructions::tlb::flush(page);
-            }
+            flush_touched(&outgoing.mapped);
         }
     }
     let top = table_at(incoming.top);
-    for index in incoming.used_top_indices() {
-        live[index] = top[index].clone();
+    match &incoming.top_used {
+        Some(used) => used.iter().for_each(|&index| {
+            live[usize::from(index)] = top[usize::from(index)].clone();
+        }),
+        None => USER_TOP_ENTRIES.for_each(|index| live[index] = top[index].clone()),
     }
-    // Every present intermediate entry lies on the path of a page in `mapped`, so the
-    // `invlpg`s above also emptied the paging-structure caches of the outgoing entries
-    // (Intel SDM 4.10.4.1); reloading CR3 empties them and the whole TLB.
+    // Reloading CR3 empties the paging-structure caches and the whole TLB.
     if flush_all {
         x86_64::instructions::tlb::flush_all();
+    }
+}
+
+/// Drops from the TLB the pages of `mapped` touched since the last call, clearing their
+/// accessed flags. Under TCG every branch ends a translation block, so the scan has none
+/// but its loop's: it clears every flag and lists each page with the flag set, then
+/// flushes the listed pages.
+fn flush_touched(mapped: &[MappedPage]) {
+    let mut touched =
+        [const { core::mem::MaybeUninit::<VirtAddr>::uninit() }; MAPPED_PAGES_TRACKED_MAX];
+    let mut count: usize = 0;
+    // `map_page` lists at most `MAPPED_PAGES_TRACKED_MAX` pages, so `count` stays below it
+    // while the loop writes: the mask and the wrapping add only spare checks (each a block).
+    for page in mapped {
+        let entry = page.entry as *mut u64;
+        // SAFETY: `entry` is the direct-map address of the last-level entry `map_page`
+        // filled for this page (a `PageTableEntry` is one `u64`), in a table frame these
+        // tables own until `clear`, which empties `mapped` too; the kernel touches tables
+        // only with interrupts off on its one CPU, so nothing else accesses the entry now.
+        let bits = unsafe { entry.read() };
+        // SAFETY: as for the read. A set flag is cleared before the page's `invlpg` below,
+        // so a flag set again later means a new TLB entry.
+        unsafe { entry.write(bits & !PageTableFlags::ACCESSED.bits()) };
+        touched[count % MAPPED_PAGES_TRACKED_MAX].write(page.page);
+        count = count.wrapping_add(usize::from(bits & PageTableFlags::ACCESSED.bits() != 0));
+    }
+    for slot in &touched[..count] {
+        // SAFETY: the loop above wrote the first `count` slots.
+        x86_64::instructions::tlb::flush(unsafe { slot.assume_init() });
+    }
+    // An `invlpg` also empties every paging-structure cache entry, whatever its address
+    // (Intel SDM 4.10.4.1): one is needed even if no page was touched, for the outgoing
+    // intermediate entries a walk may have cached.
+    if let (0, Some(first)) = (count, mapped.first()) {
+        x86_64::instructions::tlb::flush(first.page);
     }
 }
 

@@ -8,11 +8,9 @@
 
 use core::cell::Cell;
 
-use hashbrown::HashMap;
-use rustc_hash::FxBuildHasher;
-
 use crate::capability::ObjectKind;
 use crate::image::NODE_IMAGE_BYTES;
+use crate::table::ObjectTable;
 use crate::{CapType, Capability, Node, ObjectId, Slot, Version};
 
 /// The capability is void: its type is void, its object is gone, or its version is stale.
@@ -53,8 +51,8 @@ pub struct NodeSnapshot {
 
 /// Pages hold frames of type `F` (in the kernel a physical frame, on the host a buffer).
 pub struct ObjectCache<F> {
-    nodes: HashMap<ObjectId, NodeEntry, FxBuildHasher>,
-    pages: HashMap<ObjectId, PageEntry<F>, FxBuildHasher>,
+    nodes: ObjectTable<NodeEntry>,
+    pages: ObjectTable<PageEntry<F>>,
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
     /// translations depended on.
     translation_epoch: u64,
@@ -71,8 +69,8 @@ impl<F> Default for ObjectCache<F> {
 impl<F> ObjectCache<F> {
     pub const fn new() -> Self {
         Self {
-            nodes: HashMap::with_hasher(FxBuildHasher),
-            pages: HashMap::with_hasher(FxBuildHasher),
+            nodes: ObjectTable::new(),
+            pages: ObjectTable::new(),
             translation_epoch: 1,
             dirty_pages: Cell::new(0),
         }
@@ -294,6 +292,14 @@ impl<F> ObjectCache<F> {
         Self::node_entry_matches(entry, capability)?;
         entry.translated_in.set(self.translation_epoch);
         Ok(&entry.node)
+    }
+
+    /// Records that a translation now depends on node `id` (see
+    /// [`Self::node_for_translation`]).
+    pub fn mark_translated(&self, id: ObjectId) {
+        if let Some(entry) = self.nodes.get(&id) {
+            entry.translated_in.set(self.translation_epoch);
+        }
     }
 
     /// Whether a space walk passed node `id` since translations were last forgotten.

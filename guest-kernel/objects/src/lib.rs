@@ -10,7 +10,8 @@
 //! - [`capability`]: the capability (type, rights, badge, object, version) and its
 //!   transformations (restrict, weaken);
 //! - [`node`]: a node's 32 slots and the layout of a process's root node;
-//! - [`cache`]: objects by id, with the version check that makes revocation work.
+//! - [`cache`]: objects by id, with the version check that makes revocation work;
+//! - [`table`]: the cache's tables, whose lookups the invocation path makes many of;
 //! - [`directory`]: the checkpoint's list of processes and next object ids;
 //! - [`image`]: a node's image on the store, checked field by field when read back.
 #![no_std]
@@ -23,6 +24,7 @@ pub mod directory;
 pub mod image;
 pub mod node;
 pub mod space;
+pub mod table;
 
 pub use cache::{ObjectCache, Void};
 pub use capability::{CapType, Capability, Rights};

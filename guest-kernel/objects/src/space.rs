@@ -8,7 +8,7 @@
 //! slot 1 the start capability of the keeper that faults under it go to.
 
 use crate::capability::SPACE_HEIGHT_MAX;
-use crate::{CapType, Capability, ObjectCache, Slot};
+use crate::{CapType, Capability, ObjectCache, ObjectId, Slot};
 
 /// log2 of the slots per node: each level of the tree resolves 5 bits of the address.
 const SLOT_BITS: u32 = 5;
@@ -35,8 +35,8 @@ pub fn slot_for(height: u8, address: u64) -> Slot {
 /// a walk's nodes whatever a program put in its nodes.
 const WALK_NODES_MAX: usize = 2 * (SPACE_HEIGHT_MAX as usize + 1);
 
-/// Walks `space` down to the page holding `address`. Every node passed is marked as one a
-/// translation depends on ([`ObjectCache::node_for_translation`]).
+/// Walks `space` down to the page holding `address`. If it finds the page, every node
+/// passed is marked as one a translation depends on ([`ObjectCache::mark_translated`]).
 pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk {
     let mut capability = space;
     // The part of the address the current level resolves; each descent drops the bits of
@@ -44,10 +44,16 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
     let mut offset = address;
     let mut writable = true;
     let mut keeper = None;
-    for _ in 0..WALK_NODES_MAX {
+    // The nodes passed: marked as translated only if the walk reaches a page, since a
+    // failed walk leaves no page-table entry that depends on them.
+    let mut passed = [ObjectId(0); WALK_NODES_MAX];
+    for step in 0..WALK_NODES_MAX {
         writable &= capability.may_write();
         let Some((height, is_keeper_node)) = capability.space_shape() else {
             if capability.kind() == CapType::Page && cache.check(&capability).is_ok() {
+                for &node in &passed[..step] {
+                    cache.mark_translated(node);
+                }
                 return Walk::Page {
                     page: capability,
                     writable,
@@ -56,9 +62,10 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
             break;
         };
         // One lookup checks the capability and finds the node.
-        let Ok(node) = cache.node_for_translation(&capability) else {
+        let Ok(node) = cache.node(&capability) else {
             break;
         };
+        passed[step] = capability.object();
         if is_keeper_node {
             let keeper_start = node.get(slot(1));
             keeper = (capability.may_call() && keeper_start.kind() == CapType::Start)
@@ -152,6 +159,9 @@ mod tests {
                 "{address:#x}"
             );
         }
+        // No page-table entry comes of a failed walk: no node is marked.
+        assert!(!cache.is_translated(ObjectId(1)));
+        assert!(!cache.is_translated(ObjectId(2)));
     }
 
     #[test]
