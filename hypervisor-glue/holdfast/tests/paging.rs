@@ -96,7 +96,7 @@ fn a_store_four_times_the_guest_memory_is_paged() {
     let mut lines = Vec::new();
     let done = format!("page-toucher: round {ROUNDS}: {PAGE_COUNT} pages written and read back");
     let deadline = Instant::now() + Duration::from_secs(400);
-    while !lines.iter().any(|line: &String| *line == done) {
+    while !lines.contains(&done) {
         let left = deadline.saturating_duration_since(Instant::now());
         match receiver.recv_timeout(left) {
             Ok(line) => {
