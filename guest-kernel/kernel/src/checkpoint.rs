@@ -4,8 +4,9 @@
 //! what goes into each checkpoint and when.
 //!
 //! A checkpoint:
-//! 1. **Snapshot**, with the world stopped (no process runs while the kernel does): every
-//!    process's registers and run state are written into its root node, every translation
+//! 1. **Snapshot**, with the world stopped (no process runs while the kernel does): a
+//!    consistency check of the process table, then every process's registers and run state
+//!    are written into its root node, every translation
 //!    is dropped so that no page can be written without a fault, the dirty nodes are encoded
 //!    and the dirty pages listed (their contents stay where they are: copy on write).
 //! 2. **Stabilization**, in steps of [`STEP_OBJECTS`] objects at each timer tick and in the
@@ -78,6 +79,8 @@ pub struct Persistence {
     /// When each queued journal commit was made (TSC), by ticket: for its latency.
     journal_submitted_tsc: BTreeMap<u64, u64>,
     kernel_counters: KernelCounters,
+    /// The scrub under way: one after every boot, a group of home blocks per step.
+    scrub: Option<holdfast_store::ScrubCursor>,
     /// Set when a checkpoint failed: the store is no longer written, and the system says so.
     failed: bool,
 }
@@ -89,6 +92,8 @@ struct KernelCounters {
     snapshot_pause_seconds_max: f64,
     journal_commit_seconds_sum: f64,
     journal_commit_seconds_count: u64,
+    /// Disk writes of journal commits: fewer than the commits when they share them.
+    journal_writes_total: u64,
     evicted_pages_total: u64,
 }
 
@@ -149,6 +154,7 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
         stabilization: None,
         journal_submitted_tsc: BTreeMap::new(),
         kernel_counters: KernelCounters::default(),
+        scrub: Some(holdfast_store::ScrubCursor::default()),
         failed: false,
     });
 }
@@ -312,6 +318,7 @@ pub fn counters_text() -> Option<String> {
             ("holdfast_checkpoint_snapshot_pause_seconds_max", kernel.snapshot_pause_seconds_max),
             ("holdfast_journal_commit_seconds_sum", kernel.journal_commit_seconds_sum),
             ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
+            ("holdfast_journal_writes_total", kernel.journal_writes_total as f64),
             ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
         ];
         for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics) {
@@ -395,6 +402,23 @@ impl Persistence {
         (log_blocks - self.store.log_used_blocks()) / 2
     }
 
+    /// Scrubs one group of home blocks, if a scrub is under way; a block bad on every
+    /// mirror is reported and the scrub goes on (what reads it gets the error).
+    fn scrub_step(&mut self) -> bool {
+        let Some(cursor) = self.scrub.as_mut() else {
+            return false;
+        };
+        match self.store.scrub_step(cursor) {
+            Ok(true) => {}
+            Ok(false) => {
+                println!("holdfast: store: scrubbed {} home blocks", cursor.blocks_checked);
+                self.scrub = None;
+            }
+            Err(error) => println!("holdfast: store: scrub: {error}"),
+        }
+        true
+    }
+
     /// Writes every queued journal commit in one group and lets its processes run on.
     fn journal_write(&mut self, objects: &mut Objects) -> Result<(), String> {
         let Some(durable) = self.store.journal_write().map_err(|error| error.to_string())? else {
@@ -402,6 +426,7 @@ impl Persistence {
         };
         let now = arch::read_tsc();
         let counters = &mut self.kernel_counters;
+        counters.journal_writes_total += 1;
         while let Some(entry) = self.journal_submitted_tsc.first_entry()
             && *entry.key() <= durable.0
         {
@@ -417,6 +442,7 @@ impl Persistence {
         // The mirrors: a blank or stale one resilvered in bounded steps beside the checkpoint
         // work, repairs and status changes reported.
         let mut worked = crate::mirrors::step(&mut self.store);
+        worked |= self.scrub_step();
         // Commits wait while the log is nearly full: the checkpoint forced at 65 % needs the
         // rest, and its migration frees the log.
         if self.store.journal_queued_commits() > 0 && self.store.log_fill_ratio() < JOURNAL_LOG_FILL_MAX {
@@ -458,6 +484,7 @@ impl Persistence {
 
     fn snapshot(&mut self, objects: &mut Objects) -> Result<(), String> {
         let started = arch::read_tsc();
+        process::check_consistency(objects).map_err(|error| alloc::format!("consistency check: {error}"))?;
         process::write_back(objects);
         process::drop_all_translations(objects);
         let (next_node_id, next_page_id) = objects.next_ids();

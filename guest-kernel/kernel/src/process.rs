@@ -739,6 +739,23 @@ pub fn write_back(objects: &mut Objects) {
     }
 }
 
+/// The snapshot's consistency check (EROS runs one before every checkpoint): every process
+/// in the table has a live root node, and every queue names processes that exist. A
+/// failure means kernel state that would not restart; the checkpoint is not taken.
+pub fn check_consistency(objects: &Objects) -> Result<(), alloc::string::String> {
+    let scheduler = SCHEDULER.lock();
+    let count = scheduler.processes.len();
+    for process in &scheduler.processes {
+        if process.root.kind() != CapType::Process || objects.cache.node(&process.root).is_err() {
+            return Err(alloc::format!("process {}: its root node is gone", process.name));
+        }
+        if process.stalled.iter().any(|&index| index >= count) {
+            return Err(alloc::format!("process {}: its queue names a process that does not exist", process.name));
+        }
+    }
+    Ok(())
+}
+
 /// Drops every translation and every process's page tables: after a snapshot, a page may be
 /// written only after a fault that marks it dirty and preserves its snapshot copy.
 pub fn drop_all_translations(objects: &mut Objects) {

@@ -33,6 +33,7 @@ mod log;
 pub mod mirror;
 pub mod phase;
 mod recovery;
+pub mod scrub;
 mod store;
 
 pub use device::{BLOCK_SIZE, BlockDevice, DeviceError};
@@ -46,4 +47,5 @@ pub use inspect::{CheckReport, Finding, Inspection, Remedy, StoreCounters};
 pub use journal::{JOURNAL_COMMIT_PAGES_MAX, JournalPage, JournalTicket};
 pub use mirror::MirrorState;
 pub use phase::{CheckpointPhase, MigrationProgress};
+pub use scrub::ScrubCursor;
 pub use store::{MirrorStatus, Store};

@@ -301,6 +301,26 @@ fn a_bad_copy_is_read_from_the_other_mirror_and_repaired() {
 }
 
 #[test]
+fn a_scrub_repairs_bad_copies_nothing_reads() {
+    let layout = GEOMETRY.layout().unwrap();
+    let (a, b) = (MemoryDevice::new(layout.block_count), MemoryDevice::new(layout.block_count));
+    let mut store = Store::format(alloc::vec![a.clone(), b], GEOMETRY).unwrap();
+    let pages: Vec<(u64, u64, u8)> = (0..120).map(|id| (id, 1, id as u8)).collect();
+    checkpoint_pages(&mut store, &pages);
+    migrate_all(&mut store);
+    for id in [3, 90, 119] {
+        a.flip_bit(layout.page_ranges.data_first_block + id);
+    }
+    assert!(!store.check().unwrap().is_clean());
+    let mut cursor = ScrubCursor::default();
+    while store.scrub_step(&mut cursor).unwrap() {}
+    assert_eq!(cursor.blocks_checked, 120);
+    assert_eq!(store.counters().mirror_repaired_blocks_total, 3);
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
+
+#[test]
 fn a_blank_replacement_is_resilvered() {
     let block_count = GEOMETRY.layout().unwrap().block_count;
     let first = MemoryDevice::new(block_count);

@@ -315,8 +315,12 @@ fn a_corrupted_mirror_is_read_around_and_repaired() {
     );
 
     let mut vm = Vm::start("mirror-corrupt", &[&a, &b], QUIET_MS);
-    vm.wait_for("a restart, its checkpoint and two counts", |lines| {
-        restarted_from(lines).is_some() && !commits(lines).is_empty() && counts(lines).len() >= 2
+    // The scrub after the restart repairs what no process reads.
+    vm.wait_for("a restart, its checkpoint, the scrub and two counts", |lines| {
+        restarted_from(lines).is_some()
+            && !commits(lines).is_empty()
+            && counts(lines).len() >= 2
+            && lines.iter().any(|line| line.starts_with("holdfast: store: scrubbed "))
     });
     vm.collect_for(SETTLE);
     let second = vm.kill();

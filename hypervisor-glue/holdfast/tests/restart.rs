@@ -3,8 +3,8 @@
 //! from its newest committed checkpoint with its process where the checkpoint caught it —
 //! registers, pages and capabilities — many times over.
 //!
-//! The workload is `persist-counter` (services/selftest/src/persist_counter.rs, manifest
-//! services/persist-manifest.toml): it prints `persist-counter: <n>` every 2^22 steps, `n`
+//! The workload (manifest services/journal-manifest.toml) is `persist-counter`
+//! (services/selftest/src/persist_counter.rs), which prints `persist-counter: <n>` every 2^22 steps, `n`
 //! counted in a register and in memory alongside a trace of every step that it checks at
 //! each print. The kernel prints `holdfast: checkpoint <g> committed: ...` after each commit
 //! and `holdfast: restarted from checkpoint <g>: ...` at a restart. What must hold after each
@@ -16,9 +16,9 @@
 //!   report beyond the last count it printed at all (nothing is invented);
 //! - counts go up by one report at a time within a boot, and the program never finds its
 //!   registers and pages disagreeing (`MISMATCH`) or restarted from its entry point;
-//! - every journal commit `journal-writer` printed as acknowledged (every 16th) survives,
-//!   though no checkpoint followed it: the page it finds after the restart holds at least
-//!   the last number acknowledged before the kill.
+//! - every journal commit each of three `journal-writer`s printed as acknowledged (every
+//!   16th) survives, though no checkpoint followed it: the page it finds after the restart
+//!   holds at least the last number it acknowledged before the kill.
 //!
 //! `HOLDFAST_RESTART_ROUNDS` sets the number of kills (default 8).
 
@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 use support::{KillOnDrop, build_image, holdfast, run_holdfast, scratch_dir, source_dir};
 
 const REPORT_STEPS: u64 = 1 << 22;
-/// `journal-writer` prints every 16th acknowledged commit.
+/// Each `journal-writer` prints every 16th acknowledged commit.
 const JOURNAL_PRINT_EVERY: u64 = 16;
+const JOURNAL_WRITERS: [u64; 3] = [1, 2, 3];
 const CHECKPOINT_INTERVAL_MS: u64 = 200;
 /// Commits a boot must show before it is killed, so that the next boot has a checkpoint of
 /// this boot to come back to and the one before it to bound it.
@@ -72,8 +73,8 @@ impl Boot {
         numbers_after(lines, "persist-counter: ")
     }
 
-    fn acknowledged(&self) -> Vec<u64> {
-        numbers_after(&self.lines, "journal-writer: acknowledged ")
+    fn acknowledged(&self, writer: u64) -> Vec<u64> {
+        numbers_after(&self.lines, &format!("journal-writer {writer}: acknowledged "))
     }
 
     fn commits(&self) -> Vec<(usize, u64)> {
@@ -151,7 +152,8 @@ fn boot_and_kill(image_dir: &Path, store: &Path, name: &str, delay: Duration) ->
             }
         }
         // Each boot must also show a journal commit acknowledged, for the next to check.
-        if kill_at.is_none() && boot.commits().len() >= COMMITS_BEFORE_KILL && !boot.acknowledged().is_empty() {
+        let acknowledged = JOURNAL_WRITERS.iter().all(|&writer| !boot.acknowledged(writer).is_empty());
+        if kill_at.is_none() && boot.commits().len() >= COMMITS_BEFORE_KILL && acknowledged {
             kill_at = Some(Instant::now() + delay);
         }
     }
@@ -176,15 +178,17 @@ fn check_boot(boot: &Boot) {
     for pair in counts.windows(2) {
         assert_eq!(pair[1], pair[0] + REPORT_STEPS, "counts out of step:\n{}", boot.transcript());
     }
-    let acknowledged = boot.acknowledged();
-    assert!(!acknowledged.is_empty(), "no journal commit acknowledged:\n{}", boot.transcript());
-    for pair in acknowledged.windows(2) {
-        // More than one apart after a restart that found the page newer than the registers.
-        assert!(
-            pair[1] > pair[0] && pair[1] % JOURNAL_PRINT_EVERY == 0,
-            "journal commits out of step:\n{}",
-            boot.transcript()
-        );
+    for writer in JOURNAL_WRITERS {
+        let acknowledged = boot.acknowledged(writer);
+        assert!(!acknowledged.is_empty(), "writer {writer}: no journal commit acknowledged:\n{}", boot.transcript());
+        for pair in acknowledged.windows(2) {
+            // More than one apart after a restart that found the page newer than the registers.
+            assert!(
+                pair[1] > pair[0] && pair[1] % JOURNAL_PRINT_EVERY == 0,
+                "writer {writer}: journal commits out of step:\n{}",
+                boot.transcript()
+            );
+        }
     }
 }
 
@@ -208,11 +212,14 @@ fn check_restart(before: &Boot, boot: &Boot) {
     );
     let ceiling = before.counts().last().copied().unwrap_or(0) + REPORT_STEPS;
     assert!(first <= ceiling, "restarted at count {first}, beyond anything reached ({ceiling})\n{}", context());
-    if let Some(&last_before) = before.acknowledged().last() {
-        let survived = numbers_after(&boot.lines, "journal-writer: restarted, page holds ").first().copied();
+    for writer in JOURNAL_WRITERS {
+        let Some(&last_before) = before.acknowledged(writer).last() else {
+            continue;
+        };
+        let survived = numbers_after(&boot.lines, &format!("journal-writer {writer}: restarted, page holds ")).first().copied();
         assert!(
             survived.is_some_and(|survived| survived >= last_before),
-            "journal commit {last_before} was acknowledged before the kill, but the page holds {survived:?} after the restart\n{}",
+            "writer {writer}: journal commit {last_before} was acknowledged before the kill, but the page holds {survived:?} after the restart\n{}",
             context()
         );
     }
@@ -231,8 +238,8 @@ fn check_store_after_kill(store: &str, round: usize) {
 
 #[test]
 fn a_killed_system_restarts_from_its_newest_checkpoint() {
-    let manifest = source_dir().join("services/persist-manifest.toml");
-    let image_dir = build_image("persist-image", Some(&manifest));
+    let manifest = source_dir().join("services/journal-manifest.toml");
+    let image_dir = build_image("journal-image", Some(&manifest));
     let directory = scratch_dir("restart");
     let store = directory.join("store.img");
     let store_path = store.to_str().expect("UTF-8 path");

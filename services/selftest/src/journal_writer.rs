@@ -1,32 +1,43 @@
 //! The journal's workload in the restart test (hypervisor-glue/holdfast/tests/restart.rs):
 //! writes the next number into its page, commits the page through the journal, and prints
-//! `journal-writer: acknowledged <n>` for every 16th acknowledged commit. Every
+//! `journal-writer <k>: acknowledged <n>` for every 16th acknowledged commit (`k` tells the
+//! writers apart). Every
 //! acknowledged commit must survive a crash even when no checkpoint follows it: after a
 //! restart the page may be newer than the program's registers (it goes on from the page)
 //! but never older than the last commit acknowledged.
 //!
 //! It notices a restart by the clock's boot count changing and then prints
-//! `journal-writer: restarted, page holds <n>`: what survived, for the test to check.
+//! `journal-writer <k>: restarted, page holds <n>`: what survived, for the test to check.
 //! Lines printed between the checkpoint and the crash are printed again after the restart;
 //! that line is not.
 //!
-//! Capability registers: 0 console, 1 its page, 2 the journal, 3 the clock; 15 stays empty.
+//! Capability registers: 0 console, 1 its page, 2 the journal, 3 the clock, 4 the number
+//! `[k, 0]`; 15 stays empty.
 #![no_std]
 #![no_main]
 
 use holdfast_userlib as user;
-use user::interface::{clock, journal, page};
+use user::interface::{clock, journal, number, page};
 use user::syscall::CapReg;
 
 const PAGE: CapReg = CapReg::new(1);
 const JOURNAL: CapReg = CapReg::new(2);
 const CLOCK: CapReg = CapReg::new(3);
+const IDENTITY: CapReg = CapReg::new(4);
 const EMPTY: CapReg = CapReg::new(15);
 const PRINT_EVERY: u64 = 16;
 
-fn print_with_number(prefix: &str, value: u64) {
-    let mut digits = [0u8; 20];
-    user::print_parts(&[prefix.as_bytes(), user::decimal(value, &mut digits), b"\n"]);
+/// Prints `journal-writer <k>: <what><value>`.
+fn report(identity: u64, what: &str, value: u64) {
+    let (mut identity_digits, mut value_digits) = ([0u8; 20], [0u8; 20]);
+    user::print_parts(&[
+        b"journal-writer ",
+        user::decimal(identity, &mut identity_digits),
+        b": ",
+        what.as_bytes(),
+        user::decimal(value, &mut value_digits),
+        b"\n",
+    ]);
 }
 
 fn stored() -> Option<u64> {
@@ -36,22 +47,23 @@ fn stored() -> Option<u64> {
 }
 
 fn main() -> u64 {
+    let identity = number::value(IDENTITY).map_or(0, |number| number.word0);
     let mut next = 1u64;
     let mut boot = None;
     loop {
         let Some(in_page) = stored() else {
-            user::print("journal-writer: MISMATCH: cannot read its page\n");
+            report(identity, "MISMATCH: cannot read its page ", 1);
             return 1;
         };
         let now_boot = clock::now(CLOCK).map_or(u64::MAX, |now| now.boot);
         if boot.is_some_and(|boot| boot != now_boot) {
-            print_with_number("journal-writer: restarted, page holds ", in_page);
+            report(identity, "restarted, page holds ", in_page);
         }
         boot = Some(now_boot);
         // The page holds the number last written: `next - 1`, or `next` if a snapshot came
         // between the write and the commit, or more after a restart from the journal.
         if in_page + 1 < next {
-            print_with_number("journal-writer: MISMATCH: the page went back to ", in_page);
+            report(identity, "MISMATCH: the page went back to ", in_page);
             return 1;
         }
         if in_page >= next {
@@ -60,11 +72,11 @@ fn main() -> u64 {
         let committed = page::write(PAGE, 0, &next.to_le_bytes())
             .and_then(|()| journal::commit(JOURNAL, PAGE, EMPTY, EMPTY, EMPTY));
         if committed.is_err() {
-            user::print("journal-writer: MISMATCH: the commit failed\n");
+            report(identity, "MISMATCH: the commit failed at ", next);
             return 1;
         }
         if next.is_multiple_of(PRINT_EVERY) {
-            print_with_number("journal-writer: acknowledged ", next);
+            report(identity, "acknowledged ", next);
         }
         next += 1;
     }
