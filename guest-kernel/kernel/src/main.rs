@@ -42,6 +42,9 @@ pub struct BootOptions {
     pub kernel_fault: Option<&'static str>,
     /// How often a checkpoint is taken when the disk holds a store.
     pub checkpoint_interval_ms: u64,
+    /// The kernel heap's size (`holdfast.heap-mib=N`, at least 32): object pages come from
+    /// it, so it bounds what a system keeps resident (the store benchmark's large spaces).
+    pub heap_bytes: u64,
 }
 
 impl BootOptions {
@@ -50,6 +53,7 @@ impl BootOptions {
             stay_up: false,
             kernel_fault: None,
             checkpoint_interval_ms: checkpoint::DEFAULT_INTERVAL_MS,
+            heap_bytes: memory::HEAP_BYTES_DEFAULT,
         };
         for word in command_line.split_ascii_whitespace() {
             match word.split_once('=') {
@@ -60,6 +64,12 @@ impl BootOptions {
                         options.checkpoint_interval_ms = milliseconds;
                     }
                     _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
+                },
+                Some(("holdfast.heap-mib", value)) => match value.parse::<u64>() {
+                    Ok(mib) if (memory::HEAP_BYTES_DEFAULT >> 20..=memory::DIRECT_MAP_BYTES >> 20).contains(&mib) => {
+                        options.heap_bytes = mib << 20;
+                    }
+                    _ => println!("holdfast: ignoring {word}: not a heap size of 32 to 4096 MiB"),
                 },
                 _ => {}
             }
@@ -97,6 +107,7 @@ pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
     memory::init_heap(
         boot.usable_ranges(),
         &reserved[..=boot.reserved_ranges().len()],
+        options.heap_bytes,
     );
     let calibration = arch::timer::init();
     let devices = drivers::probe();

@@ -14,7 +14,9 @@ pub const KERNEL_OFFSET: u64 = 0xFFFF_FFFF_8000_0000;
 pub const DIRECT_MAP_BYTES: u64 = 4 << 30;
 pub const PAGE_BYTES: usize = 4096;
 
-const HEAP_BYTES: u64 = 32 << 20;
+/// The heap's size unless the boot command line says otherwise (`holdfast.heap-mib=N`):
+/// object pages come from it, so it bounds how much a system can keep resident.
+pub const HEAP_BYTES_DEFAULT: u64 = 32 << 20;
 
 #[global_allocator]
 static HEAP: LockedHeap = LockedHeap::empty();
@@ -41,13 +43,13 @@ pub fn virtual_to_physical(virtual_address: u64) -> u64 {
     }
 }
 
-/// Sets up the heap in the first usable RAM that overlaps no `reserved` range (kernel
-/// image, boot information, modules) and is mapped by the direct map.
-pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)]) {
+/// Sets up a heap of `heap_bytes` in the first usable RAM that overlaps no `reserved` range
+/// (kernel image, boot information, modules) and is mapped by the direct map.
+pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)], heap_bytes: u64) {
     let page = PAGE_BYTES as u64;
     let overlaps = |start: u64| {
         reserved.iter().any(|&(reserved_start, reserved_end)| {
-            start < reserved_end && reserved_start < start + HEAP_BYTES
+            start < reserved_end && reserved_start < start + heap_bytes
         })
     };
     let start = usable
@@ -58,7 +60,7 @@ pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)]) {
             core::iter::once(start)
                 .chain(reserved.iter().map(|&(_, reserved_end)| reserved_end))
                 .map(move |candidate| candidate.max(start).next_multiple_of(page))
-                .filter(move |&candidate| candidate + HEAP_BYTES <= end)
+                .filter(move |&candidate| candidate + heap_bytes <= end)
         })
         .find(|&candidate| candidate >= 1 << 20 && !overlaps(candidate))
         .expect("no RAM range can hold the kernel heap");
@@ -66,7 +68,7 @@ pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)]) {
     // reservation, is mapped by the direct map, and is handed out only here.
     unsafe {
         HEAP.lock()
-            .init(physical_to_virtual(start) as *mut u8, HEAP_BYTES as usize);
+            .init(physical_to_virtual(start) as *mut u8, heap_bytes as usize);
     }
 }
 
