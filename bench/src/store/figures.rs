@@ -42,11 +42,30 @@ pub fn parse_commit_line(line: &str) -> Option<Result<Commit, String>> {
     let rest = &line[line.find(COMMIT_LINE_PREFIX)? + COMMIT_LINE_PREFIX.len()..];
     let (generation, rest) = rest.split_once(' ')?;
     let rest = rest.strip_prefix("committed: ")?;
-    let bad = || format!("checkpoint line {line:?} does not read as '<g> committed: <n> nodes, <m> pages, snapshot pause <us> us, stabilized in <ms> ms'");
+    let bad = || {
+        format!(
+            "checkpoint line {line:?} does not read as '<g> committed: <n> nodes, <m> pages, snapshot pause <us> us, stabilized in <ms> ms'"
+        )
+    };
     let number = |text: &str| text.parse::<u64>().map_err(|_| bad());
-    let words: Vec<&str> = rest.split([' ', ',']).filter(|word| !word.is_empty()).collect();
-    let [nodes, "nodes", pages, "pages", "snapshot", "pause", pause, "us", "stabilized", "in", stabilized, "ms"] =
-        words.as_slice()
+    let words: Vec<&str> = rest
+        .split([' ', ','])
+        .filter(|word| !word.is_empty())
+        .collect();
+    let [
+        nodes,
+        "nodes",
+        pages,
+        "pages",
+        "snapshot",
+        "pause",
+        pause,
+        "us",
+        "stabilized",
+        "in",
+        stabilized,
+        "ms",
+    ] = words.as_slice()
     else {
         return Some(Err(bad()));
     };
@@ -176,12 +195,15 @@ impl RestartRun {
     /// what the host saw between the ready and serving lines.
     pub fn serving_from_first_instruction(&self) -> std::time::Duration {
         self.ready_from_first_instruction
-            + self.serving_from_qemu_start.saturating_sub(self.ready_from_qemu_start)
+            + self
+                .serving_from_qemu_start
+                .saturating_sub(self.ready_from_qemu_start)
     }
 
     /// What the restart spent after ready: reading the store back and starting to serve.
     pub fn after_ready(&self) -> std::time::Duration {
-        self.serving_from_qemu_start.saturating_sub(self.ready_from_qemu_start)
+        self.serving_from_qemu_start
+            .saturating_sub(self.ready_from_qemu_start)
     }
 }
 
@@ -216,7 +238,10 @@ mod tests {
                 stabilized_ms: 912
             }))
         );
-        assert_eq!(parse_commit_line("holdfast: restarted from checkpoint 3: 1 processes"), None);
+        assert_eq!(
+            parse_commit_line("holdfast: restarted from checkpoint 3: 1 processes"),
+            None
+        );
         assert_eq!(parse_commit_line("holdfast: checkpoint failed: disk"), None);
         assert_eq!(parse_commit_line("HOLDFAST-STORE-SLEEP"), None);
         for bad in [
@@ -244,12 +269,21 @@ mod tests {
     fn a_first_boot_gives_resident_pages_rounds_and_the_journal() {
         let run = holdfast_run(&first_boot()).unwrap();
         assert_eq!(run.resident_pages, 16400);
-        assert_eq!(run.dirty_rounds.iter().map(|c| c.generation).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(
+            run.dirty_rounds
+                .iter()
+                .map(|c| c.generation)
+                .collect::<Vec<_>>(),
+            [2, 3]
+        );
         assert_eq!(run.journal_commit_ns, 1_000_000.0);
         let gib = 16400.0 * 4096.0 / (1u64 << 30) as f64;
         assert_eq!(run.pause_ms_per_gib(), [4.0 / gib, 5.0 / gib]);
         let bytes = 16390.0 * 4096.0;
-        assert_eq!(run.stabilization_bytes_per_second(), [bytes / 0.5, bytes / 0.0005]);
+        assert_eq!(
+            run.stabilization_bytes_per_second(),
+            [bytes / 0.5, bytes / 0.0005]
+        );
     }
 
     #[test]
@@ -259,10 +293,18 @@ mod tests {
         assert!(error.contains("no commit line for checkpoint 3"), "{error}");
         let mut short = run.clone();
         short[6] = "holdfast: checkpoint 3 committed: 9 nodes, 100 pages, snapshot pause 5000 us, stabilized in 9 ms".into();
-        assert!(holdfast_run(&short).unwrap_err().contains("the program dirtied 16384"));
+        assert!(
+            holdfast_run(&short)
+                .unwrap_err()
+                .contains("the program dirtied 16384")
+        );
         let mut failed = run.clone();
         failed.push("HOLDFAST-STORE-FAILED journal commit refused".into());
-        assert!(holdfast_run(&failed).unwrap_err().contains("journal commit refused"));
+        assert!(
+            holdfast_run(&failed)
+                .unwrap_err()
+                .contains("journal commit refused")
+        );
         let error = holdfast_run(&run[1..]).unwrap_err();
         assert!(error.contains("TSC"), "{error}");
     }
@@ -275,7 +317,11 @@ mod tests {
         ]);
         assert_eq!(linux_figures(&run), Ok((150_000_000.0, 812_345.5)));
         assert!(linux_figures(&run[..1]).is_err());
-        assert!(linux_figures(&lines(&["LINUX-STORE-FAILED open /dev/vda: No such file"])).unwrap_err().contains("/dev/vda"));
+        assert!(
+            linux_figures(&lines(&["LINUX-STORE-FAILED open /dev/vda: No such file"]))
+                .unwrap_err()
+                .contains("/dev/vda")
+        );
     }
 
     #[test]
@@ -288,6 +334,9 @@ mod tests {
             serving_from_qemu_start: Duration::from_millis(1000),
         };
         assert_eq!(run.after_ready(), Duration::from_millis(700));
-        assert_eq!(run.serving_from_first_instruction(), Duration::from_millis(720));
+        assert_eq!(
+            run.serving_from_first_instruction(),
+            Duration::from_millis(720)
+        );
     }
 }

@@ -54,14 +54,22 @@ pub fn manifest_for(mut manifest: Manifest, program: &str) -> anyhow::Result<Man
 /// Reads the benchmark's manifest, builds the guest crates of `source_dir` (cargo,
 /// incrementally: its progress goes to stderr) and keeps the initial image at
 /// `cache_directory`/`<program>.hfi`.
-pub fn prepare(source_dir: &Path, cache_directory: &Path, quick: bool) -> anyhow::Result<HoldfastFiles> {
+pub fn prepare(
+    source_dir: &Path,
+    cache_directory: &Path,
+    quick: bool,
+) -> anyhow::Result<HoldfastFiles> {
     let program = if quick { PROGRAM_QUICK } else { PROGRAM };
     let manifest = manifest_for(Manifest::load(&source_dir.join(MANIFEST))?, program)?;
     let artifacts = guest_build::build_guest_crates(source_dir)?;
     let image = initial_image(&manifest, &artifacts.programs)?;
     Ok(HoldfastFiles {
         kernel: artifacts.kernel,
-        initial_image: linux_peer::write_cached(cache_directory, &format!("{program}.hfi"), &image)?,
+        initial_image: linux_peer::write_cached(
+            cache_directory,
+            &format!("{program}.hfi"),
+            &image,
+        )?,
     })
 }
 
@@ -129,7 +137,10 @@ impl ControlChannel {
                                 break;
                             }
                             Err(error) if Instant::now() >= give_up => {
-                                return Err(format!("cannot connect to {}: {error}", socket.display()));
+                                return Err(format!(
+                                    "cannot connect to {}: {error}",
+                                    socket.display()
+                                ));
                             }
                             Err(_) => thread::sleep(Duration::from_millis(20)),
                         }
@@ -183,31 +194,62 @@ mod tests {
         let quick = manifest_for(manifest.clone(), PROGRAM_QUICK).unwrap();
         assert_eq!(manifest.processes[0].program, PROGRAM);
         assert_eq!(quick.processes[0].program, PROGRAM_QUICK);
-        let targets: Vec<_> = manifest.processes[0].registers[..5].iter().map(|c| c.target).collect();
+        let targets: Vec<_> = manifest.processes[0].registers[..5]
+            .iter()
+            .map(|c| c.target)
+            .collect();
         assert_eq!(
             targets,
-            [Target::Console, Target::Checkpoint, Target::Journal, Target::Page(0), Target::Control]
+            [
+                Target::Console,
+                Target::Checkpoint,
+                Target::Journal,
+                Target::Page(0),
+                Target::Control
+            ]
         );
     }
 
     #[test]
     fn the_host_answers_sleeps_ends_at_quiescence_and_wakes_a_restart() {
-        assert_eq!(react(Boot::First, SLEEP_LINE), (LineAction::Continue, Some((SLEEP, WAKE_BYTE))));
-        assert_eq!(react(Boot::First, QUIESCENT_LINE), (LineAction::Finish, None));
-        assert_eq!(react(Boot::First, "holdfast: checkpoint 2 committed: ..."), (LineAction::Continue, None));
-        assert_eq!(react(Boot::Restart, SLEEP_LINE), (LineAction::Continue, None));
         assert_eq!(
-            react(Boot::Restart, "holdfast: restarted from checkpoint 4: 1 processes"),
+            react(Boot::First, SLEEP_LINE),
+            (LineAction::Continue, Some((SLEEP, WAKE_BYTE)))
+        );
+        assert_eq!(
+            react(Boot::First, QUIESCENT_LINE),
+            (LineAction::Finish, None)
+        );
+        assert_eq!(
+            react(Boot::First, "holdfast: checkpoint 2 committed: ..."),
+            (LineAction::Continue, None)
+        );
+        assert_eq!(
+            react(Boot::Restart, SLEEP_LINE),
+            (LineAction::Continue, None)
+        );
+        assert_eq!(
+            react(
+                Boot::Restart,
+                "holdfast: restarted from checkpoint 4: 1 processes"
+            ),
             (LineAction::Continue, Some((Duration::ZERO, RESTARTED_BYTE)))
         );
-        assert_eq!(react(Boot::Restart, SERVING_LINE), (LineAction::Finish, None));
+        assert_eq!(
+            react(Boot::Restart, SERVING_LINE),
+            (LineAction::Finish, None)
+        );
         for failure in [
             "HOLDFAST-STORE-FAILED journal commit refused",
             "holdfast: checkpoint failed: device error; no further checkpoints this run",
             "holdfast: kernel panic: oops",
         ] {
             assert_eq!(react(Boot::First, failure).0, LineAction::Fail, "{failure}");
-            assert_eq!(react(Boot::Restart, failure).0, LineAction::Fail, "{failure}");
+            assert_eq!(
+                react(Boot::Restart, failure).0,
+                LineAction::Fail,
+                "{failure}"
+            );
         }
     }
 
@@ -215,7 +257,8 @@ mod tests {
     fn the_control_channel_sends_bytes_in_order_at_their_time() {
         use std::io::Read;
         use std::os::unix::net::UnixListener;
-        let socket = std::env::temp_dir().join(format!("holdfast-bench-store-{}.sock", std::process::id()));
+        let socket =
+            std::env::temp_dir().join(format!("holdfast-bench-store-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&socket);
         let listener = UnixListener::bind(&socket).unwrap();
         let channel = ControlChannel::new(socket.clone());

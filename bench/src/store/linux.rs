@@ -52,9 +52,15 @@ exec /bin/busybox poweroff -f
 
 /// `/lib/modules/<version>` for the kernel `vmlinuz-<version>`.
 pub fn modules_directory(kernel: &Path) -> anyhow::Result<PathBuf> {
-    let name = kernel.file_name().and_then(|name| name.to_str()).unwrap_or("");
+    let name = kernel
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or("");
     let Some(version) = name.strip_prefix("vmlinuz-") else {
-        bail!("cannot tell the version of the Linux peer's kernel {} (not vmlinuz-<version>)", kernel.display());
+        bail!(
+            "cannot tell the version of the Linux peer's kernel {} (not vmlinuz-<version>)",
+            kernel.display()
+        );
     };
     Ok(Path::new("/lib/modules").join(version))
 }
@@ -69,8 +75,10 @@ pub fn prepare_initramfs(
     rounds: usize,
 ) -> anyhow::Result<PathBuf> {
     let busybox = linux_peer::read_static_busybox(busybox)?;
-    let program_path = linux_peer::build_static_program(cache_directory, PROGRAM_NAME, PROGRAM_SOURCE)?;
-    let program = fs::read(&program_path).with_context(|| format!("cannot read {}", program_path.display()))?;
+    let program_path =
+        linux_peer::build_static_program(cache_directory, PROGRAM_NAME, PROGRAM_SOURCE)?;
+    let program = fs::read(&program_path)
+        .with_context(|| format!("cannot read {}", program_path.display()))?;
     let modules_directory = modules_directory(kernel)?;
     let mut programs = vec![
         Entry::file(&format!("bin/{PROGRAM_NAME}"), 0o755, program),
@@ -122,7 +130,11 @@ mod tests {
 
     #[test]
     fn the_program_prints_what_the_host_reads() {
-        for key in ["raw_write_bytes_per_second", "write_flush_ns", "LINUX-STORE-FAILED %s: %s\\n"] {
+        for key in [
+            "raw_write_bytes_per_second",
+            "write_flush_ns",
+            "LINUX-STORE-FAILED %s: %s\\n",
+        ] {
             assert!(PROGRAM_SOURCE.contains(key), "{key}");
         }
     }

@@ -101,7 +101,12 @@ impl StoreBenchOptions {
         Self::with(holdfast, format_store, SIZE_QUICK, RUNS_QUICK)
     }
 
-    fn with(holdfast: HoldfastFiles, format_store: FormatStore, size: StoreSize, runs: usize) -> Self {
+    fn with(
+        holdfast: HoldfastFiles,
+        format_store: FormatStore,
+        size: StoreSize,
+        runs: usize,
+    ) -> Self {
         let mut run = RunOptions::new(runs);
         run.memory_mib = size.memory_mib();
         run.boot_timeout = BOOT_TIMEOUT;
@@ -167,7 +172,10 @@ impl Session<'_> {
 /// One Holdfast boot on `spec`'s store, the host answering the program on its control
 /// channel.
 fn run_holdfast(setup: &RunSetup, spec: &VmSpec, boot: holdfast::Boot) -> anyhow::Result<GuestRun> {
-    let socket = spec.control_socket.clone().expect("the Holdfast VM has a control channel");
+    let socket = spec
+        .control_socket
+        .clone()
+        .expect("the Holdfast VM has a control channel");
     let _ = std::fs::remove_file(&socket);
     let channel = holdfast::ControlChannel::new(socket.clone());
     let mut command = setup.qemu.command();
@@ -211,7 +219,10 @@ fn ms(duration: Duration) -> f64 {
 }
 
 /// [`store`] without printing the table: progress lines go to `progress`.
-pub fn measure_store(options: &StoreBenchOptions, progress: &mut dyn Write) -> anyhow::Result<StoreReport> {
+pub fn measure_store(
+    options: &StoreBenchOptions,
+    progress: &mut dyn Write,
+) -> anyhow::Result<StoreReport> {
     let setup = RunSetup::prepare(&options.run)?;
     let size = options.size;
     let linux_initramfs = linux::prepare_initramfs(
@@ -221,9 +232,15 @@ pub fn measure_store(options: &StoreBenchOptions, progress: &mut dyn Write) -> a
         size.resident_array_mib,
         size.rounds,
     )?;
-    let store_image = setup.cache_dir.join(format!("bench-store-{}.img", std::process::id()));
-    let peer_image = setup.cache_dir.join(format!("bench-store-peer-{}.img", std::process::id()));
-    let socket = setup.cache_dir.join(format!("bench-store-{}.control", std::process::id()));
+    let store_image = setup
+        .cache_dir
+        .join(format!("bench-store-{}.img", std::process::id()));
+    let peer_image = setup
+        .cache_dir
+        .join(format!("bench-store-peer-{}.img", std::process::id()));
+    let socket = setup
+        .cache_dir
+        .join(format!("bench-store-{}.control", std::process::id()));
     writeln!(
         progress,
         "store bench: {} runs ({} MiB resident array, {} checkpoints of it, {} restarts; Linux peer), {}, {} MiB, \
@@ -290,7 +307,8 @@ pub fn measure_store(options: &StoreBenchOptions, progress: &mut dyn Write) -> a
             for _ in 0..RESTARTS_PER_RUN {
                 let boot = run_holdfast(&setup, &holdfast_spec, holdfast::Boot::Restart)
                     .with_context(|| context("the Holdfast restart did not serve"))?;
-                let restart = restart_run(&boot).map_err(|why| anyhow!("the Holdfast restart, run {run_number}: {why}"))?;
+                let restart = restart_run(&boot)
+                    .map_err(|why| anyhow!("the Holdfast restart, run {run_number}: {why}"))?;
                 session.line(
                     "Holdfast restart",
                     run_number,
@@ -344,7 +362,11 @@ pub fn measure_store(options: &StoreBenchOptions, progress: &mut dyn Write) -> a
             size.rounds,
             size.resident_array_mib,
             RESTARTS_PER_RUN,
-            setup.linux_kernel.file_name().unwrap_or_default().to_string_lossy(),
+            setup
+                .linux_kernel
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
             linux_peer::KERNEL_COMMAND_LINE
         ),
         notes: notes(size),
@@ -360,7 +382,11 @@ pub fn measure_store(options: &StoreBenchOptions, progress: &mut dyn Write) -> a
 }
 
 /// The medians over every round of every run (the per-round figures), and over boots.
-fn summarize(holdfast_runs: &[HoldfastRun], restarts: &[RestartRun], linux_runs: &[(f64, f64)]) -> Medians {
+fn summarize(
+    holdfast_runs: &[HoldfastRun],
+    restarts: &[RestartRun],
+    linux_runs: &[(f64, f64)],
+) -> Medians {
     let all = |figure: fn(&HoldfastRun) -> Vec<f64>| -> f64 {
         let values: Vec<f64> = holdfast_runs.iter().flat_map(figure).collect();
         median(&values).unwrap_or(f64::NAN)
@@ -378,10 +404,18 @@ fn summarize(holdfast_runs: &[HoldfastRun], restarts: &[RestartRun], linux_runs:
         )
         .unwrap_or(0.0) as u64,
         pause_ms_per_gib: all(HoldfastRun::pause_ms_per_gib),
-        pause_us: all(|run| run.dirty_rounds.iter().map(|c| c.snapshot_pause_us as f64).collect()),
+        pause_us: all(|run| {
+            run.dirty_rounds
+                .iter()
+                .map(|c| c.snapshot_pause_us as f64)
+                .collect()
+        }),
         stabilization_bytes_per_second: all(HoldfastRun::stabilization_bytes_per_second),
         raw_write_bytes_per_second: of(linux_runs.iter().map(|run| run.0).collect()),
-        journal_commit_ns: of(holdfast_runs.iter().map(|run| run.journal_commit_ns).collect()),
+        journal_commit_ns: of(holdfast_runs
+            .iter()
+            .map(|run| run.journal_commit_ns)
+            .collect()),
         write_flush_ns: of(linux_runs.iter().map(|run| run.1).collect()),
         restart_serving: durations(|run| run.serving_from_qemu_start),
         restart_ready: durations(|run| run.ready_from_qemu_start),
@@ -452,16 +486,29 @@ mod tests {
     #[test]
     fn the_bins_are_built_with_the_sizes_the_host_expects() {
         let source = |name: &str| {
-            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../services/selftest/src").join(name))
-                .unwrap()
+            std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../services/selftest/src")
+                    .join(name),
+            )
+            .unwrap()
         };
-        for (file, size) in [("bench_store.rs", SIZE_DEFAULT), ("bench_store_quick.rs", SIZE_QUICK)] {
+        for (file, size) in [
+            ("bench_store.rs", SIZE_DEFAULT),
+            ("bench_store_quick.rs", SIZE_QUICK),
+        ] {
             let text = source(file);
             assert!(
-                text.contains(&format!("const RESIDENT_PAGES: usize = {} * 256;", size.resident_array_mib)),
+                text.contains(&format!(
+                    "const RESIDENT_PAGES: usize = {} * 256;",
+                    size.resident_array_mib
+                )),
                 "{file}"
             );
-            assert!(text.contains(&format!("const ROUNDS: u64 = {};", size.rounds)), "{file}");
+            assert!(
+                text.contains(&format!("const ROUNDS: u64 = {};", size.rounds)),
+                "{file}"
+            );
         }
     }
 
@@ -494,7 +541,10 @@ mod tests {
         assert_eq!(medians.pause_us, 3500.0);
         assert_eq!(medians.pause_ms_per_gib, 3.5);
         assert_eq!(medians.stabilization_bytes_per_second, (1u64 << 30) as f64);
-        assert_eq!((medians.raw_write_bytes_per_second, medians.write_flush_ns), (200.0, 20.0));
+        assert_eq!(
+            (medians.raw_write_bytes_per_second, medians.write_flush_ns),
+            (200.0, 20.0)
+        );
         assert_eq!(medians.journal_commit_ns, 6.0);
         assert_eq!(medians.restart_serving, Duration::from_millis(400));
     }

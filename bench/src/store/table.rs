@@ -64,7 +64,8 @@ fn milliseconds(duration: Duration) -> String {
 
 /// The table as text, notes included, ending with a newline.
 pub fn render(medians: &Medians, caption: &Caption) -> String {
-    let stabilization_ratio = medians.stabilization_bytes_per_second / medians.raw_write_bytes_per_second;
+    let stabilization_ratio =
+        medians.stabilization_bytes_per_second / medians.raw_write_bytes_per_second;
     let journal_ratio = medians.journal_commit_ns / medians.write_flush_ns;
     let restart_goal_size = medians.restart_at_goal_size();
     let scaled = medians.resident_bytes != GOAL_RESTART_STORE_BYTES;
@@ -72,7 +73,11 @@ pub fn render(medians: &Medians, caption: &Caption) -> String {
         vec![
             "snapshot pause per GiB resident".to_owned(),
             format!("{:.2} ms/GiB", medians.pause_ms_per_gib),
-            format!("none: {:.1} ms pause, {} resident", medians.pause_us / 1000.0, mib(medians.resident_bytes)),
+            format!(
+                "none: {:.1} ms pause, {} resident",
+                medians.pause_us / 1000.0,
+                mib(medians.resident_bytes)
+            ),
             "-".to_owned(),
             "-".to_owned(),
             format!("≤ {GOAL_PAUSE_MS_PER_GIB_MAX:.1} ms/GiB"),
@@ -104,7 +109,11 @@ pub fn render(medians: &Medians, caption: &Caption) -> String {
             } else {
                 "none".to_owned()
             },
-            if scaled { milliseconds(restart_goal_size) } else { "-".to_owned() },
+            if scaled {
+                milliseconds(restart_goal_size)
+            } else {
+                "-".to_owned()
+            },
             "-".to_owned(),
             format!("≤ {} ms for 1 GiB", GOAL_RESTART_MAX.as_millis()),
             verdict(restart_goal_size <= GOAL_RESTART_MAX),
@@ -144,7 +153,12 @@ mod tests {
             notes: vec!["a caveat".into()],
         };
         let text = render(&medians(), &caption);
-        let row = |start: &str| text.lines().find(|line| line.starts_with(start)).unwrap().to_owned();
+        let row = |start: &str| {
+            text.lines()
+                .find(|line| line.starts_with(start))
+                .unwrap()
+                .to_owned()
+        };
         assert!(row("snapshot pause").contains("0.50 ms/GiB"));
         assert!(row("snapshot pause").ends_with(" met"));
         assert!(row("stabilization").contains("0.900×"));

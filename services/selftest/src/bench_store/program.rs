@@ -98,7 +98,9 @@ fn counter(text: &[u8], name: &[u8]) -> Option<u64> {
     let mut value = 0u64;
     let mut any = false;
     for digit in digits {
-        value = value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))?;
+        value = value
+            .checked_mul(10)?
+            .checked_add(u64::from(digit - b'0'))?;
         any = true;
     }
     any.then_some(value)
@@ -108,7 +110,8 @@ fn counter(text: &[u8], name: &[u8]) -> Option<u64> {
 fn store_state() -> Result<(u64, u64), &'static str> {
     let status = checkpoint::status(CHECKPOINT).map_err(|_| "checkpoint status refused")?;
     let mut text = [0u8; 4096];
-    let length = checkpoint::counters(CHECKPOINT, &mut text).map_err(|_| "checkpoint counters refused")?;
+    let length =
+        checkpoint::counters(CHECKPOINT, &mut text).map_err(|_| "checkpoint counters refused")?;
     let backlog = counter(&text[..length.min(text.len())], BACKLOG_COUNTER)
         .ok_or("no migration backlog among the checkpoint counters")?;
     Ok((status.generation, backlog))
@@ -138,9 +141,11 @@ fn journal_commit_cycles() -> Result<u64, &'static str> {
         let mut total = 0;
         for _ in 0..COMMITS_PER_ROUND {
             sequence += 1;
-            page::write(JOURNAL_PAGE, 0, &sequence.to_le_bytes()).map_err(|_| "writing the journal page")?;
+            page::write(JOURNAL_PAGE, 0, &sequence.to_le_bytes())
+                .map_err(|_| "writing the journal page")?;
             let start = read_tsc();
-            journal::commit(JOURNAL, JOURNAL_PAGE, EMPTY, EMPTY, EMPTY).map_err(|_| "journal commit refused")?;
+            journal::commit(JOURNAL, JOURNAL_PAGE, EMPTY, EMPTY, EMPTY)
+                .map_err(|_| "journal commit refused")?;
             total += read_tsc() - start;
         }
         *round = total / COMMITS_PER_ROUND;
