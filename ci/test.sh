@@ -25,3 +25,6 @@ echo "== holdfast bench boot --quick"
 
 echo "== holdfast bench micro --quick"
 ./holdfast bench micro --quick --accel tcg
+
+echo "== holdfast bench store --quick (reports its goals, never fails on them)"
+./holdfast bench store --quick --accel tcg

@@ -18,6 +18,7 @@ pub mod guests;
 pub mod initramfs;
 pub mod linux_peer;
 pub mod micro;
+pub mod store;
 pub mod runner;
 pub mod setup;
 pub mod table;

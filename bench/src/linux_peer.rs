@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 use holdfast_qemu::Boot;
@@ -235,6 +236,65 @@ pub fn write_cached(
     fs::rename(&partial, &path)
         .with_context(|| format!("cannot rename {} into place", partial.display()))?;
     Ok(path)
+}
+
+/// The compiler and its flags for the peers' programs. Static, because the initramfs has
+/// no dynamic loader or libc; warnings are errors, so a program that may measure the wrong
+/// thing does not run.
+pub const COMPILER: &str = "gcc";
+pub const COMPILER_FLAGS: [&str; 5] = ["-static", "-O2", "-Wall", "-Wextra", "-Werror"];
+
+/// What decides a program's bytes: compiler, flags and source. A cached executable whose
+/// recorded recipe differs is rebuilt.
+fn recipe(source: &str) -> String {
+    format!("{COMPILER} {}\n{source}", COMPILER_FLAGS.join(" "))
+}
+
+/// Builds the C program `source` into `cache_directory`/`name` unless the one there was
+/// built from the same recipe (kept beside it in `<name>.recipe`).
+pub fn build_static_program(
+    cache_directory: &Path,
+    name: &str,
+    source: &str,
+) -> anyhow::Result<PathBuf> {
+    let executable = cache_directory.join(name);
+    let recipe_path = cache_directory.join(format!("{name}.recipe"));
+    let recipe = recipe(source);
+    if executable.is_file() && fs::read_to_string(&recipe_path).ok() == Some(recipe.clone()) {
+        return Ok(executable);
+    }
+    let source_path = write_cached(cache_directory, &format!("{name}.c"), source.as_bytes())?;
+    // Built beside and renamed into place, so a concurrent run never runs half a file.
+    let partial = cache_directory.join(format!("{name}.{}.partial", std::process::id()));
+    let output = Command::new(COMPILER)
+        .args(COMPILER_FLAGS)
+        .arg("-o")
+        .arg(&partial)
+        .arg(&source_path)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| {
+            format!(
+                "cannot run {COMPILER} to build the Linux peer's program: install the packages \
+                 gcc and libc6-dev (apt-get install gcc libc6-dev)"
+            )
+        })?;
+    if !output.status.success() {
+        bail!(
+            "{COMPILER} {} -o {} {} failed ({}); a static build needs glibc's libc.a from the \
+             package libc6-dev:\n{}",
+            COMPILER_FLAGS.join(" "),
+            partial.display(),
+            source_path.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim_end()
+        );
+    }
+    fs::rename(&partial, &executable)
+        .with_context(|| format!("cannot rename {} into place", partial.display()))?;
+    fs::write(&recipe_path, recipe)
+        .with_context(|| format!("cannot write {}", recipe_path.display()))?;
+    Ok(executable)
 }
 
 /// Checks that the kernel can be read (Debian's is readable by root only).

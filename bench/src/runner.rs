@@ -142,6 +142,19 @@ pub struct GuestRun {
     /// The lines that contain one of the words asked for, in order, terminal escapes
     /// removed; at most [`KEPT_LINES_MAX`].
     pub kept_lines: Vec<String>,
+    /// When each kept line arrived, from just before QEMU was spawned.
+    pub kept_lines_at: Vec<Duration>,
+}
+
+/// What [`run_guest_with`] does after a serial line, as its caller's `on_line` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineAction {
+    Continue,
+    /// The guest has done what it was run for: QEMU is killed and the run counts (for a
+    /// guest that never exits by itself, such as Holdfast checkpointing to a store).
+    Finish,
+    /// The guest failed: the run fails, quoting the console.
+    Fail,
 }
 
 /// Runs `command` (a QEMU invocation whose standard output is the guest's serial console)
@@ -155,9 +168,20 @@ pub fn run_boot(command: Command, expectation: &BootExpectation) -> anyhow::Resu
 /// [`run_boot`], also keeping every serial line that contains one of `keep_lines_with`
 /// (the figures a benchmark program prints after the boot).
 pub fn run_guest(
+    command: Command,
+    expectation: &BootExpectation,
+    keep_lines_with: &[&str],
+) -> anyhow::Result<GuestRun> {
+    run_guest_with(command, expectation, keep_lines_with, &mut |_| LineAction::Continue)
+}
+
+/// [`run_guest`], showing every serial line (terminal escapes removed) to `on_line` as it
+/// arrives, which may end the run early, successful or not: [`LineAction`].
+pub fn run_guest_with(
     mut command: Command,
     expectation: &BootExpectation,
     keep_lines_with: &[&str],
+    on_line: &mut dyn FnMut(&str) -> LineAction,
 ) -> anyhow::Result<GuestRun> {
     command
         .stdin(Stdio::null())
@@ -203,7 +227,10 @@ pub fn run_guest(
     let mut transcript: VecDeque<String> = VecDeque::with_capacity(TRANSCRIPT_TAIL_LINES);
     let mut ready: Option<(Instant, Result<Duration, String>)> = None;
     let mut kept_lines = Vec::new();
+    let mut kept_lines_at = Vec::new();
     let mut timed_out = false;
+    let mut finished = false;
+    let mut failed_at_line = false;
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -217,15 +244,28 @@ pub fn run_guest(
                 {
                     ready = Some((arrived_at, figure));
                 }
+                let clean = strip_terminal_escapes(&line);
                 if kept_lines.len() < KEPT_LINES_MAX
                     && keep_lines_with.iter().any(|word| line.contains(word))
                 {
-                    kept_lines.push(strip_terminal_escapes(&line));
+                    kept_lines.push(clean.clone());
+                    kept_lines_at.push(arrived_at - spawned_at);
                 }
                 if transcript.len() == TRANSCRIPT_TAIL_LINES {
                     transcript.pop_front();
                 }
                 transcript.push_back(line);
+                match on_line(&clean) {
+                    LineAction::Continue => {}
+                    LineAction::Finish => {
+                        finished = true;
+                        break;
+                    }
+                    LineAction::Fail => {
+                        failed_at_line = true;
+                        break;
+                    }
+                }
             }
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
@@ -236,13 +276,14 @@ pub fn run_guest(
     }
 
     // Standard output is closed: QEMU is exiting. Wait for it, but not past the deadline.
-    let status = if timed_out {
+    // A run ended by its caller kills QEMU instead.
+    let status = if timed_out || finished || failed_at_line {
         None
     } else {
         child::wait_until(child, Some(deadline)).context("waiting for QEMU")?
     };
     if status.is_none() {
-        timed_out = true;
+        timed_out = !(finished || failed_at_line);
         let _ = child.kill();
         let _ = child.wait();
     }
@@ -269,6 +310,9 @@ pub fn run_guest(
         anyhow!(report)
     };
 
+    if failed_at_line {
+        bail!(failure("the guest reported a failure; QEMU was killed".to_owned()));
+    }
     let Some((arrived_at, figure)) = ready else {
         let why = if timed_out {
             format!(
@@ -285,6 +329,16 @@ pub fn run_guest(
         return Err(failure(why));
     };
     let ready_from_first_instruction = figure.map_err(failure)?;
+    if finished {
+        return Ok(GuestRun {
+            sample: BootSample {
+                ready_from_qemu_start: arrived_at - spawned_at,
+                ready_from_first_instruction,
+            },
+            kept_lines,
+            kept_lines_at,
+        });
+    }
     if timed_out {
         bail!(failure(format!(
             "the guest was ready but QEMU had not exited within {:?}; it was killed",
@@ -304,6 +358,7 @@ pub fn run_guest(
             ready_from_first_instruction,
         },
         kept_lines,
+        kept_lines_at,
     })
 }
 
@@ -456,6 +511,52 @@ mod tests {
         };
         let run = run_guest(command, &expectation, &["X-MICRO"]).unwrap();
         assert_eq!(run.kept_lines, ["X-MICRO a 1", "X-MICRO b 2"]);
+    }
+
+    #[test]
+    fn the_caller_may_end_a_run_that_never_exits() {
+        let mut command = Command::new("sh");
+        // `exec` so that the killed process is the one holding the pipe.
+        command.args([
+            "-c",
+            "echo 'HOLDFAST-READY 7'; echo 'X-STORE a 1'; echo 'X-STORE-DONE'; exec sleep 30",
+        ]);
+        let expectation = BootExpectation {
+            marker: HOLDFAST,
+            exit_code: 33,
+            timeout: Duration::from_secs(20),
+        };
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        let run = run_guest_with(command, &expectation, &["X-STORE"], &mut |line| {
+            seen.push(line.to_owned());
+            if line == "X-STORE-DONE" {
+                LineAction::Finish
+            } else {
+                LineAction::Continue
+            }
+        })
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(seen, ["HOLDFAST-READY 7", "X-STORE a 1", "X-STORE-DONE"]);
+        assert_eq!(run.kept_lines, ["X-STORE a 1", "X-STORE-DONE"]);
+        assert_eq!(run.kept_lines_at.len(), 2);
+        assert!(run.kept_lines_at[0] <= run.kept_lines_at[1]);
+        assert!(run.sample.ready_from_qemu_start <= run.kept_lines_at[0]);
+
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo 'HOLDFAST-READY 7'; echo 'X-STORE-FAILED why'; exec sleep 30"]);
+        let error = run_guest_with(command, &expectation, &[], &mut |line| {
+            if line.contains("FAILED") {
+                LineAction::Fail
+            } else {
+                LineAction::Continue
+            }
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("reported a failure"), "{error}");
+        assert!(error.contains("X-STORE-FAILED why"), "{error}");
     }
 
     #[test]

@@ -4,9 +4,8 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use crate::initramfs::Entry;
 use crate::linux_peer;
@@ -14,11 +13,6 @@ use crate::linux_peer;
 /// The program's source, built into this binary so that a benchmark run needs no source
 /// tree and the cached executable is rebuilt exactly when the source changes.
 pub const PROGRAM_SOURCE: &str = include_str!("../../peers/linux-micro.c");
-
-/// The compiler and its flags. Static, because the initramfs has no dynamic loader or
-/// libc; warnings are errors, so a program that may measure the wrong thing does not run.
-pub const COMPILER: &str = "gcc";
-pub const COMPILER_FLAGS: [&str; 5] = ["-static", "-O2", "-Wall", "-Wextra", "-Werror"];
 
 /// Where the program lives in the initramfs.
 const PROGRAM_PATH: &str = "bin/linux-micro";
@@ -35,54 +29,10 @@ echo \"LINUX-READY $uptime_s\" > /dev/console
 exec /bin/busybox poweroff -f
 ";
 
-/// What decides the executable's bytes: compiler, flags and source. A cached executable
-/// whose recorded recipe differs is rebuilt.
-fn recipe() -> String {
-    format!("{COMPILER} {}\n{PROGRAM_SOURCE}", COMPILER_FLAGS.join(" "))
-}
-
 /// Builds the program into `cache_directory`/linux-micro unless the one there was built
 /// from the same recipe (kept beside it in `linux-micro.recipe`).
 pub fn build_program(cache_directory: &Path) -> anyhow::Result<PathBuf> {
-    let executable = cache_directory.join("linux-micro");
-    let recipe_path = cache_directory.join("linux-micro.recipe");
-    let recipe = recipe();
-    if executable.is_file() && fs::read_to_string(&recipe_path).ok() == Some(recipe.clone()) {
-        return Ok(executable);
-    }
-    let source =
-        linux_peer::write_cached(cache_directory, "linux-micro.c", PROGRAM_SOURCE.as_bytes())?;
-    // Built beside and renamed into place, so a concurrent run never runs half a file.
-    let partial = cache_directory.join(format!("linux-micro.{}.partial", std::process::id()));
-    let output = Command::new(COMPILER)
-        .args(COMPILER_FLAGS)
-        .arg("-o")
-        .arg(&partial)
-        .arg(&source)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| {
-            format!(
-                "cannot run {COMPILER} to build the Linux peer's program: install the packages \
-                 gcc and libc6-dev (apt-get install gcc libc6-dev)"
-            )
-        })?;
-    if !output.status.success() {
-        bail!(
-            "{COMPILER} {} -o {} {} failed ({}); a static build needs glibc's libc.a from the \
-             package libc6-dev:\n{}",
-            COMPILER_FLAGS.join(" "),
-            partial.display(),
-            source.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim_end()
-        );
-    }
-    fs::rename(&partial, &executable)
-        .with_context(|| format!("cannot rename {} into place", partial.display()))?;
-    fs::write(&recipe_path, recipe)
-        .with_context(|| format!("cannot write {}", recipe_path.display()))?;
-    Ok(executable)
+    linux_peer::build_static_program(cache_directory, "linux-micro", PROGRAM_SOURCE)
 }
 
 /// Builds the program if needed and keeps the initramfs, the boot benchmark's with this

@@ -238,6 +238,25 @@ pub enum BenchCommand {
     /// trip and page faults in a Linux guest (mitigations=off) booted in the same QEMU;
     /// builds the guest crates first; prints a table.
     Micro(BenchMicroArguments),
+    /// The single-level store: snapshot pause per GiB resident, stabilization throughput
+    /// and journal commit against the same disk written raw by a Linux peer in the same
+    /// QEMU, and restart to serving; builds the guest crates first; prints a table.
+    Store(BenchStoreArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchStoreArguments {
+    /// A smaller resident array (64 MiB instead of 256), fewer checkpoints and one run
+    /// (for CI)
+    #[arg(long)]
+    pub quick: bool,
+    /// Runs (each: a first boot, two restarts, a Linux peer boot) [default: 3, or 1 with
+    /// --quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: Option<u32>,
+    /// Accelerator for both guests
+    #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
+    pub accel: AccelArgument,
 }
 
 #[derive(Debug, Args)]

@@ -1,14 +1,16 @@
-//! `holdfast bench boot` and `holdfast bench micro`: the benchmarks of the
+//! `holdfast bench boot`, `holdfast bench micro` and `holdfast bench store`: the benchmarks of the
 //! `holdfast-bench` crate, with the accelerator chosen as `holdfast run` chooses it.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use holdfast_bench::BootBenchOptions;
 use holdfast_bench::micro::{self, MicroBenchOptions};
+use holdfast_bench::store::{self, StoreBenchOptions};
 use holdfast_image_builder::ImageDir;
 use holdfast_qemu::QemuBinary;
 
-use crate::cli::{BenchBootArguments, BenchCommand, BenchMicroArguments};
+use crate::cli::{BenchBootArguments, BenchCommand, BenchMicroArguments, BenchStoreArguments};
 use crate::commands::accel;
 use crate::failure::Failure;
 use crate::paths;
@@ -17,6 +19,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
     match command {
         BenchCommand::Boot(arguments) => boot(arguments),
         BenchCommand::Micro(arguments) => micro(arguments),
+        BenchCommand::Store(arguments) => store(arguments),
     }
 }
 
@@ -57,5 +60,35 @@ fn micro(arguments: BenchMicroArguments) -> Result<ExitCode, Failure> {
     let qemu = QemuBinary::find().map_err(Failure::other)?;
     options.run.accelerator = accel::resolve(arguments.accel, &qemu, &options.holdfast.kernel)?;
     micro::micro(&options)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Formats a store on `image` as `holdfast store format --force --size-mib N` does.
+fn format_store(image: &Path, size_mib: u64) -> anyhow::Result<()> {
+    crate::commands::store::format_images(&[PathBuf::from(image)], size_mib, true)
+        .map(drop)
+        .map_err(|failure| anyhow::anyhow!("{failure}"))
+}
+
+fn store(arguments: BenchStoreArguments) -> Result<ExitCode, Failure> {
+    // The benchmark's own guest image (bench/store-manifest.toml's system), built from
+    // this source tree.
+    eprintln!("holdfast: building the guest crates for the store benchmark");
+    let holdfast = store::holdfast::prepare(
+        &paths::source_dir(),
+        &holdfast_bench::default_cache_dir(),
+        arguments.quick,
+    )?;
+    let mut options = if arguments.quick {
+        StoreBenchOptions::quick(holdfast, format_store)
+    } else {
+        StoreBenchOptions::new(holdfast, format_store)
+    };
+    if let Some(runs) = arguments.runs {
+        options.run.runs_per_guest = runs as usize;
+    }
+    let qemu = QemuBinary::find().map_err(Failure::other)?;
+    options.run.accelerator = accel::resolve(arguments.accel, &qemu, &options.holdfast.kernel)?;
+    store::store(&options)?;
     Ok(ExitCode::SUCCESS)
 }

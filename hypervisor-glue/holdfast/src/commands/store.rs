@@ -27,7 +27,7 @@ pub fn run(command: StoreCommand) -> Result<ExitCode, Failure> {
 }
 
 /// A disk image as a block device: 4096-byte blocks at their offsets in the file.
-struct ImageFile {
+pub struct ImageFile {
     file: File,
     block_count: u64,
 }
@@ -165,9 +165,22 @@ fn geometry_for(block_count: u64, store_id: u64) -> Result<Geometry, Failure> {
 }
 
 fn format(arguments: &StoreFormatArguments) -> Result<ExitCode, Failure> {
-    let bytes = arguments.size_mib * 1024 * 1024;
-    for path in &arguments.images {
-        if path.exists() && !arguments.force {
+    let store = format_images(&arguments.images, arguments.size_mib, arguments.force)?;
+    println!("{}", store.inspect());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Creates `images` (mirrors) of `size_mib` each, as files of that size (sparse), and
+/// formats a store on them: what `holdfast store format` does, and `holdfast bench store`
+/// before each boot.
+pub fn format_images(
+    images: &[PathBuf],
+    size_mib: u64,
+    force: bool,
+) -> Result<Store<ImageFile>, Failure> {
+    let bytes = size_mib * 1024 * 1024;
+    for path in images {
+        if path.exists() && !force {
             return Err(Failure::input(format!(
                 "{}: exists; formatting destroys it (add --force)",
                 path.display()
@@ -182,8 +195,6 @@ fn format(arguments: &StoreFormatArguments) -> Result<ExitCode, Failure> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |since| since.as_nanos() as u64 | 1);
     let geometry = geometry_for(bytes / BLOCK_SIZE as u64, store_id)?;
-    let store = Store::format(image_files(&arguments.images, true)?, geometry)
-        .map_err(|error| Failure::input(format!("{}: {error}", named(&arguments.images))))?;
-    println!("{}", store.inspect());
-    Ok(ExitCode::SUCCESS)
+    Store::format(image_files(images, true)?, geometry)
+        .map_err(|error| Failure::input(format!("{}: {error}", named(images))))
 }

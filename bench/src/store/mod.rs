@@ -1,0 +1,549 @@
+//! `holdfast bench store`: the single-level store's figures against the raw disk they sit
+//! on, in the same run.
+//!
+//! Holdfast boots `bench/store-manifest.toml`'s system (`bench-store`, a program keeping a
+//! large array resident) on a freshly formatted store, takes checkpoints of every page,
+//! times journal commits, and is booted again on the store it left (the restart). The
+//! Linux peer, the boot benchmark's Debian cloud kernel in the same QEMU configuration with
+//! a store-sized disk image attached the same way, writes the raw disk
+//! (`bench/peers/linux-store.c`). The table gives the snapshot pause per GiB resident, the
+//! stabilization throughput against the raw write throughput, the journal commit against a
+//! 4 KiB write + flush, and the restart to serving, each against its goal.
+
+pub mod figures;
+pub mod holdfast;
+pub mod linux;
+pub mod table;
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use holdfast_qemu::{Boot, VmSpec};
+
+use crate::guests::Guest;
+use crate::linux_peer;
+use crate::runner::{self, GuestRun};
+use crate::setup::{RunOptions, RunSetup};
+use crate::table::{Caption, median};
+use figures::{HoldfastRun, RestartRun};
+pub use holdfast::HoldfastFiles;
+use table::Medians;
+
+/// First boots (each followed by [`RESTARTS_PER_RUN`] restarts, then a Linux peer boot)
+/// by default, and with the `quick` preset.
+pub const RUNS_DEFAULT: usize = 3;
+pub const RUNS_QUICK: usize = 1;
+/// Restart boots of each store: the store does not change between them.
+pub const RESTARTS_PER_RUN: usize = 2;
+/// Longest one boot may take.
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How much `bench-store` keeps resident and how many checkpoints of it it takes: what its
+/// bins (`services/selftest/src/bench_store*.rs`) are built with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreSize {
+    pub resident_array_mib: u64,
+    pub rounds: usize,
+}
+
+/// `bench-store`'s size, and `bench-store-quick`'s.
+pub const SIZE_DEFAULT: StoreSize = StoreSize {
+    resident_array_mib: 256,
+    rounds: 5,
+};
+pub const SIZE_QUICK: StoreSize = StoreSize {
+    resident_array_mib: 64,
+    rounds: 3,
+};
+
+impl StoreSize {
+    /// The kernel heap the array needs: object pages come from it, with room for the store's
+    /// directory and the stabilization's copies. The heap takes the guest's largest free RAM
+    /// range, so the guest's memory is sized from it.
+    pub fn heap_mib(self) -> u64 {
+        self.resident_array_mib * 5 / 4 + 64
+    }
+
+    /// Guest memory, the same for both guests: the heap, the kernel and the initial image.
+    pub fn memory_mib(self) -> u32 {
+        (self.heap_mib() + 128) as u32
+    }
+
+    /// The store (and the peer's disk): the log is an eighth, so a checkpoint of every
+    /// resident page fills it to about two thirds.
+    pub fn store_mib(self) -> u64 {
+        self.resident_array_mib * 12 + 64
+    }
+}
+
+/// Formats a store on a disk image of the given size in MiB (`holdfast store format`).
+pub type FormatStore = fn(&Path, u64) -> anyhow::Result<()>;
+
+/// What `holdfast bench store` runs.
+#[derive(Clone, Debug)]
+pub struct StoreBenchOptions {
+    pub holdfast: HoldfastFiles,
+    pub run: RunOptions,
+    pub size: StoreSize,
+    pub format_store: FormatStore,
+}
+
+impl StoreBenchOptions {
+    /// The full benchmark ([`SIZE_DEFAULT`], [`RUNS_DEFAULT`] runs) under TCG.
+    pub fn new(holdfast: HoldfastFiles, format_store: FormatStore) -> Self {
+        Self::with(holdfast, format_store, SIZE_DEFAULT, RUNS_DEFAULT)
+    }
+
+    /// The `quick` preset: [`SIZE_QUICK`], [`RUNS_QUICK`] run. `holdfast` must be the
+    /// quick program's image ([`holdfast::prepare`] with `quick`).
+    pub fn quick(holdfast: HoldfastFiles, format_store: FormatStore) -> Self {
+        Self::with(holdfast, format_store, SIZE_QUICK, RUNS_QUICK)
+    }
+
+    fn with(
+        holdfast: HoldfastFiles,
+        format_store: FormatStore,
+        size: StoreSize,
+        runs: usize,
+    ) -> Self {
+        let mut run = RunOptions::new(runs);
+        run.memory_mib = size.memory_mib();
+        run.boot_timeout = BOOT_TIMEOUT;
+        Self {
+            holdfast,
+            run,
+            size,
+            format_store,
+        }
+    }
+}
+
+/// What the benchmark measured.
+#[derive(Clone, Debug)]
+pub struct StoreReport {
+    pub holdfast_runs: Vec<HoldfastRun>,
+    pub restarts: Vec<RestartRun>,
+    /// The peer's raw write throughput (B/s) and write + flush (ns), per boot.
+    pub linux_runs: Vec<(f64, f64)>,
+    pub medians: Medians,
+    pub table: String,
+}
+
+/// `holdfast bench store`: the runs with a progress line per boot, then the table.
+pub fn store(options: &StoreBenchOptions) -> anyhow::Result<()> {
+    let mut stdout = io::stdout();
+    let report = measure_store(options, &mut stdout)?;
+    write!(stdout, "\n{}", report.table)?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// The serial lines kept from a Holdfast boot (not the program's sleep requests).
+const HOLDFAST_KEPT: [&str; 6] = [
+    "HOLDFAST-STORE ",
+    figures::SERVING_LINE,
+    "HOLDFAST-STORE-FAILED",
+    figures::COMMIT_LINE_PREFIX,
+    figures::RESTART_LINE_PREFIX,
+    crate::micro::figures::KERNEL_TSC_LINE_PREFIX,
+];
+
+struct Session<'a> {
+    setup: &'a RunSetup,
+    progress: &'a mut dyn Write,
+    boots_done: usize,
+    boots_total: usize,
+}
+
+impl Session<'_> {
+    fn line(&mut self, label: &str, run: usize, figures: &str) -> anyhow::Result<()> {
+        self.boots_done += 1;
+        writeln!(
+            self.progress,
+            "[{:>2}/{}] {label:<18} run {run}/{}: {figures}",
+            self.boots_done, self.boots_total, self.setup.options.runs_per_guest
+        )?;
+        self.progress.flush()?;
+        Ok(())
+    }
+}
+
+/// One Holdfast boot on `spec`'s store, the host answering the program on its control
+/// channel.
+fn run_holdfast(setup: &RunSetup, spec: &VmSpec, boot: holdfast::Boot) -> anyhow::Result<GuestRun> {
+    let socket = spec
+        .control_socket
+        .clone()
+        .expect("the Holdfast VM has a control channel");
+    let _ = std::fs::remove_file(&socket);
+    let channel = holdfast::ControlChannel::new(socket.clone());
+    let mut command = setup.qemu.command();
+    command.args(spec.qemu_arguments());
+    let expectation = Guest::HoldfastPvh.expectation(setup.options.boot_timeout);
+    let result = runner::run_guest_with(command, &expectation, &HOLDFAST_KEPT, &mut |line| {
+        let (action, send) = holdfast::react(boot, line);
+        if let Some((delay, byte)) = send {
+            channel.send_after(delay, byte);
+        }
+        action
+    });
+    let closed = channel.close();
+    let _ = std::fs::remove_file(&socket);
+    let run = result?;
+    closed?;
+    Ok(run)
+}
+
+/// When the first kept line starting with `prefix` arrived.
+fn arrival(run: &GuestRun, prefix: &str) -> Result<Duration, String> {
+    run.kept_lines
+        .iter()
+        .zip(&run.kept_lines_at)
+        .find(|(line, _)| line.starts_with(prefix))
+        .map(|(_, at)| *at)
+        .ok_or_else(|| format!("no '{prefix}' line"))
+}
+
+fn restart_run(run: &GuestRun) -> Result<RestartRun, String> {
+    Ok(RestartRun {
+        ready_from_qemu_start: run.sample.ready_from_qemu_start,
+        ready_from_first_instruction: run.sample.ready_from_first_instruction,
+        restarted_from_qemu_start: arrival(run, figures::RESTART_LINE_PREFIX)?,
+        serving_from_qemu_start: arrival(run, figures::SERVING_LINE)?,
+    })
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+/// [`store`] without printing the table: progress lines go to `progress`.
+pub fn measure_store(
+    options: &StoreBenchOptions,
+    progress: &mut dyn Write,
+) -> anyhow::Result<StoreReport> {
+    let setup = RunSetup::prepare(&options.run)?;
+    let size = options.size;
+    let linux_initramfs = linux::prepare_initramfs(
+        &setup.busybox,
+        &setup.linux_kernel,
+        &setup.cache_dir,
+        size.resident_array_mib,
+        size.rounds,
+    )?;
+    let store_image = setup
+        .cache_dir
+        .join(format!("bench-store-{}.img", std::process::id()));
+    let peer_image = setup
+        .cache_dir
+        .join(format!("bench-store-peer-{}.img", std::process::id()));
+    let socket = setup
+        .cache_dir
+        .join(format!("bench-store-{}.control", std::process::id()));
+    writeln!(
+        progress,
+        "store bench: {} runs ({} MiB resident array, {} checkpoints of it, {} restarts; Linux peer), {}, {} MiB, \
+         {} MiB disk images; QEMU {}; Holdfast {} with {}; Linux peer {} with {}",
+        options.run.runs_per_guest,
+        size.resident_array_mib,
+        size.rounds,
+        RESTARTS_PER_RUN,
+        options.run.accelerator,
+        options.run.memory_mib,
+        size.store_mib(),
+        setup.qemu.path().display(),
+        options.holdfast.kernel.display(),
+        options.holdfast.initial_image.display(),
+        setup.linux_kernel.display(),
+        linux_initramfs.display()
+    )?;
+
+    let mut holdfast_spec = setup.vm_spec(Boot::Pvh {
+        kernel: options.holdfast.kernel.clone(),
+        initial_image: Some(options.holdfast.initial_image.clone()),
+        // No checkpoint but those the program asks for, after the first (every object).
+        command_line: "holdfast.checkpoint-interval-ms=86400000".to_owned(),
+    });
+    holdfast_spec.disks = vec![store_image.clone()];
+    holdfast_spec.control_socket = Some(socket);
+    let mut linux_spec = setup.vm_spec(linux_peer::boot(&setup.linux_kernel, &linux_initramfs));
+    linux_spec.disks = vec![peer_image.clone()];
+
+    let runs = options.run.runs_per_guest;
+    let mut session = Session {
+        setup: &setup,
+        progress,
+        boots_done: 0,
+        boots_total: runs * (2 + RESTARTS_PER_RUN),
+    };
+    let mut holdfast_runs = Vec::new();
+    let mut restarts = Vec::new();
+    let mut linux_runs = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for run_number in 1..=runs {
+            let context = |what: &str| format!("{what} (run {run_number} of {runs})");
+            (options.format_store)(&store_image, size.store_mib())
+                .with_context(|| format!("formatting {}", store_image.display()))?;
+            let first = run_holdfast(&setup, &holdfast_spec, holdfast::Boot::First)
+                .with_context(|| context("the Holdfast guest did not finish its rounds"))?;
+            let figures = figures::holdfast_run(&first.kept_lines)
+                .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
+            session.line(
+                "Holdfast",
+                run_number,
+                &format!(
+                    "{} MiB resident; snapshot pause {:?} us; stabilized {:?} ms; journal commit {:.1} us",
+                    figures.resident_bytes() >> 20,
+                    figures.dirty_rounds.iter().map(|c| c.snapshot_pause_us).collect::<Vec<_>>(),
+                    figures.dirty_rounds.iter().map(|c| c.stabilized_ms).collect::<Vec<_>>(),
+                    figures.journal_commit_ns / 1000.0
+                ),
+            )?;
+            holdfast_runs.push(figures);
+            for _ in 0..RESTARTS_PER_RUN {
+                let boot = run_holdfast(&setup, &holdfast_spec, holdfast::Boot::Restart)
+                    .with_context(|| context("the Holdfast restart did not serve"))?;
+                let restart = restart_run(&boot)
+                    .map_err(|why| anyhow!("the Holdfast restart, run {run_number}: {why}"))?;
+                session.line(
+                    "Holdfast restart",
+                    run_number,
+                    &format!(
+                        "ready {:.1} ms, restarted {:.1} ms, serving {:.1} ms from QEMU start; serving {:.1} ms from first instruction",
+                        ms(restart.ready_from_qemu_start),
+                        ms(restart.restarted_from_qemu_start),
+                        ms(restart.serving_from_qemu_start),
+                        ms(restart.serving_from_first_instruction())
+                    ),
+                )?;
+                restarts.push(restart);
+            }
+            (options.format_store)(&peer_image, size.store_mib())
+                .with_context(|| format!("formatting {}", peer_image.display()))?;
+            let mut command = setup.qemu.command();
+            command.args(linux_spec.qemu_arguments());
+            let expectation = Guest::Linux.expectation(setup.options.boot_timeout);
+            let linux = runner::run_guest(command, &expectation, &[figures::LINUX_MARKER])
+                .with_context(|| context("the Linux peer did not finish"))?;
+            let (throughput, write_flush) = figures::linux_figures(&linux.kept_lines)
+                .map_err(|why| anyhow!("the Linux peer, run {run_number}: {why}"))?;
+            session.line(
+                "Linux peer",
+                run_number,
+                &format!(
+                    "raw write {:.1} MB/s, 4 KiB write + flush {:.1} us",
+                    throughput / 1e6,
+                    write_flush / 1000.0
+                ),
+            )?;
+            linux_runs.push((throughput, write_flush));
+        }
+        Ok(())
+    })();
+    for image in [&store_image, &peer_image] {
+        let _ = std::fs::remove_file(image);
+    }
+    result?;
+
+    let medians = summarize(&holdfast_runs, &restarts, &linux_runs);
+    let caption = Caption {
+        title: format!(
+            "store: QEMU q35, {}, {} MiB, virtio-blk on a {} MiB raw image (host page cache, QEMU's default \
+             cache=writeback: a flush is the host's fdatasync); {} run(s): {} checkpoints of a {} MiB array, \
+             {} restarts; Linux peer {} ({})",
+            options.run.accelerator,
+            options.run.memory_mib,
+            size.store_mib(),
+            runs,
+            size.rounds,
+            size.resident_array_mib,
+            RESTARTS_PER_RUN,
+            setup
+                .linux_kernel
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
+            linux_peer::KERNEL_COMMAND_LINE
+        ),
+        notes: notes(size),
+    };
+    let table = table::render(&medians, &caption);
+    Ok(StoreReport {
+        holdfast_runs,
+        restarts,
+        linux_runs,
+        medians,
+        table,
+    })
+}
+
+/// The medians over every round of every run (the per-round figures), and over boots.
+fn summarize(
+    holdfast_runs: &[HoldfastRun],
+    restarts: &[RestartRun],
+    linux_runs: &[(f64, f64)],
+) -> Medians {
+    let all = |figure: fn(&HoldfastRun) -> Vec<f64>| -> f64 {
+        let values: Vec<f64> = holdfast_runs.iter().flat_map(figure).collect();
+        median(&values).unwrap_or(f64::NAN)
+    };
+    let of = |values: Vec<f64>| median(&values).unwrap_or(f64::NAN);
+    let durations = |figure: fn(&RestartRun) -> Duration| {
+        median(&restarts.iter().map(figure).collect::<Vec<_>>()).unwrap_or_default()
+    };
+    Medians {
+        resident_bytes: median(
+            &holdfast_runs
+                .iter()
+                .map(|run| run.resident_bytes() as f64)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or(0.0) as u64,
+        pause_ms_per_gib: all(HoldfastRun::pause_ms_per_gib),
+        pause_us: all(|run| {
+            run.dirty_rounds
+                .iter()
+                .map(|c| c.snapshot_pause_us as f64)
+                .collect()
+        }),
+        stabilization_bytes_per_second: all(HoldfastRun::stabilization_bytes_per_second),
+        raw_write_bytes_per_second: of(linux_runs.iter().map(|run| run.0).collect()),
+        journal_commit_ns: of(holdfast_runs
+            .iter()
+            .map(|run| run.journal_commit_ns)
+            .collect()),
+        write_flush_ns: of(linux_runs.iter().map(|run| run.1).collect()),
+        restart_serving: durations(|run| run.serving_from_qemu_start),
+        restart_ready: durations(|run| run.ready_from_qemu_start),
+    }
+}
+
+fn notes(size: StoreSize) -> Vec<String> {
+    vec![
+        format!(
+            "snapshot pause: the kernel's own figure (its commit line: TSC from stopping the world to resuming it: \
+             registers into root nodes, every translation dropped, dirty nodes encoded, dirty pages listed) for \
+             checkpoints in which every page of bench-store's {} MiB array was dirty; per GiB of every page \
+             resident (the pages of the first checkpoint, which holds the whole system). There is no Linux peer: \
+             the figure is held against the goal.",
+            size.resident_array_mib
+        ),
+        "stabilization throughput: page bytes of those checkpoints over the kernel's stabilization time (snapshot \
+         to commit, flushes included, millisecond resolution), with bench-store asleep (blocked on its control \
+         channel: the kernel stabilizes from its idle loop without pause). Linux: the same number of MiB written \
+         to /dev/vda from offset 0 in 1 MiB O_DIRECT pwrites, then fdatasync (dd bs=1M oflag=direct), per round."
+            .to_owned(),
+        "journal commit: bench-store's rdtsc around journal.commit of one page, converted with the kernel's TSC \
+         calibration (the store otherwise quiet: first checkpoint migrated); Linux: pwrite of 4 KiB (O_DIRECT) \
+         + fdatasync on /dev/vda. Both: the median over 11 rounds of the mean of 16 commits."
+            .to_owned(),
+        format!(
+            "restart to serving: host clock from spawning QEMU on the store the first boot left (killed once its \
+             last checkpoint was migrated home) to the restarted bench-store's first line; the host sends it a \
+             byte on its control channel as soon as the kernel prints `{}` (every object read back). The store \
+             holds the whole system; 1 GiB is extrapolated: the boot to HOLDFAST-READY as measured, the rest \
+             scaled by the store's size (a restart reads every node and every page's version before it serves; pages load when used).",
+            figures::RESTART_LINE_PREFIX.trim_end()
+        ),
+        format!(
+            "both guests have {} MiB so that the array fits in the kernel's heap (the largest free RAM range): object pages come from it.",
+            size.memory_mib()
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> HoldfastFiles {
+        HoldfastFiles {
+            kernel: "k.elf".into(),
+            initial_image: "bench-store.hfi".into(),
+        }
+    }
+
+    fn no_format(_: &Path, _: u64) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    #[test]
+    fn presets_size_memory_and_store_for_the_array() {
+        let quick = StoreBenchOptions::quick(files(), no_format);
+        assert_eq!((quick.run.runs_per_guest, quick.size), (1, SIZE_QUICK));
+        assert!(u64::from(quick.run.memory_mib) > quick.size.heap_mib() + 64);
+        assert!(quick.size.heap_mib() > quick.size.resident_array_mib);
+        // The log (an eighth of the store) holds a checkpoint of every page with room.
+        assert!(quick.size.store_mib() / 8 > quick.size.resident_array_mib * 3 / 2 - 1);
+        let full = StoreBenchOptions::new(files(), no_format);
+        assert_eq!((full.run.runs_per_guest, full.size), (3, SIZE_DEFAULT));
+    }
+
+    #[test]
+    fn the_bins_are_built_with_the_sizes_the_host_expects() {
+        let source = |name: &str| {
+            std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../services/selftest/src")
+                    .join(name),
+            )
+            .unwrap()
+        };
+        for (file, size) in [
+            ("bench_store.rs", SIZE_DEFAULT),
+            ("bench_store_quick.rs", SIZE_QUICK),
+        ] {
+            let text = source(file);
+            assert!(
+                text.contains(&format!(
+                    "const RESIDENT_PAGES: usize = {} * 256;",
+                    size.resident_array_mib
+                )),
+                "{file}"
+            );
+            assert!(
+                text.contains(&format!("const ROUNDS: u64 = {};", size.rounds)),
+                "{file}"
+            );
+        }
+    }
+
+    #[test]
+    fn medians_are_over_every_round_and_boot() {
+        let commit = |pause, stabilized| figures::Commit {
+            generation: 2,
+            nodes: 1,
+            pages: 262_144,
+            snapshot_pause_us: pause,
+            stabilized_ms: stabilized,
+        };
+        let run = |pauses: [u64; 3], journal| HoldfastRun {
+            resident_pages: 262_144,
+            dirty_rounds: pauses.iter().map(|&pause| commit(pause, 1000)).collect(),
+            journal_commit_ns: journal,
+        };
+        let restart = |serving| RestartRun {
+            ready_from_qemu_start: Duration::from_millis(100),
+            ready_from_first_instruction: Duration::from_millis(10),
+            restarted_from_qemu_start: Duration::from_millis(serving - 1),
+            serving_from_qemu_start: Duration::from_millis(serving),
+        };
+        let medians = summarize(
+            &[run([1000, 2000, 9000], 5.0), run([3000, 4000, 5000], 7.0)],
+            &[restart(300), restart(500), restart(400)],
+            &[(100.0, 10.0), (300.0, 30.0)],
+        );
+        assert_eq!(medians.resident_bytes, 1 << 30);
+        assert_eq!(medians.pause_us, 3500.0);
+        assert_eq!(medians.pause_ms_per_gib, 3.5);
+        assert_eq!(medians.stabilization_bytes_per_second, (1u64 << 30) as f64);
+        assert_eq!(
+            (medians.raw_write_bytes_per_second, medians.write_flush_ns),
+            (200.0, 20.0)
+        );
+        assert_eq!(medians.journal_commit_ns, 6.0);
+        assert_eq!(medians.restart_serving, Duration::from_millis(400));
+    }
+}
