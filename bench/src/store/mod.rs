@@ -71,10 +71,11 @@ impl StoreSize {
         (self.heap_mib() + 128) as u32
     }
 
-    /// The store (and the peer's disk): the log is an eighth, so a checkpoint of every
-    /// resident page fills it to about two thirds.
+    /// The store (and the peer's disk): the log is an eighth, twice the array, so that the
+    /// kernel takes every page of the array in one checkpoint (it checkpoints early when the
+    /// dirty pages near three quarters of the free log).
     pub fn store_mib(self) -> u64 {
-        self.resident_array_mib * 12 + 64
+        self.resident_array_mib * 16 + 64
     }
 }
 

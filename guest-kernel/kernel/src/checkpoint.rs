@@ -216,7 +216,7 @@ pub fn read_page(id: ObjectId, bytes: &mut [u8; PAGE_BYTES]) -> Result<(), Strin
     }
 }
 
-/// Page `id` is about to become dirty in a fault (the world is stopped and the scheduler
+/// A page is about to become dirty in a fault (the world is stopped and the scheduler
 /// free): if the dirty pages would outgrow what the log can take, a checkpoint comes first.
 pub fn limit_dirty_pages(objects: &mut Objects) -> Result<(), String> {
     let mut guard = PERSISTENCE.lock();
@@ -395,11 +395,12 @@ pub fn step() -> bool {
 }
 
 impl Persistence {
-    /// The dirty pages a checkpoint may have to write: half the free log, so that the log
-    /// always holds a whole checkpoint (with its nodes) and the journal's commits.
+    /// The dirty pages a checkpoint may have to write: three quarters of the free log, so
+    /// that the log always holds a whole checkpoint with its nodes, record headers and the
+    /// journal's commits meanwhile.
     fn dirty_pages_max(&self) -> u64 {
         let log_blocks = self.store.geometry().log_block_count;
-        (log_blocks - self.store.log_used_blocks()) / 2
+        (log_blocks - self.store.log_used_blocks()) * 3 / 4
     }
 
     /// Scrubs one group of home blocks, if a scrub is under way; a block bad on every
