@@ -5,18 +5,24 @@
 //!
 //! A checkpoint:
 //! 1. **Snapshot**, with the world stopped (no process runs while the kernel does): a
-//!    consistency check of the process table, then every process's registers and run state
-//!    are written into its root node, every translation
-//!    is dropped so that no page can be written without a fault, the dirty nodes are encoded
-//!    and the dirty pages listed (their contents stay where they are: copy on write).
+//!    consistency check of the process table; every process's registers and run state
+//!    written into its root node; every translation dropped, so that no page can be written
+//!    without a fault; the dirty nodes encoded and the dirty pages listed (their contents
+//!    stay where they are: copy on write).
 //! 2. **Stabilization**, in steps of [`STEP_OBJECTS`] objects at each timer tick and in the
 //!    idle loop: the checkpoint directory, the node images and the pages go to the log. A
 //!    page about to be written before its turn is copied first ([`before_page_write`]).
 //! 3. **Commit**: the store flushes, writes the commit record and flushes again.
 //! 4. **Migration** home, in steps, until the log is free for the next checkpoint.
 //!
-//! A restart reads the checkpoint directory (page 0) and every node and page it counts, and
-//! rebuilds the process table from the root nodes ([`crate::process::restore`]).
+//! A checkpoint is due at the end of the interval, when the log is 65 % full, and when the
+//! dirty pages near what the log can take. Each step also writes queued journal commits
+//! (group commit), resilvers and scrubs the mirrors. When memory runs short, clean pages
+//! are evicted ([`make_room`]), after a whole checkpoint at once if too few are clean.
+//!
+//! A restart reads the checkpoint directory (page 0), every node, and every page's version
+//! (pages load when used), and rebuilds the process table from the root nodes
+//! ([`crate::process::restore`]).
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;

@@ -437,17 +437,8 @@ pub fn adopt(root: Capability) {
 /// Node `node` changed: if a cached translation went through it, drop every process's user
 /// mappings, so that each sees the change at its next access.
 pub fn node_changed(objects: &mut Objects, node: ObjectId) {
-    if !objects.cache.is_translated(node) {
-        return;
-    }
-    objects.cache.forget_translations();
-    let mut scheduler = SCHEDULER.lock();
-    // Unhook and flush first: the tables' frames go back to the heap, which writes into
-    // them, and no walk may see them then.
-    scheduler.installed = None;
-    space::flush_live_user_half();
-    for process in &mut scheduler.processes {
-        process.tables.clear();
+    if objects.cache.is_translated(node) {
+        drop_all_translations(objects);
     }
 }
 
@@ -761,6 +752,8 @@ pub fn check_consistency(objects: &Objects) -> Result<(), alloc::string::String>
 pub fn drop_all_translations(objects: &mut Objects) {
     objects.cache.forget_translations();
     let mut scheduler = SCHEDULER.lock();
+    // Unhook and flush first: the tables' frames go back to the heap, which writes into
+    // them, and no walk may see them then.
     scheduler.installed = None;
     space::flush_live_user_half();
     for process in &mut scheduler.processes {

@@ -4,13 +4,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{KillOnDrop, assert_one_line_error, build_image, holdfast, run_holdfast, scratch_dir, source_dir};
+use support::{assert_one_line_error, build_image, holdfast, run_holdfast, scratch_dir, source_dir, spawn_reading_lines};
 
 /// The fields of a `checkpoint status` line: `NAME: generation G interval-ms MS ...`.
 fn status_field(stdout: &str, field: &str) -> u64 {
@@ -35,23 +32,13 @@ fn checkpoints_are_controlled_and_counted_from_the_host() {
     assert_eq!(run_holdfast(&["store", "format", "--size-mib", "16", store_path]).status, Some(0));
 
     let name = format!("control-test-{}", std::process::id());
-    let mut child = KillOnDrop(
+    let vm = spawn_reading_lines(
         holdfast()
             .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "300", "--disk", store_path])
             .arg("--image-dir")
-            .arg(&image_dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start holdfast run"),
+            .arg(&image_dir),
     );
-    let (sender, receiver) = mpsc::channel();
-    let stdout = child.0.stdout.take().expect("piped");
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
+    let receiver = &vm.lines;
     // The first checkpoint is taken at once; the admin service serves after it.
     let deadline = Instant::now() + Duration::from_secs(120);
     while !receiver

@@ -23,17 +23,15 @@
 mod support;
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{OnceLock, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use holdfast_store::{BLOCK_SIZE, BlockDevice, CheckpointPhase, DeviceError, Inspection, Store};
-use support::{KillOnDrop, build_image, holdfast, run_holdfast, scratch_dir, source_dir};
+use support::{KillOnDrop, LineReader, build_image, holdfast, run_holdfast, scratch_dir, source_dir, spawn_reading_lines};
 
 const STORE_MIB: &str = "16";
 const REPORT_STEPS: u64 = 1 << 22;
@@ -80,22 +78,11 @@ impl Vm {
         let mut command = holdfast();
         command
             .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "120"])
-            .args(["--image-dir", text(persist_image()), "--append", &append])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .args(["--image-dir", text(persist_image()), "--append", &append]);
         for disk in disks {
             command.args(["--disk", text(disk)]);
         }
-        let mut child = KillOnDrop(command.spawn().expect("start holdfast run"));
-        let stdout = child.0.stdout.take().expect("piped");
-        let (sender, receiver) = mpsc::channel();
-        let reader = thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let LineReader { child, lines: receiver, reader } = spawn_reading_lines(&mut command);
         Self { name, child, receiver, reader: Some(reader), lines: Vec::new() }
     }
 

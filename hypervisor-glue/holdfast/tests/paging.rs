@@ -7,13 +7,9 @@
 mod support;
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{KillOnDrop, build_image, holdfast, run_holdfast, scratch_dir};
+use support::{build_image, holdfast, run_holdfast, scratch_dir, spawn_reading_lines};
 
 const MEMORY_MIB: u64 = 32;
 /// Four times the guest's memory, in 4 KiB pages.
@@ -76,29 +72,18 @@ fn a_store_four_times_the_guest_memory_is_paged() {
 
     let name = format!("paging-test-{}", std::process::id());
     let memory = MEMORY_MIB.to_string();
-    let mut child = KillOnDrop(
+    let vm = spawn_reading_lines(
         holdfast()
             .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "600"])
             .args(["--memory-mib", &memory, "--disk", store_path, "--image-dir"])
-            .arg(&image_dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start holdfast run"),
+            .arg(&image_dir),
     );
-    let (sender, receiver) = mpsc::channel();
-    let stdout = child.0.stdout.take().expect("piped");
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
     let mut lines = Vec::new();
     let done = format!("page-toucher: round {ROUNDS}: {PAGE_COUNT} pages written and read back");
     let deadline = Instant::now() + Duration::from_secs(400);
     while !lines.contains(&done) {
         let left = deadline.saturating_duration_since(Instant::now());
-        match receiver.recv_timeout(left) {
+        match vm.lines.recv_timeout(left) {
             Ok(line) => {
                 let failed = line.contains("MISMATCH") || line.contains("kernel panic") || line.contains("failed");
                 lines.push(line);

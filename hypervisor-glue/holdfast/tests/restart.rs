@@ -26,14 +26,11 @@ mod support;
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use support::{KillOnDrop, build_image, holdfast, run_holdfast, scratch_dir, source_dir};
+use support::{LineReader, build_image, holdfast, run_holdfast, scratch_dir, source_dir, spawn_reading_lines};
 
 const REPORT_STEPS: u64 = 1 << 22;
 /// Each `journal-writer` prints every 16th acknowledged commit.
@@ -121,19 +118,8 @@ fn boot_and_kill(image_dir: &Path, store: &Path, name: &str, delay: Duration) ->
         .arg(image_dir)
         .arg("--disk")
         .arg(store)
-        .args(["--append", &append])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let mut child = KillOnDrop(command.spawn().expect("start holdfast run"));
-    let stdout = child.0.stdout.take().expect("piped");
-    let (sender, receiver) = mpsc::channel();
-    let reader = thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                break;
-            }
-        }
-    });
+        .args(["--append", &append]);
+    let LineReader { mut child, lines: receiver, reader } = spawn_reading_lines(&mut command);
     let mut boot = Boot { lines: Vec::new() };
     let started = Instant::now();
     let mut kill_at = None;

@@ -136,6 +136,36 @@ pub fn build_image(name: &str, manifest: Option<&Path>) -> PathBuf {
 /// A child process that is killed if the test ends (or panics) before it exits.
 pub struct KillOnDrop(pub Child);
 
+/// A `holdfast run` (or any command) started with its stdout piped: the child, killed if the
+/// test ends first, and its stdout lines as they come, from a thread that ends with the
+/// stream (join `reader` to know every line has been sent).
+pub struct LineReader {
+    pub child: KillOnDrop,
+    pub lines: std::sync::mpsc::Receiver<String>,
+    pub reader: std::thread::JoinHandle<()>,
+}
+
+pub fn spawn_reading_lines(command: &mut Command) -> LineReader {
+    use std::io::{BufRead, BufReader};
+    let mut child = KillOnDrop(
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the command"),
+    );
+    let stdout = child.0.stdout.take().expect("piped");
+    let (sender, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    LineReader { child, lines, reader }
+}
+
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
