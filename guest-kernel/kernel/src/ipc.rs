@@ -92,6 +92,16 @@ pub fn deliver(
                 message.resume.unwrap_or(Capability::VOID),
             );
         }
+        // Only a root node that is also part of a space tree has translations through these
+        // slots. The scheduler may be held here: the flush comes before ring 3 runs again.
+        let stale = descriptor
+            .receive
+            .iter()
+            .chain(descriptor.resume)
+            .any(|index| objects.cache.is_translated(root.object(), register_slot(index)));
+        if stale {
+            process::translations_stale();
+        }
     }
     // The receiver's buffer: as much of the string as fits; a buffer that is not mapped
     // writable receives nothing (the receiver's own doing, so not the sender's error).
@@ -116,6 +126,8 @@ pub extern "C" fn system_call(registers: &mut UserRegisters) {
     if let Err(error) = invoke(registers) {
         registers.rax = error as u64;
     }
+    // Back to the invoker by `sysret`, past `resume_user`.
+    process::flush_if_stale();
 }
 
 fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {

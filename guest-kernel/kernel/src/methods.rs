@@ -193,7 +193,7 @@ fn swap_slot(
         .node_mut(target)
         .map_err(|_| ObjectError::InvalidOrder)?;
     let old = node.swap(slot, capability);
-    crate::process::node_changed(objects, target.object());
+    crate::process::node_changed(objects, target.object(), slot);
     Ok(objects.cache.live_or_void(old))
 }
 
@@ -374,7 +374,7 @@ fn process_method(
             .node_mut(&target)
             .map_err(|_| ObjectError::InvalidOrder)?;
         node.swap(slot, stored);
-        crate::process::node_changed(objects, target.object());
+        crate::process::node_changed(objects, target.object(), slot);
         ok([0; 4])
     };
     match request {
@@ -408,7 +408,7 @@ fn process_method(
                 .map_err(|_| ObjectError::InvalidOrder)?;
             let old = node.swap(register, argument(message));
             // The root node may also be part of a space tree.
-            crate::process::node_changed(objects, target.object());
+            crate::process::node_changed(objects, target.object(), register);
             ok_capability(objects.cache.live_or_void(old))
         }
         process::Request::FetchSpace => ok_capability(root_slot(objects, process_root::SPACE)?),
@@ -467,7 +467,7 @@ fn meter_method(
                 .map_err(|_| ObjectError::InvalidOrder)?;
             node.swap(slot(0)?, Capability::number([microseconds, 0]));
             // A meter node may also be part of a space tree.
-            crate::process::node_changed(objects, target.object());
+            crate::process::node_changed(objects, target.object(), slot(0)?);
             crate::process::meter_refilled(objects, target.object());
             ok([0; 4])
         }
@@ -482,7 +482,7 @@ fn meter_method(
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
             node.swap(slot(1)?, keeper);
-            crate::process::node_changed(objects, target.object());
+            crate::process::node_changed(objects, target.object(), slot(1)?);
             ok([0; 4])
         }
         meter::Request::Identify => unreachable!("answered by the caller"),

@@ -396,6 +396,7 @@ pub fn switch_to(index: usize) -> ! {
 
 /// Enters the current process, with its user half in the live root.
 fn resume_user(mut scheduler: spin::MutexGuard<'_, Scheduler>) -> ! {
+    flush_tables_if_stale(&mut scheduler);
     let current = scheduler.current();
     if scheduler.installed != Some(current) {
         let outgoing = scheduler
@@ -434,10 +435,37 @@ pub fn adopt(root: Capability) {
     });
 }
 
-/// Node `node` changed: if a cached translation went through it, drop every process's user
-/// mappings, so that each sees the change at its next access.
-pub fn node_changed(objects: &mut Objects, node: ObjectId) {
-    if objects.cache.is_translated(node) {
+/// A slot a translation read changed where the scheduler may be held (a message delivered
+/// into capability registers): every process's mappings are dropped before ring 3 runs
+/// again ([`resume_user`], [`flush_if_stale`]).
+static TRANSLATIONS_STALE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+pub fn translations_stale() {
+    TRANSLATIONS_STALE.store(true, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Drops every process's mappings if [`translations_stale`] asked for it. The nodes stay
+/// marked as translated, which only makes later changes flush too.
+pub fn flush_if_stale() {
+    if TRANSLATIONS_STALE.load(core::sync::atomic::Ordering::Relaxed) {
+        flush_tables_if_stale(&mut SCHEDULER.lock());
+    }
+}
+
+fn flush_tables_if_stale(scheduler: &mut Scheduler) {
+    if TRANSLATIONS_STALE.swap(false, core::sync::atomic::Ordering::Relaxed) {
+        scheduler.installed = None;
+        space::flush_live_user_half();
+        for process in &mut scheduler.processes {
+            process.tables.clear();
+        }
+    }
+}
+
+/// Slot `slot` of node `node` changed: if a cached translation read it, drop every
+/// process's user mappings, so that each sees the change at its next access.
+pub fn node_changed(objects: &mut Objects, node: ObjectId, slot: Slot) {
+    if objects.cache.is_translated(node, slot) {
         drop_all_translations(objects);
     }
 }
@@ -524,7 +552,7 @@ fn charge_meter(root: &Capability) -> Option<Capability> {
         .map_or(0, |[left, _]| left);
     let left = left.saturating_sub(PERIOD_MICROSECONDS);
     node.swap(METER_TIME_SLOT, Capability::number([left, 0]));
-    node_changed(&mut objects, meter.object());
+    node_changed(&mut objects, meter.object(), METER_TIME_SLOT);
     (left == 0).then_some(meter)
 }
 
@@ -562,7 +590,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
             // translation too.
             let space = objects
                 .cache
-                .node_for_translation(&root)
+                .node_for_translation(&root, process_root::SPACE)
                 .map(|node| node.get(process_root::SPACE));
             match space.map(|space| walk(&objects.cache, space, address)) {
                 Ok(Walk::Page { page, writable }) => {

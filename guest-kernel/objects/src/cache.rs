@@ -26,6 +26,10 @@ struct NodeEntry {
     /// The translation epoch in which a space walk last passed this node: if it is the
     /// current one, some page-table entry may depend on the node's slots.
     translated_in: Cell<u64>,
+    /// Which slots (bit i: slot i) those translations read; meaningful in that epoch only.
+    /// A change to any other slot (a process's capability register, say, in a root node
+    /// whose space slot a fault read) leaves every translation as it is.
+    translated_slots: Cell<u32>,
     /// Changed since the last snapshot (or never stored).
     dirty: bool,
 }
@@ -96,6 +100,7 @@ impl<F> ObjectCache<F> {
             resume_version,
             node,
             translated_in: Cell::new(0),
+            translated_slots: Cell::new(0),
             dirty,
         };
         self.nodes.insert(id, entry);
@@ -287,26 +292,35 @@ impl<F> ObjectCache<F> {
     /// [`Self::node`] for a space walk: also records that a translation depends on the node,
     /// so that changing it must drop the page-table entries made since
     /// [`Self::forget_translations`].
-    pub fn node_for_translation(&self, capability: &Capability) -> Result<&Node, Void> {
+    pub fn node_for_translation(&self, capability: &Capability, slot: Slot) -> Result<&Node, Void> {
         let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
-        entry.translated_in.set(self.translation_epoch);
+        self.mark_entry(entry, 1 << slot.index());
         Ok(&entry.node)
     }
 
-    /// Records that a translation now depends on node `id` (see
-    /// [`Self::node_for_translation`]).
-    pub fn mark_translated(&self, id: ObjectId) {
+    /// Records that a translation now depends on the slots of node `id` in `slots` (bit i:
+    /// slot i; see [`Self::node_for_translation`]).
+    pub fn mark_translated(&self, id: ObjectId, slots: u32) {
         if let Some(entry) = self.nodes.get(&id) {
-            entry.translated_in.set(self.translation_epoch);
+            self.mark_entry(entry, slots);
         }
     }
 
-    /// Whether a space walk passed node `id` since translations were last forgotten.
-    pub fn is_translated(&self, id: ObjectId) -> bool {
-        self.nodes
-            .get(&id)
-            .is_some_and(|entry| entry.translated_in.get() == self.translation_epoch)
+    fn mark_entry(&self, entry: &NodeEntry, slots: u32) {
+        if entry.translated_in.replace(self.translation_epoch) != self.translation_epoch {
+            entry.translated_slots.set(0);
+        }
+        entry.translated_slots.set(entry.translated_slots.get() | slots);
+    }
+
+    /// Whether a translation made since translations were last forgotten read `slot` of
+    /// node `id`: changing that slot must drop them.
+    pub fn is_translated(&self, id: ObjectId, slot: Slot) -> bool {
+        self.nodes.get(&id).is_some_and(|entry| {
+            entry.translated_in.get() == self.translation_epoch
+                && entry.translated_slots.get() & (1 << slot.index()) != 0
+        })
     }
 
     /// Every translation was dropped: no node has one depending on it any more.

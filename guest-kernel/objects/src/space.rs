@@ -44,15 +44,15 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
     let mut offset = address;
     let mut writable = true;
     let mut keeper = None;
-    // The nodes passed: marked as translated only if the walk reaches a page, since a
-    // failed walk leaves no page-table entry that depends on them.
-    let mut passed = [ObjectId(0); WALK_NODES_MAX];
+    // The nodes passed and the slots read: marked as translated only if the walk reaches a
+    // page, since a failed walk leaves no page-table entry that depends on them.
+    let mut passed = [(ObjectId(0), 0u32); WALK_NODES_MAX];
     for step in 0..WALK_NODES_MAX {
         writable &= capability.may_write();
         let Some((height, is_keeper_node)) = capability.space_shape() else {
             if capability.kind() == CapType::Page && cache.check(&capability).is_ok() {
-                for &node in &passed[..step] {
-                    cache.mark_translated(node);
+                for &(node, slots) in &passed[..step] {
+                    cache.mark_translated(node, slots);
                 }
                 return Walk::Page {
                     page: capability,
@@ -65,8 +65,8 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
         let Ok(node) = cache.node(&capability) else {
             break;
         };
-        passed[step] = capability.object();
         if is_keeper_node {
+            passed[step] = (capability.object(), 0b11);
             let keeper_start = node.get(slot(1));
             keeper = (capability.may_call() && keeper_start.kind() == CapType::Start)
                 .then_some(keeper_start);
@@ -82,7 +82,9 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
         if height == 0 || offset >> covered_bits != 0 {
             break;
         }
-        let child = node.get(slot_for(height, offset));
+        let taken = slot_for(height, offset);
+        passed[step] = (capability.object(), 1 << taken.index());
+        let child = node.get(taken);
         offset &= (1 << (covered_bits - SLOT_BITS)) - 1;
         let child_fits = match child.space_shape() {
             Some((child_height, _)) => child_height == height - 1,
@@ -133,7 +135,10 @@ mod tests {
     fn a_walk_finds_the_page_and_marks_the_nodes_passed() {
         let (mut cache, top, _, page) = two_level_space(ADDRESS);
         cache.insert_node(ObjectId(3), Version(0), Node::default());
-        let marked = |cache: &ObjectCache<()>| [1, 2, 3].map(|id| cache.is_translated(ObjectId(id)));
+        let (top_slot, leaf_slot) = (slot_for(2, ADDRESS), slot_for(1, ADDRESS));
+        let marked = |cache: &ObjectCache<()>| {
+            [(1, top_slot), (2, leaf_slot), (3, leaf_slot)].map(|(id, slot)| cache.is_translated(ObjectId(id), slot))
+        };
         assert_eq!(marked(&cache), [false; 3]);
         let found = walk(&cache, top, ADDRESS);
         assert_eq!(
@@ -144,6 +149,8 @@ mod tests {
             }
         );
         assert_eq!(marked(&cache), [true, true, false]);
+        let other = slot(if leaf_slot.index() == 0 { 1 } else { 0 });
+        assert!(!cache.is_translated(ObjectId(2), other), "only the slot read is marked");
         cache.forget_translations();
         assert_eq!(marked(&cache), [false; 3]);
     }
@@ -160,8 +167,10 @@ mod tests {
             );
         }
         // No page-table entry comes of a failed walk: no node is marked.
-        assert!(!cache.is_translated(ObjectId(1)));
-        assert!(!cache.is_translated(ObjectId(2)));
+        for slot in (0..32).map(slot) {
+            assert!(!cache.is_translated(ObjectId(1), slot));
+            assert!(!cache.is_translated(ObjectId(2), slot));
+        }
     }
 
     #[test]
