@@ -158,6 +158,8 @@ fn checkpoints_migrate_home_and_survive_reopen() {
     assert_eq!(read_page(&mut store, 41), (1, 42));
     let (version, node) = store.read_node(ObjectId(5)).unwrap();
     assert_eq!((version, node[0]), (Version(3), 9));
+    let pot = store.read_node_pot(1).unwrap();
+    assert_eq!((pot[1].0, pot[1].1[0], pot[0].0), (Version(3), 9, Version(0)), "node 5 is slot 1 of pot 1");
     assert_eq!(store.read_node(ObjectId(4)).unwrap().0, Version(0));
     migrate_all(&mut store);
     let report = store.check().unwrap();
