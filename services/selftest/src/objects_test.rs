@@ -23,6 +23,7 @@ const METER: u8 = 9;
 const SPACE: u8 = 10;
 const WEAK_SPACE: u8 = 11;
 const MADE_PROCESS: u8 = 12;
+const SCRATCH: u8 = 13;
 
 fn error(error: ObjectError) -> Result<[u64; 4], u64> {
     Err(error as u64)
@@ -155,7 +156,8 @@ fn main() -> u64 {
 }
 
 /// Another process, made from the node: its registers can be written and read back, and
-/// it can be stopped. It is never started, so the self-test reports it stopped with 0.
+/// it can be stopped; then it is given this program's space and started on `made_main`,
+/// which marks `MADE_RAN` and stops itself with 0 (as the self-test report then says).
 fn other_process(checks: &mut user::check::Checks) {
     let made = into(MADE_PROCESS, NODE, node::MAKE_PROCESS, [0; 4]);
     let stopped = user::call(MADE_PROCESS, process::STOP, [0; 4]);
@@ -186,6 +188,58 @@ fn other_process(checks: &mut user::check::Checks) {
         kernel_rip.code,
         ObjectError::OutOfRange as u64,
     );
+    started_process(checks);
+}
+
+/// Set by the made process: proof that it ran this program's code in this space.
+static MADE_RAN: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+const MADE_RAN_MARK: u64 = 0x600d_f00d;
+
+/// The made process's stack, in this program's .bss (16-byte aligned for the ABI); only the
+/// made process touches it, through its stack pointer.
+#[repr(align(16))]
+struct Stack(#[allow(dead_code)] [u8; 4096]);
+static mut MADE_STACK: Stack = Stack([0; 4096]);
+
+/// Where the made process starts: its capability register 1 holds itself, so that
+/// `user::stop` stops it.
+extern "C" fn made_main() -> ! {
+    MADE_RAN.store(MADE_RAN_MARK, core::sync::atomic::Ordering::SeqCst);
+    user::stop(0)
+}
+
+fn started_process(checks: &mut user::check::Checks) {
+    let mut registers = [0u8; 144];
+    let stack_top = core::ptr::addr_of!(MADE_STACK) as u64 + 4096;
+    // As if `made_main` had been called: the return address slot below an aligned top.
+    let (rip, rsp, rflags) = (made_main as *const () as u64, stack_top - 8, 0x202u64);
+    registers[15 * 8..16 * 8].copy_from_slice(&rip.to_le_bytes());
+    registers[16 * 8..17 * 8].copy_from_slice(&rsp.to_le_bytes());
+    registers[17 * 8..18 * 8].copy_from_slice(&rflags.to_le_bytes());
+    let prepared = Invocation::call(MADE_PROCESS, process::WRITE_REGISTERS, [0; 4])
+        .with_string(&registers)
+        .invoke(&mut [])
+        .code
+        == 0
+        && into(SCRATCH, user::OWN_PROCESS, process::FETCH_SPACE, [0; 4]) == 0
+        && Invocation::call(MADE_PROCESS, process::SET_SPACE, [0; 4]).sending(&[SCRATCH]).invoke(&mut []).code == 0
+        && Invocation::call(MADE_PROCESS, process::SWAP_REGISTER, [1, 0, 0, 0])
+            .sending(&[MADE_PROCESS])
+            .receiving(&[SCRATCH])
+            .invoke(&mut [])
+            .code
+            == 0;
+    let started = prepared && user::call(MADE_PROCESS, process::START, [0; 4]).is_ok();
+    // The timer preempts this loop and the made process gets its turn.
+    let mut ran = false;
+    for _ in 0..200_000_000u64 {
+        if MADE_RAN.load(core::sync::atomic::Ordering::SeqCst) == MADE_RAN_MARK {
+            ran = true;
+            break;
+        }
+        core::hint::spin_loop();
+    }
+    checks.check("process: start runs a made process on this program's code in its space", started && ran);
 }
 
 /// The methods of clock, number, meter and space capabilities, and reading registers.
