@@ -293,7 +293,8 @@ fn a_corrupted_mirror_is_read_around_and_repaired() {
     }
     let check = run_holdfast(&["store", "check", text(&a), text(&b)]);
     assert_eq!(check.status, Some(1), "{}", check.transcript());
-    let findings: Vec<&str> = check.stdout.lines().skip(1).collect();
+    // Past 64 findings, check ends with "... and N more".
+    let findings: Vec<&str> = check.stdout.lines().skip(1).filter(|line| !line.starts_with("... and ")).collect();
     assert!(
         findings.iter().any(|line| line.starts_with("mirror 0 (") && !line.contains("superblock"))
             && findings.iter().all(|line| line.starts_with("mirror 0 (") || line.contains(": superblock slot ")),
