@@ -1,11 +1,12 @@
 //! Mirroring on real disk images: the store duplexed on two virtio-blk disks
 //! (`holdfast run --disk A --disk B`), with images corrupted, removed and replaced between
-//! boots. The system is the restart test's (services/persist-manifest.toml: `persist-counter`
-//! counts forever and checks its registers, pages and capabilities at each report), killed
-//! with `holdfast vm kill` as in tests/restart.rs.
+//! boots. The system is services/persist-manifest.toml's (`persist-counter` counts forever
+//! and checks its registers, pages and capabilities at each report; nothing writes the disks
+//! between checkpoints), killed with `holdfast vm kill` as in tests/restart.rs.
 //!
-//! - a corrupted mirror: the system restarts from the good copy, the bad copies it needed
-//!   are repaired, and `holdfast store check` of both images is clean afterwards;
+//! - a corrupted mirror: the system restarts from the good copy, the bad copies it reads
+//!   are repaired and the scrub after the boot repairs the rest, and `holdfast store check`
+//!   of both images is clean afterwards;
 //! - a missing image: the system runs degraded and says so, its state intact; when the
 //!   image comes back it is stale, and is resilvered online;
 //! - a blank replacement: resilvered online while the system runs and checkpoints;
