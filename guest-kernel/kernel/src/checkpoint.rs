@@ -132,19 +132,11 @@ pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
         Ok(disks) => disks,
         Err(why) => return Ok(Opened::NoStore(why)),
     };
-    match Store::open(disks) {
-        Ok(store) => {
-            crate::mirrors::opened(&store);
-            Ok(if store.checkpoint_generation() == 0 { Opened::Fresh(store) } else { Opened::Checkpointed(store) })
-        }
-        Err(StoreError::Corrupt(corruption))
-            if corruption.region == holdfast_store::Region::Superblock
-                && corruption.check == holdfast_store::Check::Magic =>
-        {
-            Ok(Opened::NoStore("the disk is not a Holdfast store (left untouched)".to_string()))
-        }
-        Err(error) => Err(error.to_string()),
-    }
+    // `select` kept only disks of the store (or damaged ones, or a blank beside the store):
+    // any error now is the store's.
+    let store = Store::open(disks).map_err(|error| error.to_string())?;
+    crate::mirrors::opened(&store);
+    Ok(if store.checkpoint_generation() == 0 { Opened::Fresh(store) } else { Opened::Checkpointed(store) })
 }
 
 /// Hands `store` to the kernel: pages live on it from now on, and checkpoints go to it
