@@ -36,6 +36,16 @@ pub struct Message {
 }
 
 impl Message {
+    /// What the generated request decoders read of it.
+    pub fn header(&self) -> abi::interface::Message {
+        abi::interface::Message {
+            order: self.code,
+            words: self.words,
+            string_length: self.string.len() as u64,
+            capability_count: self.capabilities.len() as u64,
+        }
+    }
+
     pub fn reply(code: u64, words: [u64; 4]) -> Self {
         Self {
             code,

@@ -10,7 +10,7 @@
 
 use alloc::vec::Vec;
 use holdfast_abi::interface::{
-    self, ObjectError, clock, console, meter, node, number, page, process, space,
+    ObjectError, clock, console, meter, node, number, page, process, space,
 };
 use holdfast_abi::methods::space_flags;
 use holdfast_objects::node::process_root;
@@ -37,20 +37,8 @@ fn ok_capability(capability: Capability) -> MethodResult {
 
 /// Runs `message.code` as an order on the kernel object `target` (already checked live).
 pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> Message {
-    let header = interface::Message {
-        order: message.code,
-        words: message.words,
-        string_length: message.string.len() as u64,
-        capability_count: message.capabilities.len() as u64,
-    };
-    let identify = || {
-        ok([
-            target.kind() as u64,
-            u64::from(target.rights().bits()),
-            0,
-            0,
-        ])
-    };
+    let header = message.header();
+    let identify = || ok(identity(&target));
     let result = match target.kind() {
         CapType::Number => match number::Request::decode(&header) {
             Ok(number::Request::Identify) => identify(),
@@ -111,7 +99,12 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> M
     result.unwrap_or_else(|error| Message::reply(error as u64, [0; 4]))
 }
 
-fn writable(target: &Capability) -> Result<(), ObjectError> {
+/// What `identify` answers for any capability: its type code and rights.
+pub fn identity(target: &Capability) -> [u64; 4] {
+    [target.kind() as u64, u64::from(target.rights().bits()), 0, 0]
+}
+
+pub fn writable(target: &Capability) -> Result<(), ObjectError> {
     if target.may_write() {
         Ok(())
     } else {

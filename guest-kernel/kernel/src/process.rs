@@ -691,6 +691,11 @@ mod status {
 
 const REGISTER_COUNT: usize = 18;
 
+/// The root node slot holding register words `2 pair` and `2 pair + 1`.
+fn register_words_slot(pair: usize) -> Slot {
+    Slot::new((process_root::REGISTERS_FIRST.index() + pair) as u64).expect("slots 20..=31")
+}
+
 fn register_words(registers: &UserRegisters) -> [u64; REGISTER_COUNT] {
     let r = registers;
     [
@@ -752,7 +757,7 @@ pub fn write_back(objects: &mut Objects) {
         };
         node.swap(process_root::STATUS, Capability::number([code, detail]));
         for (index, pair) in words.chunks_exact(2).enumerate() {
-            let slot = Slot::constant(process_root::REGISTERS_FIRST.index() as u8 + index as u8);
+            let slot = register_words_slot(index);
             node.swap(slot, Capability::number([pair[0], pair[1]]));
         }
     }
@@ -805,7 +810,7 @@ pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Res
         let [code, detail] = number(process_root::STATUS);
         let mut words = [0u64; process_root::REGISTER_WORDS];
         for (index, pair) in words.chunks_exact_mut(2).enumerate() {
-            let slot = Slot::constant(process_root::REGISTERS_FIRST.index() as u8 + index as u8);
+            let slot = register_words_slot(index);
             pair.copy_from_slice(&number(slot));
         }
         let state = match code & 0xff {

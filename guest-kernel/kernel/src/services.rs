@@ -3,10 +3,11 @@
 //! alone; holding it is the authority to use it.
 
 use alloc::vec::Vec;
-use holdfast_abi::interface::{self, ObjectError, checkpoint, control, journal};
+use holdfast_abi::interface::{ObjectError, checkpoint, control, journal};
 use holdfast_objects::{CapType, Capability};
 
 use crate::ipc::Message;
+use crate::methods::{self, writable};
 use crate::objects::Objects;
 use crate::{checkpoint as store, control as channel};
 
@@ -28,19 +29,10 @@ fn reply(result: Result<[u64; 4], ObjectError>) -> Outcome {
     })
 }
 
-fn writable(target: &Capability) -> Result<(), ObjectError> {
-    target.may_write().then_some(()).ok_or(ObjectError::ReadOnly)
-}
-
 /// Runs `message.code` on the service `target` names (checkpoint, journal or control).
 pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> Outcome {
-    let header = interface::Message {
-        order: message.code,
-        words: message.words,
-        string_length: message.string.len() as u64,
-        capability_count: message.capabilities.len() as u64,
-    };
-    let identify = [target.kind() as u64, u64::from(target.rights().bits()), 0, 0];
+    let header = message.header();
+    let identify = methods::identity(&target);
     let unavailable = ObjectError::Unavailable;
     match target.kind() {
         CapType::Checkpoint => reply(match checkpoint::Request::decode(&header) {

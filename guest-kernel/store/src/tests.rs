@@ -458,18 +458,6 @@ fn a_mirror_missing_at_open_is_reported_and_stale_when_it_returns() {
     assert_eq!(read_page(&mut store, 3), (1, 0x33));
 }
 
-fn slot_finding(mirror: usize, slot: u64, check: Check, remedy: Remedy) -> Finding {
-    Finding {
-        mirror,
-        corruption: Corruption {
-            region: Region::Superblock,
-            block: slot,
-            check,
-        },
-        remedy: Some(remedy),
-    }
-}
-
 #[test]
 fn a_torn_superblock_slot_is_reported_left_alone_read_only_and_repaired_by_open() {
     let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
@@ -479,7 +467,7 @@ fn a_torn_superblock_slot_is_reported_left_alone_read_only_and_repaired_by_open(
     let (before, requests) = (device.contents(), device.requests());
 
     let mut store = Store::open_read_only(alloc::vec![device.clone()]).unwrap();
-    let torn = slot_finding(0, 1, Check::Checksum, Remedy::NextOpen);
+    let torn = Finding::superblock_slot(0, 1, Check::Checksum, Remedy::NextOpen);
     assert_eq!(store.recovery_findings(), &[torn]);
     assert_eq!(store.inspect().recovery_findings, alloc::vec![torn]);
     assert_eq!(
@@ -528,7 +516,7 @@ fn a_torn_superblock_slot_is_reported_left_alone_read_only_and_repaired_by_open(
     let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
     assert_eq!(
         store.recovery_findings(),
-        &[slot_finding(0, 1, Check::Checksum, Remedy::Repaired)]
+        &[Finding::superblock_slot(0, 1, Check::Checksum, Remedy::Repaired)]
     );
     assert!(store.check().unwrap().is_clean());
     drop(store);
@@ -552,7 +540,7 @@ fn a_torn_newest_superblock_falls_back_to_the_other_slot_and_is_reported() {
     let mut store = Store::open_read_only(alloc::vec![device.clone()]).unwrap();
     assert_eq!(
         store.recovery_findings(),
-        &[slot_finding(
+        &[Finding::superblock_slot(
             0,
             newest_slot,
             Check::Checksum,
@@ -567,7 +555,7 @@ fn a_torn_newest_superblock_falls_back_to_the_other_slot_and_is_reported() {
     let mut store = Store::open(alloc::vec![device]).unwrap();
     assert_eq!(
         store.recovery_findings(),
-        &[slot_finding(
+        &[Finding::superblock_slot(
             0,
             newest_slot,
             Check::Checksum,
@@ -592,14 +580,14 @@ fn a_superblock_write_that_missed_one_mirror_is_reported_as_stale() {
     drop(Store::open(alloc::vec![first.clone(), second.clone()]).unwrap());
     second.set_block(1, &older);
     let mut store = Store::open_read_only(alloc::vec![first.clone(), second.clone()]).unwrap();
-    let stale = slot_finding(1, 1, Check::Sequence, Remedy::NextOpen);
+    let stale = Finding::superblock_slot(1, 1, Check::Sequence, Remedy::NextOpen);
     assert_eq!(store.recovery_findings(), &[stale]);
     assert_eq!(store.check().unwrap().findings, alloc::vec![stale]);
     drop(store);
     let mut store = Store::open(alloc::vec![first, second]).unwrap();
     assert_eq!(
         store.recovery_findings(),
-        &[slot_finding(1, 1, Check::Sequence, Remedy::Repaired)]
+        &[Finding::superblock_slot(1, 1, Check::Sequence, Remedy::Repaired)]
     );
     assert!(store.check().unwrap().is_clean());
 }
