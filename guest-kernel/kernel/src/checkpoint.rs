@@ -18,21 +18,22 @@
 //! A checkpoint is due at the end of the interval, when the log is 65 % full, and when the
 //! dirty pages near what the log can take. Each step also writes queued journal commits
 //! (group commit), resilvers and scrubs the mirrors. When memory runs short, clean pages
-//! are evicted ([`make_room`]), after a whole checkpoint at once if too few are clean.
+//! and nodes are evicted ([`make_room`]), after a whole checkpoint at once if too few pages
+//! are clean.
 //!
-//! A restart reads the checkpoint directory (page 0), every node, and every page's version
-//! (pages load when used), and rebuilds the process table from the root nodes
-//! ([`crate::process::restore`]).
+//! A restart reads the checkpoint directory (page 0) and every page's version, and rebuilds
+//! the process table from the root nodes ([`crate::process::restore`]); every other node
+//! and every page is loaded when first used ([`load_node`], [`read_page`]).
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use holdfast_objects::cache::NodeSnapshot;
+use holdfast_objects::cache::{NodeSnapshot, StoredNode};
 use holdfast_objects::directory::{DIRECTORY_BYTES, Directory, DirectoryProcess};
 use holdfast_objects::image::NODE_IMAGE_BYTES;
 use holdfast_objects::{Node, ObjectCache, ObjectId, Version};
-use holdfast_store::{CheckpointPhase, NODE_SIZE, NODES_PER_POT, Store, StoreError};
+use holdfast_store::{CheckpointPhase, NODE_SIZE, Store, StoreError};
 use spin::Mutex;
 
 use crate::arch::{self, timer};
@@ -101,6 +102,8 @@ struct KernelCounters {
     /// Disk writes of journal commits: fewer than the commits when they share them.
     journal_writes_total: u64,
     evicted_pages_total: u64,
+    evicted_nodes_total: u64,
+    loaded_nodes_total: u64,
 }
 
 static PERSISTENCE: Mutex<Option<Persistence>> = Mutex::new(None);
@@ -143,7 +146,10 @@ pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
 /// once processes run (the first at once: a fresh store holds nothing until then).
 pub fn attach(store: Store<Block>, interval_ms: u64) {
     BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
-    OBJECTS.lock().set_store_backed();
+    let mut objects = OBJECTS.lock();
+    objects.set_store_backed();
+    objects.cache.set_node_loader(load_node);
+    drop(objects);
     *PERSISTENCE.lock() = Some(Persistence {
         store,
         interval_ms,
@@ -157,8 +163,9 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
     });
 }
 
-/// Rebuilds the system of the newest checkpoint: every node, every page's version (the
-/// pages themselves are loaded when used), and the process table.
+/// Rebuilds the system of the newest checkpoint: the ids of its nodes (each loaded when
+/// used), every page's version (the pages themselves are loaded when used), and the process
+/// table, whose root nodes are loaded now.
 pub fn restore() -> Result<usize, String> {
     let failed = |what: &str, error: &dyn core::fmt::Display| alloc::format!("{what}: {error}");
     let mut guard = PERSISTENCE.lock();
@@ -167,19 +174,7 @@ pub fn restore() -> Result<usize, String> {
     store.read_page(DIRECTORY_PAGE, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
     let directory = Directory::decode(&block).map_err(|error| failed("checkpoint directory", &error))?;
     let mut objects = OBJECTS.lock();
-    // Pot by pot: four nodes a read.
-    for pot in 0..directory.next_node_id.div_ceil(NODES_PER_POT) {
-        let nodes = store.read_node_pot(pot).map_err(|error| failed("reading nodes", &error))?;
-        for (slot, (version, image)) in nodes.iter().enumerate() {
-            let id = ObjectId(pot * NODES_PER_POT + slot as u64);
-            if id.0 == 0 || id.0 >= directory.next_node_id {
-                continue;
-            }
-            let (node, resume_version) =
-                Node::decode(image).map_err(|error| alloc::format!("node {}: {error}", id.0))?;
-            objects.cache.insert_stored_node(id, *version, resume_version, node);
-        }
-    }
+    objects.cache.know_stored_nodes(directory.next_node_id);
     let versions = store.page_versions(directory.next_page_id).map_err(|error| failed("reading page versions", &error))?;
     for (id, version) in versions.into_iter().enumerate().skip(1) {
         objects.cache.insert_absent_page(ObjectId(id as u64), version);
@@ -209,6 +204,32 @@ pub fn check_capacity() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The cache's node loader: node `id`'s newest committed version and slots, read from the
+/// store. A node that cannot be read or decoded is reported and left absent, so that its
+/// capabilities act as void and its bad data is never used.
+///
+/// Nodes are loaded wherever a lookup finds one absent, which must never be while the
+/// store is held: what runs under it (the snapshot, journal and eviction) touches only
+/// process root nodes and dirty nodes, which are never evicted.
+pub fn load_node(id: ObjectId) -> Option<StoredNode> {
+    let mut guard = PERSISTENCE.try_lock().expect("node loaded while the store is held");
+    let persistence = guard.as_mut()?;
+    let loaded = persistence.store.read_node(id).map_err(|error| error.to_string()).and_then(|(version, image)| {
+        let (node, resume_version) = Node::decode(&image).map_err(|error| error.to_string())?;
+        Ok(StoredNode { version, resume_version, node })
+    });
+    match loaded {
+        Ok(stored) => {
+            persistence.kernel_counters.loaded_nodes_total += 1;
+            Some(stored)
+        }
+        Err(error) => {
+            println!("holdfast: node {}: {error}; its capabilities act as void", id.0);
+            None
+        }
+    }
 }
 
 /// Reads page `id`'s newest committed contents from the store into `bytes`.
@@ -242,10 +263,13 @@ fn heap_free_target_bytes() -> usize {
 
 /// Pages evicted at once: each eviction drops every translation, so it is done in batches.
 const EVICTION_BATCH_PAGES: usize = 512;
+/// Nodes evicted with each batch of pages (about half a megabyte of them).
+const EVICTION_BATCH_NODES: usize = 1024;
 
 /// Makes room for pages to be loaded, if the heap runs low: evicts clean pages other than
-/// `keep`, after a checkpoint if too few are clean (the world is stopped anyway). The
-/// caller holds the object cache but not the scheduler.
+/// `keep`, after a checkpoint if too few are clean (the world is stopped anyway), and clean
+/// nodes other than the processes' root nodes. The caller holds the object cache but not
+/// the scheduler.
 pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String> {
     if memory::heap_free_bytes() >= heap_free_target_bytes() {
         return Ok(());
@@ -263,14 +287,16 @@ pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String>
         persistence.checkpoint_now(objects)?;
         victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
     }
-    if victims.is_empty() {
-        return Ok(());
-    }
+    // Root nodes stay: the snapshot and the journal read them with the store held, when no
+    // node may be loaded (see `load_node`).
+    let roots: Vec<ObjectId> = process::roots_and_names().into_iter().map(|(root, _)| root).collect();
     process::drop_all_translations(objects);
     for &id in &victims {
         drop(objects.cache.evict(id));
     }
-    persistence.kernel_counters.evicted_pages_total += victims.len() as u64;
+    let counters = &mut persistence.kernel_counters;
+    counters.evicted_pages_total += victims.len() as u64;
+    counters.evicted_nodes_total += objects.cache.evict_nodes(EVICTION_BATCH_NODES, &roots) as u64;
     Ok(())
 }
 
@@ -325,6 +351,8 @@ pub fn counters_text() -> Option<String> {
             ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
             ("holdfast_journal_writes_total", kernel.journal_writes_total as f64),
             ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
+            ("holdfast_evicted_nodes_total", kernel.evicted_nodes_total as f64),
+            ("holdfast_loaded_nodes_total", kernel.loaded_nodes_total as f64),
         ];
         for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics) {
             let _ = writeln!(text, "{name} {value}");

@@ -2,15 +2,20 @@
 //!
 //! Every use of a capability goes through [`ObjectCache::check`] or one of the accessors
 //! built on it, so a capability whose version is behind its object's is void everywhere at
-//! once — that is revocation, and it costs one comparison. The store (a later part of the
-//! kernel) fills this cache on demand and evicts from it; until then every object is
-//! resident from boot.
+//! once — that is revocation, and it costs one comparison.
+//!
+//! With a store behind it, the cache holds only part of the objects. A page's entry (its
+//! version) is always here and its bytes are loaded by the kernel before use. A node is
+//! loaded whole, version and slots, by any lookup that finds it absent, through the loader
+//! the kernel installs ([`ObjectCache::set_node_loader`]): a node is reached from many
+//! paths (invocations, space walks, keepers), and each of them sees it as if it had always
+//! been here. Clean objects are evicted when memory runs short.
 
 use core::cell::Cell;
 
 use crate::capability::ObjectKind;
 use crate::image::NODE_IMAGE_BYTES;
-use crate::table::ObjectTable;
+use crate::table::{LoadableTable, ObjectTable};
 use crate::{CapType, Capability, Node, ObjectId, Slot, Version};
 
 /// The capability is void: its type is void, its object is gone, or its version is stale.
@@ -46,6 +51,17 @@ struct PageEntry<F> {
     dirty: Cell<bool>,
 }
 
+/// A node as the store holds it: what the node loader returns.
+pub struct StoredNode {
+    pub version: Version,
+    pub resume_version: Version,
+    pub node: Node,
+}
+
+/// Reads node `id`'s newest committed state from the store; `None` if it cannot (the
+/// loader says why: the node's capabilities then act as void, its bad data never used).
+pub type NodeLoader = fn(ObjectId) -> Option<StoredNode>;
+
 /// A node as a snapshot takes it: its versions and its image, ready for the store.
 pub struct NodeSnapshot {
     pub id: ObjectId,
@@ -55,8 +71,12 @@ pub struct NodeSnapshot {
 
 /// Pages hold frames of type `F` (in the kernel a physical frame, on the host a buffer).
 pub struct ObjectCache<F> {
-    nodes: ObjectTable<NodeEntry>,
+    nodes: LoadableTable<NodeEntry>,
     pages: ObjectTable<PageEntry<F>>,
+    /// Loads absent nodes (see the module's comment); `None` without a store, when every
+    /// node is here.
+    node_loader: Option<NodeLoader>,
+    nodes_loaded_total: Cell<u64>,
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
     /// translations depended on.
     translation_epoch: u64,
@@ -73,11 +93,52 @@ impl<F> Default for ObjectCache<F> {
 impl<F> ObjectCache<F> {
     pub const fn new() -> Self {
         Self {
-            nodes: ObjectTable::new(),
+            nodes: LoadableTable::new(),
             pages: ObjectTable::new(),
+            node_loader: None,
+            nodes_loaded_total: Cell::new(0),
             translation_epoch: 1,
             dirty_pages: Cell::new(0),
         }
+    }
+
+    /// Absent nodes are loaded by `loader` from now on.
+    pub fn set_node_loader(&mut self, loader: NodeLoader) {
+        self.node_loader = Some(loader);
+    }
+
+    /// Nodes `1..count` are on the store: each is loaded when first used.
+    pub fn know_stored_nodes(&mut self, count: u64) {
+        self.nodes.know_up_to(count);
+    }
+
+    /// How many nodes were loaded from the store.
+    pub fn nodes_loaded_total(&self) -> u64 {
+        self.nodes_loaded_total.get()
+    }
+
+    /// Node `id`'s entry, loaded first if it is on the store only.
+    #[inline]
+    fn node_entry(&self, id: ObjectId) -> Option<&NodeEntry> {
+        self.nodes.get_or_load(&id, || {
+            // Node 0 does not exist: ids start at 1.
+            let loader = self.node_loader.filter(|_| id.0 != 0)?;
+            let StoredNode { version, resume_version, node } = loader(id)?;
+            self.nodes_loaded_total.set(self.nodes_loaded_total.get() + 1);
+            Some(NodeEntry {
+                version,
+                resume_version,
+                node,
+                translated_in: Cell::new(0),
+                translated_slots: Cell::new(0),
+                dirty: false,
+            })
+        })
+    }
+
+    fn node_entry_mut(&mut self, id: ObjectId) -> Option<&mut NodeEntry> {
+        self.node_entry(id)?;
+        self.nodes.get_mut(&id)
     }
 
     /// Adds a new node `id` with `version` (dirty: the store has never seen it); returns
@@ -92,7 +153,8 @@ impl<F> ObjectCache<F> {
     }
 
     fn insert_node_entry(&mut self, id: ObjectId, version: Version, resume_version: Version, node: Node, dirty: bool) -> bool {
-        if self.nodes.contains_key(&id) {
+        // A known id is taken even while its node is on the store only.
+        if self.nodes.get(&id).is_some() || (self.node_loader.is_some() && id.0 < self.nodes.known()) {
             return false;
         }
         let entry = NodeEntry {
@@ -171,9 +233,29 @@ impl<F> ObjectCache<F> {
         self.pages
             .iter()
             .filter(|(id, entry)| entry.frame.is_some() && !entry.dirty.get() && !keep.contains(id))
-            .map(|(&id, _)| id)
+            .map(|(id, _)| id)
             .take(count)
             .collect()
+    }
+
+    /// Evicts up to `count` loaded clean nodes, none of them in `keep`, if a loader can load
+    /// them again; returns how many. The caller drops every translation first (the nodes'
+    /// records of which translations read them go with them).
+    pub fn evict_nodes(&mut self, count: usize, keep: &[ObjectId]) -> usize {
+        if self.node_loader.is_none() {
+            return 0;
+        }
+        let victims: alloc::vec::Vec<ObjectId> = self
+            .nodes
+            .iter()
+            .filter(|(id, entry)| !entry.dirty && !keep.contains(id))
+            .map(|(id, _)| id)
+            .take(count)
+            .collect();
+        for id in &victims {
+            self.nodes.unload(id);
+        }
+        victims.len()
     }
 
     /// Page `id` may change without the kernel seeing it (it is mapped writable) or the
@@ -195,7 +277,7 @@ impl<F> ObjectCache<F> {
     /// The snapshot's nodes: every dirty node's image, after which all nodes are clean.
     pub fn take_dirty_nodes(&mut self) -> alloc::vec::Vec<NodeSnapshot> {
         let mut taken = alloc::vec::Vec::new();
-        for (&id, entry) in self.nodes.iter_mut().filter(|(_, entry)| entry.dirty) {
+        for (id, entry) in self.nodes.iter_mut().filter(|(_, entry)| entry.dirty) {
             entry.dirty = false;
             taken.push(NodeSnapshot {
                 id,
@@ -212,7 +294,7 @@ impl<F> ObjectCache<F> {
     pub fn take_dirty_pages(&mut self) -> alloc::vec::Vec<(ObjectId, Version)> {
         let mut taken = alloc::vec::Vec::new();
         // Only a resident page can be dirty.
-        for (&id, entry) in self.pages.iter().filter(|(_, entry)| entry.dirty.get()) {
+        for (id, entry) in self.pages.iter().filter(|(_, entry)| entry.dirty.get()) {
             entry.dirty.set(false);
             taken.push((id, entry.version));
         }
@@ -225,15 +307,15 @@ impl<F> ObjectCache<F> {
         self.pages.get(&id).and_then(|entry| entry.frame.as_ref())
     }
 
-    /// How many nodes, pages and resident pages are here.
+    /// How many nodes are loaded, how many pages are known and how many are resident.
     pub fn object_counts(&self) -> (usize, usize, usize) {
         let resident = self.pages.values().filter(|entry| entry.frame.is_some()).count();
-        (self.nodes.len(), self.pages.len(), resident)
+        (self.nodes.loaded(), self.pages.len(), resident)
     }
 
     /// The current capability of `kind` to node `id`, as its owner would mint it.
     pub fn node_capability(&self, kind: CapType, id: ObjectId) -> Option<Capability> {
-        let entry = self.nodes.get(&id)?;
+        let entry = self.node_entry(id)?;
         let version = if kind == CapType::Resume {
             entry.resume_version
         } else {
@@ -260,7 +342,7 @@ impl<F> ObjectCache<F> {
                     .ok_or(Void)
             }
             Some(ObjectKind::Node) => {
-                let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
+                let entry = self.node_entry(capability.object()).ok_or(Void)?;
                 let version = if capability.kind() == CapType::Resume {
                     entry.resume_version
                 } else {
@@ -284,7 +366,7 @@ impl<F> ObjectCache<F> {
     /// The node a live node-backed capability names (node, space, process, start, meter,
     /// indirector); the caller checks the rights its method needs.
     pub fn node(&self, capability: &Capability) -> Result<&Node, Void> {
-        let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
+        let entry = self.node_entry(capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         Ok(&entry.node)
     }
@@ -293,7 +375,7 @@ impl<F> ObjectCache<F> {
     /// so that changing it must drop the page-table entries made since
     /// [`Self::forget_translations`].
     pub fn node_for_translation(&self, capability: &Capability, slot: Slot) -> Result<&Node, Void> {
-        let entry = self.nodes.get(&capability.object()).ok_or(Void)?;
+        let entry = self.node_entry(capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         self.mark_entry(entry, 1 << slot.index());
         Ok(&entry.node)
@@ -302,7 +384,7 @@ impl<F> ObjectCache<F> {
     /// Records that a translation now depends on the slots of node `id` in `slots` (bit i:
     /// slot i; see [`Self::node_for_translation`]).
     pub fn mark_translated(&self, id: ObjectId, slots: u32) {
-        if let Some(entry) = self.nodes.get(&id) {
+        if let Some(entry) = self.node_entry(id) {
             self.mark_entry(entry, slots);
         }
     }
@@ -329,7 +411,7 @@ impl<F> ObjectCache<F> {
     }
 
     pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {
-        let entry = self.nodes.get_mut(&capability.object()).ok_or(Void)?;
+        let entry = self.node_entry_mut(capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         entry.dirty = true;
         Ok(&mut entry.node)
@@ -386,7 +468,7 @@ impl<F> ObjectCache<F> {
     /// Voids every capability to node `id` (resume capabilities included) by moving its
     /// version on. Returns `false` if the node is not here.
     pub fn rescind_node(&mut self, id: ObjectId) -> bool {
-        let Some(entry) = self.nodes.get_mut(&id) else {
+        let Some(entry) = self.node_entry_mut(id) else {
             return false;
         };
         entry.version = entry.version.next();
@@ -411,7 +493,7 @@ impl<F> ObjectCache<F> {
             return Err(Void);
         }
         self.check(resume)?;
-        let entry = self.nodes.get_mut(&resume.object()).ok_or(Void)?;
+        let entry = self.node_entry_mut(resume.object()).ok_or(Void)?;
         entry.resume_version = entry.resume_version.next();
         entry.dirty = true;
         Ok(())
@@ -542,6 +624,44 @@ mod tests {
         assert_eq!(cache.evict(ObjectId(5)), Some([9, 1, 1, 1, 1, 1, 1, 1]));
         assert_eq!(cache.object_counts(), (0, 1, 0));
         assert_eq!(cache.check(&page), Ok(()), "evicted, still live");
+    }
+
+    /// The store of the loading test: node `id` has version `id`, resume version 1 and its
+    /// id in slot 0; node 13 cannot be read.
+    fn load_test_node(id: ObjectId) -> Option<StoredNode> {
+        let mut node = Node::default();
+        node.swap(slot(0), Capability::number([id.0, 0]));
+        (id.0 != 13).then_some(StoredNode { version: Version(id.0), resume_version: Version(1), node })
+    }
+
+    #[test]
+    fn absent_nodes_load_on_any_use_and_clean_ones_are_evicted() {
+        let mut cache = Cache::default();
+        cache.set_node_loader(load_test_node);
+        cache.know_stored_nodes(20);
+        let node = Capability::new(CapType::Node, ObjectId(7), Version(7));
+        assert_eq!(cache.object_counts().0, 0, "nothing loaded yet");
+        assert_eq!(cache.check(&node), Ok(()), "checking loads");
+        assert_eq!(cache.fetch(&node, slot(0)), Ok(Capability::number([7, 0])));
+        let stale = Capability::new(CapType::Node, ObjectId(8), Version(3));
+        assert_eq!(cache.check(&stale), Err(Void), "the stored version counts");
+        let resume = Capability::new(CapType::Resume, ObjectId(9), Version(1));
+        assert_eq!(cache.consume_resume(&resume), Ok(()), "a mutation loads too");
+        assert_eq!(cache.nodes_loaded_total(), 3);
+        let unreadable = Capability::new(CapType::Node, ObjectId(13), Version(13));
+        assert_eq!(cache.check(&unreadable), Err(Void), "an unreadable node is void");
+        let unknown = Capability::new(CapType::Node, ObjectId(20), Version(20));
+        assert_eq!(cache.check(&unknown), Err(Void), "beyond the stored nodes");
+        assert!(!cache.insert_node(ObjectId(5), Version(0), Node::default()), "a stored id is taken");
+        assert!(cache.insert_node(ObjectId(20), Version(0), Node::default()));
+
+        // Node 9 is dirty (its resume version moved), node 20 new: both stay.
+        assert_eq!(cache.evict_nodes(100, &[ObjectId(8)]), 1, "only node 7: 8 is kept");
+        assert_eq!(cache.object_counts().0, 3);
+        assert_eq!(cache.take_dirty_nodes().len(), 2);
+        assert_eq!(cache.evict_nodes(100, &[]), 3);
+        assert_eq!(cache.check(&node), Ok(()), "loaded again");
+        assert_eq!(cache.nodes_loaded_total(), 4);
     }
 
     #[test]

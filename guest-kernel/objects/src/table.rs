@@ -1,34 +1,26 @@
 //! The object cache's tables: objects by id, with the lookups of the invocation path cheap.
 //!
-//! Objects live in a slab (a vector whose entries never move to another index while they
-//! are here); a hash map from id to index finds any of them, and a small direct-mapped
-//! table of recent lookups finds the ones in use without hashing. Under TCG a hash-map
-//! lookup is some 80 instructions and an invocation makes several; a hit in the recent
-//! table is a dozen. The recent table is only a hint: a hit counts only if the slab entry
-//! it points to holds the id asked for, so a stale hint costs a hash lookup, never a wrong
-//! object.
+//! Object ids are handed out in order and never reused (the kernel numbers objects as it
+//! makes them, the store keeps the numbering), so a table is a vector indexed by id: a
+//! lookup is a bounds check and a load, where a hash map under TCG is some 80 instructions
+//! and an invocation makes several. A table holds an entry per id up to the highest one it
+//! has seen: a few bytes for each object ever made.
+//!
+//! - [`ObjectTable`] holds its entries in place (pages: a version and a frame handle).
+//! - [`LoadableTable`] holds each entry in its own allocation, filled on first use through
+//!   a shared borrow and emptied again to free memory (nodes: their images are read from the
+//!   store when used and evicted when clean; see [`crate::cache`]).
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::cell::Cell;
-
-use hashbrown::HashMap;
-use rustc_hash::FxBuildHasher;
+use core::cell::OnceCell;
 
 use crate::ObjectId;
 
-/// Entries in the table of recent lookups; an object's entry is its id modulo this, so
-/// that objects made one after another (as the kernel numbers them) do not collide.
-const RECENT_ENTRIES: usize = 128;
-
-/// Objects of type `V` by id: the subset of a hash map's interface the cache uses.
+/// Objects of type `V` by id, held in place.
 pub struct ObjectTable<V> {
-    slots: Vec<Option<(ObjectId, V)>>,
-    /// Where each object is in `slots`.
-    index: HashMap<ObjectId, usize, FxBuildHasher>,
-    /// Slots emptied by `remove`, to be filled again.
-    free: Vec<usize>,
-    /// Recent lookups: an id and its slot index plus one (0: empty).
-    recent: [Cell<(u64, usize)>; RECENT_ENTRIES],
+    slots: Vec<Option<V>>,
+    len: usize,
 }
 
 impl<V> Default for ObjectTable<V> {
@@ -37,121 +29,169 @@ impl<V> Default for ObjectTable<V> {
     }
 }
 
+/// The vector index of `id`; `None` for an id no table could hold (beyond the address
+/// space), which is then simply not here.
+fn index(id: ObjectId) -> Option<usize> {
+    usize::try_from(id.0).ok()
+}
+
 impl<V> ObjectTable<V> {
     pub const fn new() -> Self {
-        Self {
-            slots: Vec::new(),
-            index: HashMap::with_hasher(FxBuildHasher),
-            free: Vec::new(),
-            recent: [const { Cell::new((0, 0)) }; RECENT_ENTRIES],
-        }
-    }
-
-    fn recent_entry(&self, id: ObjectId) -> &Cell<(u64, usize)> {
-        &self.recent[id.0 as usize % RECENT_ENTRIES]
-    }
-
-    /// The slot index of `id`, if it is here.
-    #[inline]
-    fn find(&self, id: ObjectId) -> Option<usize> {
-        let recent = self.recent_entry(id);
-        let (recent_id, index_plus_one) = recent.get();
-        if recent_id == id.0
-            && let Some(index) = index_plus_one.checked_sub(1)
-            && matches!(self.slots.get(index), Some(Some((held, _))) if *held == id)
-        {
-            return Some(index);
-        }
-        let index = *self.index.get(&id)?;
-        recent.set((id.0, index + 1));
-        Some(index)
+        Self { slots: Vec::new(), len: 0 }
     }
 
     pub fn contains_key(&self, id: &ObjectId) -> bool {
-        self.find(*id).is_some()
+        self.get(id).is_some()
     }
 
     #[inline]
     pub fn get(&self, id: &ObjectId) -> Option<&V> {
-        let index = self.find(*id)?;
-        self.slots[index].as_ref().map(|(_, value)| value)
+        self.slots.get(index(*id)?)?.as_ref()
     }
 
     #[inline]
     pub fn get_mut(&mut self, id: &ObjectId) -> Option<&mut V> {
-        let index = self.find(*id)?;
-        self.slots[index].as_mut().map(|(_, value)| value)
+        self.slots.get_mut(index(*id)?)?.as_mut()
     }
 
     /// Adds or replaces `id`'s value; returns the value replaced.
     pub fn insert(&mut self, id: ObjectId, value: V) -> Option<V> {
-        if let Some(index) = self.find(id) {
-            let (_, old) = self.slots[index].replace((id, value))?;
-            return Some(old);
+        let index = index(id).expect("ids are handed out in order from 0");
+        if index >= self.slots.len() {
+            self.slots.resize_with(index + 1, || None);
         }
-        let index = match self.free.pop() {
-            Some(index) => {
-                self.slots[index] = Some((id, value));
-                index
-            }
-            None => {
-                self.slots.push(Some((id, value)));
-                self.slots.len() - 1
-            }
-        };
-        self.index.insert(id, index);
-        None
+        let old = self.slots[index].replace(value);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
     }
 
     pub fn remove(&mut self, id: &ObjectId) -> Option<V> {
-        let index = self.index.remove(id)?;
-        // The hint would be refused anyway once the slot holds another id; dropping it
-        // keeps the table of recent lookups free of dead entries.
-        let recent = self.recent_entry(*id);
-        if recent.get().0 == id.0 {
-            recent.set((0, 0));
+        let old = self.slots.get_mut(index(*id)?)?.take();
+        if old.is_some() {
+            self.len -= 1;
         }
-        self.free.push(index);
-        self.slots[index].take().map(|(_, value)| value)
+        old
     }
 
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.len == 0
     }
 
-    /// Every object, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&ObjectId, &V)> {
+    /// Every object, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (ObjectId, &V)> {
         self.slots
             .iter()
-            .filter_map(|slot| slot.as_ref().map(|(id, value)| (id, value)))
-    }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&ObjectId, &mut V)> {
-        self.slots
-            .iter_mut()
-            .filter_map(|slot| slot.as_mut().map(|(id, value)| (&*id, value)))
-    }
-
-    pub fn keys(&self) -> impl Iterator<Item = &ObjectId> {
-        self.iter().map(|(id, _)| id)
+            .enumerate()
+            .filter_map(|(index, slot)| Some((ObjectId(index as u64), slot.as_ref()?)))
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.iter().map(|(_, value)| value)
+        self.slots.iter().flatten()
+    }
+}
+
+/// Objects of type `V` by id, each in its own allocation, which may be absent while the
+/// object is known (on the store): [`Self::get_or_load`] fills it through a shared borrow,
+/// so that every lookup on every path can load what it finds absent, and
+/// [`Self::unload`] empties it again. Filling never moves another entry, so references
+/// handed out earlier stay valid.
+pub struct LoadableTable<V> {
+    slots: Vec<OnceCell<Box<V>>>,
+}
+
+impl<V> Default for LoadableTable<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V> LoadableTable<V> {
+    pub const fn new() -> Self {
+        Self { slots: Vec::new() }
     }
 
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        self.iter_mut().map(|(_, value)| value)
+    /// How many ids the table knows of (`0..known()`), loaded or not.
+    pub fn known(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// Knows of ids `0..count` from now on: those not loaded are absent until
+    /// [`Self::get_or_load`] loads them.
+    pub fn know_up_to(&mut self, count: u64) {
+        let count = usize::try_from(count).expect("ids fit the address space");
+        if count > self.slots.len() {
+            self.slots.resize_with(count, OnceCell::new);
+        }
+    }
+
+    /// `id`'s entry if it is loaded.
+    #[inline]
+    pub fn get(&self, id: &ObjectId) -> Option<&V> {
+        self.slots.get(index(*id)?)?.get().map(|entry| &**entry)
+    }
+
+    /// `id`'s entry, loaded by `load` first if `id` is known but absent; `None` if `id` is
+    /// not known or `load` finds nothing.
+    #[inline]
+    pub fn get_or_load(&self, id: &ObjectId, load: impl FnOnce() -> Option<V>) -> Option<&V> {
+        let cell = self.slots.get(index(*id)?)?;
+        if let Some(entry) = cell.get() {
+            return Some(entry);
+        }
+        // Loaded outside `get_or_init`, whose closure must not reach the cell: should `load`
+        // fill it meanwhile, that entry stays and this one is dropped.
+        let entry = load()?;
+        Some(&**cell.get_or_init(|| Box::new(entry)))
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, id: &ObjectId) -> Option<&mut V> {
+        self.slots.get_mut(index(*id)?)?.get_mut().map(|entry| &mut **entry)
+    }
+
+    /// Adds or replaces `id`'s entry; the table knows of every id up to `id` from now on.
+    pub fn insert(&mut self, id: ObjectId, value: V) {
+        let index = index(id).expect("ids are handed out in order from 0");
+        self.know_up_to(index as u64 + 1);
+        self.slots[index] = OnceCell::from(Box::new(value));
+    }
+
+    /// Empties `id`'s entry (the id stays known) and returns what it held.
+    pub fn unload(&mut self, id: &ObjectId) -> Option<Box<V>> {
+        self.slots.get_mut(index(*id)?)?.take()
+    }
+
+    /// How many entries are loaded.
+    pub fn loaded(&self) -> usize {
+        self.slots.iter().filter(|slot| slot.get().is_some()).count()
+    }
+
+    /// Every loaded entry, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (ObjectId, &V)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(index, slot)| Some((ObjectId(index as u64), &**slot.get()?)))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (ObjectId, &mut V)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(index, slot)| Some((ObjectId(index as u64), &mut **slot.get_mut()?)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::cell::Cell;
 
     #[test]
     fn finds_what_was_inserted_and_nothing_else() {
@@ -161,45 +201,40 @@ mod tests {
         }
         for id in 0..1000 {
             assert_eq!(table.get(&ObjectId(id * 7)), Some(&id));
-            // Twice: the second lookup is a hit in the recent table.
-            assert_eq!(table.get(&ObjectId(id * 7)), Some(&id));
             assert_eq!(table.get(&ObjectId(id * 7 + 1)), None);
         }
+        assert_eq!(table.get(&ObjectId(u64::MAX)), None, "far beyond the table");
         assert_eq!(table.len(), 1000);
         assert_eq!(table.insert(ObjectId(14), 99), Some(2));
         assert_eq!(table.get(&ObjectId(14)), Some(&99));
         *table.get_mut(&ObjectId(21)).unwrap() += 1;
         assert_eq!(table.get(&ObjectId(21)), Some(&4));
+        assert_eq!(table.remove(&ObjectId(21)), Some(4));
+        assert_eq!((table.get(&ObjectId(21)), table.len()), (None, 999));
+        assert_eq!(table.iter().next(), Some((ObjectId(0), &0)));
     }
 
     #[test]
-    fn a_removed_object_is_gone_even_from_recent_lookups() {
-        let mut table = ObjectTable::new();
-        table.insert(ObjectId(5), 'a');
-        table.insert(ObjectId(5 + RECENT_ENTRIES as u64), 'b');
-        assert_eq!(table.get(&ObjectId(5)), Some(&'a'));
-        assert_eq!(table.remove(&ObjectId(5)), Some('a'));
-        assert_eq!(table.get(&ObjectId(5)), None);
-        assert!(!table.contains_key(&ObjectId(5)));
-        // The freed slot goes to a new object; the old id still finds nothing.
-        table.insert(ObjectId(6), 'c');
-        assert_eq!(table.get(&ObjectId(5)), None);
-        assert_eq!(table.get(&ObjectId(6)), Some(&'c'));
-        assert_eq!(table.get(&ObjectId(5 + RECENT_ENTRIES as u64)), Some(&'b'));
-        let mut all: Vec<_> = table.iter().map(|(id, value)| (id.0, *value)).collect();
-        all.sort_unstable();
-        assert_eq!(all, [(6, 'c'), (5 + RECENT_ENTRIES as u64, 'b')]);
-    }
-
-    #[test]
-    fn a_stale_hint_is_not_trusted() {
-        let mut table = ObjectTable::new();
-        table.insert(ObjectId(3), 30);
-        assert_eq!(table.get(&ObjectId(3)), Some(&30));
-        // Forge a hint pointing id 4 at id 3's slot.
-        table.recent_entry(ObjectId(4)).set((4, 1));
-        assert_eq!(table.get(&ObjectId(4)), None);
-        table.insert(ObjectId(4), 40);
-        assert_eq!(table.get(&ObjectId(4)), Some(&40));
+    fn a_loadable_table_loads_known_ids_once_and_unloads_them() {
+        let mut table = LoadableTable::new();
+        table.insert(ObjectId(1), 'a');
+        table.know_up_to(4);
+        let loads = Cell::new(0);
+        let load = |value| {
+            loads.set(loads.get() + 1);
+            Some(value)
+        };
+        assert_eq!(table.get(&ObjectId(3)), None, "known, not loaded");
+        assert_eq!(table.get_or_load(&ObjectId(3), || load('c')), Some(&'c'));
+        assert_eq!(table.get_or_load(&ObjectId(3), || load('x')), Some(&'c'), "loaded once");
+        assert_eq!(table.get_or_load(&ObjectId(1), || load('x')), Some(&'a'));
+        assert_eq!(table.get_or_load(&ObjectId(4), || load('x')), None, "not known");
+        assert_eq!(table.get_or_load(&ObjectId(2), || None), None, "nothing found");
+        assert_eq!(loads.get(), 1);
+        assert_eq!(table.loaded(), 2);
+        assert_eq!(table.unload(&ObjectId(3)).as_deref(), Some(&'c'));
+        assert_eq!((table.get(&ObjectId(3)), table.known()), (None, 4));
+        *table.get_mut(&ObjectId(1)).unwrap() = 'b';
+        assert_eq!(table.iter().collect::<Vec<_>>(), [(ObjectId(1), &'b')]);
     }
 }

@@ -2,7 +2,8 @@
 //! page_toucher.rs) writes and reads back every page of a space four times larger than the
 //! VM's RAM, twice over, so that the kernel must load pages from the store on demand, evict
 //! clean ones when memory runs short, and checkpoint dirty ones to make them clean; every
-//! page must read back what was written.
+//! page must read back what was written. The nodes of the space tree are evicted with the
+//! pages and loaded again when a walk needs them.
 
 mod support;
 
@@ -94,14 +95,24 @@ fn a_store_four_times_the_guest_memory_is_paged() {
     }
     let counters = run_holdfast(&["vm", "counters", &name]);
     assert_eq!(counters.status, Some(0), "{}", counters.transcript());
-    let evicted: f64 = counters
-        .stdout
-        .lines()
-        .find_map(|line| line.strip_prefix("holdfast_evicted_pages_total "))
-        .and_then(|value| value.parse().ok())
-        .expect("an evicted-pages counter");
+    let counter = |name: &str| -> f64 {
+        counters
+            .stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no counter {name}:\n{}", counters.stdout))
+    };
+    let evicted = counter("holdfast_evicted_pages_total");
     // Each round touches four times what fits: most pages must have gone out and come back.
     assert!(evicted >= (PAGE_COUNT * ROUNDS) as f64, "only {evicted} pages evicted\n{}", counters.stdout);
-    eprintln!("{PAGE_COUNT} pages in {MEMORY_MIB} MiB of guest memory: {evicted} evictions");
+    // The space tree's nodes go out with the pages and are loaded again by the walks that
+    // need them.
+    let (nodes_evicted, nodes_loaded) = (counter("holdfast_evicted_nodes_total"), counter("holdfast_loaded_nodes_total"));
+    assert!(nodes_evicted > 0.0 && nodes_loaded > 0.0, "nodes never paged\n{}", counters.stdout);
+    eprintln!(
+        "{PAGE_COUNT} pages in {MEMORY_MIB} MiB of guest memory: {evicted} page evictions, \
+         {nodes_evicted} node evictions, {nodes_loaded} node loads"
+    );
     let _ = run_holdfast(&["vm", "kill", &name]);
 }
