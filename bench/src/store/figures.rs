@@ -184,7 +184,7 @@ pub struct RestartRun {
     pub ready_from_qemu_start: std::time::Duration,
     /// The guest's own figure on its ready line.
     pub ready_from_first_instruction: std::time::Duration,
-    /// QEMU start → the kernel's restart line (every object read back).
+    /// QEMU start → the kernel's restart line (the process table rebuilt).
     pub restarted_from_qemu_start: std::time::Duration,
     /// QEMU start → the restarted program's first line.
     pub serving_from_qemu_start: std::time::Duration,

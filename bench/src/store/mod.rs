@@ -443,9 +443,10 @@ fn notes(size: StoreSize) -> Vec<String> {
         format!(
             "restart to serving: host clock from spawning QEMU on the store the first boot left (killed once its \
              last checkpoint was migrated home) to the restarted bench-store's first line; the host sends it a \
-             byte on its control channel as soon as the kernel prints `{}` (every object read back). The store \
+             byte on its control channel as soon as the kernel prints `{}` (its process table rebuilt). The store \
              holds the whole system; 1 GiB is extrapolated: the boot to HOLDFAST-READY as measured, the rest \
-             scaled by the store's size (a restart reads every node and every page's version before it serves; pages load when used).",
+             scaled by the store's size (a restart reads every page's version and the processes' root nodes \
+             before it serves; other nodes and pages load when used).",
             figures::RESTART_LINE_PREFIX.trim_end()
         ),
         format!(

@@ -7,8 +7,10 @@
 //! 1. **Snapshot**, with the world stopped (no process runs while the kernel does): a
 //!    consistency check of the process table; every process's registers and run state
 //!    written into its root node; every translation dropped, so that no page can be written
-//!    without a fault; the dirty nodes encoded and the dirty pages listed (their contents
-//!    stay where they are: copy on write).
+//!    without a fault (the page tables are freed later, a few at each step); the dirty
+//!    nodes encoded and the list of dirty pages taken whole (their contents stay where they
+//!    are: copy on write). Nothing here visits every page, so that the pause does not grow
+//!    with memory.
 //! 2. **Stabilization**, in steps of [`STEP_OBJECTS`] objects at each timer tick and in the
 //!    idle loop: the checkpoint directory, the node images and the pages go to the log. A
 //!    page about to be written before its turn is copied first ([`before_page_write`]).
@@ -58,21 +60,18 @@ const FORCED_LOG_FILL: f64 = 0.65;
 /// free the log: what is left is for the checkpoint itself.
 const JOURNAL_LOG_FILL_MAX: f64 = 0.8;
 
-/// A page of the snapshot not yet in the log.
-enum SnapshotPage {
-    /// Unchanged since the snapshot: its frame still holds the snapshot's contents.
-    Live(Version),
-    /// Written after the snapshot: the snapshot's contents, copied just before.
-    Copied(Version, Box<[u8; PAGE_BYTES]>),
-}
-
 struct Stabilization {
     generation: u64,
     snapshot_tsc: u64,
     snapshot_pause_us: u64,
     directory: Option<Box<[u8; DIRECTORY_BYTES]>>,
     nodes: Vec<NodeSnapshot>,
-    pages: BTreeMap<ObjectId, SnapshotPage>,
+    /// The snapshot's pages, stored in order from `next_page` on. A page not yet stored
+    /// whose frame still holds the snapshot's contents is stored from its frame; one written
+    /// since has its snapshot contents and version in `copies`.
+    pages: Vec<ObjectId>,
+    next_page: usize,
+    copies: BTreeMap<ObjectId, (Version, Box<[u8; PAGE_BYTES]>)>,
     node_count: usize,
     page_count: usize,
 }
@@ -291,6 +290,8 @@ pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String>
     // node may be loaded (see `load_node`).
     let roots: Vec<ObjectId> = process::roots_and_names().into_iter().map(|(root, _)| root).collect();
     process::drop_all_translations(objects);
+    // The tables are heap too, and memory is short.
+    crate::space::free_retired_tables(usize::MAX);
     for &id in &victims {
         drop(objects.cache.evict(id));
     }
@@ -389,34 +390,38 @@ pub fn journal_submit(cache: &ObjectCache<Frame>, pages: &[holdfast_objects::Cap
     }
 }
 
-/// Page `id` is about to be written (mapped writable, or written by the kernel): marks it
-/// dirty and, if the checkpoint being stabilized has not stored it yet, copies its snapshot
-/// contents first. The caller holds the object cache.
+/// Page `id` is about to be written (mapped writable, or written by the kernel): if the
+/// checkpoint being stabilized has not stored it yet, copies its snapshot contents first;
+/// then marks it dirty. The caller holds the object cache.
 pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
-    cache.mark_page_dirty(id);
-    let mut persistence = PERSISTENCE.lock();
-    let Some(stabilization) = persistence.as_mut().and_then(|persistence| persistence.stabilization.as_mut()) else {
-        return;
-    };
-    if let Some(page) = stabilization.pages.get_mut(&id)
-        && let SnapshotPage::Live(version) = *page
+    if cache.page_in_snapshot(id)
         && let Some(frame) = cache.page_frame(id)
+        && let Some(version) = cache.page_version(id)
     {
-        *page = SnapshotPage::Copied(version, Box::new(*frame.bytes()));
+        let mut persistence = PERSISTENCE.lock();
+        let stabilization = persistence.as_mut().and_then(|persistence| persistence.stabilization.as_mut());
+        // A page stays in the snapshot only while it is stabilized (or after a checkpoint
+        // failed, when nothing is stored any more).
+        if let Some(stabilization) = stabilization {
+            stabilization.copies.insert(id, (version, Box::new(*frame.bytes())));
+        }
     }
+    cache.mark_page_dirty(id);
 }
 
 /// One step of checkpoint work, if any is due: called at each timer tick (with no process
 /// running) and from the idle loop. Returns whether it did anything.
 pub fn step() -> bool {
+    // Page tables dropped with the translations go back to the heap a few at a time.
+    let freed = crate::space::free_retired_tables(1);
     let mut objects = OBJECTS.lock();
     let mut guard = PERSISTENCE.lock();
     let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
-        return false;
+        return freed;
     };
     let result = persistence.step(&mut objects);
     match result {
-        Ok(worked) => worked,
+        Ok(worked) => worked || freed,
         Err(error) => {
             // The store is left as its last commit made it, and a restart comes back to
             // that; this run goes on without persistence rather than stop serving.
@@ -532,12 +537,7 @@ impl Persistence {
         };
         let directory = directory.encode().map_err(|error| error.to_string())?;
         let nodes = objects.cache.take_dirty_nodes();
-        let pages: BTreeMap<ObjectId, SnapshotPage> = objects
-            .cache
-            .take_dirty_pages()
-            .into_iter()
-            .map(|(id, version)| (id, SnapshotPage::Live(version)))
-            .collect();
+        let pages = objects.cache.take_dirty_pages();
         let generation = self.store.begin_checkpoint().map_err(|error| error.to_string())?;
         let snapshot_tsc = arch::read_tsc();
         let snapshot_pause_us = timer::tsc_to_microseconds(snapshot_tsc - started);
@@ -553,6 +553,8 @@ impl Persistence {
             page_count: pages.len(),
             nodes,
             pages,
+            next_page: 0,
+            copies: BTreeMap::new(),
         });
         self.next_snapshot_tick = timer::ticks() + self.interval_ticks;
         Ok(())
@@ -573,20 +575,21 @@ impl Persistence {
             budget -= 1;
         }
         while budget > 0
-            && let Some((id, page)) = stabilization.pages.pop_first()
+            && let Some(&id) = stabilization.pages.get(stabilization.next_page)
         {
-            match page {
-                SnapshotPage::Live(version) => {
-                    let frame = objects.cache.page_frame(id).expect("pages are never removed");
-                    self.store.checkpoint_write_page(id, version, frame.bytes()).map_err(store_error)?;
-                }
-                SnapshotPage::Copied(version, bytes) => {
-                    self.store.checkpoint_write_page(id, version, &bytes).map_err(store_error)?;
-                }
+            if let Some((version, bytes)) = stabilization.copies.remove(&id) {
+                self.store.checkpoint_write_page(id, version, &bytes).map_err(store_error)?;
+            } else {
+                // Not written since the snapshot, so neither evicted: dirty pages stay.
+                let frame = objects.cache.page_frame(id).expect("a page of the snapshot is resident");
+                let version = objects.cache.page_version(id).expect("pages are never removed");
+                self.store.checkpoint_write_page(id, version, frame.bytes()).map_err(store_error)?;
             }
+            objects.cache.page_stored(id);
+            stabilization.next_page += 1;
             budget -= 1;
         }
-        if !stabilization.nodes.is_empty() || !stabilization.pages.is_empty() {
+        if !stabilization.nodes.is_empty() || stabilization.next_page < stabilization.pages.len() {
             return Ok(());
         }
         let generation = self.store.commit_checkpoint().map_err(store_error)?;

@@ -11,7 +11,7 @@
 //! paths (invocations, space walks, keepers), and each of them sees it as if it had always
 //! been here. Clean objects are evicted when memory runs short.
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 
 use crate::capability::ObjectKind;
 use crate::image::NODE_IMAGE_BYTES;
@@ -35,7 +35,7 @@ struct NodeEntry {
     /// A change to any other slot (a process's capability register, say, in a root node
     /// whose space slot a fault read) leaves every translation as it is.
     translated_slots: Cell<u32>,
-    /// Changed since the last snapshot (or never stored).
+    /// Changed since the last snapshot (or never stored); listed in `dirty_nodes`.
     dirty: bool,
 }
 
@@ -45,11 +45,16 @@ struct PageEntry<F> {
     /// is known, so capabilities to it check as usual, but its bytes must be loaded before
     /// use ([`ObjectCache::install_frame`]).
     frame: Option<F>,
-    /// Changed, or mapped writable, since the last snapshot (or never stored). A cell: the
-    /// kernel writes pages through shared borrows of the cache (ring 3 writes them without
-    /// the kernel at all once mapped).
-    dirty: Cell<bool>,
+    /// The dirty epoch in which the page was last changed or mapped writable, or
+    /// [`CLEAN`] once the store holds it as it is. Dirty in the current epoch: the next
+    /// snapshot takes it. Dirty in the one before: the snapshot being stabilized holds it
+    /// and it is not stored yet. A cell: the kernel writes pages through shared borrows of
+    /// the cache (ring 3 writes them without the kernel at all once mapped).
+    dirty_epoch: Cell<u64>,
 }
+
+/// A page's dirty epoch once the store holds it as it is.
+const CLEAN: u64 = 0;
 
 /// A node as the store holds it: what the node loader returns.
 pub struct StoredNode {
@@ -80,8 +85,13 @@ pub struct ObjectCache<F> {
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
     /// translations depended on.
     translation_epoch: u64,
-    /// How many pages are dirty: what the next checkpoint must write.
-    dirty_pages: Cell<usize>,
+    /// Moved on by each snapshot, so that taking the dirty pages is a swap of lists and
+    /// no page entry is visited (the snapshot's pause must not grow with memory).
+    dirty_epoch: u64,
+    /// The pages dirty in the current epoch, each once: what the next snapshot takes.
+    dirty_pages: RefCell<alloc::vec::Vec<ObjectId>>,
+    /// The dirty nodes, each once.
+    dirty_nodes: alloc::vec::Vec<ObjectId>,
 }
 
 impl<F> Default for ObjectCache<F> {
@@ -98,7 +108,9 @@ impl<F> ObjectCache<F> {
             node_loader: None,
             nodes_loaded_total: Cell::new(0),
             translation_epoch: 1,
-            dirty_pages: Cell::new(0),
+            dirty_epoch: 1,
+            dirty_pages: RefCell::new(alloc::vec::Vec::new()),
+            dirty_nodes: alloc::vec::Vec::new(),
         }
     }
 
@@ -166,6 +178,9 @@ impl<F> ObjectCache<F> {
             dirty,
         };
         self.nodes.insert(id, entry);
+        if dirty {
+            self.dirty_nodes.push(id);
+        }
         true
     }
 
@@ -184,7 +199,7 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return Err(frame);
         }
-        self.pages.insert(id, PageEntry { version, frame: Some(frame), dirty: Cell::new(false) });
+        self.pages.insert(id, PageEntry { version, frame: Some(frame), dirty_epoch: Cell::new(CLEAN) });
         if dirty {
             self.mark_page_dirty(id);
         }
@@ -197,7 +212,7 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return false;
         }
-        self.pages.insert(id, PageEntry { version, frame: None, dirty: Cell::new(false) });
+        self.pages.insert(id, PageEntry { version, frame: None, dirty_epoch: Cell::new(CLEAN) });
         true
     }
 
@@ -222,7 +237,7 @@ impl<F> ObjectCache<F> {
     /// its bytes); the caller makes sure nothing maps the frame any more.
     pub fn evict(&mut self, id: ObjectId) -> Option<F> {
         let entry = self.pages.get_mut(&id)?;
-        if entry.dirty.get() {
+        if entry.dirty_epoch.get() != CLEAN {
             return None;
         }
         entry.frame.take()
@@ -232,7 +247,7 @@ impl<F> ObjectCache<F> {
     pub fn eviction_candidates(&self, count: usize, keep: &[ObjectId]) -> alloc::vec::Vec<ObjectId> {
         self.pages
             .iter()
-            .filter(|(id, entry)| entry.frame.is_some() && !entry.dirty.get() && !keep.contains(id))
+            .filter(|(id, entry)| entry.frame.is_some() && entry.dirty_epoch.get() == CLEAN && !keep.contains(id))
             .map(|(id, _)| id)
             .take(count)
             .collect()
@@ -259,47 +274,65 @@ impl<F> ObjectCache<F> {
     }
 
     /// Page `id` may change without the kernel seeing it (it is mapped writable) or the
-    /// kernel wrote it through a shared borrow: the next snapshot must take it.
+    /// kernel wrote it through a shared borrow: the next snapshot must take it. If the
+    /// snapshot being stabilized holds it unstored ([`Self::page_in_snapshot`]), the caller
+    /// copies it first.
     pub fn mark_page_dirty(&self, id: ObjectId) {
         if let Some(entry) = self.pages.get(&id)
             && entry.frame.is_some()
-            && !entry.dirty.replace(true)
+            && entry.dirty_epoch.replace(self.dirty_epoch) != self.dirty_epoch
         {
-            self.dirty_pages.set(self.dirty_pages.get() + 1);
+            self.dirty_pages.borrow_mut().push(id);
+        }
+    }
+
+    /// Whether the snapshot being stabilized holds page `id` and has not stored it yet: its
+    /// frame still holds the snapshot's contents, which a write must preserve first.
+    pub fn page_in_snapshot(&self, id: ObjectId) -> bool {
+        self.pages.get(&id).is_some_and(|entry| entry.dirty_epoch.get() == self.dirty_epoch - 1)
+    }
+
+    /// The snapshot's copy of page `id` is stored: the page is clean unless written since.
+    pub fn page_stored(&self, id: ObjectId) {
+        if let Some(entry) = self.pages.get(&id)
+            && entry.dirty_epoch.get() == self.dirty_epoch - 1
+        {
+            entry.dirty_epoch.set(CLEAN);
         }
     }
 
     /// How many pages are dirty.
     pub fn dirty_page_count(&self) -> usize {
-        self.dirty_pages.get()
+        self.dirty_pages.borrow().len()
     }
 
     /// The snapshot's nodes: every dirty node's image, after which all nodes are clean.
     pub fn take_dirty_nodes(&mut self) -> alloc::vec::Vec<NodeSnapshot> {
-        let mut taken = alloc::vec::Vec::new();
-        for (id, entry) in self.nodes.iter_mut().filter(|(_, entry)| entry.dirty) {
-            entry.dirty = false;
-            taken.push(NodeSnapshot {
-                id,
-                version: entry.version,
-                image: alloc::boxed::Box::new(entry.node.encode(entry.resume_version)),
-            });
-        }
-        taken
+        let dirty = core::mem::take(&mut self.dirty_nodes);
+        dirty
+            .into_iter()
+            .map(|id| {
+                let entry = self.nodes.get_mut(&id).expect("a dirty node is never evicted");
+                entry.dirty = false;
+                NodeSnapshot { id, version: entry.version, image: alloc::boxed::Box::new(entry.node.encode(entry.resume_version)) }
+            })
+            .collect()
     }
 
-    /// The snapshot's pages: every dirty page's id and version, after which all pages are
-    /// clean. The caller keeps their contents as they are now (copy on write) until stored,
-    /// and must make sure that nothing writes them unseen (drop writable mappings).
-    pub fn take_dirty_pages(&mut self) -> alloc::vec::Vec<(ObjectId, Version)> {
-        let mut taken = alloc::vec::Vec::new();
-        // Only a resident page can be dirty.
-        for (id, entry) in self.pages.iter().filter(|(_, entry)| entry.dirty.get()) {
-            entry.dirty.set(false);
-            taken.push((id, entry.version));
-        }
-        self.dirty_pages.set(0);
-        taken
+    /// The snapshot's pages: every dirty page's id, after which no page is dirty in the new
+    /// epoch. Each stays dirty for eviction, and in the snapshot
+    /// ([`Self::page_in_snapshot`]), until [`Self::page_stored`]. The caller keeps its
+    /// contents as they are now (copy on write) until stored, and must make sure that
+    /// nothing writes them unseen (drop writable mappings). Constant time: no entry is
+    /// visited.
+    pub fn take_dirty_pages(&mut self) -> alloc::vec::Vec<ObjectId> {
+        self.dirty_epoch += 1;
+        core::mem::take(self.dirty_pages.get_mut())
+    }
+
+    /// Page `id`'s version, if the page is here.
+    pub fn page_version(&self, id: ObjectId) -> Option<Version> {
+        self.pages.get(&id).map(|entry| entry.version)
     }
 
     /// Page `id`'s frame, whatever its version (for storing it).
@@ -411,9 +444,13 @@ impl<F> ObjectCache<F> {
     }
 
     pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {
-        let entry = self.node_entry_mut(capability.object()).ok_or(Void)?;
+        let id = capability.object();
+        let entry = self.node_entry_mut(id).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
-        entry.dirty = true;
+        if !core::mem::replace(&mut entry.dirty, true) {
+            self.dirty_nodes.push(id);
+        }
+        let entry = self.nodes.get_mut(&id).expect("just loaded");
         Ok(&mut entry.node)
     }
 
@@ -443,8 +480,8 @@ impl<F> ObjectCache<F> {
         if entry.frame.is_none() {
             return Err(Void);
         }
-        if !entry.dirty.replace(true) {
-            self.dirty_pages.set(self.dirty_pages.get() + 1);
+        if entry.dirty_epoch.replace(self.dirty_epoch) != self.dirty_epoch {
+            self.dirty_pages.get_mut().push(capability.object());
         }
         entry.frame.as_mut().ok_or(Void)
     }
@@ -473,10 +510,21 @@ impl<F> ObjectCache<F> {
         };
         entry.version = entry.version.next();
         entry.resume_version = entry.resume_version.next();
-        entry.dirty = true;
+        self.mark_node_dirty(id);
         true
     }
 
+    fn mark_node_dirty(&mut self, id: ObjectId) {
+        if let Some(entry) = self.nodes.get_mut(&id)
+            && !core::mem::replace(&mut entry.dirty, true)
+        {
+            self.dirty_nodes.push(id);
+        }
+    }
+
+    /// Voids every capability to page `id`. Like a write, this changes what a snapshot being
+    /// stabilized must store: the kernel preserves the page first (see
+    /// [`Self::page_in_snapshot`]).
     pub fn rescind_page(&mut self, id: ObjectId) -> bool {
         let Some(entry) = self.pages.get_mut(&id) else {
             return false;
@@ -495,7 +543,7 @@ impl<F> ObjectCache<F> {
         self.check(resume)?;
         let entry = self.node_entry_mut(resume.object()).ok_or(Void)?;
         entry.resume_version = entry.resume_version.next();
-        entry.dirty = true;
+        self.mark_node_dirty(resume.object());
         Ok(())
     }
 }
@@ -576,7 +624,10 @@ mod tests {
     fn snapshots_take_what_changed_since_the_last_one() {
         let (mut cache, node, page) = cache_with_node_and_page();
         assert_eq!(cache.take_dirty_nodes().len(), 1, "new objects are dirty");
-        assert_eq!(cache.take_dirty_pages(), [(ObjectId(1), Version(9))]);
+        assert_eq!(cache.take_dirty_pages(), [ObjectId(1)]);
+        assert!(cache.page_in_snapshot(ObjectId(1)), "taken, not yet stored");
+        cache.page_stored(ObjectId(1));
+        assert!(!cache.page_in_snapshot(ObjectId(1)));
         assert!(cache.take_dirty_nodes().is_empty() && cache.take_dirty_pages().is_empty());
 
         cache.node_mut(&node).unwrap().swap(slot(3), page);
@@ -588,13 +639,17 @@ mod tests {
         assert_eq!(cache.dirty_page_count(), 1);
         assert_eq!(cache.take_dirty_pages().len(), 1);
         assert_eq!(cache.dirty_page_count(), 0);
+        cache.mark_page_dirty(ObjectId(1));
+        assert!(!cache.page_in_snapshot(ObjectId(1)), "written since: the snapshot's copy is the caller's");
+        cache.page_stored(ObjectId(1));
+        assert_eq!(cache.dirty_page_count(), 1, "still dirty for the next snapshot");
 
         let resume = cache.node_capability(CapType::Resume, ObjectId(1)).unwrap();
         cache.consume_resume(&resume).unwrap();
         assert!(cache.rescind_page(ObjectId(1)));
         let nodes = cache.take_dirty_nodes();
         assert_eq!(Node::decode(&nodes[0].image).unwrap().1, Version(1), "the resume version is kept");
-        assert_eq!(cache.take_dirty_pages(), [(ObjectId(1), Version(10))]);
+        assert_eq!((cache.take_dirty_pages(), cache.page_version(ObjectId(1))), (alloc::vec![ObjectId(1)], Some(Version(10))));
 
         let mut restored = Cache::default();
         assert!(restored.insert_stored_node(ObjectId(1), Version(4), Version(1), decoded));
@@ -620,7 +675,9 @@ mod tests {
         assert_eq!(cache.eviction_candidates(8, &[]), [ObjectId(5)]);
         cache.page_mut(&page).unwrap()[0] = 9;
         assert_eq!(cache.evict(ObjectId(5)), None, "a dirty page stays until stored");
-        assert_eq!(cache.take_dirty_pages(), [(ObjectId(5), Version(2))]);
+        assert_eq!(cache.take_dirty_pages(), [ObjectId(5)]);
+        assert_eq!(cache.evict(ObjectId(5)), None, "in the snapshot until stored");
+        cache.page_stored(ObjectId(5));
         assert_eq!(cache.evict(ObjectId(5)), Some([9, 1, 1, 1, 1, 1, 1, 1]));
         assert_eq!(cache.object_counts(), (0, 1, 0));
         assert_eq!(cache.check(&page), Ok(()), "evicted, still live");
