@@ -7,10 +7,9 @@
 //! 1. **Snapshot**, with the world stopped (no process runs while the kernel does): a
 //!    consistency check of the process table; every process's registers and run state
 //!    written into its root node; every translation dropped, so that no page can be written
-//!    without a fault (the page tables are freed later, a few at each step); the dirty
-//!    nodes encoded and the list of dirty pages taken whole (their contents stay where they
-//!    are: copy on write). Nothing here visits every page, so that the pause does not grow
-//!    with memory.
+//!    without a fault; the dirty nodes encoded and the list of dirty pages taken whole
+//!    (their contents stay where they are: copy on write). Nothing here visits every page,
+//!    so that the pause does not grow with memory (page tables aside).
 //! 2. **Stabilization**, in steps of [`STEP_OBJECTS`] objects at each timer tick and in the
 //!    idle loop: the checkpoint directory, the node images and the pages go to the log. A
 //!    page about to be written before its turn is copied first ([`before_page_write`]).
@@ -290,8 +289,6 @@ pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String>
     // node may be loaded (see `load_node`).
     let roots: Vec<ObjectId> = process::roots_and_names().into_iter().map(|(root, _)| root).collect();
     process::drop_all_translations(objects);
-    // The tables are heap too, and memory is short.
-    crate::space::free_retired_tables(usize::MAX);
     for &id in &victims {
         drop(objects.cache.evict(id));
     }
@@ -412,16 +409,14 @@ pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
 /// One step of checkpoint work, if any is due: called at each timer tick (with no process
 /// running) and from the idle loop. Returns whether it did anything.
 pub fn step() -> bool {
-    // Page tables dropped with the translations go back to the heap a few at a time.
-    let freed = crate::space::free_retired_tables(1);
     let mut objects = OBJECTS.lock();
     let mut guard = PERSISTENCE.lock();
     let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
-        return freed;
+        return false;
     };
     let result = persistence.step(&mut objects);
     match result {
-        Ok(worked) => worked || freed,
+        Ok(worked) => worked,
         Err(error) => {
             // The store is left as its last commit made it, and a restart comes back to
             // that; this run goes on without persistence rather than stop serving.
