@@ -147,6 +147,7 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
     let mut objects = OBJECTS.lock();
     objects.set_store_backed();
     objects.cache.set_node_loader(load_node);
+    objects.cache.set_page_version_loader(load_page_version);
     drop(objects);
     *PERSISTENCE.lock() = Some(Persistence {
         store,
@@ -161,9 +162,10 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
     });
 }
 
-/// Rebuilds the system of the newest checkpoint: the ids of its nodes (each loaded when
-/// used), every page's version (the pages themselves are loaded when used), and the process
-/// table, whose root nodes are loaded now.
+/// Rebuilds the system of the newest checkpoint: the ids of its nodes and pages (each node
+/// loaded when used, each page's version read when the page is first named and its bytes
+/// when used), and the process table, whose root nodes are loaded now. Nothing here reads
+/// per object, so that a restart takes the same time whatever the store holds.
 pub fn restore() -> Result<usize, String> {
     let failed = |what: &str, error: &dyn core::fmt::Display| alloc::format!("{what}: {error}");
     let mut guard = PERSISTENCE.lock();
@@ -173,10 +175,7 @@ pub fn restore() -> Result<usize, String> {
     let directory = Directory::decode(&block).map_err(|error| failed("checkpoint directory", &error))?;
     let mut objects = OBJECTS.lock();
     objects.cache.know_stored_nodes(directory.next_node_id);
-    let versions = store.page_versions(directory.next_page_id).map_err(|error| failed("reading page versions", &error))?;
-    for (id, version) in versions.into_iter().enumerate().skip(1) {
-        objects.cache.insert_absent_page(ObjectId(id as u64), version);
-    }
+    objects.cache.know_stored_pages(directory.next_page_id);
     objects.set_next_ids((directory.next_node_id, directory.next_page_id));
     drop(guard);
     let processes: Vec<(ObjectId, &'static str)> = directory
@@ -230,13 +229,28 @@ pub fn load_node(id: ObjectId) -> Option<StoredNode> {
     }
 }
 
-/// Reads page `id`'s newest committed contents from the store into `bytes`.
-pub fn read_page(id: ObjectId, bytes: &mut [u8; PAGE_BYTES]) -> Result<(), String> {
+/// The cache's page-version loader: page `id`'s newest committed version, from the store's
+/// log directory or checksum table. A version that cannot be read is reported; the page's
+/// capabilities then act as void. Like [`load_node`], never called with the store held.
+pub fn load_page_version(id: ObjectId) -> Option<Version> {
+    let mut guard = PERSISTENCE.try_lock().expect("page version read while the store is held");
+    match guard.as_mut()?.store.page_version(id) {
+        Ok(version) => Some(version),
+        Err(error) => {
+            println!("holdfast: page {}: {error}; its capabilities act as void", id.0);
+            None
+        }
+    }
+}
+
+/// Reads page `id`'s newest committed contents from the store into `bytes`; returns its
+/// version.
+pub fn read_page(id: ObjectId, bytes: &mut [u8; PAGE_BYTES]) -> Result<Version, String> {
     let result = with_store(|persistence| persistence.store.read_page(id, bytes));
     match result {
         None => Err("no store".to_string()),
         Some(Err(error)) => Err(alloc::format!("page {}: {error}", id.0)),
-        Some(Ok(_version)) => Ok(()),
+        Some(Ok(version)) => Ok(version),
     }
 }
 

@@ -131,8 +131,8 @@ impl Objects {
         for &id in ids {
             if absent(self, &id) {
                 let mut frame = Frame::for_stored_page();
-                crate::checkpoint::read_page(id, frame.bytes_mut()).map_err(LoadError)?;
-                assert!(self.cache.install_frame(id, frame).is_ok(), "absent just now");
+                let version = crate::checkpoint::read_page(id, frame.bytes_mut()).map_err(LoadError)?;
+                assert!(self.cache.install_frame(id, version, frame).is_ok(), "absent just now");
             }
         }
         Ok(())

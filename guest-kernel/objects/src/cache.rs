@@ -11,7 +11,7 @@
 //! paths (invocations, space walks, keepers), and each of them sees it as if it had always
 //! been here. Clean objects are evicted when memory runs short.
 
-use core::cell::{Cell, RefCell};
+use core::cell::{Cell, OnceCell, RefCell};
 
 use crate::capability::ObjectKind;
 use crate::image::NODE_IMAGE_BYTES;
@@ -40,7 +40,10 @@ struct NodeEntry {
 }
 
 struct PageEntry<F> {
-    version: Version,
+    /// Empty until known: a page on the store whose version a restart has not read yet is
+    /// given it by the first lookup, through the page-version loader
+    /// ([`ObjectCache::set_page_version_loader`]).
+    version: OnceCell<Version>,
     /// `None` while the page is only on the store (never loaded, or evicted): its version
     /// is known, so capabilities to it check as usual, but its bytes must be loaded before
     /// use ([`ObjectCache::install_frame`]).
@@ -67,6 +70,10 @@ pub struct StoredNode {
 /// loader says why: the node's capabilities then act as void, its bad data never used).
 pub type NodeLoader = fn(ObjectId) -> Option<StoredNode>;
 
+/// Reads page `id`'s newest committed version from the store; `None` if it cannot (the
+/// loader says why: the page's capabilities then act as void).
+pub type PageVersionLoader = fn(ObjectId) -> Option<Version>;
+
 /// A node as a snapshot takes it: its versions and its image, ready for the store.
 pub struct NodeSnapshot {
     pub id: ObjectId,
@@ -82,6 +89,8 @@ pub struct ObjectCache<F> {
     /// node is here.
     node_loader: Option<NodeLoader>,
     nodes_loaded_total: Cell<u64>,
+    /// Reads the versions of pages known to be on the store (see [`PageEntry::version`]).
+    page_version_loader: Option<PageVersionLoader>,
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
     /// translations depended on.
     translation_epoch: u64,
@@ -107,8 +116,10 @@ impl<F> ObjectCache<F> {
             pages: ObjectTable::new(),
             node_loader: None,
             nodes_loaded_total: Cell::new(0),
+            page_version_loader: None,
             translation_epoch: 1,
-            dirty_epoch: 1,
+            // Epochs start at 2, so that the one before the first is not `CLEAN`.
+            dirty_epoch: 2,
             dirty_pages: RefCell::new(alloc::vec::Vec::new()),
             dirty_nodes: alloc::vec::Vec::new(),
         }
@@ -122,6 +133,34 @@ impl<F> ObjectCache<F> {
     /// Nodes `1..count` are on the store: each is loaded when first used.
     pub fn know_stored_nodes(&mut self, count: u64) {
         self.nodes.know_up_to(count);
+    }
+
+    /// Versions of pages on the store are read by `loader` from now on.
+    pub fn set_page_version_loader(&mut self, loader: PageVersionLoader) {
+        self.page_version_loader = Some(loader);
+    }
+
+    /// Pages `1..count` are on the store, absent, their versions read when first needed.
+    pub fn know_stored_pages(&mut self, count: u64) {
+        for id in 1..count {
+            if !self.pages.contains_key(&ObjectId(id)) {
+                self.pages.insert(ObjectId(id), PageEntry { version: OnceCell::new(), frame: None, dirty_epoch: Cell::new(CLEAN) });
+            }
+        }
+    }
+
+    /// Page `id`'s entry and version, the version read from the store first if unknown.
+    #[inline]
+    fn page_entry(&self, id: ObjectId) -> Option<(&PageEntry<F>, Version)> {
+        let entry = self.pages.get(&id)?;
+        let version = match entry.version.get() {
+            Some(&version) => version,
+            None => {
+                let version = (self.page_version_loader?)(id)?;
+                *entry.version.get_or_init(|| version)
+            }
+        };
+        Some((entry, version))
     }
 
     /// How many nodes were loaded from the store.
@@ -199,7 +238,7 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return Err(frame);
         }
-        self.pages.insert(id, PageEntry { version, frame: Some(frame), dirty_epoch: Cell::new(CLEAN) });
+        self.pages.insert(id, PageEntry { version: OnceCell::from(version), frame: Some(frame), dirty_epoch: Cell::new(CLEAN) });
         if dirty {
             self.mark_page_dirty(id);
         }
@@ -212,7 +251,7 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return false;
         }
-        self.pages.insert(id, PageEntry { version, frame: None, dirty_epoch: Cell::new(CLEAN) });
+        self.pages.insert(id, PageEntry { version: OnceCell::from(version), frame: None, dirty_epoch: Cell::new(CLEAN) });
         true
     }
 
@@ -221,12 +260,15 @@ impl<F> ObjectCache<F> {
         self.pages.get(&id).map(|entry| entry.frame.is_some())
     }
 
-    /// Gives absent page `id` its bytes, read back from the store; returns the frame back if
-    /// the page is unknown or already resident.
-    pub fn install_frame(&mut self, id: ObjectId, frame: F) -> Result<(), F> {
+    /// Gives absent page `id` its bytes and `version`, read back from the store together;
+    /// returns the frame back if the page is unknown or already resident.
+    pub fn install_frame(&mut self, id: ObjectId, version: Version, frame: F) -> Result<(), F> {
         match self.pages.get_mut(&id) {
             Some(entry) if entry.frame.is_none() => {
                 entry.frame = Some(frame);
+                // A page's version changes only while it is resident (rescinding marks it
+                // dirty), so a known one is the store's.
+                let _ = entry.version.set(version);
                 Ok(())
             }
             _ => Err(frame),
@@ -332,7 +374,7 @@ impl<F> ObjectCache<F> {
 
     /// Page `id`'s version, if the page is here.
     pub fn page_version(&self, id: ObjectId) -> Option<Version> {
-        self.pages.get(&id).map(|entry| entry.version)
+        self.page_entry(id).map(|(_, version)| version)
     }
 
     /// Page `id`'s frame, whatever its version (for storing it).
@@ -358,8 +400,8 @@ impl<F> ObjectCache<F> {
     }
 
     pub fn page_capability(&self, id: ObjectId) -> Option<Capability> {
-        let entry = self.pages.get(&id)?;
-        Some(Capability::new(CapType::Page, id, entry.version))
+        let (_, version) = self.page_entry(id)?;
+        Some(Capability::new(CapType::Page, id, version))
     }
 
     /// `Ok` if `capability` is live: not void, and if it names an object, that object is
@@ -369,10 +411,8 @@ impl<F> ObjectCache<F> {
             _ if capability.is_void() => Err(Void),
             None => Ok(()),
             Some(ObjectKind::Page) => {
-                let entry = self.pages.get(&capability.object()).ok_or(Void)?;
-                (entry.version == capability.version())
-                    .then_some(())
-                    .ok_or(Void)
+                let (_, version) = self.page_entry(capability.object()).ok_or(Void)?;
+                (version == capability.version()).then_some(()).ok_or(Void)
             }
             Some(ObjectKind::Node) => {
                 let entry = self.node_entry(capability.object()).ok_or(Void)?;
@@ -469,14 +509,15 @@ impl<F> ObjectCache<F> {
     /// The frame of a live page capability's page; `Err` too while the page is absent (the
     /// kernel loads it first, see [`Self::page_is_resident`]).
     pub fn page(&self, capability: &Capability) -> Result<&F, Void> {
-        let entry = self.pages.get(&capability.object()).ok_or(Void)?;
-        Self::page_entry_matches(entry, capability)?;
+        let (entry, version) = self.page_entry(capability.object()).ok_or(Void)?;
+        Self::page_matches(version, capability)?;
         entry.frame.as_ref().ok_or(Void)
     }
 
     pub fn page_mut(&mut self, capability: &Capability) -> Result<&mut F, Void> {
+        let (_, version) = self.page_entry(capability.object()).ok_or(Void)?;
+        Self::page_matches(version, capability)?;
         let entry = self.pages.get_mut(&capability.object()).ok_or(Void)?;
-        Self::page_entry_matches(entry, capability)?;
         if entry.frame.is_none() {
             return Err(Void);
         }
@@ -486,8 +527,8 @@ impl<F> ObjectCache<F> {
         entry.frame.as_mut().ok_or(Void)
     }
 
-    fn page_entry_matches(entry: &PageEntry<F>, capability: &Capability) -> Result<(), Void> {
-        let live = capability.kind() == CapType::Page && entry.version == capability.version();
+    fn page_matches(version: Version, capability: &Capability) -> Result<(), Void> {
+        let live = capability.kind() == CapType::Page && version == capability.version();
         live.then_some(()).ok_or(Void)
     }
 
@@ -526,10 +567,13 @@ impl<F> ObjectCache<F> {
     /// stabilized must store: the kernel preserves the page first (see
     /// [`Self::page_in_snapshot`]).
     pub fn rescind_page(&mut self, id: ObjectId) -> bool {
+        let Some((_, version)) = self.page_entry(id) else {
+            return false;
+        };
         let Some(entry) = self.pages.get_mut(&id) else {
             return false;
         };
-        entry.version = entry.version.next();
+        entry.version = OnceCell::from(version.next());
         self.mark_page_dirty(id);
         true
     }
@@ -668,8 +712,8 @@ mod tests {
         assert_eq!(cache.page(&page).err(), Some(Void), "its bytes are not here");
         assert_eq!(cache.page_mut(&page).err(), Some(Void));
         assert_eq!(cache.eviction_candidates(8, &[]), []);
-        cache.install_frame(ObjectId(5), [1; 8]).unwrap();
-        assert_eq!(cache.install_frame(ObjectId(5), [2; 8]), Err([2; 8]), "installed once");
+        cache.install_frame(ObjectId(5), Version(2), [1; 8]).unwrap();
+        assert_eq!(cache.install_frame(ObjectId(5), Version(2), [2; 8]), Err([2; 8]), "installed once");
         assert_eq!(cache.page(&page), Ok(&[1; 8]));
         assert_eq!(cache.eviction_candidates(8, &[ObjectId(5)]), [], "kept");
         assert_eq!(cache.eviction_candidates(8, &[]), [ObjectId(5)]);
@@ -681,6 +725,32 @@ mod tests {
         assert_eq!(cache.evict(ObjectId(5)), Some([9, 1, 1, 1, 1, 1, 1, 1]));
         assert_eq!(cache.object_counts(), (0, 1, 0));
         assert_eq!(cache.check(&page), Ok(()), "evicted, still live");
+    }
+
+    /// The page versions of the loading test: page `id` has version `2 id`; page 13 cannot be
+    /// read.
+    fn load_test_page_version(id: ObjectId) -> Option<Version> {
+        (id.0 != 13).then_some(Version(2 * id.0))
+    }
+
+    #[test]
+    fn stored_pages_learn_their_versions_when_first_named() {
+        let mut cache = Cache::default();
+        cache.set_page_version_loader(load_test_page_version);
+        cache.know_stored_pages(20);
+        assert_eq!(cache.object_counts(), (0, 19, 0), "known, none resident");
+        let page = Capability::new(CapType::Page, ObjectId(4), Version(8));
+        assert_eq!(cache.check(&page), Ok(()));
+        assert_eq!(cache.check(&Capability::new(CapType::Page, ObjectId(5), Version(8))), Err(Void), "stale");
+        assert_eq!(cache.page_capability(ObjectId(6)), Some(Capability::new(CapType::Page, ObjectId(6), Version(12))));
+        assert_eq!(cache.page_capability(ObjectId(13)), None, "unreadable");
+        assert_eq!(cache.page_capability(ObjectId(20)), None, "beyond the stored pages");
+        assert_eq!(cache.page(&page).err(), Some(Void), "absent until loaded");
+        // Loading a page gives its version too: none is read.
+        cache.install_frame(ObjectId(7), Version(3), [7; 8]).unwrap();
+        assert_eq!(cache.page_version(ObjectId(7)), Some(Version(3)));
+        assert!(cache.rescind_page(ObjectId(7)));
+        assert_eq!(cache.page_version(ObjectId(7)), Some(Version(4)));
     }
 
     /// The store of the loading test: node `id` has version `id`, resume version 1 and its

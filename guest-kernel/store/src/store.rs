@@ -210,26 +210,19 @@ impl<D: BlockDevice> Store<D> {
         Ok((Version(versions[slot]), image))
     }
 
-    /// The newest committed versions of pages `0..count`, without reading their contents:
-    /// one read of each home checksum table, then the log directory. A restart learns every
-    /// page's version this way and loads each page only when it is used.
-    pub fn page_versions(&mut self, count: u64) -> Result<Vec<Version>, StoreError> {
-        if count > self.geometry.page_count {
-            return Err(StoreError::ObjectOutOfRange { id: count });
+    /// The newest committed version of page `id`, without reading its contents: the log
+    /// directory, else its group's checksum table. A restart reads no page's version until
+    /// the page is first named, so that it takes the same time whatever the store holds.
+    pub fn page_version(&mut self, id: ObjectId) -> Result<Version, StoreError> {
+        if id.0 >= self.geometry.page_count {
+            return Err(StoreError::ObjectOutOfRange { id: id.0 });
         }
-        let mut versions = Vec::with_capacity(count as usize);
-        let mut group = 0;
-        while (versions.len() as u64) < count {
-            let table = self.read_table(BlockKind::Page, group)?;
-            let wanted = (count as usize - versions.len()).min(table.entries.len());
-            versions.extend(table.entries[..wanted].iter().map(|entry| Version(if entry.written { entry.versions[0] } else { 0 })));
-            group += 1;
+        if let Some(entry) = self.directory.get(&(BlockKind::Page, id.0)) {
+            return Ok(Version(entry.versions[0]));
         }
-        for (&(kind, index), entry) in self.directory.range((BlockKind::Page, 0)..(BlockKind::Page, count)) {
-            debug_assert_eq!(kind, BlockKind::Page);
-            versions[index as usize] = Version(entry.versions[0]);
-        }
-        Ok(versions)
+        let (group, index) = HomeRangeLayout::group_of(id.0);
+        let entry = self.read_table(BlockKind::Page, group)?.entries[index];
+        Ok(Version(if entry.written { entry.versions[0] } else { 0 }))
     }
 
     /// The newest committed versions and images of the four nodes of pot `pot` (nodes

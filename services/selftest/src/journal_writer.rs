@@ -7,9 +7,10 @@
 //! but never older than the last commit acknowledged.
 //!
 //! It notices a restart by the clock's boot count changing and then prints
-//! `journal-writer <k>: restarted, page holds <n>`: what survived, for the test to check.
-//! Lines printed between the checkpoint and the crash are printed again after the restart;
-//! that line is not.
+//! `journal-writer <k>: restarted in boot <b>, page holds <n>`: what survived, for the test
+//! to check. Lines printed between the checkpoint and the crash are printed again after the
+//! restart, and that may be one of these from the boot before (the checkpoint caught the
+//! writer between reading its page and printing): the boot count tells them apart.
 //!
 //! Capability registers: 0 console, 1 its page, 2 the journal, 3 the clock, 4 the number
 //! `[k, 0]`; 15 stays empty.
@@ -26,6 +27,20 @@ const CLOCK: CapReg = CapReg::new(3);
 const IDENTITY: CapReg = CapReg::new(4);
 const EMPTY: CapReg = CapReg::new(15);
 const PRINT_EVERY: u64 = 16;
+
+/// Prints `journal-writer <k>: restarted in boot <b>, page holds <n>`.
+fn report_restart(identity: u64, boot: u64, in_page: u64) {
+    let (mut identity_digits, mut boot_digits, mut page_digits) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+    user::print_parts(&[
+        b"journal-writer ",
+        user::decimal(identity, &mut identity_digits),
+        b": restarted in boot ",
+        user::decimal(boot, &mut boot_digits),
+        b", page holds ",
+        user::decimal(in_page, &mut page_digits),
+        b"\n",
+    ]);
+}
 
 /// Prints `journal-writer <k>: <what><value>`.
 fn report(identity: u64, what: &str, value: u64) {
@@ -57,7 +72,7 @@ fn main() -> u64 {
         };
         let now_boot = clock::now(CLOCK).map_or(u64::MAX, |now| now.boot);
         if boot.is_some_and(|boot| boot != now_boot) {
-            report(identity, "restarted, page holds ", in_page);
+            report_restart(identity, now_boot, in_page);
         }
         boot = Some(now_boot);
         // The page holds the number last written: `next - 1`, or `next` if a snapshot came
