@@ -65,12 +65,13 @@ fn main() -> u64 {
     let identity = number::value(IDENTITY).map_or(0, |number| number.word0);
     let mut next = 1u64;
     let mut boot = None;
+    let boot_now = || clock::now(CLOCK).map_or(u64::MAX, |now| now.boot);
     loop {
+        let now_boot = boot_now();
         let Some(in_page) = stored() else {
             report(identity, "MISMATCH: cannot read its page ", 1);
             return 1;
         };
-        let now_boot = clock::now(CLOCK).map_or(u64::MAX, |now| now.boot);
         if boot.is_some_and(|boot| boot != now_boot) {
             report_restart(identity, now_boot, in_page);
         }
@@ -83,6 +84,13 @@ fn main() -> u64 {
         }
         if in_page >= next {
             next = in_page + 1;
+        }
+        // A checkpoint taken since the read carries this `next`: restarted from it, the
+        // program would write it over what the journal kept after that checkpoint. So the
+        // write goes ahead only in the boot that read the page (a timer tick between this
+        // check and the write still leaves a window of a few instructions).
+        if boot_now() != now_boot {
+            continue;
         }
         let committed = page::write(PAGE, 0, &next.to_le_bytes())
             .and_then(|()| journal::commit(JOURNAL, PAGE, EMPTY, EMPTY, EMPTY));
