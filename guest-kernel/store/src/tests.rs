@@ -168,6 +168,62 @@ fn checkpoints_migrate_home_and_survive_reopen() {
     assert_eq!(report.home_node_pots_written, 1);
 }
 
+/// A checkpoint of many records goes out in runs of several records per device write; a
+/// run that meets the end of the log is split around the padding record, and every block
+/// reads back after a reopen, from the log and then from home.
+#[test]
+fn large_checkpoints_write_runs_of_records_that_wrap_around_the_log() {
+    let geometry = Geometry {
+        store_id: 0x5eed,
+        node_count: 16,
+        page_count: 1200,
+        log_block_count: 1000,
+    };
+    let device = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], geometry).unwrap();
+    let first: Vec<(u64, u64, u8)> = (0..300).map(|id| (id, 1, id as u8)).collect();
+    checkpoint_pages(&mut store, &first);
+    migrate_all(&mut store);
+    // 5 records of 71 pages or fewer and the commit record.
+    assert_eq!(store.head.position, 300 + 5 + 1);
+    // 700 pages and a pot: 9 records of 71 data blocks and one of 62. Records 1-8 are one run
+    // (one write) from position 306; records 9 and 10 the next, and record 10 (63 blocks)
+    // does not fit before the end (306 + 9 * 72 = 954): padding, then record 10 at 0.
+    let requests_before = device.requests();
+    let second: Vec<(u64, u64, u8)> = (300..1000).map(|id| (id, 2, id as u8 ^ 0x5a)).collect();
+    store.begin_checkpoint().unwrap();
+    let mut image = [0u8; NODE_SIZE];
+    image[7] = 0x77;
+    store
+        .checkpoint_write_node(ObjectId(6), Version(4), &image)
+        .unwrap();
+    for (id, version, fill) in &second {
+        store
+            .checkpoint_write_page(ObjectId(*id), Version(*version), &page(*fill))
+            .unwrap();
+    }
+    store.commit_checkpoint().unwrap();
+    // Writes: run 1; run 2 as the stretch before the end, the padding header and the
+    // stretch from 0; flush, commit record, flush.
+    assert_eq!(device.requests() - requests_before, 1 + 3 + 3);
+    assert_eq!(store.head.position, 63 + 1, "record 10 and the commit record from 0");
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(store.checkpoint_generation(), 2);
+    for &(id, version, fill) in first.iter().chain(&second) {
+        assert_eq!(read_page(&mut store, id), (version, fill), "page {id}");
+    }
+    let (version, node) = store.read_node(ObjectId(6)).unwrap();
+    assert_eq!((version, node[7]), (Version(4), 0x77));
+    migrate_all(&mut store);
+    for &(id, version, fill) in first.iter().chain(&second) {
+        assert_eq!(read_page(&mut store, id), (version, fill), "page {id}");
+    }
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.home_pages_written, 1000);
+}
+
 #[test]
 fn page_versions_come_from_the_tables_and_the_log_without_reading_pages() {
     let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
