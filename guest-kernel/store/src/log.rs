@@ -74,10 +74,6 @@ impl RecordRun {
             .map_or(0, |record| LOG_RECORD_DATA_BLOCKS_MAX - record.entries.len())
     }
 
-    pub(crate) fn record_count(&self) -> usize {
-        self.records.len()
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
@@ -87,10 +83,27 @@ impl RecordRun {
         &self.records[index].entries
     }
 
-    /// Empties the run, keeping its buffer for the next records.
+    /// Empties the run, keeping its buffer (if it still has it) for the next records.
     pub(crate) fn clear(&mut self) {
         self.bytes.clear();
         self.records.clear();
+    }
+
+    /// Gives an empty run a buffer of `blocks` blocks, or if memory is short of that, of one
+    /// whole record (what the store needed before runs); a run is written before it
+    /// outgrows its buffer ([`RecordRun::has_room_for_record`]), so pages are never copied
+    /// again by its growing. Returns the blocks the buffer holds.
+    pub(crate) fn reserve_blocks(&mut self, blocks: usize) -> usize {
+        let record_bytes = (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE;
+        if self.bytes.try_reserve_exact(blocks * BLOCK_SIZE).is_err() {
+            self.bytes.reserve_exact(record_bytes);
+        }
+        self.bytes.capacity() / BLOCK_SIZE
+    }
+
+    /// Whether the buffer can take another whole record without growing.
+    pub(crate) fn has_room_for_record(&self) -> bool {
+        self.bytes.capacity() - self.bytes.len() >= (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE
     }
 }
 
@@ -141,6 +154,24 @@ impl<D: BlockDevice> Store<D> {
     /// log, where a padding record is written so that no record wraps). The head moves only
     /// once every write has returned. The run is left as it was given, headers filled in.
     pub(crate) fn append_run(&mut self, run: &mut RecordRun) -> Result<Vec<PlacedRecord>, StoreError> {
+        self.append_run_with(run, false)
+    }
+
+    /// [`Store::append_run`], but a run written in one piece is handed to the devices
+    /// ([`BlockDevice::write_owned`]), which may still be writing it when this returns: the
+    /// run keeps its records and loses its bytes.
+    pub(crate) fn append_run_handing_over(
+        &mut self,
+        run: &mut RecordRun,
+    ) -> Result<Vec<PlacedRecord>, StoreError> {
+        self.append_run_with(run, true)
+    }
+
+    fn append_run_with(
+        &mut self,
+        run: &mut RecordRun,
+        hand_over: bool,
+    ) -> Result<Vec<PlacedRecord>, StoreError> {
         let log_block_count = self.layout.log_block_count;
         let mut cursor = self.head;
         // Stretches of the run to write, as (log position, byte range of the run).
@@ -214,6 +245,15 @@ impl<D: BlockDevice> Store<D> {
                 needed_blocks,
                 free_blocks,
             });
+        }
+        if hand_over && padding.is_none() && pieces.len() == 1 {
+            let (position, _) = pieces[0];
+            self.mirrors.write_owned(
+                self.layout.log_first_block + position,
+                core::mem::take(&mut run.bytes),
+            )?;
+            self.head = cursor;
+            return Ok(placed);
         }
         if let Some((position, header_block)) = &padding {
             self.mirrors

@@ -55,7 +55,8 @@ pub(crate) struct Stabilization {
     /// time and share pots); at most a record's worth before they are written.
     pots: BTreeMap<u64, ([u64; 4], Box<Block>)>,
     /// Records of this checkpoint not yet written: pages are copied straight into it and it
-    /// goes to the log in one device write once it holds [`RUN_RECORDS_MAX`] full records.
+    /// goes to the log in one device write once its buffer ([`RUN_RECORDS_MAX`] records, or
+    /// one when memory is short) is full.
     run: RecordRun,
     /// Where this checkpoint's blocks are in the log; joins the directory at commit.
     pending: BTreeMap<BlockKey, DirectoryEntry>,
@@ -83,6 +84,11 @@ impl Stabilization {
     /// Checksums a block and copies it into the run (its only copy), starting a record when
     /// the last one is full.
     fn push_block(&mut self, kind: BlockKind, index: u64, versions: [u64; 4], data: &Block) {
+        if self.run.is_empty() {
+            // The devices may still hold the last run's buffer: a new run gets its own.
+            self.run
+                .reserve_blocks(RUN_RECORDS_MAX * (1 + LOG_RECORD_DATA_BLOCKS_MAX));
+        }
         if self.run.last_record_room() == 0 {
             self.run
                 .begin_record(RecordKind::CheckpointData, self.generation, CommitSummary::default());
@@ -194,8 +200,7 @@ impl<D: BlockDevice> Store<D> {
         self.with_stabilization(|store, stabilization| {
             stabilization.push_block(BlockKind::Page, id.0, [version.0, 0, 0, 0], data);
             store.totals.checkpoint_objects_written += 1;
-            if stabilization.run.record_count() >= RUN_RECORDS_MAX
-                && stabilization.run.last_record_room() == 0
+            if stabilization.run.last_record_room() == 0 && !stabilization.run.has_room_for_record()
             {
                 store.write_run(stabilization)?;
             }
@@ -316,6 +321,10 @@ impl<D: BlockDevice> Store<D> {
     /// Moves the changed pots into the run and writes it, so that a later node of one of
     /// them reads this copy back from the log (its `pending` entry).
     fn write_pots(&mut self, stabilization: &mut Stabilization) -> Result<(), StoreError> {
+        if !stabilization.run.has_room_for_record() {
+            // A record's worth of pots must fit the run's buffer without growing it.
+            self.write_run(stabilization)?;
+        }
         for (pot, (versions, block)) in core::mem::take(&mut stabilization.pots) {
             stabilization.push_block(BlockKind::NodePot, pot, versions, &block);
         }
@@ -327,7 +336,9 @@ impl<D: BlockDevice> Store<D> {
         if stabilization.run.is_empty() {
             return Ok(());
         }
-        let placed = self.append_run(&mut stabilization.run)?;
+        let placed = self.append_run_handing_over(&mut stabilization.run)?;
+        // The device writes the run back while the next one is gathered.
+        self.mirrors.flush_begin()?;
         for (record_index, place) in placed.iter().enumerate() {
             for (entry_index, entry) in stabilization.run.entries(record_index).iter().enumerate() {
                 stabilization.pending.insert(
