@@ -43,11 +43,17 @@ impl RecordRun {
     /// Starts a record; its data blocks are added with [`RecordRun::push_block`].
     pub(crate) fn begin_record(&mut self, kind: RecordKind, generation: u64, commit: CommitSummary) {
         self.bytes.extend_from_slice(&[0u8; BLOCK_SIZE]);
+        // A checkpoint's data records fill up; others (journal, commit) are mostly small.
+        let entries_expected = if kind == RecordKind::CheckpointData {
+            LOG_RECORD_DATA_BLOCKS_MAX
+        } else {
+            0
+        };
         self.records.push(RunRecord {
             kind,
             generation,
             commit,
-            entries: Vec::new(),
+            entries: Vec::with_capacity(entries_expected),
         });
     }
 

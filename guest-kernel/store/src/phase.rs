@@ -58,8 +58,13 @@ pub(crate) struct Stabilization {
     /// goes to the log in one device write once its buffer ([`RUN_RECORDS_MAX`] records, or
     /// one when memory is short) is full.
     run: RecordRun,
-    /// Where this checkpoint's blocks are in the log; joins the directory at commit.
-    pending: BTreeMap<BlockKey, DirectoryEntry>,
+    /// Where this checkpoint's blocks are in the log, in the order written (a later copy
+    /// of a block replaces an earlier one); joins the directory at commit. A list, sorted
+    /// once at commit: a map insert per page cost more than its lookups saved.
+    pending: Vec<(BlockKey, DirectoryEntry)>,
+    /// Where this checkpoint's pots are in the log: a later node of a pot written already
+    /// starts from that copy.
+    pending_pots: BTreeMap<u64, DirectoryEntry>,
     first_sequence: Option<u64>,
     data_record_count: u64,
     data_header_checksum_chain: u32,
@@ -141,7 +146,8 @@ impl<D: BlockDevice> Store<D> {
             generation: self.snapshot_generation,
             pots: BTreeMap::new(),
             run: RecordRun::new(),
-            pending: BTreeMap::new(),
+            pending: Vec::new(),
+            pending_pots: BTreeMap::new(),
             first_sequence: None,
             data_record_count: 0,
             data_header_checksum_chain: 0,
@@ -166,7 +172,7 @@ impl<D: BlockDevice> Store<D> {
             if !stabilization.pots.contains_key(&key.1) {
                 // Pots leave `pots` only to be written at once (below), so the pot's newest
                 // copy is this checkpoint's in the log, or else the committed one.
-                let base = match stabilization.pending.get(&key).copied() {
+                let base = match stabilization.pending_pots.get(&key.1).copied() {
                     Some(entry) => (
                         entry.versions,
                         store.read_log_data(entry.position, entry.checksum)?,
@@ -234,12 +240,19 @@ impl<D: BlockDevice> Store<D> {
         else {
             return Err(StoreError::WrongPhase);
         };
+        // Sorted by key (stably, so the last copy of a block written stays last) and built
+        // in one pass, keeping the last copy of each block.
+        let pending: BTreeMap<BlockKey, DirectoryEntry> =
+            core::mem::take(&mut stabilization.pending).into_iter().collect();
         if self.directory.is_empty() {
             // The usual case (the previous migration emptied the directory and no journal
             // commit came since): the checkpoint's blocks are the directory, no merging.
-            self.directory = core::mem::take(&mut stabilization.pending);
+            self.directory = pending;
+            self.checkpoint_generation = generation;
+            self.start_migration();
+            return Ok(generation);
         }
-        for (key, entry) in core::mem::take(&mut stabilization.pending) {
+        for (key, entry) in pending {
             // A journal commit made after the snapshot stays newer than the snapshot's copy.
             if self
                 .directory
@@ -341,20 +354,23 @@ impl<D: BlockDevice> Store<D> {
         self.mirrors.flush_begin()?;
         for (record_index, place) in placed.iter().enumerate() {
             for (entry_index, entry) in stabilization.run.entries(record_index).iter().enumerate() {
-                stabilization.pending.insert(
-                    (entry.kind, entry.index),
-                    DirectoryEntry {
-                        position: place.position + 1 + entry_index as u64,
-                        checksum: entry.checksum,
-                        versions: entry.versions,
-                        order: Order {
-                            generation: stabilization.generation,
-                            source: SOURCE_CHECKPOINT,
-                            sequence: place.sequence,
-                            entry: entry_index as u32,
-                        },
+                let directory_entry = DirectoryEntry {
+                    position: place.position + 1 + entry_index as u64,
+                    checksum: entry.checksum,
+                    versions: entry.versions,
+                    order: Order {
+                        generation: stabilization.generation,
+                        source: SOURCE_CHECKPOINT,
+                        sequence: place.sequence,
+                        entry: entry_index as u32,
                     },
-                );
+                };
+                if entry.kind == BlockKind::NodePot {
+                    stabilization.pending_pots.insert(entry.index, directory_entry);
+                }
+                stabilization
+                    .pending
+                    .push(((entry.kind, entry.index), directory_entry));
             }
             stabilization.first_sequence.get_or_insert(place.sequence);
             stabilization.data_record_count += 1;

@@ -327,6 +327,30 @@ fn handed_over_runs_are_flushed_before_the_commit_record() {
     assert_eq!(store.read_node(ObjectId(280)).unwrap().1[0], 71);
 }
 
+/// A page written twice in one checkpoint (two copies in the log, in one record or in two)
+/// reads as its last copy, before and after a reopen, and migrates home as that.
+#[test]
+fn the_last_copy_of_a_page_written_twice_in_a_checkpoint_wins() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    let mut pages: Vec<(u64, u64, u8)> = (0..80).map(|id| (id, 1, id as u8)).collect();
+    // Page 3 again in the same record, page 5 again in the next record.
+    pages.insert(10, (3, 2, 0xa3));
+    pages.push((5, 2, 0xa5));
+    checkpoint_pages(&mut store, &pages);
+    assert_eq!(read_page(&mut store, 3), (2, 0xa3));
+    assert_eq!(read_page(&mut store, 5), (2, 0xa5));
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(read_page(&mut store, 3), (2, 0xa3));
+    assert_eq!(read_page(&mut store, 5), (2, 0xa5));
+    migrate_all(&mut store);
+    assert_eq!(read_page(&mut store, 3), (2, 0xa3));
+    assert_eq!(read_page(&mut store, 5), (2, 0xa5));
+    assert_eq!(read_page(&mut store, 4), (1, 4));
+    assert!(store.check().unwrap().is_clean());
+}
+
 #[test]
 fn page_versions_come_from_the_tables_and_the_log_without_reading_pages() {
     let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
