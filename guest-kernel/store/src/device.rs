@@ -53,7 +53,8 @@ pub trait BlockDevice {
     /// Asks the device to start putting what was written so far on stable media, without
     /// waiting: a device with a write-back cache then writes back while the caller works,
     /// and the next [`BlockDevice::flush`] has less to do. Nothing is durable until a flush
-    /// returns. The default does nothing.
+    /// returns. A device may ignore it while one it began is under way. The default does
+    /// nothing.
     fn flush_begin(&mut self) -> Result<(), DeviceError> {
         Ok(())
     }

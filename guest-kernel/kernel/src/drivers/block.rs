@@ -365,7 +365,11 @@ impl BlockDevice for Block {
 
     fn flush_begin(&mut self) -> Result<(), DeviceError> {
         self.take_failure()?;
-        if !self.flush_supported {
+        // One flush under way is enough to keep the host writing back, and the host runs
+        // flushes one at a time: more would only take the slots the next writes need and
+        // tie the kernel to the host disk's flush latency.
+        let flushing = self.in_flight.iter().any(|request| request.data.is_none());
+        if !self.flush_supported || flushing {
             return Ok(());
         }
         self.submit(REQUEST_FLUSH, 0, None)
