@@ -1,6 +1,9 @@
 //! The block device the store runs on: the kernel implements it over virtio-blk, the
 //! simulator over memory with a volatile write cache.
 
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
 /// Every device block is 4096 bytes; so are pages, log records and checksum tables.
 pub const BLOCK_SIZE: usize = 4096;
 
@@ -16,7 +19,7 @@ pub enum DeviceError {
     OutOfRange,
 }
 
-/// A synchronous block device with a volatile write cache.
+/// A block device with a volatile write cache.
 ///
 /// Writes may sit in the device's cache until [`BlockDevice::flush`] returns; at a crash any
 /// subset of unflushed writes may reach the media, some of them torn at sector granularity.
@@ -34,8 +37,27 @@ pub trait BlockDevice {
     /// [`BLOCK_SIZE`].
     fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError>;
 
-    /// Returns once every write that returned before the call is on stable media.
+    /// Returns once every write that returned before the call is on stable media, those of
+    /// [`BlockDevice::write_owned`] included.
     fn flush(&mut self) -> Result<(), DeviceError>;
+
+    /// Writes like [`BlockDevice::write`], but may return before the device has the data:
+    /// the device keeps the buffer until the write is done, so that the caller can prepare
+    /// its next write meanwhile. The next [`BlockDevice::flush`] waits for the write and
+    /// reports its failure (a later write or [`BlockDevice::flush_begin`] may report it
+    /// first); a read returns the written data. The default writes at once.
+    fn write_owned(&mut self, first_block: u64, data: Arc<Vec<u8>>) -> Result<(), DeviceError> {
+        self.write(first_block, &data)
+    }
+
+    /// Asks the device to start putting what was written so far on stable media, without
+    /// waiting: a device with a write-back cache then writes back while the caller works,
+    /// and the next [`BlockDevice::flush`] has less to do. Nothing is durable until a flush
+    /// returns. A device may ignore it while one it began is under way. The default does
+    /// nothing.
+    fn flush_begin(&mut self) -> Result<(), DeviceError> {
+        Ok(())
+    }
 }
 
 /// Checks a request's shape the same way for every device, so that an implementation only

@@ -15,7 +15,7 @@ use crate::format::log_record::{
     BlockKind, CommitSummary, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, RecordKind,
 };
 use crate::format::{Block, checksum};
-use crate::log::OutgoingRecord;
+use crate::log::RecordRun;
 use crate::store::{DirectoryEntry, Order, SOURCE_JOURNAL, Store};
 
 /// Pages one commit may hold: one log record's worth.
@@ -110,46 +110,35 @@ impl<D: BlockDevice> Store<D> {
             return Ok(None);
         };
         let last_ticket = last.ticket;
-        let mut generation = self.journal.commits[0].generation;
-        let mut records = Vec::new();
-        let mut entries: Vec<LogEntry> = Vec::new();
-        let mut data = Vec::new();
+        let mut run = RecordRun::new();
+        let mut run_generations = Vec::new();
         for commit in &self.journal.commits {
+            if commit.pages.is_empty() {
+                // Every page was void: durable with the others, nothing to write.
+                continue;
+            }
             // A record holds whole commits of one snapshot generation.
-            if entries.len() + commit.pages.len() > LOG_RECORD_DATA_BLOCKS_MAX
-                || commit.generation != generation
+            if run.last_record_room() < commit.pages.len()
+                || run_generations.last() != Some(&commit.generation)
             {
-                if !entries.is_empty() {
-                    records.push(journal_record(
-                        generation,
-                        core::mem::take(&mut entries),
-                        core::mem::take(&mut data),
-                    ));
-                }
-                generation = commit.generation;
+                run.begin_record(RecordKind::Journal, commit.generation, CommitSummary::default());
+                run_generations.push(commit.generation);
             }
             for (id, version, block) in &commit.pages {
-                entries.push(LogEntry {
+                let entry = LogEntry {
                     checksum: checksum(&block[..]),
                     kind: BlockKind::Page,
                     index: *id,
                     journal_ticket: commit.ticket,
                     versions: [*version, 0, 0, 0],
-                });
-                data.extend_from_slice(&block[..]);
+                };
+                run.push_block(entry, block);
             }
         }
-        if !entries.is_empty() {
-            records.push(journal_record(generation, entries, data));
-        }
-        let record_entries: Vec<(u64, Vec<LogEntry>)> = records
-            .iter()
-            .map(|record| (record.generation, record.entries.clone()))
-            .collect();
-        let placed = self.append_records(records)?;
+        let placed = self.append_run(&mut run)?;
         self.flush()?;
-        for (place, (generation, entries)) in placed.iter().zip(record_entries) {
-            for (entry_index, entry) in entries.iter().enumerate() {
+        for (record_index, (place, generation)) in placed.iter().zip(run_generations).enumerate() {
+            for (entry_index, entry) in run.entries(record_index).iter().enumerate() {
                 let directory_entry = DirectoryEntry {
                     position: place.position + 1 + entry_index as u64,
                     checksum: entry.checksum,
@@ -175,15 +164,5 @@ impl<D: BlockDevice> Store<D> {
         self.journal.commits.clear();
         self.journal.queued_pages = 0;
         Ok(Some(JournalTicket(last_ticket)))
-    }
-}
-
-fn journal_record(generation: u64, entries: Vec<LogEntry>, data: Vec<u8>) -> OutgoingRecord {
-    OutgoingRecord {
-        kind: RecordKind::Journal,
-        generation,
-        commit: CommitSummary::default(),
-        entries,
-        data,
     }
 }

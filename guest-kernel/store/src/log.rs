@@ -6,19 +6,111 @@ use alloc::vec::Vec;
 
 use crate::device::{BLOCK_SIZE, BlockDevice};
 use crate::error::{Check, Region, StoreError};
-use crate::format::log_record::{CommitSummary, Expected, LogEntry, LogHeader, RecordKind};
+use crate::format::log_record::{
+    CommitSummary, Expected, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, LogHeader, RecordKind,
+};
 use crate::format::superblock::LogCursor;
 use crate::format::{Block, as_block, checksum, sealed_checksum, zeroed_block};
 use crate::store::Store;
 
-/// A record to append: the header fields the writer does not fill in, and its data.
-pub(crate) struct OutgoingRecord {
-    pub(crate) kind: RecordKind,
-    pub(crate) generation: u64,
-    pub(crate) commit: CommitSummary,
-    pub(crate) entries: Vec<LogEntry>,
-    /// `entries.len()` blocks.
-    pub(crate) data: Vec<u8>,
+/// Records laid out back to back as they go to the log: each record's header block (filled
+/// in by [`Store::append_run`], which alone knows where the record lands) followed by its
+/// data blocks. Data is copied in once and written from here in one device write per
+/// contiguous stretch of the log, so that a checkpoint's pages are copied once in all.
+pub(crate) struct RecordRun {
+    /// Every record's header block (zeros until appended) and data blocks, in log order.
+    bytes: Vec<u8>,
+    records: Vec<RunRecord>,
+}
+
+/// The header fields of a record in a run that its writer chooses.
+struct RunRecord {
+    kind: RecordKind,
+    generation: u64,
+    commit: CommitSummary,
+    /// One per data block, in the order of the blocks.
+    entries: Vec<LogEntry>,
+}
+
+impl RecordRun {
+    pub(crate) fn new() -> Self {
+        Self {
+            bytes: Vec::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Starts a record; its data blocks are added with [`RecordRun::push_block`].
+    pub(crate) fn begin_record(&mut self, kind: RecordKind, generation: u64, commit: CommitSummary) {
+        self.bytes.extend_from_slice(&[0u8; BLOCK_SIZE]);
+        // A checkpoint's data records fill up; others (journal, commit) are mostly small.
+        let entries_expected = if kind == RecordKind::CheckpointData {
+            LOG_RECORD_DATA_BLOCKS_MAX
+        } else {
+            0
+        };
+        self.records.push(RunRecord {
+            kind,
+            generation,
+            commit,
+            entries: Vec::with_capacity(entries_expected),
+        });
+    }
+
+    /// Adds a data block to the last record begun; `entry.checksum` must be `data`'s (not
+    /// checked here: checksumming every page twice would double stabilization's main cost,
+    /// and a wrong checksum is caught by the first read of the block).
+    pub(crate) fn push_block(&mut self, entry: LogEntry, data: &Block) {
+        let record = self
+            .records
+            .last_mut()
+            .expect("a record is begun before its blocks");
+        assert!(
+            record.entries.len() < LOG_RECORD_DATA_BLOCKS_MAX,
+            "a record holds at most {LOG_RECORD_DATA_BLOCKS_MAX} data blocks"
+        );
+        record.entries.push(entry);
+        self.bytes.extend_from_slice(data);
+    }
+
+    /// Data blocks the last record begun can still take (0 when there is none).
+    pub(crate) fn last_record_room(&self) -> usize {
+        self.records
+            .last()
+            .map_or(0, |record| LOG_RECORD_DATA_BLOCKS_MAX - record.entries.len())
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The entries of record `index`, in the order of its data blocks.
+    pub(crate) fn entries(&self, index: usize) -> &[LogEntry] {
+        &self.records[index].entries
+    }
+
+    /// Empties the run, keeping its buffer (if it still has it) for the next records.
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.records.clear();
+    }
+
+    /// Gives an empty run a buffer of `blocks` blocks, or if memory is short of that, of one
+    /// whole record (what the store needed before runs); a run is written before it
+    /// outgrows its buffer ([`RecordRun::has_room_for_record`]), so pages are never copied
+    /// again by its growing. Returns the blocks the buffer holds.
+    pub(crate) fn reserve_blocks(&mut self, blocks: usize) -> usize {
+        let record_bytes = (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE;
+        if self.bytes.try_reserve_exact(blocks * BLOCK_SIZE).is_err() {
+            self.bytes.reserve_exact(record_bytes);
+        }
+        self.bytes.capacity() / BLOCK_SIZE
+    }
+
+    /// Whether the buffer can take another whole record without growing.
+    pub(crate) fn has_room_for_record(&self) -> bool {
+        self.bytes.capacity() - self.bytes.len() >= (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE
+    }
 }
 
 /// Where an appended record landed.
@@ -63,21 +155,39 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
-    /// Appends records after the head without flushing: consecutive records go out in one
-    /// device write. The head moves only once every write has returned.
-    pub(crate) fn append_records(
+    /// Appends a run of records after the head without flushing, filling in their headers:
+    /// consecutive records go out in one device write (two when the run meets the end of the
+    /// log, where a padding record is written so that no record wraps). The head moves only
+    /// once every write has returned. The run is left as it was given, headers filled in.
+    pub(crate) fn append_run(&mut self, run: &mut RecordRun) -> Result<Vec<PlacedRecord>, StoreError> {
+        self.append_run_with(run, false)
+    }
+
+    /// [`Store::append_run`], but a run written in one piece is handed to the devices
+    /// ([`BlockDevice::write_owned`]), which may still be writing it when this returns: the
+    /// run keeps its records and loses its bytes.
+    pub(crate) fn append_run_handing_over(
         &mut self,
-        records: Vec<OutgoingRecord>,
+        run: &mut RecordRun,
+    ) -> Result<Vec<PlacedRecord>, StoreError> {
+        self.append_run_with(run, true)
+    }
+
+    fn append_run_with(
+        &mut self,
+        run: &mut RecordRun,
+        hand_over: bool,
     ) -> Result<Vec<PlacedRecord>, StoreError> {
         let log_block_count = self.layout.log_block_count;
         let mut cursor = self.head;
-        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
-        let mut run_start = cursor.position;
-        let mut run: Vec<u8> = Vec::new();
-        let mut placed = Vec::with_capacity(records.len());
+        // Stretches of the run to write, as (log position, byte range of the run).
+        let mut pieces: Vec<(u64, core::ops::Range<usize>)> = Vec::new();
+        let mut padding: Option<(u64, Box<Block>)> = None;
+        let mut piece_start = (cursor.position, 0usize);
+        let mut offset = 0usize;
+        let mut placed = Vec::with_capacity(run.records.len());
         let mut needed_blocks = 0u64;
-        let mut header_block = zeroed_block();
-        for record in records {
+        for record in &mut run.records {
             let record_blocks = 1 + record.entries.len() as u64;
             if record_blocks >= log_block_count {
                 return Err(StoreError::LogFull {
@@ -90,43 +200,50 @@ impl<D: BlockDevice> Store<D> {
                 let padding_blocks = log_block_count - cursor.position;
                 let header =
                     self.header_at(&cursor, RecordKind::Padding, (padding_blocks - 1) as u32);
+                let mut header_block = zeroed_block();
                 header.encode(&mut header_block);
-                run.extend_from_slice(&header_block[..]);
-                runs.push((run_start, core::mem::take(&mut run)));
+                if offset > piece_start.1 {
+                    pieces.push((piece_start.0, piece_start.1..offset));
+                }
                 needed_blocks += padding_blocks;
                 cursor = LogCursor {
                     position: 0,
                     sequence: cursor.sequence + 1,
                     previous_header_checksum: sealed_checksum(&header_block),
                 };
-                run_start = 0;
+                padding = Some((log_block_count - padding_blocks, header_block));
+                piece_start = (0, offset);
             }
             let mut header = self.header_at(&cursor, record.kind, record.entries.len() as u32);
             header.generation = record.generation;
             header.commit = record.commit;
-            header.entries = record.entries;
-            header.encode(&mut header_block);
-            let header_checksum = sealed_checksum(&header_block);
-            run.extend_from_slice(&header_block[..]);
-            run.extend_from_slice(&record.data);
+            header.entries = core::mem::take(&mut record.entries);
+            let header_block: &mut Block = (&mut run.bytes[offset..offset + BLOCK_SIZE])
+                .try_into()
+                .expect("a run holds a whole header block for every record");
+            header.encode(header_block);
+            record.entries = header.entries;
+            let header_checksum = sealed_checksum(header_block);
             placed.push(PlacedRecord {
                 position: cursor.position,
                 sequence: cursor.sequence,
                 header_checksum,
             });
             needed_blocks += record_blocks;
+            offset += record_blocks as usize * BLOCK_SIZE;
             cursor = LogCursor {
                 position: (cursor.position + record_blocks) % log_block_count,
                 sequence: cursor.sequence + 1,
                 previous_header_checksum: header_checksum,
             };
             if cursor.position == 0 {
-                runs.push((run_start, core::mem::take(&mut run)));
-                run_start = 0;
+                pieces.push((piece_start.0, piece_start.1..offset));
+                piece_start = (0, offset);
             }
         }
-        if !run.is_empty() {
-            runs.push((run_start, run));
+        debug_assert_eq!(offset, run.bytes.len());
+        if offset > piece_start.1 {
+            pieces.push((piece_start.0, piece_start.1..offset));
         }
         let free_blocks = self.log_free_blocks();
         if needed_blocks > free_blocks {
@@ -135,9 +252,22 @@ impl<D: BlockDevice> Store<D> {
                 free_blocks,
             });
         }
-        for (position, bytes) in runs {
+        if hand_over && padding.is_none() && pieces.len() == 1 {
+            let (position, _) = pieces[0];
+            self.mirrors.write_owned(
+                self.layout.log_first_block + position,
+                core::mem::take(&mut run.bytes),
+            )?;
+            self.head = cursor;
+            return Ok(placed);
+        }
+        if let Some((position, header_block)) = &padding {
             self.mirrors
-                .write(self.layout.log_first_block + position, &bytes)?;
+                .write(self.layout.log_first_block + position, &header_block[..])?;
+        }
+        for (position, range) in pieces {
+            self.mirrors
+                .write(self.layout.log_first_block + position, &run.bytes[range])?;
         }
         self.head = cursor;
         Ok(placed)

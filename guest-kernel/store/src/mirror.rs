@@ -4,6 +4,7 @@
 //! degraded and says so); a blank replacement is resilvered online, block range by block
 //! range, while writes already go to it.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
@@ -156,6 +157,52 @@ impl<D: BlockDevice> MirrorSet<D> {
             return Err(StoreError::NoMirror);
         }
         self.written_bytes_total += data.len() as u64;
+        Ok(())
+    }
+
+    /// Writes like [`MirrorSet::write`], handing the buffer to the devices
+    /// ([`BlockDevice::write_owned`]): they may still be writing when this returns.
+    pub(crate) fn write_owned(&mut self, first_block: u64, data: Vec<u8>) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        let length = data.len() as u64;
+        let data = Arc::new(data);
+        let mut written = false;
+        for index in 0..self.mirrors.len() {
+            match self.mirrors[index].state {
+                MirrorState::Failed(_) => continue,
+                MirrorState::Resilvering { .. } if first_block < SUPERBLOCK_BLOCKS => continue,
+                _ => {}
+            }
+            match self.mirrors[index].device.write_owned(first_block, Arc::clone(&data)) {
+                Ok(()) => written = true,
+                Err(error) => self.fail(index, error)?,
+            }
+        }
+        if !written {
+            return Err(StoreError::NoMirror);
+        }
+        self.written_bytes_total += length;
+        Ok(())
+    }
+
+    /// Asks every live mirror to start writing back ([`BlockDevice::flush_begin`]).
+    pub(crate) fn flush_begin(&mut self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
+        for index in 0..self.mirrors.len() {
+            if matches!(self.mirrors[index].state, MirrorState::Failed(_)) {
+                continue;
+            }
+            if let Err(error) = self.mirrors[index].device.flush_begin() {
+                self.fail(index, error)?;
+            }
+        }
+        if self.live_count() == 0 {
+            return Err(StoreError::NoMirror);
+        }
         Ok(())
     }
 

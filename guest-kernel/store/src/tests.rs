@@ -168,6 +168,189 @@ fn checkpoints_migrate_home_and_survive_reopen() {
     assert_eq!(report.home_node_pots_written, 1);
 }
 
+/// A checkpoint of many records goes out in runs of several records per device write; a
+/// run that meets the end of the log is split around the padding record, and every block
+/// reads back after a reopen, from the log and then from home.
+#[test]
+fn large_checkpoints_write_runs_of_records_that_wrap_around_the_log() {
+    let geometry = Geometry {
+        store_id: 0x5eed,
+        node_count: 16,
+        page_count: 1200,
+        log_block_count: 1000,
+    };
+    let device = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], geometry).unwrap();
+    let first: Vec<(u64, u64, u8)> = (0..300).map(|id| (id, 1, id as u8)).collect();
+    checkpoint_pages(&mut store, &first);
+    migrate_all(&mut store);
+    // 5 records of 71 pages or fewer and the commit record.
+    assert_eq!(store.head.position, 300 + 5 + 1);
+    // 700 pages and a pot: 9 records of 71 data blocks and one of 62. Records 1-8 are one run
+    // (one write) from position 306; records 9 and 10 the next, and record 10 (63 blocks)
+    // does not fit before the end (306 + 9 * 72 = 954): padding, then record 10 at 0.
+    let requests_before = device.requests();
+    let second: Vec<(u64, u64, u8)> = (300..1000).map(|id| (id, 2, id as u8 ^ 0x5a)).collect();
+    store.begin_checkpoint().unwrap();
+    let mut image = [0u8; NODE_SIZE];
+    image[7] = 0x77;
+    store
+        .checkpoint_write_node(ObjectId(6), Version(4), &image)
+        .unwrap();
+    for (id, version, fill) in &second {
+        store
+            .checkpoint_write_page(ObjectId(*id), Version(*version), &page(*fill))
+            .unwrap();
+    }
+    store.commit_checkpoint().unwrap();
+    // Writes: run 1; run 2 as the stretch before the end, the padding header and the
+    // stretch from 0; flush, commit record, flush.
+    assert_eq!(device.requests() - requests_before, 1 + 3 + 3);
+    assert_eq!(store.head.position, 63 + 1, "record 10 and the commit record from 0");
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(store.checkpoint_generation(), 2);
+    for &(id, version, fill) in first.iter().chain(&second) {
+        assert_eq!(read_page(&mut store, id), (version, fill), "page {id}");
+    }
+    let (version, node) = store.read_node(ObjectId(6)).unwrap();
+    assert_eq!((version, node[7]), (Version(4), 0x77));
+    migrate_all(&mut store);
+    for &(id, version, fill) in first.iter().chain(&second) {
+        assert_eq!(read_page(&mut store, id), (version, fill), "page {id}");
+    }
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.home_pages_written, 1000);
+}
+
+/// A device whose handed-over writes ([`BlockDevice::write_owned`]) reach the media only
+/// when a flush (or a read, which must see them) makes them: what a device with requests in
+/// flight may do.
+struct DeferringDevice {
+    media: MemoryDevice,
+    in_flight: Vec<(u64, alloc::sync::Arc<Vec<u8>>)>,
+    flush_begins: u64,
+}
+
+impl DeferringDevice {
+    fn land(&mut self) {
+        for (first_block, data) in core::mem::take(&mut self.in_flight) {
+            self.media.write(first_block, &data).unwrap();
+        }
+    }
+}
+
+impl BlockDevice for DeferringDevice {
+    fn block_count(&self) -> u64 {
+        self.media.block_count()
+    }
+
+    fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.land();
+        self.media.read(first_block, buf)
+    }
+
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.media.write(first_block, data)
+    }
+
+    fn flush(&mut self) -> Result<(), DeviceError> {
+        self.land();
+        self.media.flush()
+    }
+
+    fn write_owned(&mut self, first_block: u64, data: alloc::sync::Arc<Vec<u8>>) -> Result<(), DeviceError> {
+        check_request(self.block_count(), first_block, data.len())?;
+        self.in_flight.push((first_block, data));
+        Ok(())
+    }
+
+    fn flush_begin(&mut self) -> Result<(), DeviceError> {
+        self.flush_begins += 1;
+        Ok(())
+    }
+}
+
+/// A checkpoint's runs are handed to the device, which may still hold them when the next
+/// node reads the log; the commit flushes them before its commit record, so that the media
+/// hold every block the commit vouches for.
+#[test]
+fn handed_over_runs_are_flushed_before_the_commit_record() {
+    let geometry = Geometry {
+        store_id: 0x5eed,
+        node_count: 400,
+        page_count: 1200,
+        log_block_count: 1000,
+    };
+    let media = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let device = DeferringDevice {
+        media: media.clone(),
+        in_flight: Vec::new(),
+        flush_begins: 0,
+    };
+    let mut store = Store::format(alloc::vec![device], geometry).unwrap();
+    store.begin_checkpoint().unwrap();
+    let mut image = [0u8; NODE_SIZE];
+    // Nodes in 71 pots fill the pot map, which goes out at once as a run of its own; pot 0
+    // comes back after the pages and is read from the log, through the device that still
+    // holds the run.
+    for pot in 0..71u64 {
+        image[0] = pot as u8 + 1;
+        store
+            .checkpoint_write_node(ObjectId(pot * 4), Version(1), &image)
+            .unwrap();
+    }
+    for id in 0..600u64 {
+        store
+            .checkpoint_write_page(ObjectId(id), Version(1), &page(id as u8))
+            .unwrap();
+    }
+    // The pots' run and one of 8 full records of pages went to the device, in flight.
+    assert_eq!(store.mirrors.mirrors[0].device.in_flight.len(), 2);
+    assert_eq!(store.mirrors.mirrors[0].device.flush_begins, 2);
+    image[0] = 0x99;
+    store
+        .checkpoint_write_node(ObjectId(1), Version(2), &image)
+        .unwrap();
+    store.commit_checkpoint().unwrap();
+    assert!(store.mirrors.mirrors[0].device.in_flight.is_empty());
+    drop(store);
+    let mut store = Store::open(alloc::vec![media]).unwrap();
+    assert_eq!(store.checkpoint_generation(), 1);
+    for id in 0..600u64 {
+        assert_eq!(read_page(&mut store, id), (1, id as u8), "page {id}");
+    }
+    let pot = store.read_node_pot(0).unwrap();
+    assert_eq!((pot[0].0, pot[0].1[0]), (Version(1), 1));
+    assert_eq!((pot[1].0, pot[1].1[0]), (Version(2), 0x99));
+    assert_eq!(store.read_node(ObjectId(280)).unwrap().1[0], 71);
+}
+
+/// A page written twice in one checkpoint (two copies in the log, in one record or in two)
+/// reads as its last copy, before and after a reopen, and migrates home as that.
+#[test]
+fn the_last_copy_of_a_page_written_twice_in_a_checkpoint_wins() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    let mut pages: Vec<(u64, u64, u8)> = (0..80).map(|id| (id, 1, id as u8)).collect();
+    // Page 3 again in the same record, page 5 again in the next record.
+    pages.insert(10, (3, 2, 0xa3));
+    pages.push((5, 2, 0xa5));
+    checkpoint_pages(&mut store, &pages);
+    assert_eq!(read_page(&mut store, 3), (2, 0xa3));
+    assert_eq!(read_page(&mut store, 5), (2, 0xa5));
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(read_page(&mut store, 3), (2, 0xa3));
+    assert_eq!(read_page(&mut store, 5), (2, 0xa5));
+    migrate_all(&mut store);
+    assert_eq!(read_page(&mut store, 3), (2, 0xa3));
+    assert_eq!(read_page(&mut store, 5), (2, 0xa5));
+    assert_eq!(read_page(&mut store, 4), (1, 4));
+    assert!(store.check().unwrap().is_clean());
+}
+
 #[test]
 fn page_versions_come_from_the_tables_and_the_log_without_reading_pages() {
     let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
