@@ -90,6 +90,8 @@ pub fn deliver(
         && !(descriptor.receive.is_empty() && descriptor.resume.is_none())
         && let Ok(node) = objects.cache.node_mut(root)
     {
+        // Only the receive registers that get a capability change; the others keep theirs.
+        let delivered_count = message.capabilities.len();
         for (index, capability) in descriptor.receive.iter().zip(message.capabilities) {
             node.swap(register_slot(index), capability);
         }
@@ -103,10 +105,12 @@ pub fn deliver(
             );
         }
         // Only a root node that is also part of a space tree has translations through these
-        // slots. The scheduler may be held here: the flush comes before ring 3 runs again.
+        // slots, and only the slots that changed matter (each check is a lookup). The
+        // scheduler may be held here: the flush comes before ring 3 runs again.
         let stale = descriptor
             .receive
             .iter()
+            .take(delivered_count)
             .chain(descriptor.resume)
             .any(|index| objects.cache.is_translated(root.object(), register_slot(index)));
         if stale {
