@@ -107,13 +107,10 @@ pub fn deliver(
         // Only a root node that is also part of a space tree has translations through these
         // slots, and only the slots that changed matter (each check is a lookup). The
         // scheduler may be held here: the flush comes before ring 3 runs again.
-        let stale = descriptor
-            .receive
-            .iter()
-            .take(delivered_count)
-            .chain(descriptor.resume)
-            .any(|index| objects.cache.is_translated(root.object(), register_slot(index)));
-        if stale {
+        let translated = |index| objects.cache.is_translated(root.object(), register_slot(index));
+        let receive_stale = delivered_count > 0
+            && descriptor.receive.iter().take(delivered_count).any(translated);
+        if receive_stale || descriptor.resume.is_some_and(translated) {
             process::translations_stale();
         }
     }
