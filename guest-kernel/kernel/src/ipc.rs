@@ -78,13 +78,14 @@ fn capability_register(objects: &Objects, root: &Capability, index: u8) -> Capab
 /// Hands `message` to the process whose saved registers are `registers` (its root node
 /// `root`), as the result of its pending `invoke`: `descriptor`, the one it invoked with
 /// (`None` if it never did), says which capability registers receive, `r14`/`r15` where the
-/// string goes.
+/// string goes. The capabilities are moved out of `message`; it is taken by reference
+/// because moving its 240 bytes is a `memcpy` call, a loop of translation blocks under TCG.
 pub fn deliver(
     objects: &mut Objects,
     root: &Capability,
     registers: &mut UserRegisters,
     descriptor: Option<&Descriptor>,
-    message: Message,
+    message: &mut Message,
 ) {
     if let Some(descriptor) = descriptor
         && !(descriptor.receive.is_empty() && descriptor.resume.is_none())
@@ -92,7 +93,7 @@ pub fn deliver(
     {
         // Only the receive registers that get a capability change; the others keep theirs.
         let delivered_count = message.capabilities.len();
-        for (index, capability) in descriptor.receive.iter().zip(message.capabilities) {
+        for (index, capability) in descriptor.receive.iter().zip(message.capabilities.drain(..)) {
             node.swap(register_slot(index), capability);
         }
         // The resume register always changes: to the caller's resume capability for a
@@ -101,7 +102,7 @@ pub fn deliver(
         if let Some(index) = descriptor.resume {
             node.swap(
                 register_slot(index),
-                message.resume.unwrap_or(Capability::VOID),
+                message.resume.take().unwrap_or(Capability::VOID),
             );
         }
         // Only a root node that is also part of a space tree has translations through these
@@ -232,7 +233,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         CapType::Void => return Err(InvocationError::Void),
         CapType::Checkpoint | CapType::Journal | CapType::Control => {
             let outcome = services::invoke(&mut objects, target, &message);
-            let reply = match outcome {
+            let mut reply = match outcome {
                 services::Outcome::Reply(reply) => reply,
                 services::Outcome::WaitForInput => {
                     drop(objects);
@@ -251,22 +252,24 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
                 drop(objects);
                 become_available_and_switch(invoker, registers)
             }
-            deliver(&mut objects, &root, registers, Some(&descriptor), reply);
+            deliver(&mut objects, &root, registers, Some(&descriptor), &mut reply);
             return Ok(());
         }
         _ => {
-            let reply = methods::invoke(&mut objects, target, &message);
-            drop(objects);
+            let mut reply = methods::invoke(&mut objects, target, &message);
+            // The method may have stopped the invoker (through its process capability).
+            // The object cache stays locked for the reply unless the invoker goes.
             let invoker_stopped =
                 SCHEDULER.lock().processes[invoker].state != ProcessState::Runnable;
             if invoker_stopped {
+                drop(objects);
                 process::switch_to_next()
             }
             if descriptor.kind == Kind::Return {
+                drop(objects);
                 become_available_and_switch(invoker, registers)
             }
-            let mut objects = OBJECTS.lock();
-            deliver(&mut objects, &root, registers, Some(&descriptor), reply);
+            deliver(&mut objects, &root, registers, Some(&descriptor), &mut reply);
             return Ok(());
         }
     };
@@ -289,12 +292,12 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         }
         Kind::Send => registers.rax = 0,
     }
-    wake_with(&mut objects, &mut scheduler, receiver, message);
-    drop(scheduler);
+    wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(objects);
     match descriptor.kind {
-        // Hand the CPU straight to the receiver: the invoker waits anyway.
-        Kind::Call | Kind::Return => process::switch_to(receiver),
+        // Hand the CPU straight to the receiver: the invoker waits anyway. The scheduler
+        // stays locked from the message to the switch.
+        Kind::Call | Kind::Return => process::switch_to_locked(scheduler, receiver),
         Kind::Send => Ok(()),
     }
 }
@@ -306,7 +309,7 @@ fn wake_with(
     objects: &mut Objects,
     scheduler: &mut process::Scheduler,
     receiver: usize,
-    message: Message,
+    message: &mut Message,
 ) {
     let process = &mut scheduler.processes[receiver];
     if !core::mem::take(&mut process.waiting_for_keeper) {
@@ -388,7 +391,7 @@ pub fn invoke_keeper(
         process::switch_to_next()
     }
     let root = scheduler.processes[faulter].root;
-    let message = Message {
+    let mut message = Message {
         code: keeper_message.code,
         words: keeper_message.words,
         string: Vec::new(),
@@ -402,7 +405,7 @@ pub fn invoke_keeper(
     process.registers.copy_from(registers);
     process.state = ProcessState::WaitingForReply;
     process.waiting_for_keeper = true;
-    wake_with(&mut objects, &mut scheduler, receiver, message);
+    wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(scheduler);
     drop(objects);
     process::switch_to(receiver)
