@@ -66,15 +66,6 @@ fn register_slot(index: u8) -> Slot {
     process_root::capability_register(u64::from(index)).expect("descriptor registers are 0..=15")
 }
 
-/// The capability in register `index` of process `root`, void if revoked.
-fn capability_register(objects: &Objects, root: &Capability, index: u8) -> Capability {
-    let held = objects
-        .cache
-        .node(root)
-        .map(|node| node.get(register_slot(index)));
-    held.map_or(Capability::VOID, |held| objects.cache.live_or_void(held))
-}
-
 /// Hands `message` to the process whose saved registers are `registers` (its root node
 /// `root`), as the result of its pending `invoke`: `descriptor`, the one it invoked with
 /// (`None` if it never did), says which capability registers receive, `r14`/`r15` where the
@@ -153,7 +144,24 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     let descriptor =
         Descriptor::decode(registers.rdi).map_err(|_| InvocationError::MalformedDescriptor)?;
     let mut objects = OBJECTS.lock();
-    let mut target = capability_register(&objects, &root, descriptor.target);
+    // One lookup of the invoker's root node serves the target and every capability sent
+    // (each lookup is about ten translation blocks under TCG).
+    let mut capabilities = ArrayVec::<Capability, 4>::new();
+    let held_target = {
+        let invoker_node = objects.cache.node(&root).ok();
+        let held = |index| invoker_node.map_or(Capability::VOID, |node| node.get(register_slot(index)));
+        // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
+        for index in descriptor.send.iter() {
+            capabilities.push(objects.cache.live_or_void(held(index)));
+        }
+        held(descriptor.target)
+    };
+    // A resume capability is checked by consuming it (below), not twice.
+    let mut target = if held_target.kind() == CapType::Resume {
+        held_target
+    } else {
+        objects.cache.live_or_void(held_target)
+    };
     for _ in 0..INDIRECTION_DEPTH_MAX {
         if target.kind() != CapType::Indirector {
             break;
@@ -183,15 +191,10 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         code: registers.rsi,
         words,
         string,
-        capabilities: ArrayVec::new(),
+        capabilities,
         badge: target.badge(),
         resume: None,
     };
-    // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
-    for index in descriptor.send.iter() {
-        let capability = capability_register(&objects, &root, index);
-        message.capabilities.push(capability);
-    }
 
     let receiver = match target.kind() {
         CapType::Start => {
@@ -217,13 +220,23 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
             let waiting = scheduler.index_of(target.object()).filter(|&caller| {
                 scheduler.processes[caller].state == ProcessState::WaitingForReply
             });
-            let caller = waiting.ok_or(InvocationError::Void)?;
-            objects
-                .cache
-                .consume_resume(&target)
-                .map_err(|_| InvocationError::Void)?;
-            message.badge = 0;
-            caller
+            match waiting {
+                Some(caller) if objects.cache.consume_resume(&target).is_ok() => {
+                    message.badge = 0;
+                    caller
+                }
+                // Not consumed. A live resume capability whose caller does not wait is
+                // refused; a revoked one is void, as it would have been before the match.
+                _ if waiting.is_none() && objects.cache.check(&target).is_ok() => {
+                    return Err(InvocationError::Void);
+                }
+                _ if descriptor.kind == Kind::Return => {
+                    drop(scheduler);
+                    drop(objects);
+                    become_available_and_switch(invoker, registers)
+                }
+                _ => return Err(InvocationError::Void),
+            }
         }
         CapType::Void if descriptor.kind == Kind::Return => {
             // Returning to nothing: just wait for the next message.
