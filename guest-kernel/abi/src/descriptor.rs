@@ -39,6 +39,7 @@ impl Registers {
     };
 
     /// `None` if there are more than four or an index is not a capability register.
+    #[inline]
     pub fn new(indices: &[u8]) -> Option<Self> {
         if indices.len() > 4 || indices.iter().any(|&index| index > 15) {
             return None;
@@ -78,6 +79,7 @@ pub struct Descriptor {
 pub struct MalformedDescriptor;
 
 impl Descriptor {
+    #[inline]
     pub fn encode(&self) -> u64 {
         u64::from(self.target & 0xf)
             | (self.kind as u64) << 4
