@@ -39,6 +39,7 @@ impl Registers {
     };
 
     /// `None` if there are more than four or an index is not a capability register.
+    #[inline]
     pub fn new(indices: &[u8]) -> Option<Self> {
         if indices.len() > 4 || indices.iter().any(|&index| index > 15) {
             return None;
@@ -78,6 +79,7 @@ pub struct Descriptor {
 pub struct MalformedDescriptor;
 
 impl Descriptor {
+    #[inline]
     pub fn encode(&self) -> u64 {
         u64::from(self.target & 0xf)
             | (self.kind as u64) << 4
@@ -102,15 +104,17 @@ impl Descriptor {
         let (receive_nibbles, receive_count) = (field(32, 0xffff), field(48, 0x7));
         let (resume_register, has_resume) = (field(52, 0xf), field(56, 1));
         // Nibbles beyond a count must be zero, like every unused bit; a count above four
-        // shifts every nibble out, so it is refused by its own test.
-        let malformed = (word & !DEFINED != 0)
-            | (kind == 3)
-            | (send_count > 4)
-            | (receive_count > 4)
-            | (send_nibbles >> (4 * send_count) != 0)
-            | (receive_nibbles >> (4 * receive_count) != 0)
-            | (has_resume == 0 && resume_register != 0);
-        if malformed {
+        // shifts every nibble out, so it is refused by its own test. Each test is a word
+        // that is nonzero when it fails, ORed into one: comparisons joined with `|` are
+        // compiled into a branch each.
+        let malformed = (word & !DEFINED)
+            | (kind + 1) >> 2 // kind 3
+            | (send_count + 3) >> 3 // 5..=7
+            | (receive_count + 3) >> 3
+            | send_nibbles >> (4 * send_count)
+            | receive_nibbles >> (4 * receive_count)
+            | resume_register & (has_resume ^ 1).wrapping_neg();
+        if malformed != 0 {
             return Err(MalformedDescriptor);
         }
         Ok(Self {

@@ -66,31 +66,25 @@ fn register_slot(index: u8) -> Slot {
     process_root::capability_register(u64::from(index)).expect("descriptor registers are 0..=15")
 }
 
-/// The capability in register `index` of process `root`, void if revoked.
-fn capability_register(objects: &Objects, root: &Capability, index: u8) -> Capability {
-    let held = objects
-        .cache
-        .node(root)
-        .map(|node| node.get(register_slot(index)));
-    held.map_or(Capability::VOID, |held| objects.cache.live_or_void(held))
-}
-
 /// Hands `message` to the process whose saved registers are `registers` (its root node
 /// `root`), as the result of its pending `invoke`: `descriptor`, the one it invoked with
 /// (`None` if it never did), says which capability registers receive, `r14`/`r15` where the
-/// string goes.
+/// string goes. The capabilities are moved out of `message`; it is taken by reference
+/// because moving its 240 bytes is a `memcpy` call, a loop of translation blocks under TCG.
 pub fn deliver(
     objects: &mut Objects,
     root: &Capability,
     registers: &mut UserRegisters,
     descriptor: Option<&Descriptor>,
-    message: Message,
+    message: &mut Message,
 ) {
     if let Some(descriptor) = descriptor
         && !(descriptor.receive.is_empty() && descriptor.resume.is_none())
         && let Ok(node) = objects.cache.node_mut(root)
     {
-        for (index, capability) in descriptor.receive.iter().zip(message.capabilities) {
+        // Only the receive registers that get a capability change; the others keep theirs.
+        let delivered_count = message.capabilities.len();
+        for (index, capability) in descriptor.receive.iter().zip(message.capabilities.drain(..)) {
             node.swap(register_slot(index), capability);
         }
         // The resume register always changes: to the caller's resume capability for a
@@ -99,17 +93,16 @@ pub fn deliver(
         if let Some(index) = descriptor.resume {
             node.swap(
                 register_slot(index),
-                message.resume.unwrap_or(Capability::VOID),
+                message.resume.take().unwrap_or(Capability::VOID),
             );
         }
         // Only a root node that is also part of a space tree has translations through these
-        // slots. The scheduler may be held here: the flush comes before ring 3 runs again.
-        let stale = descriptor
-            .receive
-            .iter()
-            .chain(descriptor.resume)
-            .any(|index| objects.cache.is_translated(root.object(), register_slot(index)));
-        if stale {
+        // slots, and only the slots that changed matter (each check is a lookup). The
+        // scheduler may be held here: the flush comes before ring 3 runs again.
+        let translated = |index| objects.cache.is_translated(root.object(), register_slot(index));
+        let receive_stale = delivered_count > 0
+            && descriptor.receive.iter().take(delivered_count).any(translated);
+        if receive_stale || descriptor.resume.is_some_and(translated) {
             process::translations_stale();
         }
     }
@@ -151,7 +144,24 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     let descriptor =
         Descriptor::decode(registers.rdi).map_err(|_| InvocationError::MalformedDescriptor)?;
     let mut objects = OBJECTS.lock();
-    let mut target = capability_register(&objects, &root, descriptor.target);
+    // One lookup of the invoker's root node serves the target and every capability sent
+    // (each lookup is about ten translation blocks under TCG).
+    let mut capabilities = ArrayVec::<Capability, 4>::new();
+    let held_target = {
+        let invoker_node = objects.cache.node(&root).ok();
+        let held = |index| invoker_node.map_or(Capability::VOID, |node| node.get(register_slot(index)));
+        // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
+        for index in descriptor.send.iter() {
+            capabilities.push(objects.cache.live_or_void(held(index)));
+        }
+        held(descriptor.target)
+    };
+    // A resume capability is checked by consuming it (below), not twice.
+    let mut target = if held_target.kind() == CapType::Resume {
+        held_target
+    } else {
+        objects.cache.live_or_void(held_target)
+    };
     for _ in 0..INDIRECTION_DEPTH_MAX {
         if target.kind() != CapType::Indirector {
             break;
@@ -181,15 +191,10 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         code: registers.rsi,
         words,
         string,
-        capabilities: ArrayVec::new(),
+        capabilities,
         badge: target.badge(),
         resume: None,
     };
-    // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
-    for index in descriptor.send.iter() {
-        let capability = capability_register(&objects, &root, index);
-        message.capabilities.push(capability);
-    }
 
     let receiver = match target.kind() {
         CapType::Start => {
@@ -215,13 +220,23 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
             let waiting = scheduler.index_of(target.object()).filter(|&caller| {
                 scheduler.processes[caller].state == ProcessState::WaitingForReply
             });
-            let caller = waiting.ok_or(InvocationError::Void)?;
-            objects
-                .cache
-                .consume_resume(&target)
-                .map_err(|_| InvocationError::Void)?;
-            message.badge = 0;
-            caller
+            match waiting {
+                Some(caller) if objects.cache.consume_resume(&target).is_ok() => {
+                    message.badge = 0;
+                    caller
+                }
+                // Not consumed. A live resume capability whose caller does not wait is
+                // refused; a revoked one is void, as it would have been before the match.
+                _ if waiting.is_none() && objects.cache.check(&target).is_ok() => {
+                    return Err(InvocationError::Void);
+                }
+                _ if descriptor.kind == Kind::Return => {
+                    drop(scheduler);
+                    drop(objects);
+                    become_available_and_switch(invoker, registers)
+                }
+                _ => return Err(InvocationError::Void),
+            }
         }
         CapType::Void if descriptor.kind == Kind::Return => {
             // Returning to nothing: just wait for the next message.
@@ -231,7 +246,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         CapType::Void => return Err(InvocationError::Void),
         CapType::Checkpoint | CapType::Journal | CapType::Control => {
             let outcome = services::invoke(&mut objects, target, &message);
-            let reply = match outcome {
+            let mut reply = match outcome {
                 services::Outcome::Reply(reply) => reply,
                 services::Outcome::WaitForInput => {
                     drop(objects);
@@ -250,22 +265,24 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
                 drop(objects);
                 become_available_and_switch(invoker, registers)
             }
-            deliver(&mut objects, &root, registers, Some(&descriptor), reply);
+            deliver(&mut objects, &root, registers, Some(&descriptor), &mut reply);
             return Ok(());
         }
         _ => {
-            let reply = methods::invoke(&mut objects, target, &message);
-            drop(objects);
+            let mut reply = methods::invoke(&mut objects, target, &message);
+            // The method may have stopped the invoker (through its process capability).
+            // The object cache stays locked for the reply unless the invoker goes.
             let invoker_stopped =
                 SCHEDULER.lock().processes[invoker].state != ProcessState::Runnable;
             if invoker_stopped {
+                drop(objects);
                 process::switch_to_next()
             }
             if descriptor.kind == Kind::Return {
+                drop(objects);
                 become_available_and_switch(invoker, registers)
             }
-            let mut objects = OBJECTS.lock();
-            deliver(&mut objects, &root, registers, Some(&descriptor), reply);
+            deliver(&mut objects, &root, registers, Some(&descriptor), &mut reply);
             return Ok(());
         }
     };
@@ -288,12 +305,12 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         }
         Kind::Send => registers.rax = 0,
     }
-    wake_with(&mut objects, &mut scheduler, receiver, message);
-    drop(scheduler);
+    wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(objects);
     match descriptor.kind {
-        // Hand the CPU straight to the receiver: the invoker waits anyway.
-        Kind::Call | Kind::Return => process::switch_to(receiver),
+        // Hand the CPU straight to the receiver: the invoker waits anyway. The scheduler
+        // stays locked from the message to the switch.
+        Kind::Call | Kind::Return => process::switch_to_locked(scheduler, receiver),
         Kind::Send => Ok(()),
     }
 }
@@ -305,7 +322,7 @@ fn wake_with(
     objects: &mut Objects,
     scheduler: &mut process::Scheduler,
     receiver: usize,
-    message: Message,
+    message: &mut Message,
 ) {
     let process = &mut scheduler.processes[receiver];
     if !core::mem::take(&mut process.waiting_for_keeper) {
@@ -387,7 +404,7 @@ pub fn invoke_keeper(
         process::switch_to_next()
     }
     let root = scheduler.processes[faulter].root;
-    let message = Message {
+    let mut message = Message {
         code: keeper_message.code,
         words: keeper_message.words,
         string: Vec::new(),
@@ -401,7 +418,7 @@ pub fn invoke_keeper(
     process.registers.copy_from(registers);
     process.state = ProcessState::WaitingForReply;
     process.waiting_for_keeper = true;
-    wake_with(&mut objects, &mut scheduler, receiver, message);
+    wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(scheduler);
     drop(objects);
     process::switch_to(receiver)

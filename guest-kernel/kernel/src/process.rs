@@ -360,8 +360,8 @@ pub fn journal_durable(objects: &mut Objects, ticket: u64) {
             && waiting <= ticket
         {
             let descriptor = abi::descriptor::Descriptor::decode(process.registers.rdi).ok();
-            let reply = ipc::Message::reply(0, [waiting, 0, 0, 0]);
-            ipc::deliver(objects, &process.root, &mut process.registers, descriptor.as_ref(), reply);
+            let mut reply = ipc::Message::reply(0, [waiting, 0, 0, 0]);
+            ipc::deliver(objects, &process.root, &mut process.registers, descriptor.as_ref(), &mut reply);
             process.state = ProcessState::Runnable;
         }
     }
@@ -389,7 +389,11 @@ pub fn any_runnable() -> bool {
 
 /// Makes process `index` the current one and enters it.
 pub fn switch_to(index: usize) -> ! {
-    let mut scheduler = SCHEDULER.lock();
+    switch_to_locked(SCHEDULER.lock(), index)
+}
+
+/// [`switch_to`] with the scheduler already locked, as the invocation path holds it.
+pub fn switch_to_locked(mut scheduler: spin::MutexGuard<'_, Scheduler>, index: usize) -> ! {
     scheduler.current = Some(index);
     resume_user(scheduler)
 }

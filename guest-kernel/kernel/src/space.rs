@@ -8,7 +8,6 @@
 //! user mappings, so that the change is seen at the next access.
 
 use alloc::vec::Vec;
-use arrayvec::ArrayVec;
 use x86_64::registers::control::{Cr3, Cr3Flags};
 use x86_64::structures::paging::{PageTable, PageTableFlags, PhysFrame};
 use x86_64::{PhysAddr, VirtAddr};
@@ -42,6 +41,11 @@ const MAPPED_PAGES_TRACKED_MAX: usize = 64;
 /// small spaces, for the same reason: most processes map few pages).
 static LIVE_ROOT: spin::Once<PhysFrame> = spin::Once::new();
 
+/// The live root through the direct map, for the switch path: reading it needs no check
+/// of `LIVE_ROOT`'s state nor of the frame's address (each a branch, so a translation
+/// block of its own under TCG). Zero until [`init_live_root`] ran.
+static LIVE_ROOT_TABLE_ADDRESS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
 /// Makes the live root from the boot tables `kernel_root` and runs on it.
 pub fn init_live_root(kernel_root: PhysFrame) {
     LIVE_ROOT.call_once(|| {
@@ -53,8 +57,22 @@ pub fn init_live_root(kernel_root: PhysFrame) {
         // SAFETY: the new root maps the kernel half exactly as the boot tables do, so this
         // code, its stack and the heap stay mapped; the user half is empty.
         unsafe { Cr3::write(root, Cr3Flags::empty()) };
+        LIVE_ROOT_TABLE_ADDRESS.store(
+            memory::physical_to_virtual(root.start_address().as_u64()),
+            core::sync::atomic::Ordering::Relaxed,
+        );
         root
     });
+}
+
+/// The live root's table, on the switch path.
+fn live_root_table() -> &'static mut PageTable {
+    let address = LIVE_ROOT_TABLE_ADDRESS.load(core::sync::atomic::Ordering::Relaxed);
+    // One branch, never taken once a process has been loaded (loading makes the live root).
+    assert_ne!(address, 0, "init_live_root ran at boot");
+    // SAFETY: the direct-map address of the live root's frame, a heap page that is never
+    // freed; the kernel touches page tables only with interrupts off, on its single CPU.
+    unsafe { &mut *(address as *mut PageTable) }
 }
 
 fn live_root() -> PhysFrame {
@@ -75,9 +93,18 @@ pub struct UserTables {
     /// A top-level table whose user half is this process's. The CPU never runs on it: its
     /// used entries are copied into the live root while the process runs.
     top: PhysFrame,
+    /// `top` through the direct map (the switch path reads it without the checks of
+    /// [`table_at`]).
+    top_table_address: u64,
     /// Which user entries of `top` are in use, while there are at most four (a program
-    /// uses one or two); `None` beyond: a switch then copies the whole user half.
-    top_used: Option<ArrayVec<u16, 4>>,
+    /// uses one or two); positions past the used ones hold index 0, so that a switch
+    /// clears and copies all four without a loop or a branch (copying an entry of `top`
+    /// into the live root is always right while this process runs; clearing one of the
+    /// live root's user entries is always right when it leaves).
+    top_used: [u16; 4],
+    top_used_count: usize,
+    /// More than four entries are in use: a switch copies the whole user half.
+    top_used_overflowed: bool,
     /// Every page mapped, while there are at most [`MAPPED_PAGES_TRACKED_MAX`].
     mapped: Vec<MappedPage>,
     mapped_overflowed: bool,
@@ -85,9 +112,13 @@ pub struct UserTables {
 
 impl UserTables {
     pub fn new() -> Self {
+        let top = new_table_frame();
         Self {
-            top: new_table_frame(),
-            top_used: Some(ArrayVec::new()),
+            top,
+            top_table_address: memory::physical_to_virtual(top.start_address().as_u64()),
+            top_used: [0; 4],
+            top_used_count: 0,
+            top_used_overflowed: false,
             mapped: Vec::new(),
             mapped_overflowed: false,
         }
@@ -103,10 +134,12 @@ impl UserTables {
         let top = table_at(self.top);
         if top[top_index].is_unused() {
             top[top_index].set_frame(new_table_frame(), intermediate);
-            if let Some(used) = &mut self.top_used
-                && used.try_push(top_index as u16).is_err()
-            {
-                self.top_used = None;
+            match self.top_used.get_mut(self.top_used_count) {
+                Some(position) => {
+                    *position = top_index as u16;
+                    self.top_used_count += 1;
+                }
+                None => self.top_used_overflowed = true,
             }
             if running {
                 table_at(live_root())[top_index] = top[top_index].clone();
@@ -170,7 +203,9 @@ impl UserTables {
             }
             top[index].set_unused();
         }
-        self.top_used = Some(ArrayVec::new());
+        self.top_used = [0; 4];
+        self.top_used_count = 0;
+        self.top_used_overflowed = false;
         self.mapped.clear();
         self.mapped_overflowed = false;
     }
@@ -186,12 +221,17 @@ impl UserTables {
 /// flag cleared and its entry dropped. Under TCG each `invlpg` costs far more than reading
 /// an entry; a program touches a few of the pages it has mapped between two switches.
 pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
-    let live = table_at(live_root());
+    let live = live_root_table();
     let mut flush_all = false;
     if let Some(outgoing) = outgoing {
-        match &outgoing.top_used {
-            Some(used) => used.iter().for_each(|&index| live[usize::from(index)].set_unused()),
-            None => USER_TOP_ENTRIES.for_each(|index| live[index].set_unused()),
+        if outgoing.top_used_overflowed {
+            USER_TOP_ENTRIES.for_each(|index| live[index].set_unused());
+        } else {
+            // Masked into the user half: no index can reach the kernel's entries, and the
+            // compiler needs no bounds check (each a branch).
+            for index in outgoing.top_used {
+                live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
+            }
         }
         if outgoing.mapped_overflowed {
             flush_all = true;
@@ -199,12 +239,17 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
             flush_touched(&outgoing.mapped);
         }
     }
-    let top = table_at(incoming.top);
-    match &incoming.top_used {
-        Some(used) => used.iter().for_each(|&index| {
-            live[usize::from(index)] = top[usize::from(index)].clone();
-        }),
-        None => USER_TOP_ENTRIES.for_each(|index| live[index] = top[index].clone()),
+    // SAFETY: `top_table_address` is the direct-map address of `incoming.top`, a table
+    // frame these tables own for their whole life; the kernel touches page tables only
+    // with interrupts off, on its single CPU, and `live` is another frame.
+    let top = unsafe { &*(incoming.top_table_address as *const PageTable) };
+    if incoming.top_used_overflowed {
+        USER_TOP_ENTRIES.for_each(|index| live[index] = top[index].clone());
+    } else {
+        for index in incoming.top_used {
+            let index = usize::from(index) % USER_TOP_ENTRIES.end;
+            live[index] = top[index].clone();
+        }
     }
     // Reloading CR3 empties the paging-structure caches and the whole TLB.
     if flush_all {
