@@ -39,7 +39,7 @@ pub enum Type {
     Clock = 11,
     /// Control of the single-level store's checkpoints: their interval, a checkpoint now, and the store's counters.
     Checkpoint = 12,
-    /// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes.
+    /// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes. The rest of the program comes back as the last checkpoint caught it, which may be before commits it went on to make: a program must not write a journaled page from what it read before that checkpoint (after a restart, read the page again; or make every write one that a replay repeats harmlessly, as services/selftest/src/journal_writer.rs does).
     Journal = 13,
     /// The control channel: a serial line on which the host's `holdfast` sends requests and reads replies.
     Control = 14,
@@ -833,7 +833,7 @@ pub mod checkpoint {
     }
 }
 
-/// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes.
+/// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes. The rest of the program comes back as the last checkpoint caught it, which may be before commits it went on to make: a program must not write a journaled page from what it read before that checkpoint (after a restart, read the page again; or make every write one that a replay repeats harmlessly, as services/selftest/src/journal_writer.rs does).
 pub mod journal {
     use super::{Message, ObjectError};
 

@@ -671,7 +671,7 @@ pub mod checkpoint {
     }
 }
 
-/// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes.
+/// Synchronous commits of chosen pages to the store's log: once a commit is acknowledged, a restart brings the pages back as committed, whatever crash comes. The rest of the program comes back as the last checkpoint caught it, which may be before commits it went on to make: a program must not write a journaled page from what it read before that checkpoint (after a restart, read the page again; or make every write one that a replay repeats harmlessly, as services/selftest/src/journal_writer.rs does).
 pub mod journal {
     use crate::abi::interface::journal::order;
     use crate::syscall::{CapReg, Error, Invocation, invoke};
