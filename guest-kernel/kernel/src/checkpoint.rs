@@ -22,9 +22,10 @@
 //! and nodes are evicted ([`make_room`]), after a whole checkpoint at once if too few pages
 //! are clean.
 //!
-//! A restart reads the checkpoint directory (page 0) and every page's version, and rebuilds
-//! the process table from the root nodes ([`crate::process::restore`]); every other node
-//! and every page is loaded when first used ([`load_node`], [`read_page`]).
+//! A restart reads the checkpoint directory (page 0) and rebuilds the process table from
+//! the root nodes ([`crate::process::restore`]); every other node is loaded when first
+//! used ([`load_node`]), each page's version when the page is first named
+//! ([`load_page_version`]) and its bytes when used ([`read_page`]).
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;

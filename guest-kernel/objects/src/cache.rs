@@ -44,9 +44,9 @@ struct PageEntry<F> {
     /// given it by the first lookup, through the page-version loader
     /// ([`ObjectCache::set_page_version_loader`]).
     version: OnceCell<Version>,
-    /// `None` while the page is only on the store (never loaded, or evicted): its version
-    /// is known, so capabilities to it check as usual, but its bytes must be loaded before
-    /// use ([`ObjectCache::install_frame`]).
+    /// `None` while the page is only on the store (never loaded, or evicted): capabilities
+    /// to it check as usual (its version known or read), but its bytes must be loaded
+    /// before use ([`ObjectCache::install_frame`]).
     frame: Option<F>,
     /// The dirty epoch in which the page was last changed or mapped writable, or
     /// [`CLEAN`] once the store holds it as it is. Dirty in the current epoch: the next
@@ -58,6 +58,13 @@ struct PageEntry<F> {
 
 /// A page's dirty epoch once the store holds it as it is.
 const CLEAN: u64 = 0;
+
+impl<F> PageEntry<F> {
+    /// A clean page: new ones are marked dirty by their maker.
+    fn new(version: OnceCell<Version>, frame: Option<F>) -> Self {
+        Self { version, frame, dirty_epoch: Cell::new(CLEAN) }
+    }
+}
 
 /// A node as the store holds it: what the node loader returns.
 pub struct StoredNode {
@@ -88,7 +95,6 @@ pub struct ObjectCache<F> {
     /// Loads absent nodes (see the module's comment); `None` without a store, when every
     /// node is here.
     node_loader: Option<NodeLoader>,
-    nodes_loaded_total: Cell<u64>,
     /// Reads the versions of pages known to be on the store (see [`PageEntry::version`]).
     page_version_loader: Option<PageVersionLoader>,
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
@@ -115,7 +121,6 @@ impl<F> ObjectCache<F> {
             nodes: LoadableTable::new(),
             pages: ObjectTable::new(),
             node_loader: None,
-            nodes_loaded_total: Cell::new(0),
             page_version_loader: None,
             translation_epoch: 1,
             // Epochs start at 2, so that the one before the first is not `CLEAN`.
@@ -144,7 +149,7 @@ impl<F> ObjectCache<F> {
     pub fn know_stored_pages(&mut self, count: u64) {
         for id in 1..count {
             if !self.pages.contains_key(&ObjectId(id)) {
-                self.pages.insert(ObjectId(id), PageEntry { version: OnceCell::new(), frame: None, dirty_epoch: Cell::new(CLEAN) });
+                self.pages.insert(ObjectId(id), PageEntry::new(OnceCell::new(), None));
             }
         }
     }
@@ -163,11 +168,6 @@ impl<F> ObjectCache<F> {
         Some((entry, version))
     }
 
-    /// How many nodes were loaded from the store.
-    pub fn nodes_loaded_total(&self) -> u64 {
-        self.nodes_loaded_total.get()
-    }
-
     /// Node `id`'s entry, loaded first if it is on the store only.
     #[inline]
     fn node_entry(&self, id: ObjectId) -> Option<&NodeEntry> {
@@ -175,7 +175,6 @@ impl<F> ObjectCache<F> {
             // Node 0 does not exist: ids start at 1.
             let loader = self.node_loader.filter(|_| id.0 != 0)?;
             let StoredNode { version, resume_version, node } = loader(id)?;
-            self.nodes_loaded_total.set(self.nodes_loaded_total.get() + 1);
             Some(NodeEntry {
                 version,
                 resume_version,
@@ -238,7 +237,7 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return Err(frame);
         }
-        self.pages.insert(id, PageEntry { version: OnceCell::from(version), frame: Some(frame), dirty_epoch: Cell::new(CLEAN) });
+        self.pages.insert(id, PageEntry::new(OnceCell::from(version), Some(frame)));
         if dirty {
             self.mark_page_dirty(id);
         }
@@ -251,7 +250,7 @@ impl<F> ObjectCache<F> {
         if self.pages.contains_key(&id) {
             return false;
         }
-        self.pages.insert(id, PageEntry { version: OnceCell::from(version), frame: None, dirty_epoch: Cell::new(CLEAN) });
+        self.pages.insert(id, PageEntry::new(OnceCell::from(version), None));
         true
     }
 
@@ -485,13 +484,9 @@ impl<F> ObjectCache<F> {
 
     pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {
         let id = capability.object();
-        let entry = self.node_entry_mut(id).ok_or(Void)?;
-        Self::node_entry_matches(entry, capability)?;
-        if !core::mem::replace(&mut entry.dirty, true) {
-            self.dirty_nodes.push(id);
-        }
-        let entry = self.nodes.get_mut(&id).expect("just loaded");
-        Ok(&mut entry.node)
+        Self::node_entry_matches(self.node_entry(id).ok_or(Void)?, capability)?;
+        self.mark_node_dirty(id);
+        Ok(&mut self.nodes.get_mut(&id).expect("just loaded").node)
     }
 
     /// `Ok` if `capability` is a live node-backed capability (node, space, process, start,
@@ -515,16 +510,11 @@ impl<F> ObjectCache<F> {
     }
 
     pub fn page_mut(&mut self, capability: &Capability) -> Result<&mut F, Void> {
-        let (_, version) = self.page_entry(capability.object()).ok_or(Void)?;
+        let id = capability.object();
+        let (_, version) = self.page_entry(id).ok_or(Void)?;
         Self::page_matches(version, capability)?;
-        let entry = self.pages.get_mut(&capability.object()).ok_or(Void)?;
-        if entry.frame.is_none() {
-            return Err(Void);
-        }
-        if entry.dirty_epoch.replace(self.dirty_epoch) != self.dirty_epoch {
-            self.dirty_pages.get_mut().push(capability.object());
-        }
-        entry.frame.as_mut().ok_or(Void)
+        self.mark_page_dirty(id);
+        self.pages.get_mut(&id).and_then(|entry| entry.frame.as_mut()).ok_or(Void)
     }
 
     fn page_matches(version: Version, capability: &Capability) -> Result<(), Void> {
@@ -753,12 +743,19 @@ mod tests {
         assert_eq!(cache.page_version(ObjectId(7)), Some(Version(4)));
     }
 
+    /// Loads by `load_test_node`.
+    static TEST_NODES_LOADED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
     /// The store of the loading test: node `id` has version `id`, resume version 1 and its
     /// id in slot 0; node 13 cannot be read.
     fn load_test_node(id: ObjectId) -> Option<StoredNode> {
         let mut node = Node::default();
         node.swap(slot(0), Capability::number([id.0, 0]));
-        (id.0 != 13).then_some(StoredNode { version: Version(id.0), resume_version: Version(1), node })
+        let stored = (id.0 != 13).then_some(StoredNode { version: Version(id.0), resume_version: Version(1), node });
+        if stored.is_some() {
+            TEST_NODES_LOADED.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        }
+        stored
     }
 
     #[test]
@@ -774,7 +771,7 @@ mod tests {
         assert_eq!(cache.check(&stale), Err(Void), "the stored version counts");
         let resume = Capability::new(CapType::Resume, ObjectId(9), Version(1));
         assert_eq!(cache.consume_resume(&resume), Ok(()), "a mutation loads too");
-        assert_eq!(cache.nodes_loaded_total(), 3);
+        assert_eq!(TEST_NODES_LOADED.load(core::sync::atomic::Ordering::Relaxed), 3);
         let unreadable = Capability::new(CapType::Node, ObjectId(13), Version(13));
         assert_eq!(cache.check(&unreadable), Err(Void), "an unreadable node is void");
         let unknown = Capability::new(CapType::Node, ObjectId(20), Version(20));
@@ -788,7 +785,7 @@ mod tests {
         assert_eq!(cache.take_dirty_nodes().len(), 2);
         assert_eq!(cache.evict_nodes(100, &[]), 3);
         assert_eq!(cache.check(&node), Ok(()), "loaded again");
-        assert_eq!(cache.nodes_loaded_total(), 4);
+        assert_eq!(TEST_NODES_LOADED.load(core::sync::atomic::Ordering::Relaxed), 4);
     }
 
     #[test]

@@ -67,14 +67,6 @@ impl<V> ObjectTable<V> {
         old
     }
 
-    pub fn remove(&mut self, id: &ObjectId) -> Option<V> {
-        let old = self.slots.get_mut(index(*id)?)?.take();
-        if old.is_some() {
-            self.len -= 1;
-        }
-        old
-    }
-
     pub fn len(&self) -> usize {
         self.len
     }
@@ -179,13 +171,6 @@ impl<V> LoadableTable<V> {
             .enumerate()
             .filter_map(|(index, slot)| Some((ObjectId(index as u64), &**slot.get()?)))
     }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (ObjectId, &mut V)> {
-        self.slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(index, slot)| Some((ObjectId(index as u64), &mut **slot.get_mut()?)))
-    }
 }
 
 #[cfg(test)]
@@ -209,8 +194,6 @@ mod tests {
         assert_eq!(table.get(&ObjectId(14)), Some(&99));
         *table.get_mut(&ObjectId(21)).unwrap() += 1;
         assert_eq!(table.get(&ObjectId(21)), Some(&4));
-        assert_eq!(table.remove(&ObjectId(21)), Some(4));
-        assert_eq!((table.get(&ObjectId(21)), table.len()), (None, 999));
         assert_eq!(table.iter().next(), Some((ObjectId(0), &0)));
     }
 

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use crate::device::{BLOCK_SIZE, BlockDevice};
 use crate::error::{Check, Corruption, Region, StoreError};
-use crate::format::home_table::{HomeTable, TablePlace};
+use crate::format::home_table::{HomeTable, TableEntry, TablePlace};
 use crate::format::log_record::BlockKind;
 use crate::format::{Block, as_block, checksum, zeroed_block};
 use crate::geometry::HomeRangeLayout;
@@ -112,16 +112,19 @@ impl<D: BlockDevice> Store<D> {
 
     /// A block at home, verified against its table entry. A block never migrated reads as
     /// zeros with version 0 (the device block is not read).
+    /// What home block `key`'s group table lists for it.
+    pub(crate) fn home_entry(&mut self, (kind, index): BlockKey) -> Result<TableEntry, StoreError> {
+        let (group, entry_index) = HomeRangeLayout::group_of(index);
+        let table = self.read_table(kind, group)?;
+        table.entries.get(entry_index).copied().ok_or(StoreError::ObjectOutOfRange { id: index })
+    }
+
     pub(crate) fn read_home(
         &mut self,
         key: BlockKey,
     ) -> Result<([u64; 4], Box<Block>), StoreError> {
         let (kind, index) = key;
-        let (group, entry_index) = HomeRangeLayout::group_of(index);
-        let table = self.read_table(kind, group)?;
-        let Some(entry) = table.entries.get(entry_index).copied() else {
-            return Err(StoreError::ObjectOutOfRange { id: index });
-        };
+        let entry = self.home_entry(key)?;
         let mut block = zeroed_block();
         if !entry.written {
             return Ok(([0; 4], block));

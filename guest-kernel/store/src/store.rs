@@ -220,8 +220,7 @@ impl<D: BlockDevice> Store<D> {
         if let Some(entry) = self.directory.get(&(BlockKind::Page, id.0)) {
             return Ok(Version(entry.versions[0]));
         }
-        let (group, index) = HomeRangeLayout::group_of(id.0);
-        let entry = self.read_table(BlockKind::Page, group)?.entries[index];
+        let entry = self.home_entry((BlockKind::Page, id.0))?;
         Ok(Version(if entry.written { entry.versions[0] } else { 0 }))
     }
 
