@@ -38,7 +38,7 @@ pub const RUNS_QUICK: usize = 1;
 /// Restart boots of each store: the store does not change between them.
 pub const RESTARTS_PER_RUN: usize = 2;
 /// Longest one boot may take.
-pub const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// How much `bench-store` keeps resident and how many checkpoints of it it takes: what its
 /// bins (`services/selftest/src/bench_store*.rs`) are built with.
@@ -50,12 +50,12 @@ pub struct StoreSize {
 
 /// `bench-store`'s size, and `bench-store-quick`'s.
 pub const SIZE_DEFAULT: StoreSize = StoreSize {
-    resident_array_mib: 256,
-    rounds: 5,
+    resident_array_mib: 1024,
+    rounds: 3,
 };
 pub const SIZE_QUICK: StoreSize = StoreSize {
-    resident_array_mib: 64,
-    rounds: 3,
+    resident_array_mib: 1024,
+    rounds: 2,
 };
 
 impl StoreSize {
@@ -416,8 +416,8 @@ fn summarize(
             .map(|run| run.journal_commit_ns)
             .collect()),
         write_flush_ns: of(linux_runs.iter().map(|run| run.1).collect()),
-        restart_serving: durations(|run| run.serving_from_qemu_start),
-        restart_ready: durations(|run| run.ready_from_qemu_start),
+        restart_serving: durations(RestartRun::serving_from_first_instruction),
+        restart_serving_from_qemu_start: durations(|run| run.serving_from_qemu_start),
     }
 }
 
@@ -441,12 +441,14 @@ fn notes(size: StoreSize) -> Vec<String> {
          + fdatasync on /dev/vda. Both: the median over 11 rounds of the mean of 16 commits."
             .to_owned(),
         format!(
-            "restart to serving: host clock from spawning QEMU on the store the first boot left (killed once its \
-             last checkpoint was migrated home) to the restarted bench-store's first line; the host sends it a \
-             byte on its control channel as soon as the kernel prints `{}` (its process table rebuilt). The store \
-             holds the whole system; 1 GiB is extrapolated: the boot to HOLDFAST-READY as measured, the rest \
-             scaled by the store's size (a restart reads every page's version and the processes' root nodes \
-             before it serves; other nodes and pages load when used).",
+            "restart to serving: the store the first boot left (killed once its last checkpoint was migrated \
+             home; it holds the whole system, {} MiB of it the array) booted again, from the kernel's first \
+             instruction (its own figure on HOLDFAST-READY, then the host clock) to the restarted bench-store's \
+             first line; the host sends it a byte on its control channel as soon as the kernel prints `{}` (its \
+             process table rebuilt). A restart reads the checkpoint directory and the processes' root nodes; \
+             other nodes, pages and page versions load when used. Judged only for a store of 1 GiB or more \
+             (the full run): nothing is extrapolated.",
+            size.resident_array_mib,
             figures::RESTART_LINE_PREFIX.trim_end()
         ),
         format!(
@@ -546,6 +548,11 @@ mod tests {
             (200.0, 20.0)
         );
         assert_eq!(medians.journal_commit_ns, 6.0);
-        assert_eq!(medians.restart_serving, Duration::from_millis(400));
+        assert_eq!(
+            medians.restart_serving_from_qemu_start,
+            Duration::from_millis(400)
+        );
+        // 10 ms to ready, then serving 300 ms after the 100 ms QEMU took to ready.
+        assert_eq!(medians.restart_serving, Duration::from_millis(310));
     }
 }

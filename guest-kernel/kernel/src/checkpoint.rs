@@ -7,9 +7,10 @@
 //! 1. **Snapshot**, with the world stopped (no process runs while the kernel does): a
 //!    consistency check of the process table; every process's registers and run state
 //!    written into its root node; every translation dropped, so that no page can be written
-//!    without a fault; the dirty nodes encoded and the list of dirty pages taken whole
-//!    (their contents stay where they are: copy on write). Nothing here visits every page,
-//!    so that the pause does not grow with memory (page tables aside).
+//!    without a fault (the page tables are freed later, a few at each step); the dirty
+//!    nodes encoded and the list of dirty pages taken whole (their contents stay where they
+//!    are: copy on write). Nothing here visits every page, so that the pause does not grow
+//!    with memory.
 //! 2. **Stabilization**, in steps of [`STEP_OBJECTS`] objects at each timer tick and in the
 //!    idle loop: the checkpoint directory, the node images and the pages go to the log. A
 //!    page about to be written before its turn is copied first ([`before_page_write`]).
@@ -142,8 +143,14 @@ pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
 }
 
 /// Hands `store` to the kernel: pages live on it from now on, and checkpoints go to it
-/// once processes run (the first at once: a fresh store holds nothing until then).
+/// once processes run: the first at once on a fresh store, which holds nothing until then;
+/// after an interval on a restarted one, which holds the system already (a checkpoint at
+/// once delayed serving by a snapshot, its stabilization and migration).
 pub fn attach(store: Store<Block>, interval_ms: u64) {
+    let first_snapshot_tick = match store.checkpoint_generation() {
+        0 => timer::ticks(),
+        _ => timer::ticks() + interval_ticks(interval_ms),
+    };
     BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
     let mut objects = OBJECTS.lock();
     objects.set_store_backed();
@@ -154,7 +161,7 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
         store,
         interval_ms,
         interval_ticks: interval_ticks(interval_ms),
-        next_snapshot_tick: timer::ticks(),
+        next_snapshot_tick: first_snapshot_tick,
         stabilization: None,
         journal_submitted_tsc: BTreeMap::new(),
         kernel_counters: KernelCounters::default(),
@@ -304,6 +311,8 @@ pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String>
     // node may be loaded (see `load_node`).
     let roots: Vec<ObjectId> = process::roots_and_names().into_iter().map(|(root, _)| root).collect();
     process::drop_all_translations(objects);
+    // The tables are heap too, and memory is short.
+    crate::space::free_retired_tables(usize::MAX);
     for &id in &victims {
         drop(objects.cache.evict(id));
     }
@@ -424,14 +433,16 @@ pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
 /// One step of checkpoint work, if any is due: called at each timer tick (with no process
 /// running) and from the idle loop. Returns whether it did anything.
 pub fn step() -> bool {
+    // Page tables dropped with the translations go back to the heap a few at a time.
+    let freed = crate::space::free_retired_tables(1);
     let mut objects = OBJECTS.lock();
     let mut guard = PERSISTENCE.lock();
     let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
-        return false;
+        return freed;
     };
     let result = persistence.step(&mut objects);
     match result {
-        Ok(worked) => worked,
+        Ok(worked) => worked || freed,
         Err(error) => {
             // The store is left as its last commit made it, and a restart comes back to
             // that; this run goes on without persistence rather than stop serving.
@@ -491,17 +502,22 @@ impl Persistence {
         // The mirrors: a blank or stale one resilvered in bounded steps beside the checkpoint
         // work, repairs and status changes reported.
         let mut worked = crate::mirrors::step(&mut self.store);
-        // The scrub yields to stabilization, which delays the checkpoint's durability: a
-        // scrub step (a table read and the reads of its group's written blocks) beside
-        // every stabilization step made a 64 MiB checkpoint a fifth slower.
-        if self.stabilization.is_none() {
-            worked |= self.scrub_step();
-        }
         // Commits wait while the log is nearly full: the checkpoint forced at 65 % needs the
         // rest, and its migration frees the log.
-        if self.store.journal_queued_commits() > 0 && self.store.log_fill_ratio() < JOURNAL_LOG_FILL_MAX {
+        let journal_due = self.store.journal_queued_commits() > 0 && self.store.log_fill_ratio() < JOURNAL_LOG_FILL_MAX;
+        if journal_due {
             self.journal_write(objects)?;
             worked = true;
+        }
+        // The scrub is what the store does when it has nothing else to do. It yields to
+        // stabilization, which delays the checkpoint's durability (a scrub step beside every
+        // stabilization step made a 64 MiB checkpoint a fifth slower); to migration, which
+        // frees the log (a 1 GiB scrub beside it made a migration seven times longer); and
+        // to the journal: the committers just woken run only once this step is over, and a
+        // scrub step in between made a commit on a 1 GiB store 18× a raw write + flush.
+        let migrating = matches!(self.store.checkpoint_phase(), CheckpointPhase::Migrating { .. });
+        if self.stabilization.is_none() && !migrating && !journal_due {
+            worked |= self.scrub_step();
         }
         if self.stabilization.is_some() {
             return self.stabilize_step(objects).map(|()| true);

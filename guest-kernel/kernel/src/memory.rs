@@ -2,8 +2,16 @@
 //!
 //! The kernel takes its heap from the largest free RAM region; object pages come from it,
 //! and the object cache evicts clean pages when it runs low (see `objects.rs`).
+//!
+//! The region is managed in page frames, one bit each ([`FRAMES`]): object pages, page
+//! tables and device buffers are frames, taken and given back in constant time however
+//! many there are (a first-fit list walked past every hole left between frames made a
+//! 1 GiB system take minutes to build). Everything else (`Box`, `Vec`) comes from a
+//! byte allocator, Talc, that takes spans of frames as it needs them.
 
-use linked_list_allocator::LockedHeap;
+use bitmap_allocator::{BitAlloc, BitAlloc1M};
+use core::alloc::Layout;
+use talc::{OomHandler, Span, Talc, Talck};
 
 /// Physical memory 0..4 GiB is mapped here (boot page tables, PML4 slot 256).
 pub const DIRECT_MAP_OFFSET: u64 = 0xFFFF_8000_0000_0000;
@@ -16,8 +24,69 @@ pub const PAGE_BYTES: usize = 4096;
 /// The least heap the kernel boots with.
 const HEAP_BYTES_MIN: u64 = 16 << 20;
 
+/// The heap region's page frames: bit `i` is frame `start + i * PAGE_BYTES`, set while
+/// free. A million frames: 4 GiB, all the direct map holds.
+struct Frames {
+    bits: BitAlloc1M,
+    /// Kernel virtual address of frame 0.
+    start: u64,
+    count: usize,
+    free: usize,
+}
+
+impl Frames {
+    /// `pages` contiguous free frames, taken; their address.
+    fn take(&mut self, pages: usize) -> Option<*mut u8> {
+        let index = if pages == 1 {
+            self.bits.alloc()?
+        } else {
+            self.bits.alloc_contiguous(None, pages, 0)?
+        };
+        self.free -= pages;
+        Some((self.start + (index * PAGE_BYTES) as u64) as *mut u8)
+    }
+
+    fn give_back(&mut self, block: *mut u8, pages: usize) {
+        let offset = (block as u64).wrapping_sub(self.start);
+        let index = (offset / PAGE_BYTES as u64) as usize;
+        assert!(
+            offset.is_multiple_of(PAGE_BYTES as u64) && index + pages <= self.count,
+            "{block:p} ({pages} pages) is not the heap's"
+        );
+        assert!(self.bits.dealloc_contiguous(index, pages), "{block:p} freed twice");
+        self.free += pages;
+    }
+}
+
+static FRAMES: spin::Mutex<Frames> = spin::Mutex::new(Frames {
+    bits: BitAlloc1M::DEFAULT,
+    start: 0,
+    count: 0,
+    free: 0,
+});
+
+/// The least the byte allocator takes from the frames at once, so that its spans are few
+/// and taken early, before frames are scattered by eviction.
+const BYTE_SPAN_BYTES_MIN: usize = 4 << 20;
+
+/// The byte allocator's out-of-memory handler: a new span of frames.
+struct TakeFrames;
+
+impl OomHandler for TakeFrames {
+    fn handle_oom(talc: &mut Talc<Self>, layout: Layout) -> Result<(), ()> {
+        // Room for the alignment and Talc's own tags besides the allocation itself.
+        let bytes = (layout.size() + layout.align() + 256)
+            .max(BYTE_SPAN_BYTES_MIN)
+            .next_multiple_of(PAGE_BYTES);
+        let base = FRAMES.lock().take(bytes / PAGE_BYTES).ok_or(())?;
+        // SAFETY: the frames were free and are now the byte allocator's alone: nothing
+        // gives them back to `FRAMES`, and they are heap RAM in the direct map.
+        unsafe { talc.claim(Span::from_base_size(base, bytes)) }.map(|_| ())
+    }
+}
+
 #[global_allocator]
-static HEAP: LockedHeap = LockedHeap::empty();
+static HEAP: Talck<spin::Mutex<()>, TakeFrames> = Talc::new(TakeFrames).lock();
 
 /// Kernel virtual address of a physical address below 4 GiB.
 pub fn physical_to_virtual(physical: u64) -> u64 {
@@ -69,29 +138,33 @@ pub fn init_heap(usable: &[(u64, u64)], reserved: &[(u64, u64)]) {
         }
     }
     assert!(best.1 - best.0 >= HEAP_BYTES_MIN, "no RAM range can hold the kernel heap");
-    // SAFETY: the range is usable RAM per the firmware's memory map, overlaps no
-    // reservation, is mapped by the direct map, and is handed out only here.
-    unsafe {
-        HEAP.lock().init(physical_to_virtual(best.0) as *mut u8, (best.1 - best.0) as usize);
-    }
+    // The range is usable RAM per the firmware's memory map, overlaps no reservation, is
+    // mapped by the direct map, and is handed out only through `FRAMES`.
+    let count = (((best.1 - best.0) / page) as usize).min(BitAlloc1M::CAP);
+    let mut frames = FRAMES.lock();
+    frames.start = physical_to_virtual(best.0);
+    frames.count = count;
+    frames.free = count;
+    frames.bits.insert(0..count);
 }
 
-/// Bytes of the heap not allocated: what decides when object pages are evicted.
+/// Bytes of the heap's free frames: what decides when object pages are evicted (the byte
+/// allocator's free room inside its spans cannot hold a page, so it does not count).
 pub fn heap_free_bytes() -> usize {
-    HEAP.lock().free()
+    FRAMES.lock().free * PAGE_BYTES
 }
 
 pub fn heap_bytes() -> usize {
-    HEAP.lock().size()
+    FRAMES.lock().count * PAGE_BYTES
 }
 
-/// A zeroed, page-aligned block of `pages` pages from the heap; never freed by callers that
-/// hand it to devices or page tables for the life of the system.
+/// A zeroed, page-aligned block of `pages` contiguous frames from the heap.
 pub fn allocate_pages(pages: usize) -> *mut u8 {
-    let layout = core::alloc::Layout::from_size_align(pages * PAGE_BYTES, PAGE_BYTES).unwrap();
-    // SAFETY: the layout has a non-zero size.
-    let block = unsafe { alloc::alloc::alloc_zeroed(layout) };
-    assert!(!block.is_null(), "kernel heap exhausted");
+    assert!(pages > 0, "a block of no pages");
+    let block = FRAMES.lock().take(pages).expect("kernel heap exhausted");
+    // SAFETY: the frames were free, so nothing else refers to them, and they lie in the
+    // direct map (`init_heap`).
+    unsafe { core::ptr::write_bytes(block, 0, pages * PAGE_BYTES) };
     block
 }
 
@@ -102,7 +175,5 @@ pub fn allocate_pages(pages: usize) -> *mut u8 {
 /// `block` came from `allocate_pages(pages)` with the same `pages`, and nothing (no
 /// reference, page table or device) uses it any more.
 pub unsafe fn free_pages(block: *mut u8, pages: usize) {
-    let layout = core::alloc::Layout::from_size_align(pages * PAGE_BYTES, PAGE_BYTES).unwrap();
-    // SAFETY: the caller guarantees `block` was allocated with this layout and is unused.
-    unsafe { alloc::alloc::dealloc(block, layout) };
+    FRAMES.lock().give_back(block, pages);
 }

@@ -112,6 +112,22 @@ impl Objects {
         self.cache.page_capability(id).expect("just inserted")
     }
 
+    /// A new zeroed page with its bytes here (dirty), for a caller about to write it: the
+    /// store, which would read it as zeros, is not asked for it. Clean pages are evicted
+    /// first if the heap runs low.
+    pub fn create_resident_page(&mut self) -> Result<Capability, LoadError> {
+        if self.store_backed {
+            crate::checkpoint::make_room(self, &[]).map_err(LoadError)?;
+        }
+        let id = ObjectId(self.next_page_id);
+        self.next_page_id += 1;
+        assert!(
+            self.cache.insert_page(id, Version(0), Frame::zeroed()).is_ok(),
+            "page ids are handed out once"
+        );
+        Ok(self.cache.page_capability(id).expect("just inserted"))
+    }
+
     /// From now on pages live on the store (see the module's comment).
     pub fn set_store_backed(&mut self) {
         self.store_backed = true;

@@ -213,23 +213,24 @@ fn fill_range(
                 .cache
                 .page_capability(earlier.object())
                 .expect("in the tree"),
-            None => objects.create_page(),
+            // Written below: made here rather than read back from the store as zeros.
+            None => objects
+                .create_resident_page()
+                .unwrap_or_else(|error| panic!("making a program's page: {}", error.0)),
         };
-        // A store-backed system's fresh pages start on the store.
         objects
             .ensure_resident(&[page.object()], true)
             .unwrap_or_else(|error| panic!("loading a program's page: {}", error.0));
         let bytes = objects.cache.page_mut(&page).expect("live").bytes_mut();
-        // Only this segment's part of the page: its file bytes, then zeros (bss).
-        for (offset, byte) in bytes.iter_mut().enumerate() {
-            let address = page_address + offset as u64;
-            if (start..end).contains(&address) {
-                *byte = contents
-                    .get((address - start) as usize)
-                    .copied()
-                    .unwrap_or(0);
-            }
-        }
+        // Only this segment's part of the page: its file bytes, then zeros (bss). Slices,
+        // not a byte loop: a large bss is hundreds of thousands of pages.
+        let segment_start = page_address.max(start);
+        let segment_end = (page_address + page_bytes).min(end);
+        let part = &mut bytes[(segment_start - page_address) as usize..(segment_end - page_address) as usize];
+        let file_part = contents.get((segment_start - start) as usize..).unwrap_or(&[]);
+        let file_bytes = file_part.len().min(part.len());
+        part[..file_bytes].copy_from_slice(&file_part[..file_bytes]);
+        part[file_bytes..].fill(0);
         let writable = writable
             || earlier.is_some_and(|earlier| !earlier.rights().contains(Rights::READ_ONLY));
         let page = if writable {

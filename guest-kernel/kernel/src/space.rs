@@ -175,33 +175,24 @@ impl UserTables {
         }
     }
 
-    /// Drops every user mapping, returning the tables' frames to the heap. The caller
+    /// Drops every user mapping. The tables below the top level are retired, to be returned
+    /// to the heap later ([`free_retired_tables`]): this runs in the snapshot, with the
+    /// world stopped, and must not take time in proportion to what is mapped. The caller
     /// makes sure no stale TLB entry survives ([`flush_live_user_half`]).
     pub fn clear(&mut self) {
-        fn free_below(frame: PhysFrame, level: u8) {
-            if level > 1 {
-                for entry in table_at(frame).iter_mut() {
-                    if let Ok(child) = entry.frame() {
-                        free_below(child, level - 1);
-                        free_table(child);
-                    }
-                    entry.set_unused();
-                }
-            }
-        }
-        fn free_table(frame: PhysFrame) {
-            let block = memory::physical_to_virtual(frame.start_address().as_u64()) as *mut u8;
-            // SAFETY: table frames come from `new_table_frame`, one page each, and the
-            // entry that pointed here was cleared: nothing references the table any more.
-            unsafe { memory::free_pages(block, 1) };
-        }
         let top = table_at(self.top);
-        for index in USER_TOP_ENTRIES {
+        let mut retire = |index: usize| {
             if let Ok(child) = top[index].frame() {
-                free_below(child, 3);
-                free_table(child);
+                RETIRED_TABLES.lock().push(child);
             }
             top[index].set_unused();
+        };
+        if self.top_used_overflowed {
+            USER_TOP_ENTRIES.for_each(retire);
+        } else {
+            self.top_used[..self.top_used_count]
+                .iter()
+                .for_each(|&index| retire(usize::from(index)));
         }
         self.top_used = [0; 4];
         self.top_used_count = 0;
@@ -209,6 +200,42 @@ impl UserTables {
         self.mapped.clear();
         self.mapped_overflowed = false;
     }
+}
+
+/// Third-level tables unhooked from every top-level table, with the tables below them, not
+/// yet returned to the heap.
+static RETIRED_TABLES: spin::Mutex<Vec<PhysFrame>> = spin::Mutex::new(Vec::new());
+
+/// Returns up to `count` retired third-level tables, and every table below them, to the
+/// heap; returns whether any was.
+pub fn free_retired_tables(count: usize) -> bool {
+    fn free_below(frame: PhysFrame, level: u8) {
+        if level > 1 {
+            for entry in table_at(frame).iter_mut() {
+                if let Ok(child) = entry.frame() {
+                    free_below(child, level - 1);
+                    free_table(child);
+                }
+                entry.set_unused();
+            }
+        }
+    }
+    fn free_table(frame: PhysFrame) {
+        let block = memory::physical_to_virtual(frame.start_address().as_u64()) as *mut u8;
+        // SAFETY: table frames come from `new_table_frame`, one page each, and the entry
+        // that pointed here was cleared (a retired table's in `UserTables::clear`, whose
+        // caller also unhooked the live root's copy): nothing references the table any more.
+        unsafe { memory::free_pages(block, 1) };
+    }
+    let mut retired = RETIRED_TABLES.lock();
+    let mut freed = false;
+    for _ in 0..count {
+        let Some(table) = retired.pop() else { break };
+        free_below(table, 3);
+        free_table(table);
+        freed = true;
+    }
+    freed
 }
 
 /// Puts `incoming`'s user half into the live root in place of `outgoing`'s (if any

@@ -147,11 +147,7 @@ impl<F> ObjectCache<F> {
 
     /// Pages `1..count` are on the store, absent, their versions read when first needed.
     pub fn know_stored_pages(&mut self, count: u64) {
-        for id in 1..count {
-            if !self.pages.contains_key(&ObjectId(id)) {
-                self.pages.insert(ObjectId(id), PageEntry::new(OnceCell::new(), None));
-            }
-        }
+        self.pages.fill_absent(ObjectId(1), ObjectId(count), || PageEntry::new(OnceCell::new(), None));
     }
 
     /// Page `id`'s entry and version, the version read from the store first if unknown.

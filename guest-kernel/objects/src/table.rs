@@ -67,6 +67,22 @@ impl<V> ObjectTable<V> {
         old
     }
 
+    /// Gives every id in `first..end` without a value one made by `make`: in bulk, as a
+    /// restart learns of every page at once.
+    pub fn fill_absent(&mut self, first: ObjectId, end: ObjectId, mut make: impl FnMut() -> V) {
+        let (first, end) = (index(first).expect("ids fit"), index(end).expect("ids fit"));
+        for slot in self.slots.iter_mut().take(end).skip(first).filter(|slot| slot.is_none()) {
+            *slot = Some(make());
+            self.len += 1;
+        }
+        if end > self.slots.len() {
+            let start = self.slots.len().max(first);
+            self.slots.resize_with(start, || None);
+            self.slots.resize_with(end, || Some(make()));
+            self.len += end - start;
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -177,6 +193,21 @@ impl<V> LoadableTable<V> {
 mod tests {
     use super::*;
     use core::cell::Cell;
+
+    #[test]
+    fn fill_absent_fills_only_the_gaps_in_its_range() {
+        let mut table = ObjectTable::new();
+        table.insert(ObjectId(2), 20);
+        table.fill_absent(ObjectId(1), ObjectId(5), || 7);
+        let filled: Vec<_> = table.iter().map(|(id, value)| (id.0, *value)).collect();
+        assert_eq!(filled, [(1, 7), (2, 20), (3, 7), (4, 7)]);
+        assert_eq!(table.len(), 4);
+        table.fill_absent(ObjectId(6), ObjectId(8), || 9);
+        assert_eq!(table.get(&ObjectId(5)), None, "below the range and past the table");
+        assert_eq!(table.get(&ObjectId(7)), Some(&9));
+        assert_eq!(table.get(&ObjectId(8)), None);
+        assert_eq!(table.len(), 6);
+    }
 
     #[test]
     fn finds_what_was_inserted_and_nothing_else() {

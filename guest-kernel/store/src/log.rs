@@ -301,6 +301,20 @@ impl<D: BlockDevice> Store<D> {
         Ok(block)
     }
 
+    /// Consecutive logged data blocks from `first_position`, one per checksum, verified
+    /// ([`MirrorSet::read_verified_blocks`](crate::mirror::MirrorSet::read_verified_blocks)).
+    pub(crate) fn read_log_data_run(
+        &mut self,
+        first_position: u64,
+        expected_checksums: &[u32],
+    ) -> Result<Vec<u8>, StoreError> {
+        self.mirrors.read_verified_blocks(
+            self.layout.log_first_block + first_position,
+            expected_checksums,
+            Region::LogData,
+        )
+    }
+
     /// Reads the record `cursor` expects from the first mirror that holds it whole (header
     /// and every data block), and writes it over the mirrors that do not. `None` is the end
     /// of the log.

@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 
 use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
 use crate::error::{Check, Corruption, Region, StoreError};
+use crate::format::checksum;
 
 /// At most two copies: the design duplexes ranges on a second disk.
 pub const MIRROR_COUNT_MAX: usize = 2;
@@ -289,6 +290,33 @@ impl<D: BlockDevice> MirrorSet<D> {
         // cannot be used by mistake.
         buf.fill(0);
         Err(first_failure.unwrap_or(StoreError::NoMirror))
+    }
+
+    /// Consecutive blocks from `first_block`, each checked against its checksum, in one
+    /// read of the first readable mirror; a block that fails there (or all of them, if the
+    /// read does) is read alone as [`Self::read_verified`] reads, from the other mirrors,
+    /// and repaired where it was bad.
+    pub(crate) fn read_verified_blocks(
+        &mut self,
+        first_block: u64,
+        expected_checksums: &[u32],
+        region: Region,
+    ) -> Result<Vec<u8>, StoreError> {
+        let matches = |block: &[u8], expected: u32| {
+            if checksum(block) == expected { Ok(()) } else { Err(Check::DataChecksum) }
+        };
+        let mut blocks = alloc::vec![0u8; expected_checksums.len() * BLOCK_SIZE];
+        let first_mirror = self.readable(first_block, expected_checksums.len() as u64).first().copied();
+        let whole = first_mirror.is_some_and(|index| self.read_from(index, first_block, &mut blocks).is_ok());
+        for ((block_index, &expected), block) in (first_block..)
+            .zip(expected_checksums)
+            .zip(blocks.chunks_exact_mut(BLOCK_SIZE))
+        {
+            if !whole || matches(block, expected).is_err() {
+                self.read_verified(block_index, block, region, |bytes| matches(bytes, expected))?;
+            }
+        }
+        Ok(blocks)
     }
 
     /// Adds a blank device or replaces a failed one; it is resilvered by

@@ -74,6 +74,8 @@ pub(crate) struct Stabilization {
 /// (576 blocks, 2.25 MiB) per device write. Few large requests are what a virtio disk under
 /// emulation streams fastest; the bound keeps a step's write short and the buffer small.
 const RUN_RECORDS_MAX: usize = 8;
+/// Log blocks migration reads at once (256 KiB).
+const MIGRATION_READ_BLOCKS_MAX: usize = 64;
 
 pub(crate) struct Migration {
     /// The directory as it was when migration began, in home order.
@@ -390,9 +392,26 @@ impl<D: BlockDevice> Store<D> {
         let end = (migration.next + block_count_max).min(migration.work.len());
         let mut run_start: Option<(BlockKind, u64)> = None;
         let mut run: Vec<u8> = Vec::new();
+        // Blocks consecutive in the log (a checkpoint logs its pages in order) are read
+        // together: one read each would leave migration waiting on the device per block.
+        let mut read: Vec<u8> = Vec::new();
+        let mut read_first = migration.next;
         for item in migration.next..end {
+            if item >= read_first + read.len() / crate::BLOCK_SIZE {
+                let first_position = migration.work[item].1.position;
+                let checksums: Vec<u32> = migration.work[item..end]
+                    .iter()
+                    .take(MIGRATION_READ_BLOCKS_MAX)
+                    .enumerate()
+                    .take_while(|(offset, (_, entry))| entry.position == first_position + *offset as u64)
+                    .map(|(_, (_, entry))| entry.checksum)
+                    .collect();
+                read = self.read_log_data_run(first_position, &checksums)?;
+                read_first = item;
+            }
             let ((kind, index), entry) = migration.work[item];
-            let block = self.read_log_data(entry.position, entry.checksum)?;
+            let offset = (item - read_first) * crate::BLOCK_SIZE;
+            let block = &read[offset..offset + crate::BLOCK_SIZE];
             let (group, entry_index) = HomeRangeLayout::group_of(index);
             if let alloc::collections::btree_map::Entry::Vacant(vacant) =
                 migration.tables.entry((kind, group))
@@ -422,7 +441,7 @@ impl<D: BlockDevice> Store<D> {
                 run.clear();
                 run_start = Some((kind, index));
             }
-            run.extend_from_slice(&block[..]);
+            run.extend_from_slice(block);
         }
         self.write_home_run(run_start, &run)?;
         self.totals.migrated_blocks += (end - migration.next) as u64;

@@ -3,13 +3,16 @@
 //! process has used since the restart), so that a mirror is whole again before the other
 //! fails. The caller drives it one checksum-table group at a time.
 
-use crate::device::BLOCK_SIZE;
+use alloc::vec::Vec;
+
 use crate::device::BlockDevice;
-use crate::error::{Check, StoreError};
-use crate::format::checksum;
+use crate::error::StoreError;
 use crate::format::log_record::BlockKind;
 use crate::home::data_region;
 use crate::store::Store;
+
+/// Home blocks a scrub reads at once (256 KiB).
+const SCRUB_READ_BLOCKS_MAX: usize = 64;
 
 /// Where a scrub is: the next group of the node pots' range, then of the pages'.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,18 +41,34 @@ impl<D: BlockDevice> Store<D> {
         cursor.group += 1;
         let table = self.read_table(kind, group)?;
         let first_index = group * crate::format::home_table::TABLE_ENTRIES_MAX as u64;
-        let mut block = alloc::vec![0u8; BLOCK_SIZE];
-        for (offset, entry) in table.entries.iter().enumerate().filter(|(_, entry)| entry.written) {
+        // Runs of consecutive blocks to check, read together: a read per block made a
+        // group's step long enough to delay what waited behind it.
+        let mut run: Option<(u64, Vec<u32>)> = None;
+        for (offset, entry) in table.entries.iter().enumerate() {
             let index = first_index + offset as u64;
-            if self.directory.contains_key(&(kind, index)) {
-                continue;
+            let check = entry.written && !self.directory.contains_key(&(kind, index));
+            if let Some((run_first, checksums)) = &mut run {
+                if check && *run_first + checksums.len() as u64 == index && checksums.len() < SCRUB_READ_BLOCKS_MAX {
+                    checksums.push(entry.checksum);
+                    continue;
+                }
+                self.scrub_run(kind, *run_first, checksums, cursor)?;
+                run = None;
             }
-            let expected = entry.checksum;
-            self.mirrors.read_verified(range.data_first_block + index, &mut block, data_region(kind), |bytes| {
-                if checksum(bytes) == expected { Ok(()) } else { Err(Check::DataChecksum) }
-            })?;
-            cursor.blocks_checked += 1;
+            if check {
+                run = Some((index, alloc::vec![entry.checksum]));
+            }
+        }
+        if let Some((run_first, checksums)) = &run {
+            self.scrub_run(kind, *run_first, checksums, cursor)?;
         }
         Ok(true)
+    }
+
+    fn scrub_run(&mut self, kind: BlockKind, first_index: u64, checksums: &[u32], cursor: &mut ScrubCursor) -> Result<(), StoreError> {
+        let first_block = self.range_layout(kind).data_first_block + first_index;
+        self.mirrors.read_verified_blocks(first_block, checksums, data_region(kind))?;
+        cursor.blocks_checked += checksums.len() as u64;
+        Ok(())
     }
 }

@@ -246,8 +246,8 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchStoreArguments {
-    /// A smaller resident array (64 MiB instead of 256), fewer checkpoints and one run
-    /// (for CI)
+    /// Two checkpoints of the 1 GiB resident array instead of three, and one run (for
+    /// CI)
     #[arg(long)]
     pub quick: bool,
     /// Runs (each: a first boot, two restarts, a Linux peer boot) [default: 3, or 1 with

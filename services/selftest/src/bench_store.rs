@@ -1,13 +1,13 @@
-//! `holdfast bench store`'s program (see `bench_store/program.rs`): 256 MiB resident,
-//! 5 rounds of checkpoints of every page.
+//! `holdfast bench store`'s program (see `bench_store/program.rs`): 1 GiB resident,
+//! 3 rounds of checkpoints of every page.
 #![no_std]
 #![no_main]
 
 #[path = "bench_store/program.rs"]
 mod program;
 
-const RESIDENT_PAGES: usize = 256 * 256;
-const ROUNDS: u64 = 5;
+const RESIDENT_PAGES: usize = 1024 * 256;
+const ROUNDS: u64 = 3;
 
 /// In .bss: the loader puts every page in the space tree, resident from the start.
 static mut RESIDENT: [[u8; program::PAGE_BYTES]; RESIDENT_PAGES] =
