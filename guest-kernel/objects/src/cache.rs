@@ -498,24 +498,33 @@ impl<F> ObjectCache<F> {
         let entry = self.nodes.get_mut(&id).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         Self::note_node_dirty(&mut self.dirty_nodes, entry, id);
-        let translated = if entry.translated_in.get() == self.translation_epoch {
-            entry.translated_slots.get()
-        } else {
-            0
-        };
+        // A mask rather than a branch (a translation block fewer under TCG): the slots count
+        // only if they were marked in the current epoch.
+        let current = u32::from(entry.translated_in.get() == self.translation_epoch);
+        let translated = entry.translated_slots.get() & current.wrapping_neg();
         Ok((&mut entry.node, translated))
     }
 
     /// `Ok` if `capability` is a live node-backed capability (node, space, process, start,
     /// meter, indirector, resume) to `entry`: one lookup serves both the check and the
     /// access, on the invocation path.
+    ///
+    /// Written without early returns: every invocation passes here at least once, and under
+    /// TCG each branch ends a translation block; the compiler makes the kind test a bit
+    /// test and the version choice a conditional move.
     fn node_entry_matches(entry: &NodeEntry, capability: &Capability) -> Result<(), Void> {
-        let version = match capability.kind() {
-            CapType::Resume => entry.resume_version,
-            kind if kind.object_kind() == Some(ObjectKind::Node) => entry.version,
-            _ => return Err(Void),
+        let kind = capability.kind();
+        let version = if kind == CapType::Resume {
+            entry.resume_version
+        } else {
+            entry.version
         };
-        (version == capability.version()).then_some(()).ok_or(Void)
+        let names_node = kind.object_kind() == Some(ObjectKind::Node);
+        if names_node & (version == capability.version()) {
+            Ok(())
+        } else {
+            Err(Void)
+        }
     }
 
     /// The frame of a live page capability's page; `Err` too while the page is absent (the
