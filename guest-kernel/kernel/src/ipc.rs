@@ -80,12 +80,16 @@ pub fn deliver(
 ) {
     if let Some(descriptor) = descriptor
         && !(descriptor.receive.is_empty() && descriptor.resume.is_none())
-        && let Ok(node) = objects.cache.node_mut(root)
+        && let Ok((node, translated_slots)) = objects.cache.node_mut_translated(root)
     {
         // Only the receive registers that get a capability change; the others keep theirs.
+        // Most messages carry none: no drain and zip to set up and drop for nothing (a few
+        // translation blocks under TCG).
         let delivered_count = message.capabilities.len();
-        for (index, capability) in descriptor.receive.iter().zip(message.capabilities.drain(..)) {
-            node.swap(register_slot(index), capability);
+        if delivered_count > 0 {
+            for (index, capability) in descriptor.receive.iter().zip(message.capabilities.drain(..)) {
+                node.swap(register_slot(index), capability);
+            }
         }
         // The resume register always changes: to the caller's resume capability for a
         // call, to void otherwise, so that a server cannot mistake an old one for the
@@ -97,9 +101,10 @@ pub fn deliver(
             );
         }
         // Only a root node that is also part of a space tree has translations through these
-        // slots, and only the slots that changed matter (each check is a lookup). The
-        // scheduler may be held here: the flush comes before ring 3 runs again.
-        let translated = |index| objects.cache.is_translated(root.object(), register_slot(index));
+        // slots, and only the slots that changed matter (the lookup above told which slots
+        // translations read). The scheduler may be held here: the flush comes before ring 3
+        // runs again.
+        let translated = |index| translated_slots & (1 << register_slot(index).index()) != 0;
         let receive_stale = delivered_count > 0
             && descriptor.receive.iter().take(delivered_count).any(translated);
         if receive_stale || descriptor.resume.is_some_and(translated) {
@@ -196,7 +201,9 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         resume: None,
     };
 
-    let receiver = match target.kind() {
+    // The scheduler stays locked from the receiver's lookup to the switch: each locking is a
+    // few translation blocks under TCG.
+    let (receiver, mut scheduler) = match target.kind() {
         CapType::Start => {
             if descriptor.kind == Kind::Call && !target.may_call() {
                 return Err(InvocationError::NoCall);
@@ -213,7 +220,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
                 drop(objects);
                 stall(invoker, receiver, registers)
             }
-            receiver
+            (receiver, scheduler)
         }
         CapType::Resume => {
             let scheduler = SCHEDULER.lock();
@@ -223,7 +230,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
             match waiting {
                 Some(caller) if objects.cache.consume_resume(&target).is_ok() => {
                     message.badge = 0;
-                    caller
+                    (caller, scheduler)
                 }
                 // Not consumed. A live resume capability whose caller does not wait is
                 // refused; a revoked one is void, as it would have been before the match.
@@ -292,7 +299,6 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
             .cache
             .node_capability(CapType::Resume, root.object());
     }
-    let mut scheduler = SCHEDULER.lock();
     match descriptor.kind {
         Kind::Call => {
             let process = &mut scheduler.processes[invoker];

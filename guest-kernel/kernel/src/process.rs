@@ -80,14 +80,33 @@ pub struct Scheduler {
     installed: Option<usize>,
     /// Called when no process is runnable any more.
     on_all_done: Option<fn() -> !>,
+    /// Where [`Self::index_of`] last found a root node, by the node's id modulo
+    /// [`INDEX_HINTS`]: only a guess, checked before use.
+    index_hints: [core::cell::Cell<usize>; INDEX_HINTS],
 }
+
+/// How many guesses [`Scheduler::index_of`] keeps: every IPC looks its receiver up, and a
+/// search of the table is a few translation blocks per process under TCG.
+const INDEX_HINTS: usize = 16;
 
 impl Scheduler {
     /// The process whose root node is `root`.
     pub fn index_of(&self, root: ObjectId) -> Option<usize> {
-        self.processes
+        let hint = &self.index_hints[root.0 as usize % INDEX_HINTS];
+        let guess = hint.get();
+        if self
+            .processes
+            .get(guess)
+            .is_some_and(|process| process.root.object() == root)
+        {
+            return Some(guess);
+        }
+        let found = self
+            .processes
             .iter()
-            .position(|process| process.root.object() == root)
+            .position(|process| process.root.object() == root)?;
+        hint.set(found);
+        Some(found)
     }
 
     pub fn current(&self) -> usize {
@@ -100,6 +119,7 @@ pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     current: None,
     installed: None,
     on_all_done: None,
+    index_hints: [const { core::cell::Cell::new(0) }; INDEX_HINTS],
 });
 
 /// Why a program could not be loaded.

@@ -251,19 +251,28 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
     let live = live_root_table();
     let mut flush_all = false;
     if let Some(outgoing) = outgoing {
-        if outgoing.top_used_overflowed {
-            USER_TOP_ENTRIES.for_each(|index| live[index].set_unused());
-        } else {
+        // One test for the common case, where neither list overflowed (each branch ends a
+        // translation block under TCG).
+        if !(outgoing.top_used_overflowed | outgoing.mapped_overflowed) {
             // Masked into the user half: no index can reach the kernel's entries, and the
             // compiler needs no bounds check (each a branch).
             for index in outgoing.top_used {
                 live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
             }
-        }
-        if outgoing.mapped_overflowed {
-            flush_all = true;
-        } else {
             flush_touched(&outgoing.mapped);
+        } else {
+            if outgoing.top_used_overflowed {
+                USER_TOP_ENTRIES.for_each(|index| live[index].set_unused());
+            } else {
+                for index in outgoing.top_used {
+                    live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
+                }
+            }
+            if outgoing.mapped_overflowed {
+                flush_all = true;
+            } else {
+                flush_touched(&outgoing.mapped);
+            }
         }
     }
     // SAFETY: `top_table_address` is the direct-map address of `incoming.top`, a table
@@ -307,15 +316,18 @@ fn flush_touched(mapped: &[MappedPage]) {
         touched[count % MAPPED_PAGES_TRACKED_MAX].write(page.page);
         count = count.wrapping_add(usize::from(bits & PageTableFlags::ACCESSED.bits() != 0));
     }
-    for slot in &touched[..count] {
-        // SAFETY: the loop above wrote the first `count` slots.
-        x86_64::instructions::tlb::flush(unsafe { slot.assume_init() });
-    }
     // An `invlpg` also empties every paging-structure cache entry, whatever its address
     // (Intel SDM 4.10.4.1): one is needed even if no page was touched, for the outgoing
-    // intermediate entries a walk may have cached.
-    if let (0, Some(first)) = (count, mapped.first()) {
-        x86_64::instructions::tlb::flush(first.page);
+    // intermediate entries a walk may have cached. Then slot 0 holds the last page scanned
+    // (each iteration writes its page at `count`), which serves as well as any. Computed
+    // without a branch (`max` and `min` become conditional moves), as is the bound.
+    let flushes = count
+        .max(usize::from(!mapped.is_empty()))
+        .min(MAPPED_PAGES_TRACKED_MAX);
+    for slot in &touched[..flushes] {
+        // SAFETY: the loop above wrote the first `count` slots, and slot 0 whenever
+        // `mapped` is not empty: `flushes` is at most the larger of the two.
+        x86_64::instructions::tlb::flush(unsafe { slot.assume_init() });
     }
 }
 

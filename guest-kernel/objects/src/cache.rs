@@ -478,23 +478,49 @@ impl<F> ObjectCache<F> {
         self.translation_epoch += 1;
     }
 
+    /// The node a live node-backed capability names, for a change: marked dirty. After the
+    /// load (if any) one mutable lookup serves the check, the mark and the access; this is
+    /// on the invocation path, where each lookup is a few translation blocks under TCG.
     pub fn node_mut(&mut self, capability: &Capability) -> Result<&mut Node, Void> {
+        self.node_mut_translated(capability).map(|(node, _)| node)
+    }
+
+    /// [`Self::node_mut`], with the slots of the node that translations made since they were
+    /// last forgotten read (bit i: slot i; see [`Self::is_translated`]): a caller that
+    /// changes several slots learns from the same lookup which changes drop translations.
+    pub fn node_mut_translated(&mut self, capability: &Capability) -> Result<(&mut Node, u32), Void> {
         let id = capability.object();
-        Self::node_entry_matches(self.node_entry(id).ok_or(Void)?, capability)?;
-        self.mark_node_dirty(id);
-        Ok(&mut self.nodes.get_mut(&id).expect("just loaded").node)
+        self.node_entry(id).ok_or(Void)?;
+        let entry = self.nodes.get_mut(&id).ok_or(Void)?;
+        Self::node_entry_matches(entry, capability)?;
+        Self::note_node_dirty(&mut self.dirty_nodes, entry, id);
+        // A mask rather than a branch (a translation block fewer under TCG): the slots count
+        // only if they were marked in the current epoch.
+        let current = u32::from(entry.translated_in.get() == self.translation_epoch);
+        let translated = entry.translated_slots.get() & current.wrapping_neg();
+        Ok((&mut entry.node, translated))
     }
 
     /// `Ok` if `capability` is a live node-backed capability (node, space, process, start,
     /// meter, indirector, resume) to `entry`: one lookup serves both the check and the
     /// access, on the invocation path.
+    ///
+    /// Written without early returns: every invocation passes here at least once, and under
+    /// TCG each branch ends a translation block; the compiler makes the kind test a bit
+    /// test and the version choice a conditional move.
     fn node_entry_matches(entry: &NodeEntry, capability: &Capability) -> Result<(), Void> {
-        let version = match capability.kind() {
-            CapType::Resume => entry.resume_version,
-            kind if kind.object_kind() == Some(ObjectKind::Node) => entry.version,
-            _ => return Err(Void),
+        let kind = capability.kind();
+        let version = if kind == CapType::Resume {
+            entry.resume_version
+        } else {
+            entry.version
         };
-        (version == capability.version()).then_some(()).ok_or(Void)
+        let names_node = kind.object_kind() == Some(ObjectKind::Node);
+        if names_node & (version == capability.version()) {
+            Ok(())
+        } else {
+            Err(Void)
+        }
     }
 
     /// The frame of a live page capability's page; `Err` too while the page is absent (the
@@ -542,10 +568,16 @@ impl<F> ObjectCache<F> {
     }
 
     fn mark_node_dirty(&mut self, id: ObjectId) {
-        if let Some(entry) = self.nodes.get_mut(&id)
-            && !core::mem::replace(&mut entry.dirty, true)
-        {
-            self.dirty_nodes.push(id);
+        if let Some(entry) = self.nodes.get_mut(&id) {
+            Self::note_node_dirty(&mut self.dirty_nodes, entry, id);
+        }
+    }
+
+    /// Marks node `id`'s `entry` dirty, listing it in `dirty_nodes` if it was clean; for
+    /// callers that hold the entry already (one lookup fewer).
+    fn note_node_dirty(dirty_nodes: &mut alloc::vec::Vec<ObjectId>, entry: &mut NodeEntry, id: ObjectId) {
+        if !core::mem::replace(&mut entry.dirty, true) {
+            dirty_nodes.push(id);
         }
     }
 
@@ -566,14 +598,22 @@ impl<F> ObjectCache<F> {
 
     /// Uses up a resume capability: `Ok` once for a live one, after which it and every copy
     /// of it are void.
+    ///
+    /// Every call's reply passes here: after the load (if any) one mutable lookup serves the
+    /// check, the change and the dirty mark (each lookup is a few translation blocks under
+    /// TCG).
     pub fn consume_resume(&mut self, resume: &Capability) -> Result<(), Void> {
         if resume.kind() != CapType::Resume {
             return Err(Void);
         }
-        self.check(resume)?;
-        let entry = self.node_entry_mut(resume.object()).ok_or(Void)?;
+        let id = resume.object();
+        self.node_entry(id).ok_or(Void)?;
+        let entry = self.nodes.get_mut(&id).ok_or(Void)?;
+        if entry.resume_version != resume.version() {
+            return Err(Void);
+        }
         entry.resume_version = entry.resume_version.next();
-        self.mark_node_dirty(resume.object());
+        Self::note_node_dirty(&mut self.dirty_nodes, entry, id);
         Ok(())
     }
 }
@@ -620,6 +660,26 @@ mod tests {
         assert_eq!(cache.check(&page), Ok(()), "the page has its own version");
         let fresh = cache.node_capability(CapType::Node, ObjectId(1)).unwrap();
         assert_eq!(cache.fetch(&fresh, slot(0)), Ok(page));
+    }
+
+    #[test]
+    fn node_mut_translated_tells_the_slots_translations_read_until_forgotten() {
+        let (mut cache, node, _) = cache_with_node_and_page();
+        assert_eq!(cache.node_mut_translated(&node).map(|(_, slots)| slots), Ok(0));
+        cache.node_for_translation(&node, slot(3)).unwrap();
+        cache.node_for_translation(&node, slot(5)).unwrap();
+        let (_, slots) = cache.node_mut_translated(&node).unwrap();
+        assert_eq!(slots, 1 << 3 | 1 << 5);
+        assert_eq!(
+            [3, 4, 5].map(|index| cache.is_translated(ObjectId(1), slot(index))),
+            [true, false, true],
+            "the same answer as is_translated"
+        );
+        cache.forget_translations();
+        assert_eq!(cache.node_mut_translated(&node).map(|(_, slots)| slots), Ok(0));
+        let stale = node.restricted(Rights::READ_ONLY);
+        assert!(cache.rescind_node(ObjectId(1)));
+        assert_eq!(cache.node_mut_translated(&stale).err(), Some(Void));
     }
 
     #[test]
