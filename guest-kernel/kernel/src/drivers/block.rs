@@ -1,6 +1,8 @@
 //! The virtio-blk driver: the disks the single-level store lives on.
 //!
-//! Requests are polled (the device's interrupts stay off). The crate's `VirtIOBlk` keeps
+//! Answers are found by looking at the used ring; the device's MSI-X interrupt (routed by
+//! [`super::pci::route_queue_interrupt`] when it can be) only wakes a CPU halted in a
+//! synchronous wait ([`Block::wait_for_answer`]). The crate's `VirtIOBlk` keeps
 //! one request at a time and has no way to send a flush without waiting, so this driver
 //! runs the virtqueue itself (the crate's [`VirtQueue`] and PCI transport), with the
 //! request layout of the virtio 1.1 specification (5.2.6): a 16-byte header, the data, a
