@@ -408,6 +408,17 @@ pub fn any_runnable() -> bool {
         .any(|process| process.state == ProcessState::Runnable)
 }
 
+/// Whether a process other than the current one could run now.
+pub fn others_runnable() -> bool {
+    let scheduler = SCHEDULER.lock();
+    let current = scheduler.current;
+    scheduler
+        .processes
+        .iter()
+        .enumerate()
+        .any(|(index, process)| Some(index) != current && process.state == ProcessState::Runnable)
+}
+
 /// Makes process `index` the current one and enters it.
 pub fn switch_to(index: usize) -> ! {
     switch_to_locked(SCHEDULER.lock(), index)

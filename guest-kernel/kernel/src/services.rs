@@ -70,8 +70,10 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
                 if objects.ensure_resident(&ids, true).is_err() {
                     return reply(Err(unavailable));
                 }
-                match store::journal_submit(&objects.cache, &pages) {
-                    Some(ticket) => Outcome::WaitUntilDurable(ticket),
+                match store::journal_commit(objects, &pages) {
+                    // The reply a waiting committer gets (`process::journal_durable`).
+                    Some(store::JournalCommit::Durable(ticket)) => reply(Ok([ticket, 0, 0, 0])),
+                    Some(store::JournalCommit::Queued(ticket)) => Outcome::WaitUntilDurable(ticket),
                     None => reply(Err(unavailable)),
                 }
             }

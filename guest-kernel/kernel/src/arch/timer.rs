@@ -14,6 +14,8 @@ const CALIBRATION_MS: u64 = 10;
 const XAPIC_BASE_PHYSICAL: u64 = 0xfee0_0000;
 
 static TICKS: AtomicU64 = AtomicU64::new(0);
+/// Set once [`init`] has enabled the local APIC.
+static APIC_READY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 static TSC_HZ: AtomicU64 = AtomicU64::new(0);
 static LOCAL_APIC: Mutex<Option<OwnedApic>> = Mutex::new(None);
 
@@ -101,6 +103,7 @@ pub fn init() -> Calibration {
         apic.set_timer_initial((apic_timer_hz / TIMER_HZ).max(1) as u32);
     }
     *LOCAL_APIC.lock() = Some(OwnedApic(apic));
+    APIC_READY.store(true, Ordering::Release);
     Calibration {
         tsc_hz,
         apic_timer_hz,
@@ -118,6 +121,19 @@ pub fn end_of_interrupt() {
         // SAFETY: we are in an interrupt handler of this APIC.
         unsafe { apic.0.end_of_interrupt() };
     }
+}
+
+/// Whether the local APIC takes interrupts: a driver may halt for one from now on.
+pub fn apic_ready() -> bool {
+    APIC_READY.load(Ordering::Acquire)
+}
+
+/// This CPU's local APIC id, where device interrupts (MSI-X) are sent.
+pub fn local_apic_id() -> u8 {
+    let register = crate::memory::physical_to_virtual(XAPIC_BASE_PHYSICAL + 0x20) as *const u32;
+    // SAFETY: the direct map covers the xAPIC page (the APIC itself is set up through it,
+    // above), and reading the ID register has no side effect.
+    (unsafe { core::ptr::read_volatile(register) } >> 24) as u8
 }
 
 pub fn ticks() -> u64 {

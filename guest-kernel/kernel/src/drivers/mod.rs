@@ -71,7 +71,13 @@ fn attach_disk(
     let Some(index) = slots.iter().position(|slot| matches!(slot, Device::Absent)) else {
         return format!("not driven (the kernel drives {DISKS_MAX} disks at most)");
     };
-    let status = attach(&mut slots[index], location, transport, Block::new);
+    let mut status = attach(&mut slots[index], location, transport, Block::new);
+    if let Device::Ready(block) = &mut slots[index] {
+        match pci::route_queue_interrupt(location, crate::arch::idt::BLOCK_VECTOR) {
+            Ok(()) => block.use_interrupts(),
+            Err(why) => status = format!("{status}, polled ({why})"),
+        }
+    }
     if index == 0 { status } else { format!("{status} (disk {index})") }
 }
 
