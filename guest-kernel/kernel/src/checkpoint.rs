@@ -145,14 +145,9 @@ pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
 }
 
 /// Hands `store` to the kernel: pages live on it from now on, and checkpoints go to it
-/// once processes run: the first at once on a fresh store, which holds nothing until then;
-/// after an interval on a restarted one, which holds the system already (a checkpoint at
-/// once delayed serving by a snapshot, its stabilization and migration).
+/// once processes run (the first at once: a fresh store holds nothing until then, and a
+/// restart's repairs and resilvering are kept).
 pub fn attach(store: Store<Block>, interval_ms: u64) {
-    let first_snapshot_tick = match store.checkpoint_generation() {
-        0 => timer::ticks(),
-        _ => timer::ticks() + interval_ticks(interval_ms),
-    };
     BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
     let mut objects = OBJECTS.lock();
     objects.set_store_backed();
@@ -163,7 +158,7 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
         store,
         interval_ms,
         interval_ticks: interval_ticks(interval_ms),
-        next_snapshot_tick: first_snapshot_tick,
+        next_snapshot_tick: timer::ticks(),
         stabilization: None,
         journal_submitted_tsc: BTreeMap::new(),
         kernel_counters: KernelCounters::default(),
