@@ -218,8 +218,13 @@ impl<D: BlockDevice> Store<D> {
     /// Writes what is left, flushes, writes the commit record and flushes again: the
     /// checkpoint is durable when this returns its generation. Migration begins.
     pub fn commit_checkpoint(&mut self) -> Result<u64, StoreError> {
-        let generation = self.with_stabilization(|store, stabilization| {
+        let (generation, directory) = self.with_stabilization(|store, stabilization| {
             store.write_pots(stabilization)?;
+            // The directory the commit publishes is built while the devices still write the
+            // last records and the flush `write_run` began: under emulation, building it
+            // for a 64 MiB checkpoint took as long as that flush, one after the other. The
+            // store's own directory changes only once the commit is durable.
+            let directory = store.directory_with(&stabilization.pending);
             // Every data record on the media before the commit record that vouches for them.
             store.flush()?;
             let mut commit = RecordRun::new();
@@ -234,38 +239,29 @@ impl<D: BlockDevice> Store<D> {
             );
             store.append_run(&mut commit)?;
             store.flush()?;
-            Ok(stabilization.generation)
+            Ok((stabilization.generation, directory))
         })?;
-        let Phase::Stabilizing(mut stabilization) =
-            core::mem::replace(&mut self.phase, Phase::Idle)
-        else {
-            return Err(StoreError::WrongPhase);
-        };
-        // Sorted by key (stably, so the last copy of a block written stays last) and built
-        // in one pass, keeping the last copy of each block.
-        let pending: BTreeMap<BlockKey, DirectoryEntry> =
-            core::mem::take(&mut stabilization.pending).into_iter().collect();
-        if self.directory.is_empty() {
-            // The usual case (the previous migration emptied the directory and no journal
-            // commit came since): the checkpoint's blocks are the directory, no merging.
-            self.directory = pending;
-            self.checkpoint_generation = generation;
-            self.start_migration();
-            return Ok(generation);
-        }
-        for (key, entry) in pending {
-            // A journal commit made after the snapshot stays newer than the snapshot's copy.
-            if self
-                .directory
-                .get(&key)
-                .is_none_or(|current| current.order < entry.order)
-            {
-                self.directory.insert(key, entry);
-            }
-        }
+        self.phase = Phase::Idle;
+        self.directory = directory;
         self.checkpoint_generation = generation;
         self.start_migration();
         Ok(generation)
+    }
+
+    /// The directory once a checkpoint's blocks `pending` (in the order written) join it.
+    fn directory_with(
+        &self,
+        pending: &[(BlockKey, DirectoryEntry)],
+    ) -> BTreeMap<BlockKey, DirectoryEntry> {
+        // Sorted by key (stably, so the last copy of a block written stays last) and built
+        // in one pass, keeping the last copy of each block.
+        let pending: BTreeMap<BlockKey, DirectoryEntry> = pending.iter().copied().collect();
+        if self.directory.is_empty() {
+            // The usual case (the previous migration emptied the directory and no journal
+            // commit came since): the checkpoint's blocks are the directory, no merging.
+            return pending;
+        }
+        merge_newest(&self.directory, pending)
     }
 
     /// Records how long the caller's last stabilization took, for the counters.
@@ -472,4 +468,35 @@ impl<D: BlockDevice> Store<D> {
         let device_block = self.range_layout(kind).data_first_block + first;
         self.mirrors.write(device_block, run)
     }
+}
+
+/// The union of two directories, merged in key order in one pass and built at once (an
+/// insert per block took longer than the rest of a commit after journal commits); where
+/// both hold a block, the newer entry (a journal commit made after the snapshot stays newer
+/// than the snapshot's copy).
+fn merge_newest(
+    current: &BTreeMap<BlockKey, DirectoryEntry>,
+    pending: BTreeMap<BlockKey, DirectoryEntry>,
+) -> BTreeMap<BlockKey, DirectoryEntry> {
+    let mut current = current.iter().map(|(key, entry)| (*key, *entry)).peekable();
+    let mut pending = pending.into_iter().peekable();
+    let merged = core::iter::from_fn(|| match (current.peek(), pending.peek()) {
+        (Some((current_key, _)), Some((pending_key, _))) => match current_key.cmp(pending_key) {
+            core::cmp::Ordering::Less => current.next(),
+            core::cmp::Ordering::Greater => pending.next(),
+            core::cmp::Ordering::Equal => {
+                let (key, current_entry) = current.next()?;
+                let (_, pending_entry) = pending.next()?;
+                let newest = if current_entry.order < pending_entry.order {
+                    pending_entry
+                } else {
+                    current_entry
+                };
+                Some((key, newest))
+            }
+        },
+        (Some(_), None) => current.next(),
+        (None, _) => pending.next(),
+    });
+    merged.collect()
 }
