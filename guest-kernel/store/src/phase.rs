@@ -248,20 +248,25 @@ impl<D: BlockDevice> Store<D> {
         Ok(generation)
     }
 
-    /// The directory once a checkpoint's blocks `pending` (in the order written) join it.
+    /// The directory once a checkpoint's blocks `pending` join it: of each block's copies,
+    /// the newest (a later copy of this checkpoint, or a journal commit made after the
+    /// snapshot, which stays newer than the snapshot's copy).
     fn directory_with(
         &self,
         pending: &[(BlockKey, DirectoryEntry)],
     ) -> BTreeMap<BlockKey, DirectoryEntry> {
-        // Sorted by key (stably, so the last copy of a block written stays last) and built
-        // in one pass, keeping the last copy of each block.
-        let pending: BTreeMap<BlockKey, DirectoryEntry> = pending.iter().copied().collect();
-        if self.directory.is_empty() {
-            // The usual case (the previous migration emptied the directory and no journal
-            // commit came since): the checkpoint's blocks are the directory, no merging.
-            return pending;
-        }
-        merge_newest(&self.directory, pending)
+        // One list sorted by block then age, built at once keeping each block's last entry:
+        // after journal commits, a map of the pending blocks merged into the directory (or
+        // before that an insert per block) built and freed a second tree, which under TCG
+        // took 160 ms more than this for a 64 MiB checkpoint. With an empty directory this
+        // costs what building the pending blocks' map alone did.
+        let mut all = Vec::with_capacity(self.directory.len() + pending.len());
+        all.extend(self.directory.iter().map(|(key, entry)| (*key, *entry)));
+        all.extend_from_slice(pending);
+        all.sort_by(|(key, entry), (other_key, other_entry)| {
+            key.cmp(other_key).then(entry.order.cmp(&other_entry.order))
+        });
+        all.into_iter().collect()
     }
 
     /// Records how long the caller's last stabilization took, for the counters.
@@ -468,35 +473,4 @@ impl<D: BlockDevice> Store<D> {
         let device_block = self.range_layout(kind).data_first_block + first;
         self.mirrors.write(device_block, run)
     }
-}
-
-/// The union of two directories, merged in key order in one pass and built at once (an
-/// insert per block took longer than the rest of a commit after journal commits); where
-/// both hold a block, the newer entry (a journal commit made after the snapshot stays newer
-/// than the snapshot's copy).
-fn merge_newest(
-    current: &BTreeMap<BlockKey, DirectoryEntry>,
-    pending: BTreeMap<BlockKey, DirectoryEntry>,
-) -> BTreeMap<BlockKey, DirectoryEntry> {
-    let mut current = current.iter().map(|(key, entry)| (*key, *entry)).peekable();
-    let mut pending = pending.into_iter().peekable();
-    let merged = core::iter::from_fn(|| match (current.peek(), pending.peek()) {
-        (Some((current_key, _)), Some((pending_key, _))) => match current_key.cmp(pending_key) {
-            core::cmp::Ordering::Less => current.next(),
-            core::cmp::Ordering::Greater => pending.next(),
-            core::cmp::Ordering::Equal => {
-                let (key, current_entry) = current.next()?;
-                let (_, pending_entry) = pending.next()?;
-                let newest = if current_entry.order < pending_entry.order {
-                    pending_entry
-                } else {
-                    current_entry
-                };
-                Some((key, newest))
-            }
-        },
-        (Some(_), None) => current.next(),
-        (None, _) => pending.next(),
-    });
-    merged.collect()
 }
