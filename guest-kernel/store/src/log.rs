@@ -2,7 +2,6 @@
 //! record never wraps), reading a logged data block, and scanning the live log at recovery.
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::device::{BLOCK_SIZE, BlockDevice};
@@ -11,7 +10,7 @@ use crate::format::log_record::{
     CommitSummary, Expected, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, LogHeader, RecordKind,
 };
 use crate::format::superblock::LogCursor;
-use crate::format::{Block, as_block, checksum, checksum_copy, sealed_checksum, zeroed_block};
+use crate::format::{Block, as_block, checksum, sealed_checksum, zeroed_block};
 use crate::store::Store;
 
 /// Records laid out back to back as they go to the log: each record's header block (filled
@@ -19,15 +18,9 @@ use crate::store::Store;
 /// data blocks. Data is copied in once and written from here in one device write per
 /// contiguous stretch of the log, so that a checkpoint's pages are copied once in all.
 pub(crate) struct RecordRun {
-    /// Every record's header block (zeros until appended) and data blocks, in log order, in
-    /// `bytes[..filled]`; what follows is room, bytes of a buffer used before.
+    /// Every record's header block (zeros until appended) and data blocks, in log order.
     bytes: Vec<u8>,
-    filled: usize,
     records: Vec<RunRecord>,
-    /// Buffers handed to the devices ([`Store::append_run_handing_over`]), taken back once
-    /// the devices let go of them: a buffer used before is written over in one pass (each
-    /// page checksummed as it is copied in), where a new one would first be zeroed.
-    handed_over: Vec<Arc<Vec<u8>>>,
 }
 
 /// The header fields of a record in a run that its writer chooses.
@@ -43,15 +36,13 @@ impl RecordRun {
     pub(crate) fn new() -> Self {
         Self {
             bytes: Vec::new(),
-            filled: 0,
             records: Vec::new(),
-            handed_over: Vec::new(),
         }
     }
 
     /// Starts a record; its data blocks are added with [`RecordRun::push_block`].
     pub(crate) fn begin_record(&mut self, kind: RecordKind, generation: u64, commit: CommitSummary) {
-        self.next_block().fill(0);
+        self.bytes.extend_from_slice(&[0u8; BLOCK_SIZE]);
         // A checkpoint's data records fill up; others (journal, commit) are mostly small.
         let entries_expected = if kind == RecordKind::CheckpointData {
             LOG_RECORD_DATA_BLOCKS_MAX
@@ -79,35 +70,7 @@ impl RecordRun {
             "a record holds at most {LOG_RECORD_DATA_BLOCKS_MAX} data blocks"
         );
         record.entries.push(entry);
-        self.next_block().copy_from_slice(data);
-    }
-
-    /// Adds a data block to the last record begun like [`RecordRun::push_block`], but
-    /// checksums `data` as it copies it in (one pass over it instead of two) and sets
-    /// `entry.checksum` to that checksum.
-    pub(crate) fn push_block_checksummed(&mut self, mut entry: LogEntry, data: &Block) {
-        let room = self.last_record_room();
-        assert!(
-            room > 0,
-            "a record is begun before its blocks, and holds at most {LOG_RECORD_DATA_BLOCKS_MAX} data blocks"
-        );
-        entry.checksum = checksum_copy(data, self.next_block());
-        if let Some(record) = self.records.last_mut() {
-            record.entries.push(entry);
-        }
-    }
-
-    /// The block after the last one filled, now filled: room in the buffer, or a block the
-    /// buffer grows by.
-    fn next_block(&mut self) -> &mut Block {
-        let start = self.filled;
-        self.filled += BLOCK_SIZE;
-        if self.bytes.len() < self.filled {
-            self.bytes.resize(self.filled, 0);
-        }
-        (&mut self.bytes[start..self.filled])
-            .try_into()
-            .expect("a block's length")
+        self.bytes.extend_from_slice(data);
     }
 
     /// Data blocks the last record begun can still take (0 when there is none).
@@ -128,7 +91,7 @@ impl RecordRun {
 
     /// Empties the run, keeping its buffer (if it still has it) for the next records.
     pub(crate) fn clear(&mut self) {
-        self.filled = 0;
+        self.bytes.clear();
         self.records.clear();
     }
 
@@ -137,18 +100,8 @@ impl RecordRun {
     /// outgrows its buffer ([`RecordRun::has_room_for_record`]), so pages are never copied
     /// again by its growing. Returns the blocks the buffer holds.
     pub(crate) fn reserve_blocks(&mut self, blocks: usize) -> usize {
-        if self.bytes.capacity() == 0
-            && let Some(index) = self
-                .handed_over
-                .iter()
-                .position(|buffer| Arc::strong_count(buffer) == 1)
-            && let Ok(buffer) = Arc::try_unwrap(self.handed_over.swap_remove(index))
-        {
-            self.bytes = buffer;
-        }
         let record_bytes = (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE;
-        let wanted = (blocks * BLOCK_SIZE).saturating_sub(self.bytes.len());
-        if self.bytes.try_reserve_exact(wanted).is_err() {
+        if self.bytes.try_reserve_exact(blocks * BLOCK_SIZE).is_err() {
             self.bytes.reserve_exact(record_bytes);
         }
         self.bytes.capacity() / BLOCK_SIZE
@@ -156,7 +109,7 @@ impl RecordRun {
 
     /// Whether the buffer can take another whole record without growing.
     pub(crate) fn has_room_for_record(&self) -> bool {
-        self.bytes.capacity() - self.filled >= (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE
+        self.bytes.capacity() - self.bytes.len() >= (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE
     }
 }
 
@@ -206,17 +159,13 @@ impl<D: BlockDevice> Store<D> {
     /// consecutive records go out in one device write (two when the run meets the end of the
     /// log, where a padding record is written so that no record wraps). The head moves only
     /// once every write has returned. The run is left as it was given, headers filled in.
-    pub(crate) fn append_run(
-        &mut self,
-        run: &mut RecordRun,
-    ) -> Result<Vec<PlacedRecord>, StoreError> {
+    pub(crate) fn append_run(&mut self, run: &mut RecordRun) -> Result<Vec<PlacedRecord>, StoreError> {
         self.append_run_with(run, false)
     }
 
     /// [`Store::append_run`], but a run written in one piece is handed to the devices
     /// ([`BlockDevice::write_owned`]), which may still be writing it when this returns: the
-    /// run keeps its records, and its buffer comes back to it once the devices are done
-    /// ([`RecordRun::reserve_blocks`]).
+    /// run keeps its records and loses its bytes.
     pub(crate) fn append_run_handing_over(
         &mut self,
         run: &mut RecordRun,
@@ -292,7 +241,7 @@ impl<D: BlockDevice> Store<D> {
                 piece_start = (0, offset);
             }
         }
-        debug_assert_eq!(offset, run.filled);
+        debug_assert_eq!(offset, run.bytes.len());
         if offset > piece_start.1 {
             pieces.push((piece_start.0, piece_start.1..offset));
         }
@@ -305,13 +254,10 @@ impl<D: BlockDevice> Store<D> {
         }
         if hand_over && padding.is_none() && pieces.len() == 1 {
             let (position, _) = pieces[0];
-            let mut bytes = core::mem::take(&mut run.bytes);
-            bytes.truncate(run.filled);
-            run.filled = 0;
-            let bytes = Arc::new(bytes);
-            run.handed_over.push(Arc::clone(&bytes));
-            self.mirrors
-                .write_owned(self.layout.log_first_block + position, bytes)?;
+            self.mirrors.write_owned(
+                self.layout.log_first_block + position,
+                core::mem::take(&mut run.bytes),
+            )?;
             self.head = cursor;
             return Ok(placed);
         }

@@ -162,11 +162,12 @@ impl<D: BlockDevice> MirrorSet<D> {
 
     /// Writes like [`MirrorSet::write`], handing the buffer to the devices
     /// ([`BlockDevice::write_owned`]): they may still be writing when this returns.
-    pub(crate) fn write_owned(&mut self, first_block: u64, data: Arc<Vec<u8>>) -> Result<(), StoreError> {
+    pub(crate) fn write_owned(&mut self, first_block: u64, data: Vec<u8>) -> Result<(), StoreError> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
         let length = data.len() as u64;
+        let data = Arc::new(data);
         let mut written = false;
         for index in 0..self.mirrors.len() {
             match self.mirrors[index].state {

@@ -16,7 +16,7 @@ use crate::format::log_record::{
     BlockKind, CommitSummary, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, RecordKind,
 };
 use crate::format::superblock::LogCursor;
-use crate::format::{Block, checksum_chain};
+use crate::format::{Block, checksum, checksum_chain};
 use crate::geometry::{HomeRangeLayout, NODE_SIZE, NODES_PER_POT};
 use crate::log::RecordRun;
 use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, Store};
@@ -86,12 +86,11 @@ pub(crate) struct Migration {
 }
 
 impl Stabilization {
-    /// Checksums a block as it copies it into the run (its only copy), starting a record
-    /// when the last one is full.
+    /// Checksums a block and copies it into the run (its only copy), starting a record when
+    /// the last one is full.
     fn push_block(&mut self, kind: BlockKind, index: u64, versions: [u64; 4], data: &Block) {
         if self.run.is_empty() {
-            // The devices may still hold the last run's buffer: a new run gets one they are
-            // done with, or a new one.
+            // The devices may still hold the last run's buffer: a new run gets its own.
             self.run
                 .reserve_blocks(RUN_RECORDS_MAX * (1 + LOG_RECORD_DATA_BLOCKS_MAX));
         }
@@ -100,13 +99,13 @@ impl Stabilization {
                 .begin_record(RecordKind::CheckpointData, self.generation, CommitSummary::default());
         }
         let entry = LogEntry {
-            checksum: 0,
+            checksum: checksum(data),
             kind,
             index,
             journal_ticket: 0,
             versions,
         };
-        self.run.push_block_checksummed(entry, data);
+        self.run.push_block(entry, data);
     }
 }
 
