@@ -27,7 +27,7 @@ pub type Block = [u8; BLOCK_SIZE];
 /// Where a record's own checksum sits: the last four bytes of its block, covering the rest.
 pub const RECORD_CHECKSUM_OFFSET: usize = BLOCK_SIZE - 4;
 
-pub use checksum::{checksum, checksum_copy};
+pub use checksum::checksum;
 
 /// Continues a checksum over several pieces (the commit record's chain of header checksums).
 pub fn checksum_chain(previous: u32, next: u32) -> u32 {
