@@ -90,6 +90,8 @@ pub struct Persistence {
     kernel_counters: KernelCounters,
     /// The scrub under way: one after every boot, a group of home blocks per step.
     scrub: Option<holdfast_store::ScrubCursor>,
+    /// Timer ticks with processes running since the last scrub step.
+    ticks_since_scrub: u32,
     /// Set when a checkpoint failed: the store is no longer written, and the system says so.
     failed: bool,
 }
@@ -163,6 +165,7 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
         journal_submitted_tsc: BTreeMap::new(),
         kernel_counters: KernelCounters::default(),
         scrub: Some(holdfast_store::ScrubCursor::default()),
+        ticks_since_scrub: 0,
         failed: false,
     });
 }
@@ -277,6 +280,9 @@ pub fn limit_dirty_pages(objects: &mut Objects) -> Result<(), String> {
 fn heap_free_target_bytes() -> usize {
     (memory::heap_bytes() / 8).max(4 << 20)
 }
+
+/// While processes run, the scrub takes a step at one timer tick in this many.
+const SCRUB_TICKS_APART: u32 = 10;
 
 /// Pages evicted at once: each eviction drops every translation, so it is done in batches.
 const EVICTION_BATCH_PAGES: usize = 512;
@@ -439,8 +445,8 @@ pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
 }
 
 /// One step of checkpoint work, if any is due: called at each timer tick (with no process
-/// running) and from the idle loop. Returns whether it did anything.
-pub fn step() -> bool {
+/// running) and, with `idle`, from the idle loop. Returns whether it did anything.
+pub fn step(idle: bool) -> bool {
     // Page tables dropped with the translations go back to the heap a few at a time.
     let freed = crate::space::free_retired_tables(1);
     let mut objects = OBJECTS.lock();
@@ -448,7 +454,7 @@ pub fn step() -> bool {
     let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
         return freed;
     };
-    let result = persistence.step(&mut objects);
+    let result = persistence.step(&mut objects, idle);
     match result {
         Ok(worked) => worked || freed,
         Err(error) => {
@@ -538,7 +544,7 @@ impl Persistence {
         Ok(Some(durable.0))
     }
 
-    fn step(&mut self, objects: &mut Objects) -> Result<bool, String> {
+    fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, String> {
         // Queued journal commits first: their processes wait for them, and nothing else
         // here is waited for (a scrub step before them added its reads to every commit).
         let mut worked = false;
@@ -553,10 +559,16 @@ impl Persistence {
         // stabilization, which delays the checkpoint's durability (a scrub step beside every
         // stabilization step made a 64 MiB checkpoint a fifth slower); to migration, which
         // frees the log (a 1 GiB scrub beside it made a migration seven times longer); and
-        // to the journal's committers, woken above but run only once this step is over.
+        // to the journal's committers, woken above but run only once this step is over; and
+        // to the processes: while they run it takes one tick in SCRUB_TICKS_APART (a step at
+        // every tick took most of the CPU from a program dirtying a 1 GiB array).
         let migrating = matches!(self.store.checkpoint_phase(), CheckpointPhase::Migrating { .. });
         if self.stabilization.is_none() && !migrating && !worked {
-            worked |= self.scrub_step();
+            self.ticks_since_scrub += 1;
+            if idle || self.ticks_since_scrub >= SCRUB_TICKS_APART {
+                self.ticks_since_scrub = 0;
+                worked |= self.scrub_step();
+            }
         }
         if self.stabilization.is_some() {
             return self.stabilize_step(objects).map(|()| true);
@@ -685,7 +697,7 @@ pub fn idle() -> ! {
         if process::any_runnable() {
             process::switch_to_next()
         }
-        if !step() {
+        if !step(true) {
             x86_64::instructions::interrupts::enable_and_hlt();
             x86_64::instructions::interrupts::disable();
         }

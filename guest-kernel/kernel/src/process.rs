@@ -540,7 +540,7 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
     };
     // With no process running, this is the moment for background work.
     crate::control::wake_readers();
-    checkpoint::step();
+    checkpoint::step(false);
     if let Some(meter) = charge_meter(&root) {
         let keeper = {
             let objects = OBJECTS.lock();
