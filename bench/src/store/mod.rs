@@ -55,7 +55,7 @@ pub const SIZE_DEFAULT: StoreSize = StoreSize {
 };
 pub const SIZE_QUICK: StoreSize = StoreSize {
     resident_array_mib: 1024,
-    rounds: 2,
+    rounds: 3,
 };
 
 impl StoreSize {

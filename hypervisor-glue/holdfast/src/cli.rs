@@ -246,8 +246,7 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchStoreArguments {
-    /// Two checkpoints of the 1 GiB resident array instead of three, and one run (for
-    /// CI)
+    /// One run instead of three (for CI)
     #[arg(long)]
     pub quick: bool,
     /// Runs (each: a first boot, two restarts, a Linux peer boot) [default: 3, or 1 with
