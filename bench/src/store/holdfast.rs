@@ -1,7 +1,6 @@
 //! The store benchmark's Holdfast guest: the kernel and an initial image of the system
-//! `bench/store-manifest.toml` describes (`bench-store`, or `bench-store-quick` for
-//! `--quick`), booted on a freshly formatted store, then booted again on that store; and
-//! the host's side of the program's control channel, on which it wakes the program.
+//! `bench/store-manifest.toml` describes (`bench-store`), booted on a freshly formatted
+//! store, then booted again on that store; and the host's side of the program's control channel, on which it wakes the program.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -22,10 +21,8 @@ use crate::runner::LineAction;
 
 /// The benchmark's system, relative to the source tree.
 pub const MANIFEST: &str = "bench/store-manifest.toml";
-/// The process that measures, and the bins that can be it (`services/selftest`).
-pub const PROCESS: &str = "bench-store";
+/// The program that measures (`services/selftest`).
 pub const PROGRAM: &str = "bench-store";
-pub const PROGRAM_QUICK: &str = "bench-store-quick";
 
 /// How long the host waits before it answers the program's sleep request.
 pub const SLEEP: Duration = Duration::from_millis(10);
@@ -40,34 +37,18 @@ pub struct HoldfastFiles {
     pub initial_image: PathBuf,
 }
 
-/// The manifest with `program` as `bench-store`'s program.
-pub fn manifest_for(mut manifest: Manifest, program: &str) -> anyhow::Result<Manifest> {
-    let process = manifest
-        .processes
-        .iter_mut()
-        .find(|process| process.name == PROCESS)
-        .with_context(|| format!("{MANIFEST} has no process {PROCESS}"))?;
-    process.program = program.to_owned();
-    Ok(manifest)
-}
-
 /// Reads the benchmark's manifest, builds the guest crates of `source_dir` (cargo,
 /// incrementally: its progress goes to stderr) and keeps the initial image at
 /// `cache_directory`/`<program>.hfi`.
-pub fn prepare(
-    source_dir: &Path,
-    cache_directory: &Path,
-    quick: bool,
-) -> anyhow::Result<HoldfastFiles> {
-    let program = if quick { PROGRAM_QUICK } else { PROGRAM };
-    let manifest = manifest_for(Manifest::load(&source_dir.join(MANIFEST))?, program)?;
+pub fn prepare(source_dir: &Path, cache_directory: &Path) -> anyhow::Result<HoldfastFiles> {
+    let manifest = Manifest::load(&source_dir.join(MANIFEST))?;
     let artifacts = guest_build::build_guest_crates(source_dir)?;
     let image = initial_image(&manifest, &artifacts.programs)?;
     Ok(HoldfastFiles {
         kernel: artifacts.kernel,
         initial_image: linux_peer::write_cached(
             cache_directory,
-            &format!("{program}.hfi"),
+            &format!("{PROGRAM}.hfi"),
             &image,
         )?,
     })
@@ -191,9 +172,7 @@ mod tests {
         use holdfast_boot_image::system_table::Target;
         let source_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let manifest = Manifest::load(&source_dir.join(MANIFEST)).unwrap();
-        let quick = manifest_for(manifest.clone(), PROGRAM_QUICK).unwrap();
         assert_eq!(manifest.processes[0].program, PROGRAM);
-        assert_eq!(quick.processes[0].program, PROGRAM_QUICK);
         let targets: Vec<_> = manifest.processes[0].registers[..5]
             .iter()
             .map(|c| c.target)

@@ -41,19 +41,16 @@ pub const RESTARTS_PER_RUN: usize = 2;
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// How much `bench-store` keeps resident and how many checkpoints of it it takes: what its
-/// bins (`services/selftest/src/bench_store*.rs`) are built with.
+/// bin (`services/selftest/src/bench_store.rs`) is built with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreSize {
     pub resident_array_mib: u64,
     pub rounds: usize,
 }
 
-/// `bench-store`'s size, and `bench-store-quick`'s.
-pub const SIZE_DEFAULT: StoreSize = StoreSize {
-    resident_array_mib: 1024,
-    rounds: 3,
-};
-pub const SIZE_QUICK: StoreSize = StoreSize {
+/// `bench-store`'s size, the same for the quick preset, which has fewer runs: three
+/// checkpoints, so that one slow snapshot is not half the median.
+pub const SIZE: StoreSize = StoreSize {
     resident_array_mib: 1024,
     rounds: 3,
 };
@@ -92,23 +89,18 @@ pub struct StoreBenchOptions {
 }
 
 impl StoreBenchOptions {
-    /// The full benchmark ([`SIZE_DEFAULT`], [`RUNS_DEFAULT`] runs) under TCG.
+    /// The full benchmark ([`RUNS_DEFAULT`] runs) under TCG.
     pub fn new(holdfast: HoldfastFiles, format_store: FormatStore) -> Self {
-        Self::with(holdfast, format_store, SIZE_DEFAULT, RUNS_DEFAULT)
+        Self::with(holdfast, format_store, RUNS_DEFAULT)
     }
 
-    /// The `quick` preset: [`SIZE_QUICK`], [`RUNS_QUICK`] run. `holdfast` must be the
-    /// quick program's image ([`holdfast::prepare`] with `quick`).
+    /// The `quick` preset: [`RUNS_QUICK`] run.
     pub fn quick(holdfast: HoldfastFiles, format_store: FormatStore) -> Self {
-        Self::with(holdfast, format_store, SIZE_QUICK, RUNS_QUICK)
+        Self::with(holdfast, format_store, RUNS_QUICK)
     }
 
-    fn with(
-        holdfast: HoldfastFiles,
-        format_store: FormatStore,
-        size: StoreSize,
-        runs: usize,
-    ) -> Self {
+    fn with(holdfast: HoldfastFiles, format_store: FormatStore, runs: usize) -> Self {
+        let size = SIZE;
         let mut run = RunOptions::new(runs);
         run.memory_mib = size.memory_mib();
         run.boot_timeout = BOOT_TIMEOUT;
@@ -476,42 +468,28 @@ mod tests {
     #[test]
     fn presets_size_memory_and_store_for_the_array() {
         let quick = StoreBenchOptions::quick(files(), no_format);
-        assert_eq!((quick.run.runs_per_guest, quick.size), (1, SIZE_QUICK));
+        assert_eq!((quick.run.runs_per_guest, quick.size), (1, SIZE));
         assert!(u64::from(quick.run.memory_mib) > quick.size.heap_mib() + 64);
         assert!(quick.size.heap_mib() > quick.size.resident_array_mib);
         // The log (an eighth of the store) holds a checkpoint of every page with room.
         assert!(quick.size.store_mib() / 8 > quick.size.resident_array_mib * 3 / 2 - 1);
         let full = StoreBenchOptions::new(files(), no_format);
-        assert_eq!((full.run.runs_per_guest, full.size), (3, SIZE_DEFAULT));
+        assert_eq!((full.run.runs_per_guest, full.size), (3, SIZE));
     }
 
     #[test]
-    fn the_bins_are_built_with_the_sizes_the_host_expects() {
-        let source = |name: &str| {
-            std::fs::read_to_string(
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../services/selftest/src")
-                    .join(name),
-            )
-            .unwrap()
-        };
-        for (file, size) in [
-            ("bench_store.rs", SIZE_DEFAULT),
-            ("bench_store_quick.rs", SIZE_QUICK),
-        ] {
-            let text = source(file);
-            assert!(
-                text.contains(&format!(
-                    "const RESIDENT_PAGES: usize = {} * 256;",
-                    size.resident_array_mib
-                )),
-                "{file}"
-            );
-            assert!(
-                text.contains(&format!("const ROUNDS: u64 = {};", size.rounds)),
-                "{file}"
-            );
-        }
+    fn the_bin_is_built_with_the_size_the_host_expects() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../services/selftest/src/bench_store.rs"),
+        )
+        .unwrap();
+        let resident = format!(
+            "const RESIDENT_PAGES: usize = {} * 256;",
+            SIZE.resident_array_mib
+        );
+        assert!(text.contains(&resident), "{resident}");
+        let rounds = format!("const ROUNDS: u64 = {};", SIZE.rounds);
+        assert!(text.contains(&rounds), "{rounds}");
     }
 
     #[test]

@@ -74,11 +74,8 @@ fn store(arguments: BenchStoreArguments) -> Result<ExitCode, Failure> {
     // The benchmark's own guest image (bench/store-manifest.toml's system), built from
     // this source tree.
     eprintln!("holdfast: building the guest crates for the store benchmark");
-    let holdfast = store::holdfast::prepare(
-        &paths::source_dir(),
-        &holdfast_bench::default_cache_dir(),
-        arguments.quick,
-    )?;
+    let holdfast =
+        store::holdfast::prepare(&paths::source_dir(), &holdfast_bench::default_cache_dir())?;
     let mut options = if arguments.quick {
         StoreBenchOptions::quick(holdfast, format_store)
     } else {

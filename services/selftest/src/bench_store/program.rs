@@ -1,7 +1,7 @@
 //! `holdfast bench store`, Holdfast side (bench/src/store): the program behind the
-//! `bench-store` and `bench-store-quick` bins, which differ only in how many pages they
-//! keep resident (a `.bss` array the loader puts in their space tree, every page of it
-//! resident in the kernel's object cache) and how many rounds they run.
+//! `bench-store` bin, which gives it the pages it keeps resident (a `.bss` array the loader
+//! puts in its space tree, every page of it resident in the kernel's object cache) and how
+//! many rounds it runs.
 //!
 //! It lines the store up for the kernel's own figures (the `holdfast: checkpoint <g>
 //! committed: ..., snapshot pause <us> us, stabilized in <ms> ms` line) and times the
