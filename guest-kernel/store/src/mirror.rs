@@ -139,36 +139,28 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Writes to every live mirror (resilvering ones included, so that copied blocks stay
     /// current).
     pub(crate) fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
-        if self.read_only {
-            return Err(StoreError::ReadOnly);
-        }
-        let mut written = false;
-        for index in 0..self.mirrors.len() {
-            match self.mirrors[index].state {
-                MirrorState::Failed(_) => continue,
-                MirrorState::Resilvering { .. } if first_block < SUPERBLOCK_BLOCKS => continue,
-                _ => {}
-            }
-            match self.mirrors[index].device.write(first_block, data) {
-                Ok(()) => written = true,
-                Err(error) => self.fail(index, error)?,
-            }
-        }
-        if !written {
-            return Err(StoreError::NoMirror);
-        }
-        self.written_bytes_total += data.len() as u64;
-        Ok(())
+        self.write_each(first_block, data.len(), |device| device.write(first_block, data))
     }
 
     /// Writes like [`MirrorSet::write`], handing the buffer to the devices
     /// ([`BlockDevice::write_owned`]): they may still be writing when this returns.
     pub(crate) fn write_owned(&mut self, first_block: u64, data: Vec<u8>) -> Result<(), StoreError> {
+        let length = data.len();
+        let data = Arc::new(data);
+        self.write_each(first_block, length, |device| device.write_owned(first_block, Arc::clone(&data)))
+    }
+
+    /// `write` on every live mirror but a resilvering one's superblocks; an error drops the
+    /// mirror if another can carry on.
+    fn write_each(
+        &mut self,
+        first_block: u64,
+        length: usize,
+        mut write: impl FnMut(&mut D) -> Result<(), DeviceError>,
+    ) -> Result<(), StoreError> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
-        let length = data.len() as u64;
-        let data = Arc::new(data);
         let mut written = false;
         for index in 0..self.mirrors.len() {
             match self.mirrors[index].state {
@@ -176,7 +168,7 @@ impl<D: BlockDevice> MirrorSet<D> {
                 MirrorState::Resilvering { .. } if first_block < SUPERBLOCK_BLOCKS => continue,
                 _ => {}
             }
-            match self.mirrors[index].device.write_owned(first_block, Arc::clone(&data)) {
+            match write(&mut self.mirrors[index].device) {
                 Ok(()) => written = true,
                 Err(error) => self.fail(index, error)?,
             }
@@ -184,27 +176,13 @@ impl<D: BlockDevice> MirrorSet<D> {
         if !written {
             return Err(StoreError::NoMirror);
         }
-        self.written_bytes_total += length;
+        self.written_bytes_total += length as u64;
         Ok(())
     }
 
     /// Asks every live mirror to start writing back ([`BlockDevice::flush_begin`]).
     pub(crate) fn flush_begin(&mut self) -> Result<(), StoreError> {
-        if self.read_only {
-            return Ok(());
-        }
-        for index in 0..self.mirrors.len() {
-            if matches!(self.mirrors[index].state, MirrorState::Failed(_)) {
-                continue;
-            }
-            if let Err(error) = self.mirrors[index].device.flush_begin() {
-                self.fail(index, error)?;
-            }
-        }
-        if self.live_count() == 0 {
-            return Err(StoreError::NoMirror);
-        }
-        Ok(())
+        self.flush_each(|device| device.flush_begin())
     }
 
     /// Writes to one mirror only, to repair it; a failure drops the mirror if it can be.
@@ -229,6 +207,11 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        self.flush_each(|device| device.flush())
+    }
+
+    /// `flush` on every live mirror; an error drops the mirror if another can carry on.
+    fn flush_each(&mut self, mut flush: impl FnMut(&mut D) -> Result<(), DeviceError>) -> Result<(), StoreError> {
         if self.read_only {
             // Nothing was written.
             return Ok(());
@@ -237,7 +220,7 @@ impl<D: BlockDevice> MirrorSet<D> {
             if matches!(self.mirrors[index].state, MirrorState::Failed(_)) {
                 continue;
             }
-            if let Err(error) = self.mirrors[index].device.flush() {
+            if let Err(error) = flush(&mut self.mirrors[index].device) {
                 self.fail(index, error)?;
             }
         }
