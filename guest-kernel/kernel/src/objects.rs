@@ -99,17 +99,10 @@ impl Objects {
         self.cache.node_capability(kind, id).expect("just inserted")
     }
 
-    /// A new zeroed page; returns a page capability to it.
+    /// A new zeroed page; returns a page capability to it. With a store it starts there
+    /// (see the module's comment).
     pub fn create_page(&mut self) -> Capability {
-        let id = ObjectId(self.next_page_id);
-        self.next_page_id += 1;
-        let inserted = if self.store_backed {
-            self.cache.insert_absent_page(id, Version(0))
-        } else {
-            self.cache.insert_page(id, Version(0), Frame::zeroed()).is_ok()
-        };
-        assert!(inserted, "page ids are handed out once");
-        self.cache.page_capability(id).expect("just inserted")
+        self.new_page(!self.store_backed)
     }
 
     /// A new zeroed page with its bytes here (dirty), for a caller about to write it: the
@@ -119,13 +112,19 @@ impl Objects {
         if self.store_backed {
             crate::checkpoint::make_room(self, &[]).map_err(LoadError)?;
         }
+        Ok(self.new_page(true))
+    }
+
+    fn new_page(&mut self, resident: bool) -> Capability {
         let id = ObjectId(self.next_page_id);
         self.next_page_id += 1;
-        assert!(
-            self.cache.insert_page(id, Version(0), Frame::zeroed()).is_ok(),
-            "page ids are handed out once"
-        );
-        Ok(self.cache.page_capability(id).expect("just inserted"))
+        let inserted = if resident {
+            self.cache.insert_page(id, Version(0), Frame::zeroed()).is_ok()
+        } else {
+            self.cache.insert_absent_page(id, Version(0))
+        };
+        assert!(inserted, "page ids are handed out once");
+        self.cache.page_capability(id).expect("just inserted")
     }
 
     /// From now on pages live on the store (see the module's comment).
