@@ -119,11 +119,8 @@ impl Descriptor {
         }
         Ok(Self {
             target: field(0, 0xf) as u8,
-            kind: match kind {
-                0 => Kind::Call,
-                1 => Kind::Return,
-                _ => Kind::Send,
-            },
+            // A table rather than a `match`: no branch (kind 3 was refused above).
+            kind: [Kind::Call, Kind::Return, Kind::Send, Kind::Send][kind as usize & 3],
             send: Registers {
                 nibbles: send_nibbles as u16,
                 count: send_count as u8,

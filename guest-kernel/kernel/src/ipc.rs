@@ -26,13 +26,46 @@ use crate::user_memory;
 pub struct Message {
     pub code: u64,
     pub words: [u64; 4],
-    pub string: Vec<u8>,
+    pub string: MessageString,
     /// At most four (the descriptor's limit): kept inline, as most messages carry none or
     /// one and a heap allocation costs more than the rest of a call.
     pub capabilities: ArrayVec<Capability, 4>,
     pub badge: u64,
     /// For a call: the capability to reply with.
     pub resume: Option<Capability>,
+}
+
+/// A message's string: a `Vec` whose drop is one inline test when it is empty, as it is in
+/// most messages (`Vec`'s own drop is a call of three translation blocks under TCG, and
+/// every invocation drops two messages).
+pub struct MessageString(core::mem::ManuallyDrop<Vec<u8>>);
+
+impl MessageString {
+    pub const EMPTY: Self = Self(core::mem::ManuallyDrop::new(Vec::new()));
+}
+
+impl From<Vec<u8>> for MessageString {
+    fn from(bytes: Vec<u8>) -> Self {
+        Self(core::mem::ManuallyDrop::new(bytes))
+    }
+}
+
+impl core::ops::Deref for MessageString {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for MessageString {
+    #[inline]
+    fn drop(&mut self) {
+        if self.0.capacity() != 0 {
+            // SAFETY: the vector is dropped here only, once, and never used again.
+            unsafe { core::mem::ManuallyDrop::drop(&mut self.0) }
+        }
+    }
 }
 
 impl Message {
@@ -50,7 +83,7 @@ impl Message {
         Self {
             code,
             words,
-            string: Vec::new(),
+            string: MessageString::EMPTY,
             capabilities: ArrayVec::new(),
             badge: 0,
             resume: None,
@@ -134,7 +167,7 @@ pub extern "C" fn system_call(registers: &mut UserRegisters) {
     if let Err(error) = invoke(registers) {
         registers.rax = error as u64;
     }
-    // Back to the invoker by `sysret`, past `resume_user`.
+    // Back to the invoker by `sysret`, past `process::enter`.
     process::flush_if_stale();
 }
 
@@ -149,18 +182,41 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     let descriptor =
         Descriptor::decode(registers.rdi).map_err(|_| InvocationError::MalformedDescriptor)?;
     let mut objects = OBJECTS.lock();
-    // One lookup of the invoker's root node serves the target and every capability sent
-    // (each lookup is about ten translation blocks under TCG).
-    let mut capabilities = ArrayVec::<Capability, 4>::new();
-    let held_target = {
-        let invoker_node = objects.cache.node(&root).ok();
-        let held = |index| invoker_node.map_or(Capability::VOID, |node| node.get(register_slot(index)));
-        // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
-        for index in descriptor.send.iter() {
-            capabilities.push(objects.cache.live_or_void(held(index)));
-        }
-        held(descriptor.target)
+    // One lookup of the invoker's root node gives the target and, for a call, the invoker's
+    // resume capability (each lookup is about ten translation blocks under TCG).
+    let (held_target, invoker_resume) = objects.cache.node_and_resume(&root).map_or(
+        (Capability::VOID, Capability::VOID),
+        |(node, resume)| (node.get(register_slot(descriptor.target)), resume),
+    );
+    // No string, a call of a start capability or a return through a resume capability:
+    // the fast path, which changes nothing when it does not apply. One test of a kind
+    // code for the common case of neither (3 matches no descriptor's kind).
+    let fast_kind = match held_target.kind() {
+        CapType::Start => Kind::Call as u8,
+        CapType::Resume => Kind::Return as u8,
+        _ => 3,
     };
+    if (registers.r13 == 0) & (descriptor.kind as u8 == fast_kind) {
+        let sends = !descriptor.send.is_empty();
+        let fast = if descriptor.kind == Kind::Call {
+            fast_call(&mut objects, registers, invoker, held_target, invoker_resume, sends)
+        } else {
+            fast_return(&mut objects, registers, invoker, held_target, sends)
+        };
+        if let Some((scheduler, receiver)) = fast {
+            drop(objects);
+            process::switch_to_locked(scheduler, receiver)
+        }
+    }
+    // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
+    let mut capabilities = ArrayVec::<Capability, 4>::new();
+    if !descriptor.send.is_empty() {
+        let invoker_node = objects.cache.node(&root).ok();
+        for index in descriptor.send.iter() {
+            let held = invoker_node.map_or(Capability::VOID, |node| node.get(register_slot(index)));
+            capabilities.push(objects.cache.live_or_void(held));
+        }
+    }
     // A resume capability is checked by consuming it (below), not twice.
     let mut target = if held_target.kind() == CapType::Resume {
         held_target
@@ -186,10 +242,11 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     }
     // Most invocations carry no string: skip the walk of the invoker's space.
     let string = if string_length == 0 {
-        Vec::new()
+        MessageString::EMPTY
     } else {
         user_memory::read(&mut objects, &root, string_address, string_length)
             .map_err(|_| InvocationError::BadAddress)?
+            .into()
     };
     let words = [registers.rdx, registers.r10, registers.r8, registers.r9];
     let mut message = Message {
@@ -279,9 +336,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
             let mut reply = methods::invoke(&mut objects, target, &message);
             // The method may have stopped the invoker (through its process capability).
             // The object cache stays locked for the reply unless the invoker goes.
-            let invoker_stopped =
-                SCHEDULER.lock().processes[invoker].state != ProcessState::Runnable;
-            if invoker_stopped {
+            if methods::INVOKER_STOPPED.swap(false, core::sync::atomic::Ordering::Relaxed) {
                 drop(objects);
                 process::switch_to_next()
             }
@@ -319,6 +374,106 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         Kind::Call | Kind::Return => process::switch_to_locked(scheduler, receiver),
         Kind::Send => Ok(()),
     }
+}
+
+/// The common calls and returns, done with as few tests as the general path allows (L4's
+/// and seL4's fast path, for the same reason: most IPC is a client calling a server and the
+/// server replying, words only; under TCG each test ends a translation block).
+///
+/// A call of a start capability `held` (from the invoker's registers, not forwarded) whose
+/// process is available: the invoker waits for the reply, and the receiver gets the
+/// words, the badge and `resume`, the invoker's resume capability. The invoker sends no
+/// string, and capabilities (`sends`) only to a receiver that takes none. `None`, with
+/// nothing changed, whenever the general path would do anything else (refuse, stall,
+/// deliver capabilities, or deliver through a keeper).
+fn fast_call(
+    objects: &mut Objects,
+    registers: &UserRegisters,
+    invoker: usize,
+    held: Capability,
+    resume: Capability,
+    sends: bool,
+) -> Option<(spin::MutexGuard<'static, process::Scheduler>, usize)> {
+    if !held.may_call() {
+        return None;
+    }
+    let mut scheduler = SCHEDULER.lock();
+    let receiver = scheduler.index_of(held.object())?;
+    let waiting = &scheduler.processes[receiver];
+    if (waiting.state != ProcessState::Available) | waiting.waiting_for_keeper {
+        return None;
+    }
+    // What the receiver's `invoke` asked for, as `deliver` reads it.
+    let receives = Descriptor::decode(waiting.registers.rdi).ok();
+    if sends & receives.is_some_and(|receives| !receives.receive.is_empty()) {
+        return None;
+    }
+    match receives.and_then(|receives| receives.resume) {
+        Some(index) => {
+            // Checks that `held` is live and gives the receiver's root node: the last test.
+            let (node, translated_slots) = objects.cache.node_mut_translated(&held).ok()?;
+            let slot = register_slot(index);
+            node.swap(slot, resume);
+            if translated_slots & (1 << slot.index()) != 0 {
+                process::translations_stale();
+            }
+        }
+        None => objects.cache.check(&held).ok()?,
+    }
+    let caller = &mut scheduler.processes[invoker];
+    caller.registers.copy_from(registers);
+    caller.state = ProcessState::WaitingForReply;
+    let receiving = &mut scheduler.processes[receiver];
+    receive_words(&mut receiving.registers, registers, held.badge());
+    receiving.state = ProcessState::Runnable;
+    Some((scheduler, receiver))
+}
+
+/// A return through a resume capability `held` (from the invoker's registers) to a process
+/// waiting for it that asked for no resume capability of its own: the invoker becomes
+/// available, the caller runs on with the words. As [`fast_call`], capabilities only to a
+/// caller that takes none, and `None` with nothing changed for anything else.
+fn fast_return(
+    objects: &mut Objects,
+    registers: &UserRegisters,
+    invoker: usize,
+    held: Capability,
+    sends: bool,
+) -> Option<(spin::MutexGuard<'static, process::Scheduler>, usize)> {
+    /// Descriptor bit 56: the invoke receives a call's resume capability (the general path
+    /// sets that register to void on a reply).
+    const RESUME_RECEIVED: u64 = 1 << 56;
+    /// Descriptor bits 48..=50: how many capabilities the invoke receives.
+    const RECEIVE_COUNT: u64 = 0x7 << 48;
+    let mut scheduler = SCHEDULER.lock();
+    let caller = scheduler.index_of(held.object())?;
+    let waiting = &scheduler.processes[caller];
+    let asked = waiting.registers.rdi;
+    if (waiting.state != ProcessState::WaitingForReply)
+        | waiting.waiting_for_keeper
+        | (asked & RESUME_RECEIVED != 0)
+        | (sends & (asked & RECEIVE_COUNT != 0))
+    {
+        return None;
+    }
+    // Checks that `held` is live and uses it up: the last test.
+    objects.cache.consume_resume(&held).ok()?;
+    scheduler.processes[invoker].registers.copy_from(registers);
+    make_available(&mut scheduler, invoker);
+    let receiving = &mut scheduler.processes[caller];
+    receive_words(&mut receiving.registers, registers, 0);
+    receiving.state = ProcessState::Runnable;
+    Some((scheduler, caller))
+}
+
+/// What `deliver` writes for a message of words only: the order code, the words, the
+/// badge, and no string.
+fn receive_words(receiver: &mut UserRegisters, sender: &UserRegisters, badge: u64) {
+    receiver.rax = sender.rsi;
+    [receiver.rdx, receiver.r10, receiver.r8, receiver.r9] =
+        [sender.rdx, sender.r10, sender.r8, sender.r9];
+    receiver.r12 = badge;
+    receiver.r13 = 0;
 }
 
 /// Makes the waiting process `receiver` runnable with `message` as the result of its
@@ -413,7 +568,7 @@ pub fn invoke_keeper(
     let mut message = Message {
         code: keeper_message.code,
         words: keeper_message.words,
-        string: Vec::new(),
+        string: MessageString::EMPTY,
         capabilities: [root].into_iter().collect(),
         badge: keeper.badge(),
         resume: objects

@@ -36,6 +36,11 @@ fn ok_capability(capability: Capability) -> MethodResult {
 }
 
 /// Runs `message.code` as an order on the kernel object `target` (already checked live).
+/// Set when a method stopped the process invoking it (`process.stop` on itself), which then
+/// gets no reply: one flag for the invocation path to test, where looking the invoker up
+/// again would cost a lock and a few tests on every invocation.
+pub static INVOKER_STOPPED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> Message {
     let header = message.header();
     let identify = || ok(identity(&target));
@@ -139,7 +144,7 @@ fn page_method(
         page::Request::Read { offset, length } => {
             let mut reply = Message::reply(0, [length, 0, 0, 0]);
             let range = offset as usize..(offset + length) as usize;
-            reply.string = frame.bytes()[range].to_vec();
+            reply.string = frame.bytes()[range].to_vec().into();
             Ok(reply)
         }
         page::Request::Write { offset } => {
@@ -374,7 +379,7 @@ fn process_method(
         process::Request::ReadRegisters => {
             let registers = SCHEDULER.lock().processes[index].registers;
             let mut reply = Message::reply(0, [0; 4]);
-            reply.string = registers_to_bytes(&registers);
+            reply.string = registers_to_bytes(&registers).into();
             Ok(reply)
         }
         process::Request::WriteRegisters => {
@@ -426,7 +431,11 @@ fn process_method(
             ok([0; 4])
         }
         process::Request::Stop { exit_code } => {
-            SCHEDULER.lock().processes[index].state = ProcessState::Stopped { exit_code };
+            let mut scheduler = SCHEDULER.lock();
+            scheduler.processes[index].state = ProcessState::Stopped { exit_code };
+            if scheduler.current == Some(index) {
+                INVOKER_STOPPED.store(true, core::sync::atomic::Ordering::Relaxed);
+            }
             ok([0; 4])
         }
         process::Request::Identify => unreachable!("answered by the caller"),

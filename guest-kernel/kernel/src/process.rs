@@ -76,14 +76,19 @@ pub struct Process {
 pub struct Scheduler {
     pub processes: Vec<Process>,
     pub current: Option<usize>,
-    /// The process whose user half the live root holds (see [`space::switch`]).
-    installed: Option<usize>,
+    /// The process whose user half the live root holds (see [`space::switch`]), or
+    /// [`NONE_INSTALLED`]: a plain index, as every switch tests it (an `Option`'s
+    /// comparison is two tests under TCG, each a translation block).
+    installed: usize,
     /// Called when no process is runnable any more.
     on_all_done: Option<fn() -> !>,
     /// Where [`Self::index_of`] last found a root node, by the node's id modulo
     /// [`INDEX_HINTS`]: only a guess, checked before use.
     index_hints: [core::cell::Cell<usize>; INDEX_HINTS],
 }
+
+/// [`Scheduler::installed`] when the live root holds no process's user half.
+const NONE_INSTALLED: usize = usize::MAX;
 
 /// How many guesses [`Scheduler::index_of`] keeps: every IPC looks its receiver up, and a
 /// search of the table is a few translation blocks per process under TCG.
@@ -117,7 +122,7 @@ impl Scheduler {
 pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     processes: Vec::new(),
     current: None,
-    installed: None,
+    installed: NONE_INSTALLED,
     on_all_done: None,
     index_hints: [const { core::cell::Cell::new(0) }; INDEX_HINTS],
 });
@@ -340,7 +345,7 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
 /// Runs the loaded processes, each until it stops or faults, then calls `on_all_done`.
 pub fn run(on_all_done: fn() -> !) -> ! {
     // The kernel runs with interrupts off from here on (ring 3 runs with them on):
-    // `resume_user` relies on it.
+    // `enter` relies on it.
     x86_64::instructions::interrupts::disable();
     SCHEDULER.lock().on_all_done = Some(on_all_done);
     switch_to_next()
@@ -361,8 +366,7 @@ pub fn switch_to_next() -> ! {
         drop(scheduler);
         done()
     };
-    scheduler.current = Some(index);
-    resume_user(scheduler)
+    enter(scheduler, index)
 }
 
 /// Input arrived on the control channel: every process waiting for it runs its `read` again.
@@ -425,21 +429,22 @@ pub fn switch_to(index: usize) -> ! {
 }
 
 /// [`switch_to`] with the scheduler already locked, as the invocation path holds it.
-pub fn switch_to_locked(mut scheduler: spin::MutexGuard<'_, Scheduler>, index: usize) -> ! {
-    scheduler.current = Some(index);
-    resume_user(scheduler)
+pub fn switch_to_locked(scheduler: spin::MutexGuard<'_, Scheduler>, index: usize) -> ! {
+    enter(scheduler, index)
 }
 
-/// Enters the current process, with its user half in the live root.
-fn resume_user(mut scheduler: spin::MutexGuard<'_, Scheduler>) -> ! {
+/// Makes process `current` the current one and enters it, with its user half in the live
+/// root.
+fn enter(mut scheduler: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
+    scheduler.current = Some(current);
     flush_tables_if_stale(&mut scheduler);
-    let current = scheduler.current();
-    if scheduler.installed != Some(current) {
+    if scheduler.installed != current {
         let outgoing = scheduler
-            .installed
-            .map(|index| &scheduler.processes[index].tables);
+            .processes
+            .get(scheduler.installed)
+            .map(|process| &process.tables);
         space::switch(outgoing, &scheduler.processes[current].tables);
-        scheduler.installed = Some(current);
+        scheduler.installed = current;
     }
     // Entered from where it is kept: copying 144 bytes is a loop of 18 translation blocks
     // under TCG.
@@ -473,7 +478,7 @@ pub fn adopt(root: Capability) {
 
 /// A slot a translation read changed where the scheduler may be held (a message delivered
 /// into capability registers): every process's mappings are dropped before ring 3 runs
-/// again ([`resume_user`], [`flush_if_stale`]).
+/// again ([`enter`], [`flush_if_stale`]).
 static TRANSLATIONS_STALE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 pub fn translations_stale() {
@@ -482,6 +487,7 @@ pub fn translations_stale() {
 
 /// Drops every process's mappings if [`translations_stale`] asked for it. The nodes stay
 /// marked as translated, which only makes later changes flush too.
+#[inline]
 pub fn flush_if_stale() {
     if TRANSLATIONS_STALE.load(core::sync::atomic::Ordering::Relaxed) {
         flush_tables_if_stale(&mut SCHEDULER.lock());
@@ -490,7 +496,7 @@ pub fn flush_if_stale() {
 
 fn flush_tables_if_stale(scheduler: &mut Scheduler) {
     if TRANSLATIONS_STALE.swap(false, core::sync::atomic::Ordering::Relaxed) {
-        scheduler.installed = None;
+        scheduler.installed = NONE_INSTALLED;
         space::flush_live_user_half();
         for process in &mut scheduler.processes {
             process.tables.clear();
@@ -516,7 +522,7 @@ pub fn for_each_process(mut with: impl FnMut(&Process)) {
 /// Unmaps the last process, for code that runs after it (its user half stays mapped
 /// otherwise).
 pub fn restore_kernel_address_space() {
-    SCHEDULER.lock().installed = None;
+    SCHEDULER.lock().installed = NONE_INSTALLED;
     space::flush_live_user_half();
 }
 
@@ -653,11 +659,11 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
             Some(Ok((frame, writable, writing))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
                 let mut scheduler = SCHEDULER.lock();
                 let current = scheduler.current();
-                let running = scheduler.installed == Some(current);
+                let running = scheduler.installed == current;
                 let process = &mut scheduler.processes[current];
                 process.registers = registers;
                 process.tables.map_page(address, frame, writing, running);
-                resume_user(scheduler)
+                enter(scheduler, current)
             }
             Some(Err(keeper)) => space_keeper = Some(keeper),
             _ => {}
@@ -823,7 +829,7 @@ pub fn drop_all_translations(objects: &mut Objects) {
     let mut scheduler = SCHEDULER.lock();
     // Unhook and flush first: the tables' frames go back to the heap, which writes into
     // them, and no walk may see them then.
-    scheduler.installed = None;
+    scheduler.installed = NONE_INSTALLED;
     space::flush_live_user_half();
     for process in &mut scheduler.processes {
         process.tables.clear();

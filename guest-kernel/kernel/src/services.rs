@@ -49,9 +49,10 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
                     return reply(Err(unavailable));
                 };
                 let mut message = Message::reply(0, [0; 4]);
-                message.string = text.into_bytes();
-                message.string.truncate(holdfast_abi::INVOCATION_STRING_BYTES_MAX);
-                message.words[0] = message.string.len() as u64;
+                let mut bytes = text.into_bytes();
+                bytes.truncate(holdfast_abi::INVOCATION_STRING_BYTES_MAX);
+                message.words[0] = bytes.len() as u64;
+                message.string = bytes.into();
                 return Outcome::Reply(message);
             }
             Err(error) => Err(error),
@@ -90,7 +91,7 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
                 }
                 bytes.truncate(count);
                 let mut message = Message::reply(0, [count as u64, 0, 0, 0]);
-                message.string = bytes;
+                message.string = bytes.into();
                 Outcome::Reply(message)
             }
             Ok(control::Request::Write) => {

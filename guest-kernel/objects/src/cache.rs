@@ -167,24 +167,38 @@ impl<F> ObjectCache<F> {
     /// Node `id`'s entry, loaded first if it is on the store only.
     #[inline]
     fn node_entry(&self, id: ObjectId) -> Option<&NodeEntry> {
-        self.nodes.get_or_load(&id, || {
-            // Node 0 does not exist: ids start at 1.
-            let loader = self.node_loader.filter(|_| id.0 != 0)?;
-            let StoredNode { version, resume_version, node } = loader(id)?;
-            Some(NodeEntry {
-                version,
-                resume_version,
-                node,
-                translated_in: Cell::new(0),
-                translated_slots: Cell::new(0),
-                dirty: false,
-            })
-        })
+        self.nodes.get_or_load(&id, || Self::load_node(self.node_loader, id))
     }
 
+    /// [`Self::node_entry`] for a change, in one lookup.
+    #[inline]
     fn node_entry_mut(&mut self, id: ObjectId) -> Option<&mut NodeEntry> {
-        self.node_entry(id)?;
-        self.nodes.get_mut(&id)
+        Self::node_entry_in(&mut self.nodes, self.node_loader, id)
+    }
+
+    /// [`Self::node_entry_mut`] borrowing only the table, so that the caller may mark the
+    /// entry dirty in the same breath.
+    #[inline]
+    fn node_entry_in(
+        nodes: &mut LoadableTable<NodeEntry>,
+        loader: Option<NodeLoader>,
+        id: ObjectId,
+    ) -> Option<&mut NodeEntry> {
+        nodes.get_or_load_mut(&id, || Self::load_node(loader, id))
+    }
+
+    fn load_node(loader: Option<NodeLoader>, id: ObjectId) -> Option<NodeEntry> {
+        // Node 0 does not exist: ids start at 1.
+        let loader = loader.filter(|_| id.0 != 0)?;
+        let StoredNode { version, resume_version, node } = loader(id)?;
+        Some(NodeEntry {
+            version,
+            resume_version,
+            node,
+            translated_in: Cell::new(0),
+            translated_slots: Cell::new(0),
+            dirty: false,
+        })
     }
 
     /// Adds a new node `id` with `version` (dirty: the store has never seen it); returns
@@ -439,6 +453,16 @@ impl<F> ObjectCache<F> {
         Ok(&entry.node)
     }
 
+    /// [`Self::node`], with the current resume capability to the node: the invocation path
+    /// reads the invoker's capability registers and, for a call, makes its resume
+    /// capability from the one lookup of its root node.
+    pub fn node_and_resume(&self, capability: &Capability) -> Result<(&Node, Capability), Void> {
+        let entry = self.node_entry(capability.object()).ok_or(Void)?;
+        Self::node_entry_matches(entry, capability)?;
+        let resume = Capability::new(CapType::Resume, capability.object(), entry.resume_version);
+        Ok((&entry.node, resume))
+    }
+
     /// [`Self::node`] for a space walk: also records that a translation depends on the node,
     /// so that changing it must drop the page-table entries made since
     /// [`Self::forget_translations`].
@@ -490,8 +514,7 @@ impl<F> ObjectCache<F> {
     /// changes several slots learns from the same lookup which changes drop translations.
     pub fn node_mut_translated(&mut self, capability: &Capability) -> Result<(&mut Node, u32), Void> {
         let id = capability.object();
-        self.node_entry(id).ok_or(Void)?;
-        let entry = self.nodes.get_mut(&id).ok_or(Void)?;
+        let entry = Self::node_entry_in(&mut self.nodes, self.node_loader, id).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         Self::note_node_dirty(&mut self.dirty_nodes, entry, id);
         // A mask rather than a branch (a translation block fewer under TCG): the slots count
@@ -515,7 +538,7 @@ impl<F> ObjectCache<F> {
         } else {
             entry.version
         };
-        let names_node = kind.object_kind() == Some(ObjectKind::Node);
+        let names_node = kind.names_node();
         if names_node & (version == capability.version()) {
             Ok(())
         } else {
@@ -607,8 +630,7 @@ impl<F> ObjectCache<F> {
             return Err(Void);
         }
         let id = resume.object();
-        self.node_entry(id).ok_or(Void)?;
-        let entry = self.nodes.get_mut(&id).ok_or(Void)?;
+        let entry = Self::node_entry_in(&mut self.nodes, self.node_loader, id).ok_or(Void)?;
         if entry.resume_version != resume.version() {
             return Err(Void);
         }
@@ -854,6 +876,19 @@ mod tests {
         assert_eq!(cache.check(&node), Ok(()), "the process itself lives on");
         let next = cache.node_capability(CapType::Resume, ObjectId(1)).unwrap();
         assert_eq!(cache.consume_resume(&next), Ok(()));
+    }
+
+    #[test]
+    fn node_and_resume_gives_the_current_resume_capability_of_a_live_node() {
+        let (mut cache, node, page) = cache_with_node_and_page();
+        let (_, resume) = cache.node_and_resume(&node).unwrap();
+        assert_eq!(Some(resume), cache.node_capability(CapType::Resume, ObjectId(1)));
+        assert_eq!(cache.consume_resume(&resume), Ok(()));
+        let (_, next) = cache.node_and_resume(&node).unwrap();
+        assert_ne!(next, resume, "a used resume capability is never handed out again");
+        assert_eq!(cache.node_and_resume(&page).err(), Some(Void));
+        assert!(cache.rescind_node(ObjectId(1)));
+        assert_eq!(cache.node_and_resume(&node).err(), Some(Void), "revoked");
     }
 
     #[test]

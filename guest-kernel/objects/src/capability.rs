@@ -80,6 +80,20 @@ impl CapType {
         }
     }
 
+    /// Whether the capability names a node (`object_kind` is `Node`), as a test of one bit:
+    /// every IPC asks, and a `match` is a branch or two under TCG.
+    #[inline]
+    pub const fn names_node(self) -> bool {
+        const NODE_KINDS: u32 = 1 << CapType::Node as u8
+            | 1 << CapType::Space as u8
+            | 1 << CapType::Meter as u8
+            | 1 << CapType::Indirector as u8
+            | 1 << CapType::Process as u8
+            | 1 << CapType::Start as u8
+            | 1 << CapType::Resume as u8;
+        NODE_KINDS >> (self as u8 as u32 % 32) & 1 != 0
+    }
+
     /// Whether a weak fetch may hand this capability out (weakened): a weak path conveys
     /// only capabilities that cannot be used to change anything.
     fn survives_weak_fetch(self) -> bool {
@@ -321,6 +335,13 @@ mod tests {
             assert_eq!(CapType::from_code(kind as u8), Some(kind));
         }
         assert_eq!(CapType::from_code(15), None);
+    }
+
+    #[test]
+    fn names_node_agrees_with_object_kind() {
+        for kind in CapType::ALL {
+            assert_eq!(kind.names_node(), kind.object_kind() == Some(ObjectKind::Node), "{kind:?}");
+        }
     }
 
     #[test]

@@ -163,6 +163,17 @@ impl<V> LoadableTable<V> {
         self.slots.get_mut(index(*id)?)?.get_mut().map(|entry| &mut **entry)
     }
 
+    /// [`Self::get_or_load`] for a change: one lookup of the slot, which the invocation path
+    /// makes for every message delivered.
+    #[inline]
+    pub fn get_or_load_mut(&mut self, id: &ObjectId, load: impl FnOnce() -> Option<V>) -> Option<&mut V> {
+        let cell = self.slots.get_mut(index(*id)?)?;
+        if cell.get().is_none() {
+            let _ = cell.set(Box::new(load()?));
+        }
+        cell.get_mut().map(|entry| &mut **entry)
+    }
+
     /// Adds or replaces `id`'s entry; the table knows of every id up to `id` from now on.
     pub fn insert(&mut self, id: ObjectId, value: V) {
         let index = index(id).expect("ids are handed out in order from 0");
