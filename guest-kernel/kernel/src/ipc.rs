@@ -163,6 +163,7 @@ pub fn deliver(
 
 /// The kernel side of `invoke`. Returns to the invoker (through `sysretq`) when the
 /// invocation is done; otherwise switches to another process and does not return.
+#[unsafe(link_section = ".text.ipc")] // see linker.ld
 pub extern "C" fn system_call(registers: &mut UserRegisters) {
     if let Err(error) = invoke(registers) {
         registers.rax = error as u64;
@@ -172,13 +173,13 @@ pub extern "C" fn system_call(registers: &mut UserRegisters) {
 }
 
 fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
-    let (invoker, root) = {
-        let mut scheduler = SCHEDULER.lock();
-        let current = scheduler.current();
-        let process = &mut scheduler.processes[current];
-        process.invocation_count += 1;
-        (current, process.root)
-    };
+    // Locked until the fast path has switched or found it does not apply: each locking is
+    // a few translation blocks under TCG.
+    let mut scheduler = SCHEDULER.lock();
+    let invoker = scheduler.current();
+    let process = &mut scheduler.processes[invoker];
+    process.invocation_count += 1;
+    let root = process.root;
     let descriptor =
         Descriptor::decode(registers.rdi).map_err(|_| InvocationError::MalformedDescriptor)?;
     let mut objects = OBJECTS.lock();
@@ -199,22 +200,45 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     if (registers.r13 == 0) & (descriptor.kind as u8 == fast_kind) {
         let sends = !descriptor.send.is_empty();
         let fast = if descriptor.kind == Kind::Call {
-            fast_call(&mut objects, registers, invoker, held_target, invoker_resume, sends)
+            fast_call(&mut objects, &mut scheduler, registers, invoker, held_target, invoker_resume, sends)
         } else {
-            fast_return(&mut objects, registers, invoker, held_target, sends)
+            fast_return(&mut objects, &mut scheduler, registers, invoker, held_target, sends)
         };
-        if let Some((scheduler, receiver)) = fast {
+        if let Some(receiver) = fast {
             drop(objects);
             process::switch_to_locked(scheduler, receiver)
         }
     }
-    // Filled in place: an `ArrayVec` returned by `collect` is copied with `rep movsq`.
-    let mut capabilities = ArrayVec::<Capability, 4>::new();
+    drop(scheduler);
+    invoke_general(objects, registers, invoker, root, descriptor, held_target)
+}
+
+/// Every invocation the fast path does not take: kept out of line, so that the fast path's
+/// code stays together (under TCG a jump to another page costs a lookup).
+#[inline(never)]
+fn invoke_general(
+    mut objects: spin::MutexGuard<'static, Objects>,
+    registers: &mut UserRegisters,
+    invoker: usize,
+    root: Capability,
+    descriptor: Descriptor,
+    held_target: Capability,
+) -> Result<(), InvocationError> {
+    // Made first and filled in place: moving it (or an `ArrayVec` returned by `collect`)
+    // is a `rep movsq`, an iteration per translation block under TCG.
+    let mut message = Message {
+        code: registers.rsi,
+        words: [registers.rdx, registers.r10, registers.r8, registers.r9],
+        string: MessageString::EMPTY,
+        capabilities: ArrayVec::new(),
+        badge: 0,
+        resume: None,
+    };
     if !descriptor.send.is_empty() {
         let invoker_node = objects.cache.node(&root).ok();
         for index in descriptor.send.iter() {
             let held = invoker_node.map_or(Capability::VOID, |node| node.get(register_slot(index)));
-            capabilities.push(objects.cache.live_or_void(held));
+            message.capabilities.push(objects.cache.live_or_void(held));
         }
     }
     // A resume capability is checked by consuming it (below), not twice.
@@ -223,7 +247,8 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     } else {
         objects.cache.live_or_void(held_target)
     };
-    for _ in 0..INDIRECTION_DEPTH_MAX {
+    // A loop only for a forwarder: its test alone is a translation block under TCG.
+    for _ in 0..INDIRECTION_DEPTH_MAX * usize::from(target.kind() == CapType::Indirector) {
         if target.kind() != CapType::Indirector {
             break;
         }
@@ -241,22 +266,12 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         return Err(InvocationError::StringTooLong);
     }
     // Most invocations carry no string: skip the walk of the invoker's space.
-    let string = if string_length == 0 {
-        MessageString::EMPTY
-    } else {
-        user_memory::read(&mut objects, &root, string_address, string_length)
+    if string_length != 0 {
+        message.string = user_memory::read(&mut objects, &root, string_address, string_length)
             .map_err(|_| InvocationError::BadAddress)?
-            .into()
-    };
-    let words = [registers.rdx, registers.r10, registers.r8, registers.r9];
-    let mut message = Message {
-        code: registers.rsi,
-        words,
-        string,
-        capabilities,
-        badge: target.badge(),
-        resume: None,
-    };
+            .into();
+    }
+    message.badge = target.badge();
 
     // The scheduler stays locked from the receiver's lookup to the switch: each locking is a
     // few translation blocks under TCG.
@@ -344,7 +359,20 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
                 drop(objects);
                 become_available_and_switch(invoker, registers)
             }
-            deliver(&mut objects, &root, registers, Some(&descriptor), &mut reply);
+            // Most replies are words only, for an invoker that takes no resume capability:
+            // what `deliver` would write, without its call and tests.
+            // (One test of ORed lengths: the compiler makes a branch of each `&&` or `&`.)
+            let not_words_only = reply.capabilities.len()
+                | reply.string.len()
+                | usize::from(descriptor.resume.is_some());
+            if not_words_only == 0 {
+                registers.rax = reply.code;
+                [registers.rdx, registers.r10, registers.r8, registers.r9] = reply.words;
+                registers.r12 = reply.badge;
+                registers.r13 = 0;
+            } else {
+                deliver(&mut objects, &root, registers, Some(&descriptor), &mut reply);
+            }
             return Ok(());
         }
     };
@@ -386,18 +414,19 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
 /// string, and capabilities (`sends`) only to a receiver that takes none. `None`, with
 /// nothing changed, whenever the general path would do anything else (refuse, stall,
 /// deliver capabilities, or deliver through a keeper).
+#[allow(clippy::too_many_arguments)] // what the general path has at hand, unpacked
 fn fast_call(
     objects: &mut Objects,
+    scheduler: &mut process::Scheduler,
     registers: &UserRegisters,
     invoker: usize,
     held: Capability,
     resume: Capability,
     sends: bool,
-) -> Option<(spin::MutexGuard<'static, process::Scheduler>, usize)> {
+) -> Option<usize> {
     if !held.may_call() {
         return None;
     }
-    let mut scheduler = SCHEDULER.lock();
     let receiver = scheduler.index_of(held.object())?;
     let waiting = &scheduler.processes[receiver];
     if (waiting.state != ProcessState::Available) | waiting.waiting_for_keeper {
@@ -426,7 +455,7 @@ fn fast_call(
     let receiving = &mut scheduler.processes[receiver];
     receive_words(&mut receiving.registers, registers, held.badge());
     receiving.state = ProcessState::Runnable;
-    Some((scheduler, receiver))
+    Some(receiver)
 }
 
 /// A return through a resume capability `held` (from the invoker's registers) to a process
@@ -435,17 +464,17 @@ fn fast_call(
 /// caller that takes none, and `None` with nothing changed for anything else.
 fn fast_return(
     objects: &mut Objects,
+    scheduler: &mut process::Scheduler,
     registers: &UserRegisters,
     invoker: usize,
     held: Capability,
     sends: bool,
-) -> Option<(spin::MutexGuard<'static, process::Scheduler>, usize)> {
+) -> Option<usize> {
     /// Descriptor bit 56: the invoke receives a call's resume capability (the general path
     /// sets that register to void on a reply).
     const RESUME_RECEIVED: u64 = 1 << 56;
     /// Descriptor bits 48..=50: how many capabilities the invoke receives.
     const RECEIVE_COUNT: u64 = 0x7 << 48;
-    let mut scheduler = SCHEDULER.lock();
     let caller = scheduler.index_of(held.object())?;
     let waiting = &scheduler.processes[caller];
     let asked = waiting.registers.rdi;
@@ -459,11 +488,11 @@ fn fast_return(
     // Checks that `held` is live and uses it up: the last test.
     objects.cache.consume_resume(&held).ok()?;
     scheduler.processes[invoker].registers.copy_from(registers);
-    make_available(&mut scheduler, invoker);
+    make_available(scheduler, invoker);
     let receiving = &mut scheduler.processes[caller];
     receive_words(&mut receiving.registers, registers, 0);
     receiving.state = ProcessState::Runnable;
-    Some((scheduler, caller))
+    Some(caller)
 }
 
 /// What `deliver` writes for a message of words only: the order code, the words, the
@@ -520,6 +549,10 @@ fn stall(invoker: usize, target: usize, registers: &UserRegisters) -> ! {
 /// run wins; the others stall again).
 fn make_available(scheduler: &mut process::Scheduler, index: usize) {
     scheduler.processes[index].state = ProcessState::Available;
+    // Usually nobody waits: a test inline rather than a call of `pop_front`.
+    if scheduler.processes[index].stalled.is_empty() {
+        return;
+    }
     while let Some(stalled) = scheduler.processes[index].stalled.pop_front() {
         if scheduler.processes[stalled].state == ProcessState::Stalled {
             scheduler.processes[stalled].state = ProcessState::Runnable;

@@ -385,7 +385,7 @@ fn process_method(
         process::Request::WriteRegisters => {
             let registers = registers_from_bytes(&message.string)?;
             let mut scheduler = SCHEDULER.lock();
-            if scheduler.current == Some(index) {
+            if scheduler.current() == index {
                 // The invoker's own registers are about to be overwritten by the reply.
                 return Err(ObjectError::NoRight);
             }
@@ -433,7 +433,7 @@ fn process_method(
         process::Request::Stop { exit_code } => {
             let mut scheduler = SCHEDULER.lock();
             scheduler.processes[index].state = ProcessState::Stopped { exit_code };
-            if scheduler.current == Some(index) {
+            if scheduler.current() == index {
                 INVOKER_STOPPED.store(true, core::sync::atomic::Ordering::Relaxed);
             }
             ok([0; 4])

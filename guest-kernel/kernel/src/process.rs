@@ -75,10 +75,12 @@ pub struct Process {
 
 pub struct Scheduler {
     pub processes: Vec<Process>,
-    pub current: Option<usize>,
+    /// The running process, or [`NO_PROCESS`]. This and `installed` are plain indices, as
+    /// every invocation and switch reads them: an `Option` costs a test more than the
+    /// bounds check of the indexing (each a translation block under TCG).
+    current: usize,
     /// The process whose user half the live root holds (see [`space::switch`]), or
-    /// [`NONE_INSTALLED`]: a plain index, as every switch tests it (an `Option`'s
-    /// comparison is two tests under TCG, each a translation block).
+    /// [`NO_PROCESS`].
     installed: usize,
     /// Called when no process is runnable any more.
     on_all_done: Option<fn() -> !>,
@@ -87,8 +89,8 @@ pub struct Scheduler {
     index_hints: [core::cell::Cell<usize>; INDEX_HINTS],
 }
 
-/// [`Scheduler::installed`] when the live root holds no process's user half.
-const NONE_INSTALLED: usize = usize::MAX;
+/// No process: an index that [`Scheduler::processes`] never reaches.
+const NO_PROCESS: usize = usize::MAX;
 
 /// How many guesses [`Scheduler::index_of`] keeps: every IPC looks its receiver up, and a
 /// search of the table is a few translation blocks per process under TCG.
@@ -96,6 +98,7 @@ const INDEX_HINTS: usize = 16;
 
 impl Scheduler {
     /// The process whose root node is `root`.
+    #[unsafe(link_section = ".text.ipc")] // see linker.ld
     pub fn index_of(&self, root: ObjectId) -> Option<usize> {
         let hint = &self.index_hints[root.0 as usize % INDEX_HINTS];
         let guess = hint.get();
@@ -114,15 +117,20 @@ impl Scheduler {
         Some(found)
     }
 
+    /// The running process; indexing `processes` with it panics if none runs.
     pub fn current(&self) -> usize {
-        self.current.expect("a process was running")
+        self.current
+    }
+
+    pub fn running(&self) -> Option<usize> {
+        (self.current != NO_PROCESS).then_some(self.current)
     }
 }
 
 pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     processes: Vec::new(),
-    current: None,
-    installed: NONE_INSTALLED,
+    current: NO_PROCESS,
+    installed: NO_PROCESS,
     on_all_done: None,
     index_hints: [const { core::cell::Cell::new(0) }; INDEX_HINTS],
 });
@@ -356,13 +364,13 @@ pub fn run(on_all_done: fn() -> !) -> ! {
 pub fn switch_to_next() -> ! {
     let mut scheduler = SCHEDULER.lock();
     let count = scheduler.processes.len();
-    let after = scheduler.current.map_or(0, |current| current + 1);
+    let after = scheduler.running().map_or(0, |current| current + 1);
     let next = (0..count)
         .map(|offset| (after + offset) % count)
         .find(|&index| matches!(scheduler.processes[index].state, ProcessState::Runnable));
     let Some(index) = next else {
         let done = scheduler.on_all_done.expect("run() set it");
-        scheduler.current = None;
+        scheduler.current = NO_PROCESS;
         drop(scheduler);
         done()
     };
@@ -415,12 +423,12 @@ pub fn any_runnable() -> bool {
 /// Whether a process other than the current one could run now.
 pub fn others_runnable() -> bool {
     let scheduler = SCHEDULER.lock();
-    let current = scheduler.current;
+    let current = scheduler.current();
     scheduler
         .processes
         .iter()
         .enumerate()
-        .any(|(index, process)| Some(index) != current && process.state == ProcessState::Runnable)
+        .any(|(index, process)| index != current && process.state == ProcessState::Runnable)
 }
 
 /// Makes process `index` the current one and enters it.
@@ -429,14 +437,16 @@ pub fn switch_to(index: usize) -> ! {
 }
 
 /// [`switch_to`] with the scheduler already locked, as the invocation path holds it.
+#[unsafe(link_section = ".text.ipc")] // see linker.ld
 pub fn switch_to_locked(scheduler: spin::MutexGuard<'_, Scheduler>, index: usize) -> ! {
     enter(scheduler, index)
 }
 
 /// Makes process `current` the current one and enters it, with its user half in the live
 /// root.
+#[unsafe(link_section = ".text.ipc")] // see linker.ld
 fn enter(mut scheduler: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
-    scheduler.current = Some(current);
+    scheduler.current = current;
     flush_tables_if_stale(&mut scheduler);
     if scheduler.installed != current {
         let outgoing = scheduler
@@ -496,7 +506,7 @@ pub fn flush_if_stale() {
 
 fn flush_tables_if_stale(scheduler: &mut Scheduler) {
     if TRANSLATIONS_STALE.swap(false, core::sync::atomic::Ordering::Relaxed) {
-        scheduler.installed = NONE_INSTALLED;
+        scheduler.installed = NO_PROCESS;
         space::flush_live_user_half();
         for process in &mut scheduler.processes {
             process.tables.clear();
@@ -522,14 +532,14 @@ pub fn for_each_process(mut with: impl FnMut(&Process)) {
 /// Unmaps the last process, for code that runs after it (its user half stays mapped
 /// otherwise).
 pub fn restore_kernel_address_space() {
-    SCHEDULER.lock().installed = NONE_INSTALLED;
+    SCHEDULER.lock().installed = NO_PROCESS;
     space::flush_live_user_half();
 }
 
 pub fn stop_current(state: ProcessState) -> ! {
     {
         let mut scheduler = SCHEDULER.lock();
-        let current = scheduler.current.expect("a process was running");
+        let current = scheduler.running().expect("a process was running");
         scheduler.processes[current].state = state;
     }
     switch_to_next()
@@ -699,7 +709,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
     let name = {
         let scheduler = SCHEDULER.lock();
         scheduler
-            .current
+            .running()
             .map(|index| scheduler.processes[index].name)
             .unwrap_or("?")
     };
@@ -829,7 +839,7 @@ pub fn drop_all_translations(objects: &mut Objects) {
     let mut scheduler = SCHEDULER.lock();
     // Unhook and flush first: the tables' frames go back to the heap, which writes into
     // them, and no walk may see them then.
-    scheduler.installed = NONE_INSTALLED;
+    scheduler.installed = NO_PROCESS;
     space::flush_live_user_half();
     for process in &mut scheduler.processes {
         process.tables.clear();

@@ -247,6 +247,7 @@ pub fn free_retired_tables(count: usize) -> bool {
 /// too). So a page whose flag is clear needs no `invlpg`, and one whose flag is set gets the
 /// flag cleared and its entry dropped. Under TCG each `invlpg` costs far more than reading
 /// an entry; a program touches a few of the pages it has mapped between two switches.
+#[unsafe(link_section = ".text.ipc")] // see linker.ld
 pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
     let live = live_root_table();
     let mut flush_all = false;
@@ -297,6 +298,7 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
 /// accessed flags. Under TCG every branch ends a translation block, so the scan has none
 /// but its loop's: it clears every flag and lists each page with the flag set, then
 /// flushes the listed pages.
+#[unsafe(link_section = ".text.ipc")] // see linker.ld
 fn flush_touched(mapped: &[MappedPage]) {
     let mut touched =
         [const { core::mem::MaybeUninit::<VirtAddr>::uninit() }; MAPPED_PAGES_TRACKED_MAX];

@@ -415,7 +415,19 @@ impl<F> ObjectCache<F> {
 
     /// `Ok` if `capability` is live: not void, and if it names an object, that object is
     /// here at the capability's version.
+    ///
+    /// Most capabilities invoked name nodes (processes, start capabilities): that case is
+    /// inline, one bit test before the lookup, the others a call.
+    #[inline]
     pub fn check(&self, capability: &Capability) -> Result<(), Void> {
+        if capability.kind().names_node() {
+            let entry = self.node_entry(capability.object()).ok_or(Void)?;
+            return Self::node_entry_matches(entry, capability);
+        }
+        self.check_other(capability)
+    }
+
+    fn check_other(&self, capability: &Capability) -> Result<(), Void> {
         match capability.kind().object_kind() {
             _ if capability.is_void() => Err(Void),
             None => Ok(()),
@@ -598,6 +610,7 @@ impl<F> ObjectCache<F> {
 
     /// Marks node `id`'s `entry` dirty, listing it in `dirty_nodes` if it was clean; for
     /// callers that hold the entry already (one lookup fewer).
+    #[inline]
     fn note_node_dirty(dirty_nodes: &mut alloc::vec::Vec<ObjectId>, entry: &mut NodeEntry, id: ObjectId) {
         if !core::mem::replace(&mut entry.dirty, true) {
             dirty_nodes.push(id);
@@ -625,6 +638,7 @@ impl<F> ObjectCache<F> {
     /// Every call's reply passes here: after the load (if any) one mutable lookup serves the
     /// check, the change and the dirty mark (each lookup is a few translation blocks under
     /// TCG).
+    #[inline(always)] // two callers, one the IPC fast path
     pub fn consume_resume(&mut self, resume: &Capability) -> Result<(), Void> {
         if resume.kind() != CapType::Resume {
             return Err(Void);

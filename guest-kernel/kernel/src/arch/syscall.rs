@@ -161,6 +161,7 @@ const USER_HALF_END: u64 = 1 << 47;
 /// `rsp` are user addresses; `registers` is not on the kernel stack, which this resets and
 /// pushes onto before it has read them all.
 #[unsafe(naked)]
+#[unsafe(link_section = ".text.ipc")] // see linker.ld
 pub unsafe extern "C" fn enter_user(registers: *const UserRegisters) -> ! {
     naked_asm!(
         // sysretq when rcx = rip, r11 = rflags and rip is in the user half.
