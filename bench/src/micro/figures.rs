@@ -26,6 +26,8 @@ pub const HOLDFAST_KEYS: [&str; Measure::ALL.len()] = [
 
 /// One Holdfast run's figures, nanoseconds per operation, indexed by [`Measure`].
 pub type HoldfastFiguresNs = [f64; Measure::ALL.len()];
+/// The same in TSC cycles per operation, as the program printed them.
+pub type HoldfastFiguresCycles = [f64; Measure::ALL.len()];
 
 /// The Linux peer's figures, in the order its program prints them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,16 +154,22 @@ pub fn kernel_tsc_mhz(lines: &[String]) -> Result<u64, String> {
     Ok(mhz)
 }
 
-/// The Holdfast program's figures in nanoseconds: its TSC cycles converted with the
-/// kernel's calibration. All are required.
-pub fn holdfast_figures(lines: &[String]) -> Result<HoldfastFiguresNs, String> {
+/// The Holdfast program's figures in TSC cycles. All are required.
+pub fn holdfast_cycles(lines: &[String]) -> Result<HoldfastFiguresCycles, String> {
     let figures = figures_in(lines, HOLDFAST_MARKER)?;
-    let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
     let mut values = [0.0; Measure::ALL.len()];
     for (value, key) in values.iter_mut().zip(HOLDFAST_KEYS) {
-        *value = find(&figures, key, lines)? * 1000.0 / tsc_mhz;
+        *value = find(&figures, key, lines)?;
     }
     Ok(values)
+}
+
+/// The Holdfast program's figures in nanoseconds: its TSC cycles converted with the
+/// kernel's calibration.
+pub fn holdfast_figures(lines: &[String]) -> Result<HoldfastFiguresNs, String> {
+    let cycles = holdfast_cycles(lines)?;
+    let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
+    Ok(cycles.map(|cycles| cycles * 1000.0 / tsc_mhz))
 }
 
 #[cfg(test)]
