@@ -445,21 +445,24 @@ pub fn switch_to_locked(scheduler: spin::MutexGuard<'_, Scheduler>, index: usize
 /// Makes process `current` the current one and enters it, with its user half in the live
 /// root.
 #[unsafe(link_section = ".text.ipc")] // see linker.ld
-fn enter(mut scheduler: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
+fn enter(mut guard: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
+    let scheduler: &mut Scheduler = &mut guard;
     scheduler.current = current;
-    flush_tables_if_stale(&mut scheduler);
+    flush_tables_if_stale(scheduler);
+    // One bounds check serves the switch and the registers.
+    let incoming = &scheduler.processes[current];
+    // Entered from where it is kept: copying 144 bytes is a loop of 18 translation blocks
+    // under TCG.
+    let registers: *const UserRegisters = &incoming.registers;
     if scheduler.installed != current {
         let outgoing = scheduler
             .processes
             .get(scheduler.installed)
             .map(|process| &process.tables);
-        space::switch(outgoing, &scheduler.processes[current].tables);
+        space::switch(outgoing, &incoming.tables);
         scheduler.installed = current;
     }
-    // Entered from where it is kept: copying 144 bytes is a loop of 18 translation blocks
-    // under TCG.
-    let registers: *const UserRegisters = &scheduler.processes[current].registers;
-    drop(scheduler);
+    drop(guard);
     // SAFETY: the live root holds this process's user half and maps the kernel, so this
     // code and its stack stay mapped; `registers` hold the process's user rip and rsp and
     // stay where they are until `enter_user` has loaded them: interrupts are off and this

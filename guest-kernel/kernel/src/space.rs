@@ -41,11 +41,6 @@ const MAPPED_PAGES_TRACKED_MAX: usize = 64;
 /// small spaces, for the same reason: most processes map few pages).
 static LIVE_ROOT: spin::Once<PhysFrame> = spin::Once::new();
 
-/// The live root through the direct map, for the switch path: reading it needs no check
-/// of `LIVE_ROOT`'s state nor of the frame's address (each a branch, so a translation
-/// block of its own under TCG). Zero until [`init_live_root`] ran.
-static LIVE_ROOT_TABLE_ADDRESS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-
 /// Makes the live root from the boot tables `kernel_root` and runs on it.
 pub fn init_live_root(kernel_root: PhysFrame) {
     LIVE_ROOT.call_once(|| {
@@ -57,22 +52,8 @@ pub fn init_live_root(kernel_root: PhysFrame) {
         // SAFETY: the new root maps the kernel half exactly as the boot tables do, so this
         // code, its stack and the heap stay mapped; the user half is empty.
         unsafe { Cr3::write(root, Cr3Flags::empty()) };
-        LIVE_ROOT_TABLE_ADDRESS.store(
-            memory::physical_to_virtual(root.start_address().as_u64()),
-            core::sync::atomic::Ordering::Relaxed,
-        );
         root
     });
-}
-
-/// The live root's table, on the switch path.
-fn live_root_table() -> &'static mut PageTable {
-    let address = LIVE_ROOT_TABLE_ADDRESS.load(core::sync::atomic::Ordering::Relaxed);
-    // One branch, never taken once a process has been loaded (loading makes the live root).
-    assert_ne!(address, 0, "init_live_root ran at boot");
-    // SAFETY: the direct-map address of the live root's frame, a heap page that is never
-    // freed; the kernel touches page tables only with interrupts off, on its single CPU.
-    unsafe { &mut *(address as *mut PageTable) }
 }
 
 fn live_root() -> PhysFrame {
@@ -96,6 +77,9 @@ pub struct UserTables {
     /// `top` through the direct map (the switch path reads it without the checks of
     /// [`table_at`]).
     top_table_address: u64,
+    /// The live root through the direct map, for the same reason (the same in every
+    /// process's tables).
+    live_root_table_address: u64,
     /// Which user entries of `top` are in use, while there are at most four (a program
     /// uses one or two); positions past the used ones hold index 0, so that a switch
     /// clears and copies all four without a loop or a branch (copying an entry of `top`
@@ -116,6 +100,7 @@ impl UserTables {
         Self {
             top,
             top_table_address: memory::physical_to_virtual(top.start_address().as_u64()),
+            live_root_table_address: memory::physical_to_virtual(live_root().start_address().as_u64()),
             top_used: [0; 4],
             top_used_count: 0,
             top_used_overflowed: false,
@@ -249,31 +234,22 @@ pub fn free_retired_tables(count: usize) -> bool {
 /// an entry; a program touches a few of the pages it has mapped between two switches.
 #[unsafe(link_section = ".text.ipc")] // see linker.ld
 pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
-    let live = live_root_table();
-    let mut flush_all = false;
+    // SAFETY: `live_root_table_address` is the direct-map address of the live root, a heap
+    // page that is never freed; the kernel touches page tables only with interrupts off, on
+    // its single CPU, and no other reference to the live root is live during a switch.
+    let live = unsafe { &mut *(incoming.live_root_table_address as *mut PageTable) };
     if let Some(outgoing) = outgoing {
         // One test for the common case, where neither list overflowed (each branch ends a
         // translation block under TCG).
-        if !(outgoing.top_used_overflowed | outgoing.mapped_overflowed) {
+        if outgoing.top_used_overflowed | outgoing.mapped_overflowed {
+            leave_overflowed(live, outgoing);
+        } else {
             // Masked into the user half: no index can reach the kernel's entries, and the
             // compiler needs no bounds check (each a branch).
             for index in outgoing.top_used {
                 live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
             }
             flush_touched(&outgoing.mapped);
-        } else {
-            if outgoing.top_used_overflowed {
-                USER_TOP_ENTRIES.for_each(|index| live[index].set_unused());
-            } else {
-                for index in outgoing.top_used {
-                    live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
-                }
-            }
-            if outgoing.mapped_overflowed {
-                flush_all = true;
-            } else {
-                flush_touched(&outgoing.mapped);
-            }
         }
     }
     // SAFETY: `top_table_address` is the direct-map address of `incoming.top`, a table
@@ -288,9 +264,26 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
             live[index] = top[index].clone();
         }
     }
-    // Reloading CR3 empties the paging-structure caches and the whole TLB.
-    if flush_all {
+}
+
+/// [`switch`]'s leaving of a process with more top-level entries or mapped pages than its
+/// lists hold.
+#[cold]
+fn leave_overflowed(live: &mut PageTable, outgoing: &UserTables) {
+    if outgoing.top_used_overflowed {
+        USER_TOP_ENTRIES.for_each(|index| live[index].set_unused());
+    } else {
+        for index in outgoing.top_used {
+            live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
+        }
+    }
+    if outgoing.mapped_overflowed {
+        // Reloading CR3 empties the paging-structure caches and the whole TLB (before or
+        // after the incoming entries are copied: the kernel does not touch user pages in
+        // between).
         x86_64::instructions::tlb::flush_all();
+    } else {
+        flush_touched(&outgoing.mapped);
     }
 }
 
@@ -299,6 +292,7 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
 /// but its loop's: it clears every flag and lists each page with the flag set, then
 /// flushes the listed pages.
 #[unsafe(link_section = ".text.ipc")] // see linker.ld
+#[inline(always)] // on every switch: no call and return
 fn flush_touched(mapped: &[MappedPage]) {
     let mut touched =
         [const { core::mem::MaybeUninit::<VirtAddr>::uninit() }; MAPPED_PAGES_TRACKED_MAX];
