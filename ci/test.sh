@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's tests: unit and integration tests (the latter boot the kernel under QEMU
-# through the holdfast CLI), clippy on every crate, then the benchmarks' (the micro one in full)
-# quick runs, which print figures and never fail on their goals.
+# through the holdfast CLI), clippy on every crate, then the benchmarks (boot and store
+# quick, micro in full), which print figures and never fail on their goals.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
