@@ -524,6 +524,7 @@ impl<F> ObjectCache<F> {
     /// [`Self::node_mut`], with the slots of the node that translations made since they were
     /// last forgotten read (bit i: slot i; see [`Self::is_translated`]): a caller that
     /// changes several slots learns from the same lookup which changes drop translations.
+    #[inline(always)] // on the IPC fast path; few callers
     pub fn node_mut_translated(&mut self, capability: &Capability) -> Result<(&mut Node, u32), Void> {
         let id = capability.object();
         let entry = Self::node_entry_in(&mut self.nodes, self.node_loader, id).ok_or(Void)?;
