@@ -143,9 +143,9 @@ pub fn init() {
     unsafe { Efer::update(|flags| flags.insert(EferFlags::SYSTEM_CALL_EXTENSIONS)) };
 }
 
-/// The lowest address above the user half: `sysretq` to a `rip` at or above it would fault
-/// in ring 0 on the user's stack (Intel SDM, SYSRET), so such a `rip` goes by `iretq`.
-const USER_HALF_END: u64 = 1 << 47;
+/// The user half is the addresses below 2^47: `sysretq` to a `rip` at or above it would
+/// fault in ring 0 on the user's stack (Intel SDM, SYSRET), so such a `rip` goes by `iretq`.
+const USER_HALF_BITS: u32 = 47;
 
 /// Starts or resumes ring-3 execution with `registers`, in whatever user half the live root
 /// holds. The kernel stack is abandoned: nothing on it is live across a switch to user mode.
@@ -164,16 +164,20 @@ const USER_HALF_END: u64 = 1 << 47;
 #[unsafe(link_section = ".text.ipc")] // see linker.ld
 pub unsafe extern "C" fn enter_user(registers: *const UserRegisters) -> ! {
     naked_asm!(
-        // sysretq when rcx = rip, r11 = rflags and rip is in the user half.
+        // sysretq when rcx = rip, r11 = rflags and rip is in the user half (below 2^47):
+        // the three tests ORed into one word, tested once (under TCG each branch ends a
+        // translation block).
         "mov rcx, [rdi + 15 * 8]",
-        "cmp rcx, [rdi + 2 * 8]",
-        "jne 2f",
+        "mov rax, rcx",
+        "xor rax, [rdi + 2 * 8]",
         "mov r11, [rdi + 17 * 8]",
-        "cmp r11, [rdi + 10 * 8]",
-        "jne 2f",
-        "mov rax, {user_half_end}",
-        "cmp rcx, rax",
-        "jae 2f",
+        "mov rdx, r11",
+        "xor rdx, [rdi + 10 * 8]",
+        "or rax, rdx",
+        "mov rdx, rcx",
+        "shr rdx, {user_half_bits}",
+        "or rax, rdx",
+        "jnz 2f",
         "mov rsp, [rdi + 16 * 8]",
         "mov rax, [rdi + 0 * 8]",
         "mov rbx, [rdi + 1 * 8]",
@@ -214,6 +218,6 @@ pub unsafe extern "C" fn enter_user(registers: *const UserRegisters) -> ! {
         "iretq",
         user_data = const USER_DATA_SELECTOR,
         user_code = const USER_CODE_SELECTOR,
-        user_half_end = const USER_HALF_END,
+        user_half_bits = const USER_HALF_BITS,
     )
 }
