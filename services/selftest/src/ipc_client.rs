@@ -2,7 +2,8 @@
 //!
 //! Capability registers: 0 console, 1 own process, 2 start capability to echo-server (badge
 //! 7), 3 the same without the right to call (badge 8), 4 an indirector whose node (5) holds
-//! the start capability of register 2 in slot 0.
+//! the start capability of register 2 in slot 0. Capabilities received land in 6 and 9; 7
+//! stays empty.
 #![no_std]
 #![no_main]
 
@@ -19,6 +20,7 @@ const SERVER_NO_CALL: u8 = 3;
 const FORWARDER: u8 = 4;
 const FORWARDER_NODE: u8 = 5;
 const RECEIVED: u8 = 6;
+const RECEIVED_AGAIN: u8 = 9;
 
 fn void(error: InvocationError) -> u64 {
     error as u64
@@ -36,6 +38,14 @@ fn main() -> u64 {
         reply.code == 0 && reply.words == [1, 2, 3, 7] && buffer[..reply.string_length] == *b"ping",
     );
 
+    // No string and no capability either way: the kernel's fast path both ways
+    // (`ipc::fast_call`, `ipc::fast_return`).
+    let reply = Invocation::call(SERVER, ECHO, [4, 5, 6, 0]).invoke(&mut buffer);
+    checks.check(
+        "call: words only: words and badge come back, no string",
+        reply.code == 0 && reply.words == [4, 5, 6, 7] && reply.string_length == 0,
+    );
+
     let reply = Invocation::call(SERVER, ECHO, [0; 4])
         .sending(&[user::CONSOLE])
         .receiving(&[RECEIVED])
@@ -43,6 +53,19 @@ fn main() -> u64 {
     let identified = user::call(RECEIVED, methods::IDENTIFY, [0; 4]);
     checks.check(
         "call: a capability goes and comes back",
+        reply.code == 0
+            && identified.map(|words| Type::from_code(words[0])) == Ok(Some(Type::Console)),
+    );
+
+    // The server's register 12 still holds the console, which every echo sends back: a
+    // call of words only that asks for capabilities gets it (the fast path leaves such a
+    // reply to the general one).
+    let reply = Invocation::call(SERVER, ECHO, [0; 4])
+        .receiving(&[RECEIVED_AGAIN])
+        .invoke(&mut []);
+    let identified = user::call(RECEIVED_AGAIN, methods::IDENTIFY, [0; 4]);
+    checks.check(
+        "call: a reply's capability reaches a caller that asks for one",
         reply.code == 0
             && identified.map(|words| Type::from_code(words[0])) == Ok(Some(Type::Console)),
     );
