@@ -164,12 +164,12 @@ pub fn holdfast_cycles(lines: &[String]) -> Result<HoldfastFiguresCycles, String
     Ok(values)
 }
 
-/// The Holdfast program's figures in nanoseconds: its TSC cycles converted with the
-/// kernel's calibration.
-pub fn holdfast_figures(lines: &[String]) -> Result<HoldfastFiguresNs, String> {
+/// The Holdfast program's figures in nanoseconds (its TSC cycles converted with the
+/// kernel's calibration), and in cycles.
+pub fn holdfast_figures(lines: &[String]) -> Result<(HoldfastFiguresNs, HoldfastFiguresCycles), String> {
     let cycles = holdfast_cycles(lines)?;
     let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
-    Ok(cycles.map(|cycles| cycles * 1000.0 / tsc_mhz))
+    Ok((cycles.map(|cycles| cycles * 1000.0 / tsc_mhz), cycles))
 }
 
 #[cfg(test)]
@@ -253,7 +253,10 @@ mod tests {
         let run = holdfast_run();
         assert_eq!(
             holdfast_figures(&run),
-            Ok([1500.0, 2000.0, 4500.0, 3000.0, 25000.0])
+            Ok((
+                [1500.0, 2000.0, 4500.0, 3000.0, 25000.0],
+                [3000.0, 4000.0, 9000.0, 6000.0, 50000.0]
+            ))
         );
         let error = holdfast_figures(&run[1..]).unwrap_err();
         assert!(

@@ -135,10 +135,10 @@ pub fn measure_micro(
                 figures,
             ))
         } else {
-            let why = |why| anyhow!("the Holdfast guest, run {run_number}: {why}");
-            let figures = figures::holdfast_figures(&run.kept_lines).map_err(why)?;
+            let (figures, cycles) = figures::holdfast_figures(&run.kept_lines)
+                .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
             holdfast_ns.push(figures);
-            holdfast_cycles.push(figures::holdfast_cycles(&run.kept_lines).map_err(why)?);
+            holdfast_cycles.push(cycles);
             Ok(listed_ns(Measure::ALL.map(Measure::name), figures))
         }
     })?;

@@ -13,6 +13,11 @@
 //!
 //! Every other bit must be zero, so that a later ABI can give them a meaning.
 
+/// Set: the invoke receives a call's resume capability (bit 56).
+pub const RECEIVES_RESUME: u64 = 1 << 56;
+/// How many capability registers receive (bits 48..=50).
+pub const RECEIVE_COUNT: u64 = 0x7 << 48;
+
 /// What an invocation does besides invoking its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -161,6 +166,15 @@ mod tests {
         };
         assert_eq!(plain.encode(), 0);
         assert_eq!(Descriptor::decode(0), Ok(plain));
+    }
+
+    #[test]
+    fn the_receive_masks_cover_their_fields() {
+        let word = sample().encode();
+        assert_eq!((word & RECEIVE_COUNT) >> 48, 4);
+        assert_ne!(word & RECEIVES_RESUME, 0);
+        let none = Descriptor { receive: Registers::NONE, resume: None, ..sample() }.encode();
+        assert_eq!(none & (RECEIVE_COUNT | RECEIVES_RESUME), 0);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use alloc::vec::Vec;
 use arrayvec::ArrayVec;
-use holdfast_abi::descriptor::{Descriptor, Kind};
+use holdfast_abi::descriptor::{self, Descriptor, Kind};
 use holdfast_abi::{self as abi, InvocationError};
 use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, Slot};
@@ -155,10 +155,8 @@ pub fn deliver(
             &message.string[..length],
         )
         .is_ok();
-    registers.rax = message.code;
-    [registers.rdx, registers.r10, registers.r8, registers.r9] = message.words;
-    registers.r12 = message.badge;
-    registers.r13 = if delivered { length as u64 } else { 0 };
+    let string_length = if delivered { length as u64 } else { 0 };
+    receive(registers, message.code, message.words, message.badge, string_length);
 }
 
 /// The kernel side of `invoke`. Returns to the invoker (through `sysretq`) when the
@@ -173,8 +171,9 @@ pub extern "C" fn system_call(registers: &mut UserRegisters) {
 }
 
 fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
-    // Locked until the fast path has switched or found it does not apply: each locking is
-    // a few translation blocks under TCG.
+    // Both locked until the fast path has switched or found it does not apply (each locking
+    // is a few translation blocks under TCG); the object cache first, as everywhere.
+    let mut objects = OBJECTS.lock();
     let mut scheduler = SCHEDULER.lock();
     let invoker = scheduler.current();
     let process = &mut scheduler.processes[invoker];
@@ -182,7 +181,6 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
     let root = process.root;
     let descriptor =
         Descriptor::decode(registers.rdi).map_err(|_| InvocationError::MalformedDescriptor)?;
-    let mut objects = OBJECTS.lock();
     // One lookup of the invoker's root node gives the target and, for a call, the invoker's
     // resume capability (each lookup is about ten translation blocks under TCG).
     let (held_target, invoker_resume) = objects.cache.node_and_resume(&root).map_or(
@@ -366,10 +364,7 @@ fn invoke_general(
                 | reply.string.len()
                 | usize::from(descriptor.resume.is_some());
             if not_words_only == 0 {
-                registers.rax = reply.code;
-                [registers.rdx, registers.r10, registers.r8, registers.r9] = reply.words;
-                registers.r12 = reply.badge;
-                registers.r13 = 0;
+                receive(registers, reply.code, reply.words, reply.badge, 0);
             } else {
                 deliver(&mut objects, &root, registers, Some(&descriptor), &mut reply);
             }
@@ -429,7 +424,12 @@ fn fast_call(
     }
     let receiver = scheduler.index_of(held.object())?;
     let waiting = &scheduler.processes[receiver];
-    if (waiting.state != ProcessState::Available) | waiting.waiting_for_keeper {
+    // The resume capability goes into the root node through `held`, where `deliver` writes
+    // through the process's root capability: the same node, and the same version checked.
+    if (waiting.state != ProcessState::Available)
+        | waiting.waiting_for_keeper
+        | (waiting.root.version() != held.version())
+    {
         return None;
     }
     // What the receiver's `invoke` asked for, as `deliver` reads it.
@@ -470,18 +470,15 @@ fn fast_return(
     held: Capability,
     sends: bool,
 ) -> Option<usize> {
-    /// Descriptor bit 56: the invoke receives a call's resume capability (the general path
-    /// sets that register to void on a reply).
-    const RESUME_RECEIVED: u64 = 1 << 56;
-    /// Descriptor bits 48..=50: how many capabilities the invoke receives.
-    const RECEIVE_COUNT: u64 = 0x7 << 48;
     let caller = scheduler.index_of(held.object())?;
     let waiting = &scheduler.processes[caller];
+    // The caller's descriptor, as raw bits: a caller that asked for a resume capability has
+    // that register set to void by a reply (`deliver`).
     let asked = waiting.registers.rdi;
     if (waiting.state != ProcessState::WaitingForReply)
         | waiting.waiting_for_keeper
-        | (asked & RESUME_RECEIVED != 0)
-        | (sends & (asked & RECEIVE_COUNT != 0))
+        | (asked & descriptor::RECEIVES_RESUME != 0)
+        | (sends & (asked & descriptor::RECEIVE_COUNT != 0))
     {
         return None;
     }
@@ -495,14 +492,19 @@ fn fast_return(
     Some(caller)
 }
 
-/// What `deliver` writes for a message of words only: the order code, the words, the
-/// badge, and no string.
+/// The receiving side of a message of words only, sent with the registers `sender`.
 fn receive_words(receiver: &mut UserRegisters, sender: &UserRegisters, badge: u64) {
-    receiver.rax = sender.rsi;
-    [receiver.rdx, receiver.r10, receiver.r8, receiver.r9] =
-        [sender.rdx, sender.r10, sender.r8, sender.r9];
-    receiver.r12 = badge;
-    receiver.r13 = 0;
+    let words = [sender.rdx, sender.r10, sender.r8, sender.r9];
+    receive(receiver, sender.rsi, words, badge, 0);
+}
+
+/// What a receiver's registers get: the order (or reply) code, the words, the badge of the
+/// capability invoked and the length of the string delivered.
+fn receive(registers: &mut UserRegisters, code: u64, words: [u64; 4], badge: u64, string_length: u64) {
+    registers.rax = code;
+    [registers.rdx, registers.r10, registers.r8, registers.r9] = words;
+    registers.r12 = badge;
+    registers.r13 = string_length;
 }
 
 /// Makes the waiting process `receiver` runnable with `message` as the result of its

@@ -35,12 +35,13 @@ fn ok_capability(capability: Capability) -> MethodResult {
     Ok(reply)
 }
 
-/// Runs `message.code` as an order on the kernel object `target` (already checked live).
 /// Set when a method stopped the process invoking it (`process.stop` on itself), which then
 /// gets no reply: one flag for the invocation path to test, where looking the invoker up
-/// again would cost a lock and a few tests on every invocation.
+/// again would cost a lock and a few tests on every invocation. A method that changes the
+/// invoker's state in any other way must set it too.
 pub static INVOKER_STOPPED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
+/// Runs `message.code` as an order on the kernel object `target` (already checked live).
 pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> Message {
     let header = message.header();
     let identify = || ok(identity(&target));

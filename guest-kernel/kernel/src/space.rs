@@ -278,9 +278,9 @@ fn leave_overflowed(live: &mut PageTable, outgoing: &UserTables) {
         }
     }
     if outgoing.mapped_overflowed {
-        // Reloading CR3 empties the paging-structure caches and the whole TLB (before or
-        // after the incoming entries are copied: the kernel does not touch user pages in
-        // between).
+        // Reloading CR3 empties the paging-structure caches and the whole TLB. The outgoing
+        // entries were cleared above, and the incoming ones are not in the live root yet,
+        // so nothing stale can be cached again.
         x86_64::instructions::tlb::flush_all();
     } else {
         flush_touched(&outgoing.mapped);

@@ -460,9 +460,7 @@ impl<F> ObjectCache<F> {
     /// The node a live node-backed capability names (node, space, process, start, meter,
     /// indirector); the caller checks the rights its method needs.
     pub fn node(&self, capability: &Capability) -> Result<&Node, Void> {
-        let entry = self.node_entry(capability.object()).ok_or(Void)?;
-        Self::node_entry_matches(entry, capability)?;
-        Ok(&entry.node)
+        self.node_and_resume(capability).map(|(node, _)| node)
     }
 
     /// [`Self::node`], with the current resume capability to the node: the invocation path

@@ -38,8 +38,9 @@ fn main() -> u64 {
         reply.code == 0 && reply.words == [1, 2, 3, 7] && buffer[..reply.string_length] == *b"ping",
     );
 
-    // No string and no capability either way: the kernel's fast path both ways
-    // (`ipc::fast_call`, `ipc::fast_return`).
+    // No string, and no capability delivered either way (the server sends its register 12
+    // back, but this caller takes none): the kernel's fast path both ways (`ipc::fast_call`,
+    // `ipc::fast_return`).
     let reply = Invocation::call(SERVER, ECHO, [4, 5, 6, 0]).invoke(&mut buffer);
     checks.check(
         "call: words only: words and badge come back, no string",
