@@ -102,6 +102,12 @@ fn migrate_all(store: &mut Store<MemoryDevice>) {
     while let MigrationProgress::Migrating { .. } = store.migrate_step(7).unwrap() {}
 }
 
+/// Two blank disks of the test geometry's size, for a mirrored store.
+fn blank_mirrors() -> (MemoryDevice, MemoryDevice) {
+    let block_count = GEOMETRY.layout().unwrap().block_count;
+    (MemoryDevice::new(block_count), MemoryDevice::new(block_count))
+}
+
 fn read_page(store: &mut Store<MemoryDevice>, id: u64) -> (u64, u8) {
     let mut data = zeroed_block();
     let version = store.read_page(ObjectId(id), &mut data).unwrap();
@@ -449,11 +455,7 @@ fn group_commit_packs_commits_into_records() {
 
 #[test]
 fn a_bad_copy_is_read_from_the_other_mirror_and_repaired() {
-    let block_count = GEOMETRY.layout().unwrap().block_count;
-    let (first, second) = (
-        MemoryDevice::new(block_count),
-        MemoryDevice::new(block_count),
-    );
+    let (first, second) = blank_mirrors();
     let mut store = Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap();
     checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
     migrate_all(&mut store);
@@ -487,10 +489,7 @@ fn a_bad_copy_is_read_from_the_other_mirror_and_repaired() {
 #[test]
 fn migration_reads_the_log_in_runs_and_takes_each_block_from_a_mirror_that_has_it() {
     let block_count = GEOMETRY.layout().unwrap().block_count;
-    let (first, second) = (
-        MemoryDevice::new(block_count),
-        MemoryDevice::new(block_count),
-    );
+    let (first, second) = blank_mirrors();
     let mut store = Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap();
     let pages: Vec<(u64, u64, u8)> = (1..=6).map(|id| (id, 1, 0x10 * id as u8)).collect();
     checkpoint_pages(&mut store, &pages);
@@ -516,7 +515,7 @@ fn migration_reads_the_log_in_runs_and_takes_each_block_from_a_mirror_that_has_i
 #[test]
 fn a_scrub_repairs_bad_copies_nothing_reads() {
     let layout = GEOMETRY.layout().unwrap();
-    let (a, b) = (MemoryDevice::new(layout.block_count), MemoryDevice::new(layout.block_count));
+    let (a, b) = blank_mirrors();
     let mut store = Store::format(alloc::vec![a.clone(), b], GEOMETRY).unwrap();
     let pages: Vec<(u64, u64, u8)> = (0..120).map(|id| (id, 1, id as u8)).collect();
     checkpoint_pages(&mut store, &pages);
@@ -641,11 +640,7 @@ fn metric_names_follow_prometheus_conventions() {
 
 #[test]
 fn a_mirror_missing_at_open_is_reported_and_stale_when_it_returns() {
-    let block_count = GEOMETRY.layout().unwrap().block_count;
-    let (first, second) = (
-        MemoryDevice::new(block_count),
-        MemoryDevice::new(block_count),
-    );
+    let (first, second) = blank_mirrors();
     drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
     let mut store = Store::open(alloc::vec![first.clone()]).unwrap();
     let status = store.mirror_status();
@@ -779,11 +774,7 @@ fn a_torn_newest_superblock_falls_back_to_the_other_slot_and_is_reported() {
 
 #[test]
 fn a_superblock_write_that_missed_one_mirror_is_reported_as_stale() {
-    let block_count = GEOMETRY.layout().unwrap().block_count;
-    let (first, second) = (
-        MemoryDevice::new(block_count),
-        MemoryDevice::new(block_count),
-    );
+    let (first, second) = blank_mirrors();
     drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
     // Generation 3 goes to slot 1 of both; the second mirror then loses it, as if the power
     // had failed before its copy reached the media.
