@@ -99,6 +99,12 @@ fn register_slot(index: u8) -> Slot {
     process_root::capability_register(u64::from(index)).expect("descriptor registers are 0..=15")
 }
 
+/// Whether capability register `index` of a root node is among `translated_slots` (as
+/// `ObjectCache::node_mut_translated` gives them): changing it must drop translations.
+fn register_translated(translated_slots: u32, index: u8) -> bool {
+    translated_slots & (1 << register_slot(index).index()) != 0
+}
+
 /// Hands `message` to the process whose saved registers are `registers` (its root node
 /// `root`), as the result of its pending `invoke`: `descriptor`, the one it invoked with
 /// (`None` if it never did), says which capability registers receive, `r14`/`r15` where the
@@ -137,7 +143,7 @@ pub fn deliver(
         // slots, and only the slots that changed matter (the lookup above told which slots
         // translations read). The scheduler may be held here: the flush comes before ring 3
         // runs again.
-        let translated = |index| translated_slots & (1 << register_slot(index).index()) != 0;
+        let translated = |index| register_translated(translated_slots, index);
         let receive_stale = delivered_count > 0
             && descriptor.receive.iter().take(delivered_count).any(translated);
         if receive_stale || descriptor.resume.is_some_and(translated) {
@@ -204,7 +210,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         };
         if let Some(receiver) = fast {
             drop(objects);
-            process::switch_to_locked(scheduler, receiver)
+            process::enter(scheduler, receiver)
         }
     }
     drop(scheduler);
@@ -394,7 +400,7 @@ fn invoke_general(
     match descriptor.kind {
         // Hand the CPU straight to the receiver: the invoker waits anyway. The scheduler
         // stays locked from the message to the switch.
-        Kind::Call | Kind::Return => process::switch_to_locked(scheduler, receiver),
+        Kind::Call | Kind::Return => process::enter(scheduler, receiver),
         Kind::Send => Ok(()),
     }
 }
@@ -441,9 +447,8 @@ fn fast_call(
         Some(index) => {
             // Checks that `held` is live and gives the receiver's root node: the last test.
             let (node, translated_slots) = objects.cache.node_mut_translated(&held).ok()?;
-            let slot = register_slot(index);
-            node.swap(slot, resume);
-            if translated_slots & (1 << slot.index()) != 0 {
+            node.swap(register_slot(index), resume);
+            if register_translated(translated_slots, index) {
                 process::translations_stale();
             }
         }

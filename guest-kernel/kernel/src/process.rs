@@ -433,19 +433,13 @@ pub fn others_runnable() -> bool {
 
 /// Makes process `index` the current one and enters it.
 pub fn switch_to(index: usize) -> ! {
-    switch_to_locked(SCHEDULER.lock(), index)
-}
-
-/// [`switch_to`] with the scheduler already locked, as the invocation path holds it.
-#[unsafe(link_section = ".text.ipc")] // see linker.ld
-pub fn switch_to_locked(scheduler: spin::MutexGuard<'_, Scheduler>, index: usize) -> ! {
-    enter(scheduler, index)
+    enter(SCHEDULER.lock(), index)
 }
 
 /// Makes process `current` the current one and enters it, with its user half in the live
-/// root.
+/// root: [`switch_to`] with the scheduler already locked, as the invocation path holds it.
 #[unsafe(link_section = ".text.ipc")] // see linker.ld
-fn enter(mut guard: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
+pub fn enter(mut guard: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
     let scheduler: &mut Scheduler = &mut guard;
     scheduler.current = current;
     flush_tables_if_stale(scheduler);

@@ -244,11 +244,7 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
         if outgoing.top_used_overflowed | outgoing.mapped_overflowed {
             leave_overflowed(live, outgoing);
         } else {
-            // Masked into the user half: no index can reach the kernel's entries, and the
-            // compiler needs no bounds check (each a branch).
-            for index in outgoing.top_used {
-                live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
-            }
+            clear_listed_top_entries(live, outgoing);
             flush_touched(&outgoing.mapped);
         }
     }
@@ -266,6 +262,17 @@ pub fn switch(outgoing: Option<&UserTables>, incoming: &UserTables) {
     }
 }
 
+/// Clears the live root's user entries that `outgoing` lists (all four positions: those past
+/// the used ones hold index 0, which is always right to clear when it leaves).
+#[inline(always)]
+fn clear_listed_top_entries(live: &mut PageTable, outgoing: &UserTables) {
+    // Masked into the user half: no index can reach the kernel's entries, and the compiler
+    // needs no bounds check (each a branch).
+    for index in outgoing.top_used {
+        live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
+    }
+}
+
 /// [`switch`]'s leaving of a process with more top-level entries or mapped pages than its
 /// lists hold.
 #[cold]
@@ -273,9 +280,7 @@ fn leave_overflowed(live: &mut PageTable, outgoing: &UserTables) {
     if outgoing.top_used_overflowed {
         USER_TOP_ENTRIES.for_each(|index| live[index].set_unused());
     } else {
-        for index in outgoing.top_used {
-            live[usize::from(index) % USER_TOP_ENTRIES.end].set_unused();
-        }
+        clear_listed_top_entries(live, outgoing);
     }
     if outgoing.mapped_overflowed {
         // Reloading CR3 empties the paging-structure caches and the whole TLB. The outgoing
