@@ -94,7 +94,8 @@ pub fn build(image: &Image<'static>, system: &SystemTable<'static>) -> Result<us
             bytes.fill(page.fill);
             bytes[..page.contents.len()].copy_from_slice(page.contents);
         }
-        made.pages.push(capability);
+        // Data: only the loader's code pages may be executed (`Rights::NO_EXECUTE`).
+        made.pages.push(capability.restricted(Rights::NO_EXECUTE));
     }
     for meter in system.meters() {
         let capability = objects.create_node(CapType::Meter);

@@ -39,7 +39,8 @@ use holdfast_abi as abi;
 pub struct BootOptions {
     /// Stay up after the self-test (for control over QMP) instead of exiting.
     pub stay_up: bool,
-    /// A deliberate kernel fault, to show the fault report: `ud` or `page`.
+    /// A deliberate kernel fault, to show the fault report: `ud`, `page`, or a W^X
+    /// violation: `user-read` (SMAP), `user-exec` (SMEP), `data-exec` (no-execute data).
     pub kernel_fault: Option<&'static str>,
     /// How often a checkpoint is taken when the disk holds a store.
     pub checkpoint_interval_ms: u64,
@@ -88,6 +89,7 @@ pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
         boot.protocol.name()
     );
     let options = BootOptions::parse(boot.command_line);
+    arch::protection::init();
     arch::gdt::init();
     arch::idt::init();
     arch::syscall::init();
@@ -99,6 +101,7 @@ pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
         boot.usable_ranges(),
         &reserved[..=boot.reserved_ranges().len()],
     );
+    space::init_live_root();
     let calibration = arch::timer::init();
     let devices = drivers::probe();
     let ready_us = arch::timer::tsc_to_microseconds(arch::read_tsc() - arch::boot::tsc_at_entry());

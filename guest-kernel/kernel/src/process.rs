@@ -16,7 +16,6 @@ use holdfast_abi as abi;
 use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, ObjectId, Rights, Slot};
 use spin::Mutex;
-use x86_64::registers::control::Cr3;
 
 use crate::arch::idt::FaultReport;
 use crate::arch::syscall::{UserRegisters, enter_user};
@@ -149,6 +148,11 @@ pub enum LoadError {
     AbiVersion {
         found: u32,
     },
+    /// A page would be both writable and executable (a segment with both flags, or a
+    /// writable and an executable segment sharing a page): W^X forbids it.
+    WritableAndExecutable {
+        virtual_address: u64,
+    },
 }
 
 impl core::fmt::Display for LoadError {
@@ -163,6 +167,10 @@ impl core::fmt::Display for LoadError {
                 )
             }
             Self::SegmentOutsideFile => write!(f, "segment data lies outside the file"),
+            Self::WritableAndExecutable { virtual_address } => write!(
+                f,
+                "the page at {virtual_address:#x} would be writable and executable"
+            ),
             Self::NoAbiNote => write!(f, "no Holdfast ABI note (not built with holdfast-userlib)"),
             Self::AbiVersion { found } => write!(
                 f,
@@ -223,15 +231,16 @@ fn place_page(objects: &mut Objects, space: Capability, address: u64, page: Capa
 }
 
 /// Fills `[start, end)` of `space` with `contents` then zeros, in fresh pages (read-only
-/// where `writable` is false). A page an earlier segment already filled (two segments
-/// sharing a page, as a linker may lay out .rodata and .got) is filled in place, keeping
-/// that segment's bytes, and is writable if either segment is.
+/// where `writable` is false, no-execute where `executable` is). A page an earlier segment
+/// already filled (two segments sharing a page, as a linker may lay out .rodata and .text)
+/// is filled in place, keeping that segment's bytes, and is writable if either segment is,
+/// executable if either is ([`load`] refuses a page that would be both).
 fn fill_range(
     objects: &mut Objects,
     space: Capability,
     (start, end): (u64, u64),
     contents: &[u8],
-    writable: bool,
+    (writable, executable): (bool, bool),
 ) {
     let page_bytes = PAGE_BYTES as u64;
     let mut page_address = start & !(page_bytes - 1);
@@ -266,10 +275,11 @@ fn fill_range(
         part[file_bytes..].fill(0);
         let writable = writable
             || earlier.is_some_and(|earlier| !earlier.rights().contains(Rights::READ_ONLY));
-        let page = if writable {
-            page
-        } else {
-            page.restricted(Rights::READ_ONLY)
+        let executable = executable || earlier.is_some_and(|earlier| earlier.may_execute());
+        let page = match (writable, executable) {
+            (true, _) => page.restricted(Rights::NO_EXECUTE),
+            (false, true) => page.restricted(Rights::READ_ONLY),
+            (false, false) => page.restricted(Rights::READ_ONLY.union(Rights::NO_EXECUTE)),
         };
         place_page(objects, space, page_address, page);
         page_address += page_bytes;
@@ -280,7 +290,7 @@ fn fill_range(
 /// space is a tree holding the program's segments and stack. Returns its process
 /// capability; the caller fills its capability registers.
 pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadError> {
-    use elf::abi::{ET_EXEC, PF_W, PT_LOAD};
+    use elf::abi::{ET_EXEC, PF_W, PF_X, PT_LOAD};
     let file = elf::ElfBytes::<elf::endian::LittleEndian>::minimal_parse(elf_bytes)
         .map_err(|_| LoadError::NotElf)?;
     if file.ehdr.e_type != ET_EXEC {
@@ -305,7 +315,19 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
         let contents = elf_bytes
             .get(file_range)
             .ok_or(LoadError::SegmentOutsideFile)?;
-        loads.push(((start, end), contents, segment.p_flags & PF_W != 0));
+        let access = (segment.p_flags & PF_W != 0, segment.p_flags & PF_X != 0);
+        // W^X: no segment both writable and executable, nor two that share a page.
+        let pages = |(start, end): (u64, u64)| start / PAGE_BYTES as u64..end.div_ceil(PAGE_BYTES as u64);
+        let shares_page = |&(range, _, _): &((u64, u64), &[u8], (bool, bool))| {
+            let (mine, theirs) = (pages((start, end)), pages(range));
+            mine.start < theirs.end && theirs.start < mine.end
+        };
+        let writable = access.0 || loads.iter().filter(|load| shares_page(load)).any(|load| load.2.0);
+        let executable = access.1 || loads.iter().filter(|load| shares_page(load)).any(|load| load.2.1);
+        if writable && executable {
+            return Err(LoadError::WritableAndExecutable { virtual_address: start });
+        }
+        loads.push(((start, end), contents, access));
     }
 
     let mut objects = OBJECTS.lock();
@@ -318,14 +340,14 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
         false,
     )
     .expect("height within the maximum");
-    for (range, contents, writable) in loads {
-        fill_range(&mut objects, space, range, contents, writable);
+    for (range, contents, access) in loads {
+        fill_range(&mut objects, space, range, contents, access);
     }
     let stack = (
         abi::USER_STACK_TOP - abi::USER_STACK_BYTES,
         abi::USER_STACK_TOP,
     );
-    fill_range(&mut objects, space, stack, &[], true);
+    fill_range(&mut objects, space, stack, &[], (true, false));
     let root_node = objects.cache.node_mut(&root).expect("just made");
     root_node.swap(process_root::SPACE, space);
     drop(objects);
@@ -336,7 +358,6 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
         rflags: 0x202, // interrupts on
         ..UserRegisters::default()
     };
-    space::init_live_root(Cr3::read().0);
     SCHEDULER.lock().processes.push(Process {
         name,
         root,
@@ -621,6 +642,25 @@ pub fn meter_refilled(objects: &Objects, meter: ObjectId) {
 
 /// Page-fault error code bits (Intel SDM vol. 3, 4.7).
 const PAGE_FAULT_WRITE: u64 = 1 << 1;
+const PAGE_FAULT_INSTRUCTION_FETCH: u64 = 1 << 4;
+
+/// How a page found in the space tree is mapped for the access that faulted, or `None` if
+/// the access is not allowed (a write to a read-only page, a fetch from a page that may not
+/// be executed: the process faults). Writable only for a write: a page mapped writable is
+/// dirty (see `checkpoint`), and most pages are only ever read. Never writable and
+/// executable at once, whatever the capabilities allow.
+fn page_access(error_code: u64, writable: bool, executable: bool) -> Option<space::Access> {
+    if error_code & PAGE_FAULT_INSTRUCTION_FETCH != 0 {
+        executable.then_some(space::Access::Execute)
+    } else if error_code & PAGE_FAULT_WRITE != 0 {
+        writable.then_some(space::Access::Write)
+    } else if executable {
+        // Code and the read-only data linked into its pages: one fault, not two.
+        Some(space::Access::Execute)
+    } else {
+        Some(space::Access::Read)
+    }
+}
 
 /// An exception in ring 3. A page fault that the space tree resolves is mapped and the
 /// process resumes; anything else is reported and stops the process.
@@ -646,30 +686,28 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                     if let Err(error) = objects.ensure_resident(&[page.object()], true) {
                         crate::println!("holdfast: page {} cannot be loaded: {}", page.object().0, error.0);
                     }
-                    // Writable only for a write: a page mapped writable is dirty (see
-                    // `checkpoint`), and most pages are only ever read.
-                    let writing = writable && error_code & PAGE_FAULT_WRITE != 0;
-                    if writing {
+                    let access = page_access(error_code, writable, page.may_execute());
+                    if access == Some(space::Access::Write) {
                         if let Err(error) = checkpoint::limit_dirty_pages(&mut objects) {
                             crate::println!("holdfast: checkpoint failed: {error}");
                         }
                         checkpoint::before_page_write(&objects.cache, page.object());
                     }
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());
-                    frame.map(|frame| Ok((frame, writable, writing)))
+                    frame.map(|frame| Ok((frame, access)))
                 }
                 Ok(Walk::Missing { keeper }) => keeper.map(Err),
                 Err(_) => None,
             }
         };
         match found {
-            Some(Ok((frame, writable, writing))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
+            Some(Ok((frame, Some(access)))) => {
                 let mut scheduler = SCHEDULER.lock();
                 let current = scheduler.current();
                 let running = scheduler.installed == current;
                 let process = &mut scheduler.processes[current];
                 process.registers = registers;
-                process.tables.map_page(address, frame, writing, running);
+                process.tables.map_page(address, frame, access, running);
                 enter(scheduler, current)
             }
             Some(Err(keeper)) => space_keeper = Some(keeper),
@@ -847,7 +885,6 @@ pub fn drop_all_translations(objects: &mut Objects) {
 /// process stalled at the snapshot runs its invocation again (its registers point at the
 /// `syscall`); nothing else changes state.
 pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Result<(), alloc::string::String> {
-    space::init_live_root(Cr3::read().0);
     let mut scheduler = SCHEDULER.lock();
     for &(root_id, name) in processes {
         let root = objects

@@ -35,7 +35,9 @@ enum Expected {
 
 fn expected(process: &str) -> Expected {
     match process {
-        "fault-null" | "fault-kernel-read" => Expected::Fault(14),
+        "fault-null" | "fault-kernel-read" | "fault-exec-data" | "fault-exec-stack" => {
+            Expected::Fault(14)
+        }
         "fault-gp" | "fault-int" => Expected::Fault(13),
         "fault-ud" => Expected::Fault(6),
         "echo-server" | "zero-keeper" | "exception-keeper" | "meter-keeper" => Expected::Available,
@@ -62,6 +64,40 @@ pub fn kernel_fault(kind: &str) -> ! {
             // purpose; the fault handler reports it and ends the VM.
             let value = unsafe { core::ptr::read_volatile(0xffff_9000_dead_0000 as *const u64) };
             println!("read {value}");
+        }
+        "user-read" | "user-exec" => {
+            // A user page, mapped in the live root as a process's would be: the kernel
+            // touching it at its user address (not through the direct map) is a bug that
+            // SMAP (a read) or SMEP (a call) must stop.
+            let user_address = abi::USER_ADDRESS_MIN;
+            let block = crate::memory::allocate_pages(1);
+            // SAFETY: a fresh heap page, the kernel's own: `ret` as its first byte.
+            unsafe { block.write(0xc3) };
+            let frame = x86_64::structures::paging::PhysFrame::containing_address(
+                x86_64::PhysAddr::new(crate::memory::virtual_to_physical(block as u64)),
+            );
+            let mut tables = crate::space::UserTables::new();
+            tables.map_page(user_address, frame, crate::space::Access::Execute, true);
+            crate::space::switch(None, &tables);
+            if kind == "user-read" {
+                // SAFETY: not safe at all: SMAP makes this read fault on purpose.
+                let value = unsafe { core::ptr::read_volatile(user_address as *const u8) };
+                println!("read {value} from a user page");
+            } else {
+                // SAFETY: not safe at all: SMEP makes this call fault on purpose.
+                let code: extern "C" fn() = unsafe { core::mem::transmute(user_address as *const ()) };
+                code();
+                println!("ran a user page");
+            }
+        }
+        "data-exec" => {
+            // `ret`, in the kernel's writable data: no-execute, so the call faults.
+            static RETURN_IN_DATA: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0xc3);
+            let address = core::ptr::from_ref(&RETURN_IN_DATA) as *const ();
+            // SAFETY: not safe at all: the no-execute page makes this call fault on purpose.
+            let code: extern "C" fn() = unsafe { core::mem::transmute(address) };
+            code();
+            println!("ran kernel data");
         }
         // SAFETY: ud2 raises #UD on purpose; the handler reports it and ends the VM.
         _ => unsafe { core::arch::asm!("ud2") },

@@ -35,29 +35,95 @@ const USER_TOP_ENTRIES: core::ops::Range<usize> = 0..256;
 const MAPPED_PAGES_TRACKED_MAX: usize = 64;
 
 /// The CPU runs on one top-level table for its whole life, the live root: its kernel half
-/// is the boot tables', its user half a copy of the running process's few top-level
+/// is [`kernel_half`]'s, its user half a copy of the running process's few top-level
 /// entries. A process switch rewrites those entries and drops the outgoing process's TLB
 /// entries page by page, instead of loading CR3, which flushes everything (L4's and EROS's
 /// small spaces, for the same reason: most processes map few pages).
 static LIVE_ROOT: spin::Once<PhysFrame> = spin::Once::new();
 
-/// Makes the live root from the boot tables `kernel_root` and runs on it.
-pub fn init_live_root(kernel_root: PhysFrame) {
+/// Makes the live root and runs on it, in place of the boot tables (which map everything
+/// writable and executable, and the low 4 GiB at 0 too). Runs once the heap exists.
+pub fn init_live_root() {
     LIVE_ROOT.call_once(|| {
         let root = new_table_frame();
-        let (kernel_table, table) = (table_at(kernel_root), table_at(root));
-        for index in USER_TOP_ENTRIES.end..512 {
-            table[index] = kernel_table[index].clone();
-        }
-        // SAFETY: the new root maps the kernel half exactly as the boot tables do, so this
-        // code, its stack and the heap stay mapped; the user half is empty.
+        kernel_half(table_at(root));
+        // SAFETY: the new root maps the kernel image at its link address and the direct
+        // map at `DIRECT_MAP_OFFSET`, as the boot tables do, so this code, its stack, the
+        // heap and the devices stay mapped (the code executable, the rest writable); no
+        // kernel address lies in the low identity range it drops; the user half is empty.
         unsafe { Cr3::write(root, Cr3Flags::empty()) };
         root
     });
 }
 
+unsafe extern "C" {
+    static kernel_text_start: u8;
+    static kernel_rodata_start: u8;
+    static kernel_data_start: u8;
+    static kernel_end: u8;
+}
+
+/// Fills `top`'s kernel half, W^X: the kernel's text read-only and executable, its rodata
+/// read-only, its data and bss writable, and the direct map of the low 4 GiB (heap, page
+/// tables, devices) writable; nothing but the text executable.
+fn kernel_half(top: &mut PageTable) {
+    use PageTableFlags as F;
+    let table_flags = F::PRESENT | F::WRITABLE;
+    let direct_map = new_table_frame();
+    let direct_map_pages = F::PRESENT | F::WRITABLE | F::HUGE_PAGE | F::NO_EXECUTE;
+    let huge_page_bytes = 2u64 << 20;
+    for gib in 0..memory::DIRECT_MAP_BYTES >> 30 {
+        let directory = new_table_frame();
+        for (index, entry) in table_at(directory).iter_mut().enumerate() {
+            let physical = (gib << 30) + index as u64 * huge_page_bytes;
+            entry.set_addr(PhysAddr::new(physical), direct_map_pages);
+        }
+        table_at(direct_map)[gib as usize].set_frame(directory, table_flags);
+    }
+    top[VirtAddr::new(memory::DIRECT_MAP_OFFSET).p4_index()].set_frame(direct_map, table_flags);
+
+    let (text, rodata, data, end) = (
+        &raw const kernel_text_start as u64,
+        &raw const kernel_rodata_start as u64,
+        &raw const kernel_data_start as u64,
+        &raw const kernel_end as u64,
+    );
+    let image = new_table_frame();
+    let image_directory = new_table_frame();
+    let first = VirtAddr::new(text);
+    table_at(image)[first.p3_index()].set_frame(image_directory, table_flags);
+    top[first.p4_index()].set_frame(image, table_flags);
+    let directory = table_at(image_directory);
+    for page in (text..end).step_by(PAGE_BYTES) {
+        let flags = if page < rodata {
+            F::PRESENT
+        } else if page < data {
+            F::PRESENT | F::NO_EXECUTE
+        } else {
+            F::PRESENT | F::WRITABLE | F::NO_EXECUTE
+        };
+        let page = VirtAddr::new(page);
+        assert_eq!(page.p3_index(), first.p3_index(), "the kernel image spans 1 GiB");
+        let entry = &mut directory[page.p2_index()];
+        if entry.is_unused() {
+            entry.set_frame(new_table_frame(), table_flags);
+        }
+        let last = entry.frame().expect("a 4 KiB table");
+        let physical = memory::virtual_to_physical(page.as_u64());
+        table_at(last)[page.p1_index()].set_addr(PhysAddr::new(physical), flags);
+    }
+}
+
 fn live_root() -> PhysFrame {
     *LIVE_ROOT.get().expect("init_live_root ran at boot")
+}
+
+/// How ring 3 may use a page it maps: never written and executed both (W^X).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    Execute,
 }
 
 /// A page mapped for ring 3 and where its page-table entry is, so that a switch can tell
@@ -109,9 +175,11 @@ impl UserTables {
         }
     }
 
-    /// Maps the 4 KiB page at `address` to `frame` for ring 3. `running`: these tables are
-    /// the live root's user half now, so the live root gets any new top-level entry.
-    pub fn map_page(&mut self, address: u64, frame: PhysFrame, writable: bool, running: bool) {
+    /// Maps the 4 KiB page at `address` to `frame` for ring 3, non-executable unless
+    /// `executable` (the intermediate entries allow everything: the last level decides).
+    /// `running`: these tables are the live root's user half now, so the live root gets
+    /// any new top-level entry.
+    pub fn map_page(&mut self, address: u64, frame: PhysFrame, access: Access, running: bool) {
         let page_address = VirtAddr::new(address & !(PAGE_BYTES as u64 - 1));
         let top_index = usize::from(page_address.p4_index());
         let intermediate =
@@ -139,8 +207,10 @@ impl UserTables {
             table = table_at(entry.frame().expect("a 4 KiB table, never a huge page"));
         }
         let mut flags = PageTableFlags::PRESENT | PageTableFlags::USER_ACCESSIBLE;
-        if writable {
-            flags |= PageTableFlags::WRITABLE;
+        match access {
+            Access::Read => flags |= PageTableFlags::NO_EXECUTE,
+            Access::Write => flags |= PageTableFlags::WRITABLE | PageTableFlags::NO_EXECUTE,
+            Access::Execute => {}
         }
         let entry = &mut table[page_address.p1_index()];
         // A remap (a spurious fault) is on the list already.

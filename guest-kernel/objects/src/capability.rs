@@ -125,7 +125,12 @@ impl Rights {
     /// A start capability that may be sent to but not called; on a space, faults under it
     /// are not passed to its keeper.
     pub const NO_CALL: Self = Self(4);
-    const ALL_BITS: u8 = 7;
+    /// A page that may not be executed; on a space, every page under it (Coyotos's
+    /// no-execute restriction). Every page capability the kernel makes carries it but those
+    /// of the pages a program is loaded into as code, so no other page can ever be mapped
+    /// executable (W^X: the loader's code pages are read-only).
+    pub const NO_EXECUTE: Self = Self(8);
+    const ALL_BITS: u8 = 15;
 
     pub const fn bits(self) -> u8 {
         self.0
@@ -313,6 +318,12 @@ impl Capability {
     pub const fn may_call(&self) -> bool {
         !self.rights.contains(Rights::NO_CALL)
     }
+
+    /// Whether the page this designates (as a space walk returns it, with the rights of
+    /// the path) may be mapped executable.
+    pub const fn may_execute(&self) -> bool {
+        !self.rights.contains(Rights::NO_EXECUTE)
+    }
 }
 
 impl Default for Capability {
@@ -358,10 +369,15 @@ mod tests {
     #[test]
     fn unknown_right_bits_are_refused() {
         assert_eq!(
-            Rights::from_bits(7),
-            Some(Rights::READ_ONLY.union(Rights::WEAK).union(Rights::NO_CALL))
+            Rights::from_bits(15),
+            Some(
+                Rights::READ_ONLY
+                    .union(Rights::WEAK)
+                    .union(Rights::NO_CALL)
+                    .union(Rights::NO_EXECUTE)
+            )
         );
-        assert_eq!(Rights::from_bits(8), None);
+        assert_eq!(Rights::from_bits(16), None);
     }
 
     #[test]

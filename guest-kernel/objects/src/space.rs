@@ -17,7 +17,9 @@ const PAGE_BITS: u32 = 12;
 /// Where a walk of a space tree ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Walk {
-    /// A page, and whether every capability on the path allowed writing.
+    /// A page, and whether every capability on the path allowed writing. `page` carries
+    /// the rights of the whole path: [`Capability::may_execute`] tells whether it may be
+    /// mapped executable.
     Page { page: Capability, writable: bool },
     /// No page there (a void or revoked slot, a malformed tree, an address beyond the
     /// space); `keeper` is the start capability in the innermost keeper node on the path, if
@@ -188,6 +190,26 @@ mod tests {
                 writable: false
             }
         );
+    }
+
+    #[test]
+    fn a_no_execute_capability_anywhere_on_the_path_makes_the_page_not_executable() {
+        let (mut cache, top, leaf, page) = two_level_space(ADDRESS);
+        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS) else { panic!("a page") };
+        assert!(found.may_execute());
+        cache
+            .node_mut(&top)
+            .unwrap()
+            .swap(slot_for(2, ADDRESS), leaf.restricted(Rights::NO_EXECUTE));
+        assert_eq!(
+            walk(&cache, top, ADDRESS),
+            Walk::Page {
+                page: page.restricted(Rights::NO_EXECUTE),
+                writable: true
+            }
+        );
+        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS) else { panic!("a page") };
+        assert!(!found.may_execute());
     }
 
     #[test]

@@ -11,8 +11,8 @@ use support::{boot, image_dir};
 fn assert_selftest_passed(stdout: &str, transcript: &str) {
     let expected = [
         "HOLDFAST-READY ",
-        "selftest: initial image: 18 programs",
-        "selftest: initial system: 18 processes [ok]",
+        "selftest: initial image: 20 programs",
+        "selftest: initial system: 20 processes [ok]",
         "hello from ring 3",
         "ticker: round 0",
         "selftest: ring3 fault-null: contained vector 14 (#PF page fault)",
@@ -20,6 +20,7 @@ fn assert_selftest_passed(stdout: &str, transcript: &str) {
         "selftest: ring3 fault-ud: contained vector 6 (#UD invalid opcode)",
         "selftest: ring3 fault-kernel-read: contained vector 14 (#PF page fault)",
         "selftest: ring3 fault-int: contained vector 13 (#GP general protection)",
+
         // The IPC, object, space, keeper and meter checks, each with its own lines above.
         "ipc-client: busy target: the call waits and then gets its reply [ok]",
         "ipc-client: indirector: void once revoked [ok]",
@@ -33,6 +34,16 @@ fn assert_selftest_passed(stdout: &str, transcript: &str) {
     ];
     for text in expected {
         assert!(stdout.contains(text), "missing {text:?}\n{transcript}");
+    }
+    // W^X: code written into data or onto the stack is never executed (error 0x15: a user
+    // instruction fetch from a present page).
+    for program in ["fault-exec-data", "fault-exec-stack"] {
+        let prefix = format!("selftest: ring3 {program}: contained vector 14 (#PF page fault) error 0x15 ");
+        let line = stdout.lines().find(|line| line.starts_with(&prefix));
+        assert!(
+            line.is_some_and(|line| line.ends_with("(instruction fetch from a no-execute page) [ok]")),
+            "{program}: {line:?}\n{transcript}"
+        );
     }
     for program in [
         "ticker",
@@ -159,6 +170,30 @@ fn kernel_fault_is_reported_and_fails_the_run() {
         "{}",
         run.transcript()
     );
+}
+
+/// W^X in the kernel: its data is not executable, and it may neither execute (SMEP) nor
+/// touch (SMAP) a user page at its user address (it reaches process memory only through
+/// the direct map). Each deliberate violation is a kernel fault report that names it.
+#[test]
+fn kernel_w_xor_x_violations_are_reported_as_kernel_faults() {
+    let cases: [(&str, &[&str]); 3] = [
+        ("user-read", &["error 0x1 rip 0xffffffff8", "address 0x400000 (kernel access to a user page: SMAP)"]),
+        ("user-exec", &["error 0x11 rip 0x400000 address 0x400000 (kernel instruction fetch from a user page: SMEP)"]),
+        ("data-exec", &["error 0x11 rip 0xffffffff8", "(instruction fetch from a no-execute page)"]),
+    ];
+    for (kind, cause) in cases {
+        let run = boot(&["--append", &format!("holdfast.kernel-fault={kind}")]);
+        assert_eq!(run.status, Some(1), "{kind}\n{}", run.transcript());
+        let report = run
+            .stdout
+            .lines()
+            .find(|line| line.starts_with("holdfast: kernel fault: vector 14 (#PF page fault) "))
+            .unwrap_or_else(|| panic!("{kind}: no page fault report\n{}", run.transcript()));
+        for &text in cause {
+            assert!(report.contains(text), "{kind}: {text:?} not in {report:?}");
+        }
+    }
 }
 
 #[test]

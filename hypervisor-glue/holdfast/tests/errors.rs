@@ -129,6 +129,35 @@ fn qemu_that_fails_is_reported_with_its_status() {
     assert_one_line_error(&run, OTHER_FAILURE, "holdfast: QEMU exited with status 1");
 }
 
+/// The kernel needs NX, SMEP and SMAP (W^X): on a CPU model without SMEP and SMAP (QEMU's
+/// default, which a wrapper puts last on QEMU's command line, where it wins) it refuses to
+/// run and says what is missing and what to do.
+#[test]
+fn a_cpu_without_smep_and_smap_is_refused_with_a_clear_message() {
+    let wrapper = scratch_dir("cpu_without_smep").join("qemu-without-smep");
+    std::fs::write(&wrapper, "#!/bin/sh\nexec qemu-system-x86_64 \"$@\" -cpu qemu64\n").unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let image_dir = image_dir().to_str().unwrap().to_owned();
+    let run = run_command(holdfast().env("HOLDFAST_QEMU", &wrapper).args([
+        "run",
+        "--image-dir",
+        &image_dir,
+        "--accel",
+        "tcg",
+        "--timeout-seconds",
+        "120",
+    ]));
+    assert_eq!(run.status, Some(1), "{}", run.transcript());
+    assert!(
+        run.stdout.contains(
+            "holdfast: this CPU lacks SMEP SMAP, which the kernel's W^X needs; under QEMU use -cpu qemu64,+smep,+smap"
+        ),
+        "{}",
+        run.transcript()
+    );
+    assert!(!run.stdout.contains("HOLDFAST-READY"), "{}", run.transcript());
+}
+
 #[test]
 fn unknown_flag_is_one_short_line() {
     let run = run_holdfast(&["run", "--frobnicate"]);

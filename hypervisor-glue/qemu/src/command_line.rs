@@ -15,6 +15,9 @@ pub const DEFAULT_MEMORY_MIB: u32 = 256;
 /// The MAC address of the guest's virtio-net device (QEMU's customary first address).
 pub const GUEST_MAC_ADDRESS: &str = "52:54:00:12:34:56";
 
+/// The CPU model under TCG: QEMU's default plus what the kernel's W^X needs.
+pub const TCG_CPU_MODEL: &str = "qemu64,+smep,+smap";
+
 /// How the kernel gets into memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Boot {
@@ -118,7 +121,10 @@ impl VmSpec {
             // on AMD hosts whose KVM emulates it ("failed to set MSR 0x10a") and aborts.
             // Holdfast does not read it.
             Accelerator::Kvm => arguments.add(["-accel", "kvm", "-cpu", "host,-arch-capabilities"]),
-            Accelerator::Tcg => arguments.add(["-accel", "tcg"]),
+            // QEMU's default model (qemu64) has NX but neither SMEP nor SMAP, which the
+            // kernel's W^X needs (it refuses to run without them); TCG emulates both.
+            // The Linux peers of the benchmarks run on the same model.
+            Accelerator::Tcg => arguments.add(["-accel", "tcg", "-cpu", TCG_CPU_MODEL]),
         }
         arguments.add(["-m".to_owned(), self.memory_mib.to_string()]);
         // signal=off: a ^C on the serial console is a byte for the guest, not a QEMU exit.
@@ -256,6 +262,7 @@ mod tests {
         assert!(contains_pair(&words, "-append", "holdfast.after=stay"));
         assert!(contains_pair(&words, "-machine", "q35"));
         assert!(contains_pair(&words, "-accel", "tcg"));
+        assert!(contains_pair(&words, "-cpu", "qemu64,+smep,+smap"));
         assert!(contains_pair(
             &words,
             "-device",

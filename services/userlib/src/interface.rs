@@ -13,14 +13,14 @@ use crate::syscall::{CapReg, Error, Invocation, invoke};
 pub struct IdentifyResults {
     /// The capability's type code.
     pub type_code: u64,
-    /// Its rights: read-only 1, weak 2, no-call 4.
+    /// Its rights: read-only 1, weak 2, no-call 4, no-execute 8.
     pub rights: u64,
 }
 
 /// Says what the capability is.
 ///
 /// - returns `type_code`: The capability's type code.
-/// - returns `rights`: Its rights: read-only 1, weak 2, no-call 4.
+/// - returns `rights`: Its rights: read-only 1, weak 2, no-call 4, no-execute 8.
 ///
 /// Errors: invocation errors only.
 pub fn identify(target: CapReg) -> Result<IdentifyResults, Error> {

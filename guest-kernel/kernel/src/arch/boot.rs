@@ -6,7 +6,8 @@
 //! the information structure, with `eax` = 0x36d76289). We read the TSC first of all so that
 //! the host can be told how long the kernel took from its first instruction to ready.
 //!
-//! The boot page tables map, with 2 MiB pages:
+//! The boot page tables map, with 2 MiB pages, everything writable and executable (the
+//! kernel replaces them with its own, W^X, once it has a heap: `space::init_live_root`):
 //! - the low 4 GiB at 0 (identity: needed while we jump from low to high code),
 //! - the low 4 GiB at [`crate::memory::DIRECT_MAP_OFFSET`] (physical memory as the kernel sees it),
 //! - the low 1 GiB at [`crate::memory::KERNEL_OFFSET`] (the kernel image).
@@ -119,9 +120,20 @@ start32:
     mov eax, cr4
     or eax, (1 << 5)                 /* PAE */
     mov cr4, eax
+    /* No-execute only if the CPU has it (CPUID 0x80000001 EDX bit 20): setting EFER.NXE
+       without it faults here, with no way to say why; arch::protection refuses to run
+       without it, with a message. */
+    mov eax, 0x80000001
+    cpuid
+    xor ebx, ebx
+    bt edx, 20
+    jnc 2f
+    mov ebx, (1 << 11)
+2:
     mov ecx, 0xC0000080              /* EFER */
     rdmsr
-    or eax, (1 << 8) | (1 << 11)     /* long mode, no-execute */
+    or eax, (1 << 8)                 /* long mode */
+    or eax, ebx                      /* no-execute, if there is */
     wrmsr
     mov eax, cr0
     or eax, (1 << 31) | (1 << 16) | 1  /* paging, write-protect, protected mode */

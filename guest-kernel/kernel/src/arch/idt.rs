@@ -80,6 +80,7 @@ interrupt_common:
     push r15
     mov rdi, rsp
     cld
+    clac                               /* ring 3 may have set AC, which would lift SMAP */
     call {dispatch}
     pop r15
     pop r14
@@ -210,8 +211,33 @@ impl fmt::Display for FaultReport {
         write!(f, " rip {:#x}", self.rip)?;
         if let Some(address) = self.address {
             write!(f, " address {address:#x}")?;
+            if let Some(code) = self.error_code {
+                write!(f, " ({})", page_fault_cause(code, address))?;
+            }
         }
         Ok(())
+    }
+}
+
+/// What a page fault's error code says (Intel SDM vol. 3, 4.7), naming the protection
+/// that refused a present page.
+fn page_fault_cause(error_code: u64, address: u64) -> &'static str {
+    let (present, write, user, fetch) = (
+        error_code & 1 != 0,
+        error_code & 2 != 0,
+        error_code & 4 != 0,
+        error_code & 16 != 0,
+    );
+    let user_address = address >> 47 == 0;
+    match (present, user, fetch, write) {
+        (false, _, true, _) => "instruction fetch from a page not mapped",
+        (false, _, false, true) => "write to a page not mapped",
+        (false, _, false, false) => "read of a page not mapped",
+        (true, false, true, _) if user_address => "kernel instruction fetch from a user page: SMEP",
+        (true, false, false, _) if user_address => "kernel access to a user page: SMAP",
+        (true, _, true, _) => "instruction fetch from a no-execute page",
+        (true, _, false, true) => "write to a read-only page",
+        (true, _, false, false) => "read refused by the page's protection",
     }
 }
 

@@ -1,7 +1,9 @@
-//! x86-64: boot, segments, interrupts, the timer, the system call entry and leaving the VM.
+//! x86-64: boot, segments, interrupts, W^X (`protection`), the timer, the system call entry
+//! and leaving the VM.
 pub mod boot;
 pub mod gdt;
 pub mod idt;
+pub mod protection;
 pub mod syscall;
 pub mod timer;
 

@@ -137,8 +137,14 @@ pub fn init() {
     )
     .expect("GDT order fits syscall/sysret");
     LStar::write(VirtAddr::new(syscall_entry as *const () as u64));
-    // Enter the kernel with interrupts off and direction flag clear.
-    SFMask::write(RFlags::INTERRUPT_FLAG | RFlags::DIRECTION_FLAG | RFlags::TRAP_FLAG);
+    // Enter the kernel with interrupts off, direction flag clear and AC clear (set, it
+    // would lift SMAP: `protection.rs`).
+    SFMask::write(
+        RFlags::INTERRUPT_FLAG
+            | RFlags::DIRECTION_FLAG
+            | RFlags::TRAP_FLAG
+            | RFlags::ALIGNMENT_CHECK,
+    );
     // SAFETY: turning on SYSCALL/SYSRET, whose MSRs were just set up.
     unsafe { Efer::update(|flags| flags.insert(EferFlags::SYSTEM_CALL_EXTENSIONS)) };
 }
