@@ -17,6 +17,7 @@ pub enum ProgramElfError {
     NotStaticExecutable,
     NoAbiNote,
     AbiVersion { found: u32 },
+    WritableAndExecutable { virtual_address: u64 },
 }
 
 impl fmt::Display for ProgramElfError {
@@ -35,6 +36,10 @@ impl fmt::Display for ProgramElfError {
             ),
             Self::NotStaticExecutable => write!(f, "not a statically linked executable"),
             Self::NoAbiNote => write!(f, "no Holdfast ABI note (not built with holdfast-userlib)"),
+            Self::WritableAndExecutable { virtual_address } => write!(
+                f,
+                "the page at {virtual_address:#x} would be writable and executable (W^X: keep .data and .text in pages of their own)"
+            ),
             Self::AbiVersion { found } => write!(
                 f,
                 "built for ABI version {found}, the kernel has version {}",
@@ -72,11 +77,37 @@ pub fn check_program_elf(bytes: &[u8]) -> Result<(), ProgramElfError> {
     if file.ehdr.e_type != elf::abi::ET_EXEC {
         return Err(ProgramElfError::NotStaticExecutable);
     }
+    check_writable_xor_executable(&file)?;
     match abi_version_of(&file) {
         None => Err(ProgramElfError::NoAbiNote),
         Some(abi::ABI_VERSION) => Ok(()),
         Some(found) => Err(ProgramElfError::AbiVersion { found }),
     }
+}
+
+/// No page both writable and executable, from one segment or two that share it: the
+/// kernel's loader refuses such a program (W^X).
+fn check_writable_xor_executable(file: &elf::ElfBytes<LittleEndian>) -> Result<(), ProgramElfError> {
+    let page = 4096;
+    let mut loads: Vec<(std::ops::Range<u64>, u32)> = Vec::new();
+    for segment in file.segments().into_iter().flatten() {
+        if segment.p_type != elf::abi::PT_LOAD {
+            continue;
+        }
+        let end = segment.p_vaddr.saturating_add(segment.p_memsz);
+        let pages = segment.p_vaddr / page..end.div_ceil(page);
+        let flags = loads
+            .iter()
+            .filter(|(other, _)| other.start < pages.end && pages.start < other.end)
+            .fold(segment.p_flags, |flags, (_, other_flags)| flags | other_flags);
+        if flags & elf::abi::PF_W != 0 && flags & elf::abi::PF_X != 0 {
+            return Err(ProgramElfError::WritableAndExecutable {
+                virtual_address: segment.p_vaddr,
+            });
+        }
+        loads.push((pages, segment.p_flags));
+    }
+    Ok(())
 }
 
 /// The version in the program's ABI note, found as the kernel finds it.
@@ -181,6 +212,15 @@ mod tests {
         assert_eq!(
             message(&shared_object),
             "not a statically linked executable"
+        );
+        // Its one segment made a loadable one, writable and executable, at 0x400000.
+        let mut writable_code = good.clone();
+        writable_code[64..68].copy_from_slice(&elf::abi::PT_LOAD.to_le_bytes());
+        writable_code[68..72].copy_from_slice(&(elf::abi::PF_R | elf::abi::PF_W | elf::abi::PF_X).to_le_bytes());
+        writable_code[80..88].copy_from_slice(&0x40_0000u64.to_le_bytes());
+        assert_eq!(
+            message(&writable_code),
+            "the page at 0x400000 would be writable and executable (W^X: keep .data and .text in pages of their own)"
         );
         assert_eq!(
             message(&test_program_elf(elf::abi::EM_X86_64, None)),
