@@ -2,10 +2,12 @@
 """Checks the kernel's module layering (guest-kernel/kernel/README.md draws it).
 
 Reads every kernel source file's `use crate::...` lines, `crate::x::...` paths,
-`super::...` paths and uses of the crate's exported macros (`println!`), builds the graph
-of the top-level modules (a file or a directory under src/; main.rs is the crate root) and
-fails, naming the files and lines, on
-- any import cycle among them, and
+`super::...` paths and uses of the crate's exported macros (`println!`), builds two graphs,
+one of the top-level modules (a file or a directory under src/; main.rs is the crate root)
+and one of the files, and fails, naming the files and lines, on
+- any import cycle among the top-level modules, or among the files (a path through a
+  directory's re-exports, `crate::process::enter`, counts as naming its mod.rs, which names
+  no sibling: within a directory, files name each other by `super::file::item`), and
 - any import by a low module of something not below it (LOWER_ONLY: arch/ and drivers/
   call up only through handlers registered at init, never by name).
 
@@ -108,8 +110,9 @@ def references(text, module):
     return resolved
 
 
-def build_graph(source_root):
-    """{top-level module: {imported top-level module: [(file, line), ...]}}."""
+def build_graph(source_root, per_file=False):
+    """{top-level module: {imported top-level module: [(file, line), ...]}}; with
+    `per_file`, the same among modules ('process::switch'), each a file."""
     files = {}
     for directory, _, names in os.walk(source_root):
         for name in names:
@@ -126,6 +129,11 @@ def build_graph(source_root):
             macros[match.group(1)] = module_of(relative)
 
     def top(parts):
+        if per_file:
+            for length in range(len(parts), 0, -1):
+                if tuple(parts[:length]) in modules:
+                    return "::".join(parts[:length])
+            return ROOT
         return parts[0] if parts else ROOT
 
     graph = {top(list(module)): {} for module in modules}
@@ -217,13 +225,16 @@ def check(source_root, out=sys.stdout):
     """Prints what is wrong; returns the number of problems."""
     graph = build_graph(source_root)
     problems = 0
-    for component in find_cycles(graph):
-        cycle = cycle_in(graph, component)
-        steps = ", ".join(
-            f"{a} -> {b} ({evidence(graph, a, b)})" for a, b in zip(cycle, cycle[1:])
-        )
-        print(f"kernel layers: import cycle among {{{', '.join(component)}}}: {steps}", file=out)
-        problems += 1
+    for what, cycles_graph in [("modules", graph), ("files", build_graph(source_root, per_file=True))]:
+        for component in find_cycles(cycles_graph):
+            if what == "files" and len({member.split("::")[0] for member in component}) > 1:
+                continue  # reported among the modules already
+            cycle = cycle_in(cycles_graph, component)
+            steps = ", ".join(
+                f"{a} -> {b} ({evidence(cycles_graph, a, b)})" for a, b in zip(cycle, cycle[1:])
+            )
+            print(f"kernel layers: import cycle among {what} {{{', '.join(component)}}}: {steps}", file=out)
+            problems += 1
     for low, allowed in sorted(LOWER_ONLY.items()):
         for target in sorted(graph.get(low, {})):
             if target not in allowed:
@@ -259,12 +270,18 @@ def self_test():
             "arch/idt.rs": "fn f() { crate::process::fault_in_user_mode(); }",
             "process.rs": "use crate::arch::idt;",
         },
+        "files in a directory": {
+            "main.rs": "mod process;",
+            "process/mod.rs": "mod switch; mod table; pub use switch::*;",
+            "process/switch.rs": "use super::table::Scheduler;",
+            "process/table.rs": "fn run() { super::switch::enter() }",
+        },
         "root item": {
             "main.rs": "mod boot; pub struct BootOptions; fn main() { boot::run() }",
             "boot.rs": "use crate::BootOptions;",
         },
     }
-    expected = {"clean": 0, "cycle": 1, "arch calls up": 1, "root item": 1}
+    expected = {"clean": 0, "cycle": 1, "arch calls up": 1, "files in a directory": 1, "root item": 1}
     passed = True
     for name, tree in trees.items():
         with tempfile.TemporaryDirectory() as root:
@@ -290,7 +307,11 @@ def main():
     if problems:
         sys.exit(1)
     graph = build_graph(source_root)
-    print(f"kernel layers: {len(graph)} top-level modules, no import cycle, arch/ and drivers/ import nothing above them")
+    files = len(build_graph(source_root, per_file=True))
+    print(
+        f"kernel layers: {len(graph)} top-level modules in {files} files, no import cycle among "
+        "them, arch/ and drivers/ import nothing above them"
+    )
 
 
 if __name__ == "__main__":
