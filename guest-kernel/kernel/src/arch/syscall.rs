@@ -2,9 +2,9 @@
 //!
 //! `syscall` arrives on the one kernel stack, reset to empty at each entry: the user
 //! registers are saved into a [`UserRegisters`] on it and handed to the handler [`init`]
-//! registered (the invocation path's `ipc::system_call`). When that returns, the same process continues through
-//! `sysretq`; when the kernel switches process instead, [`enter_user`] starts the chosen one
-//! through `iretq` from a fresh stack.
+//! registered (the invocation path's `ipc::system_call`). When that returns, the same
+//! process continues through `sysretq`; when the kernel switches process instead,
+//! [`enter_user`] starts the chosen one through `iretq` from a fresh stack.
 
 use core::arch::{global_asm, naked_asm};
 use core::sync::atomic::{AtomicUsize, Ordering};
