@@ -9,7 +9,9 @@ and one of the files, and fails, naming the files and lines, on
   directory's re-exports, `crate::process::enter`, counts as naming its mod.rs, which names
   no sibling: within a directory, files name each other by `super::file::item`), and
 - any import by a low module of something not below it (LOWER_ONLY: arch/ and drivers/
-  call up only through handlers registered at init, never by name).
+  call up only through handlers registered at init, never by name), and
+- any import that goes up or sideways in LAYERS, the rows that guest-kernel/kernel/README.md
+  draws (a module in no row is an error too: a new module is placed in the drawing).
 
 `--self-test` runs the check on small made-up trees (one with a cycle, one where arch
 imports from above, one clean) and fails unless it tells them apart.
@@ -28,6 +30,23 @@ LOWER_ONLY = {
     "arch": {"console", "memory"},
     "drivers": {"arch", "console", "memory"},
 }
+
+# The rows of guest-kernel/kernel/README.md's drawing, top first: a module imports only from
+# rows below its own, and from its own row only along ARROWS.
+LAYERS = [
+    ["main"],
+    ["boot"],
+    ["idle", "selftest", "traps"],
+    ["ipc", "services", "methods"],
+    ["user_memory"],
+    ["persistence", "control", "initial_system"],
+    ["process"],
+    ["objects", "space", "bootinfo", "message"],
+    ["drivers"],
+    ["arch"],
+    ["console", "memory"],
+]
+ARROWS = {("ipc", "services"), ("ipc", "methods"), ("services", "methods")}
 
 ROOT = "main"
 
@@ -221,10 +240,26 @@ def evidence(graph, source, target):
     return f"{relative}:{line}"
 
 
-def check(source_root, out=sys.stdout):
-    """Prints what is wrong; returns the number of problems."""
+def check(source_root, out=sys.stdout, layers=None, arrows=frozenset()):
+    """Prints what is wrong; returns the number of problems. With `layers` (rows, top
+    first), also every import that does not go down a row or along `arrows`."""
     graph = build_graph(source_root)
     problems = 0
+    if layers is not None:
+        row = {module: index for index, members in enumerate(layers) for module in members}
+        for module in sorted(graph):
+            if module not in row:
+                print(f"kernel layers: {module} is in no row of LAYERS (place it, and in the README's drawing)", file=out)
+                problems += 1
+        for source in sorted(graph):
+            for target in sorted(graph[source]):
+                if source in row and target in row and row[target] <= row[source] and (source, target) not in arrows:
+                    print(
+                        f"kernel layers: {source} imports {target} ({evidence(graph, source, target)}), "
+                        f"which is not in a row below it",
+                        file=out,
+                    )
+                    problems += 1
     for what, cycles_graph in [("modules", graph), ("files", build_graph(source_root, per_file=True))]:
         for component in find_cycles(cycles_graph):
             if what == "files" and len({member.split("::")[0] for member in component}) > 1:
@@ -276,12 +311,18 @@ def self_test():
             "process/switch.rs": "use super::table::Scheduler;",
             "process/table.rs": "fn run() { super::switch::enter() }",
         },
+        "up a row": {
+            "main.rs": "mod ipc; mod process;",
+            "ipc.rs": "fn f() {}",
+            "process.rs": "fn f() { crate::ipc::f() }",
+        },
         "root item": {
             "main.rs": "mod boot; pub struct BootOptions; fn main() { boot::run() }",
             "boot.rs": "use crate::BootOptions;",
         },
     }
-    expected = {"clean": 0, "cycle": 1, "arch calls up": 1, "files in a directory": 1, "root item": 1}
+    expected = {"clean": 0, "cycle": 1, "arch calls up": 1, "files in a directory": 1, "up a row": 1, "root item": 1}
+    layers = {"up a row": [["main"], ["ipc"], ["process"]]}
     passed = True
     for name, tree in trees.items():
         with tempfile.TemporaryDirectory() as root:
@@ -291,7 +332,7 @@ def self_test():
                 with open(path, "w", encoding="utf-8") as file:
                     file.write(text)
             with open(os.devnull, "w") as quiet:
-                problems = check(root, out=quiet)
+                problems = check(root, out=quiet, layers=layers.get(name))
             verdict = "ok" if problems == expected[name] else "WRONG"
             passed &= problems == expected[name]
             print(f"check-kernel-layers self-test: {name}: {problems} problems, expected {expected[name]} [{verdict}]")
@@ -303,14 +344,14 @@ def main():
         sys.exit(0 if self_test() else 1)
     here = os.path.dirname(os.path.abspath(__file__))
     source_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "guest-kernel", "kernel", "src")
-    problems = check(source_root)
+    problems = check(source_root, layers=LAYERS, arrows=ARROWS)
     if problems:
         sys.exit(1)
     graph = build_graph(source_root)
     files = len(build_graph(source_root, per_file=True))
     print(
         f"kernel layers: {len(graph)} top-level modules in {files} files, no import cycle among "
-        "them, arch/ and drivers/ import nothing above them"
+        "them, each imports only from the rows below it (LAYERS), arch/ and drivers/ import nothing above them"
     )
 
 
