@@ -50,9 +50,11 @@ pub struct BootExpectation {
 /// One measured boot.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BootSample {
-    /// From just before QEMU was spawned to the ready line's arrival on the host.
+    /// From just before QEMU was spawned to the ready line's arrival on the host (the first
+    /// program's line where one is awaited).
     pub ready_from_qemu_start: Duration,
-    /// The guest's own figure on the ready line.
+    /// The guest's own figure on the ready line (plus, where the first program's line is
+    /// awaited, the host's time from the ready line to it).
     pub ready_from_first_instruction: Duration,
 }
 
