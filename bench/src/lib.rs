@@ -159,10 +159,10 @@ pub fn measure_boot(
             title: format!("boot to ready: {}", setup.conditions()),
             notes: vec![
                 format!(
-                    "ready: the first ring-3 program has run and printed. Linux: /init's LINUX-READY \
-                     line. Holdfast: the first program's line ({:?}, from hello; ticker, started \
-                     before it, prints later), after the kernel's HOLDFAST-READY (kernel up, ring 3 \
-                     not started).",
+                    "ready: a ring-3 program has run and printed. Linux: /init's LINUX-READY line. \
+                     Holdfast: the line hello prints first thing ({:?}; hello is started second, \
+                     and other processes may run before it prints, which counts against Holdfast), \
+                     after the kernel's HOLDFAST-READY (kernel up, ring 3 not started).",
                     guests::HOLDFAST_FIRST_PROGRAM_LINE
                 ),
                 "from QEMU start: host clock from spawning QEMU to the ready line arriving on its serial \

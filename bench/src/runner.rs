@@ -37,7 +37,7 @@ pub struct BootExpectation {
     pub marker: ReadyMarker,
     /// When set, the guest is ready only when a line containing this text arrives after
     /// the marker: Holdfast's kernel prints its marker before any ring-3 program runs, and
-    /// this is a line its first program prints, as Linux's `/init` prints Linux's marker.
+    /// this is a line a ring-3 program prints, as Linux's `/init` prints Linux's marker.
     /// The guest's figure is then the marker's plus the host's time between the two lines.
     pub first_program_line: Option<&'static str>,
     /// QEMU's exit status once the guest has finished (Holdfast's self-test passing: 33;
