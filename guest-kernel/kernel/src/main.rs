@@ -43,6 +43,9 @@ pub struct BootOptions {
     pub kernel_fault: Option<&'static str>,
     /// How often a checkpoint is taken when the disk holds a store.
     pub checkpoint_interval_ms: u64,
+    /// Exercise the devices at boot (`holdfast.device-selftest`, set by the test harness):
+    /// write a test disk's sectors and ping the network. A production boot does neither.
+    pub device_selftest: bool,
 }
 
 impl BootOptions {
@@ -51,8 +54,12 @@ impl BootOptions {
             stay_up: false,
             kernel_fault: None,
             checkpoint_interval_ms: checkpoint::DEFAULT_INTERVAL_MS,
+            device_selftest: false,
         };
         for word in command_line.split_ascii_whitespace() {
+            if word == "holdfast.device-selftest" {
+                options.device_selftest = true;
+            }
             match word.split_once('=') {
                 Some(("holdfast.after", "stay")) => options.stay_up = true,
                 Some(("holdfast.kernel-fault", kind)) => options.kernel_fault = Some(kind),
@@ -60,6 +67,10 @@ impl BootOptions {
                     Ok(milliseconds) if milliseconds > 0 => {
                         options.checkpoint_interval_ms = milliseconds;
                     }
+                    _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
+                },
+                Some(("holdfast.disk-answer-limit-ms", value)) => match value.parse() {
+                    Ok(milliseconds) if milliseconds > 0 => drivers::set_answer_time_limit_ms(milliseconds),
                     _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
                 },
                 _ => {}

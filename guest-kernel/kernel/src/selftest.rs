@@ -81,7 +81,11 @@ pub fn run(
         boot.protocol.name(),
         boot.command_line
     );
-    drivers::self_test(&mut devices);
+    if options.device_selftest {
+        drivers::self_test(&mut devices);
+    } else {
+        println!("selftest: devices: not exercised (no holdfast.device-selftest): only the store's disks are written, no packet is sent");
+    }
     let disks = devices
         .blocks
         .into_iter()
