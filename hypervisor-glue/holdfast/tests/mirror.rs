@@ -13,7 +13,13 @@
 //! - both copies of a needed block bad: one clear line naming the block and the check, and
 //!   nothing starts;
 //! - a foreign disk, or one holding another store, beside the store: refused with a line,
-//!   never written, and the store runs degraded.
+//!   never written, and the store runs degraded;
+//! - a disk whose every write fails (QEMU's `blkdebug` driver injecting EIO,
+//!   `holdfast run --disk-blkdebug`): that mirror is marked failed and the system checkpoints
+//!   on the other;
+//! - a disk that stops answering (QEMU's HMP `qemu-io disk1 "break write_aio ..."` over its
+//!   `blkdebug` driver suspends its next write for good): the kernel gives it up after its
+//!   answer time limit, marks that mirror failed and goes on on the other.
 //!
 //! The kernel's lines (guest-kernel/kernel/src/mirrors.rs): `holdfast: store: mirrored on 2
 //! disks`, `holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 missing|being resilvered)`,
@@ -74,12 +80,18 @@ struct Vm {
 
 impl Vm {
     fn start(name: &str, disks: &[&Path], interval_ms: u64) -> Self {
+        Self::start_with(name, disks, interval_ms, "", &[])
+    }
+
+    /// [`Vm::start`] with more kernel command-line words and `holdfast run` arguments.
+    fn start_with(name: &str, disks: &[&Path], interval_ms: u64, append_more: &str, more: &[&str]) -> Self {
         let name = format!("{name}-{}", std::process::id());
-        let append = format!("holdfast.checkpoint-interval-ms={interval_ms}");
+        let append = format!("holdfast.checkpoint-interval-ms={interval_ms} {append_more}");
         let mut command = holdfast();
         command
             .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "120"])
-            .args(["--image-dir", text(persist_image()), "--append", &append]);
+            .args(["--image-dir", text(persist_image()), "--append", &append])
+            .args(more);
         for disk in disks {
             command.args(["--disk", text(disk)]);
         }
@@ -458,4 +470,63 @@ fn a_foreign_disk_or_another_store_beside_the_store_is_refused_and_left_untouche
     }
     assert!(std::fs::read(&foreign).unwrap() == pattern, "the foreign disk was written");
     assert!(std::fs::read(&other).unwrap() == other_before, "the other store was written");
+}
+
+#[test]
+fn a_disk_whose_writes_fail_is_marked_failed_and_the_system_goes_on_degraded() {
+    let (a, b) = format_pair("mirror-write-errors");
+    let first = first_boot("mirror-write-errors", &a, &b);
+    // QEMU's blkdebug driver under image b: every write fails with EIO (5), which virtio-blk
+    // reports to the guest as an I/O error. Reads still work.
+    let config = b.with_file_name("blkdebug.conf");
+    std::fs::write(&config, "[inject-error]\nevent = \"write_aio\"\nerrno = \"5\"\n").unwrap();
+    let b_before = std::fs::read(&b).unwrap();
+
+    let blkdebug = format!("1={}", text(&config));
+    let mut vm = Vm::start_with("mirror-write-errors", &[&a, &b], FREQUENT_MS, "", &["--disk-blkdebug", &blkdebug]);
+    let failed = |lines: &[String]| position(lines, "holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 failed: ");
+    vm.wait_for("mirror 1 failed, then two commits and two counts", |lines| {
+        failed(lines).is_some_and(|at| commits(&lines[at..]).len() >= 2 && counts(&lines[at..]).len() >= 2)
+    });
+    let degraded = vm.kill();
+    assert_healthy(&degraded);
+    assert_restarted(&first, &degraded);
+    assert!(std::fs::read(&b).unwrap() == b_before, "a write reached image b through blkdebug");
+    // Image a alone holds the whole store, with the checkpoints taken after b failed.
+    assert_clean(&[&a], 1);
+}
+
+#[test]
+fn a_disk_that_stops_answering_is_given_up_and_the_system_goes_on_degraded() {
+    let (a, b) = format_pair("mirror-no-answer");
+    let first = first_boot("mirror-no-answer", &a, &b);
+    // No rules: blkdebug passes everything through until told to hold a request.
+    let config = b.with_file_name("blkdebug.conf");
+    std::fs::write(&config, "").unwrap();
+
+    let blkdebug = format!("1={}", text(&config));
+    // 3 s: far longer than any answer under TCG here, short enough for CI.
+    let append = "holdfast.disk-answer-limit-ms=3000";
+    let mut vm = Vm::start_with("mirror-no-answer", &[&a, &b], FREQUENT_MS, append, &["--disk-blkdebug", &blkdebug]);
+    vm.wait_for("a restart and a commit on both mirrors", |lines| {
+        has(lines, "holdfast: store: mirrored on 2 disks") && !commits(lines).is_empty()
+    });
+    let socket = Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state").join(&vm.name).join("qmp.sock");
+    let mut qmp = holdfast_qemu::QmpClient::connect(&socket).expect("QMP");
+    let said = qmp.human_monitor_command("qemu-io disk1 \"break write_aio hold\"").expect("break");
+    assert_eq!(said.trim(), "", "qemu-io break");
+    // QEMU serves one QMP client at a time: `holdfast vm kill` needs the socket.
+    drop(qmp);
+    let held_from = vm.lines.len();
+    let failed = |lines: &[String]| position(lines, "holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 failed: ");
+    vm.wait_for("mirror 1 given up and failed, then two commits and two counts", |lines| {
+        failed(lines).is_some_and(|at| commits(&lines[at..]).len() >= 2 && counts(&lines[at..]).len() >= 2)
+    });
+    let degraded = vm.kill();
+    let transcript = degraded.join("\n");
+    let given_up = position(&degraded, "holdfast: virtio-blk: no answer within 3000 ms; the disk is given up").expect(&transcript);
+    assert!(held_from <= given_up, "{transcript}");
+    assert_healthy(&degraded);
+    assert_restarted(&first, &degraded);
+    assert_clean(&[&a], 1);
 }
