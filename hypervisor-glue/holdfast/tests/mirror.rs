@@ -21,7 +21,7 @@
 //!   `blkdebug` driver suspends its next write for good): the kernel gives it up after its
 //!   answer time limit, marks that mirror failed and goes on on the other.
 //!
-//! The kernel's lines (guest-kernel/kernel/src/mirrors.rs): `holdfast: store: mirrored on 2
+//! The kernel's lines (guest-kernel/kernel/src/persistence/mirror_disks.rs): `holdfast: store: mirrored on 2
 //! disks`, `holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 missing|being resilvered)`,
 //! `holdfast: store: resilvering mirror 1 online: ...`, `holdfast: store: mirror 1
 //! resilvered online: ...`, `holdfast: store: repaired <n> bad block copies from the good

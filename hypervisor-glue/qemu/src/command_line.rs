@@ -87,6 +87,9 @@ pub struct VmSpec {
     /// Where QEMU listens for the host's end of the guest's control channel (its second
     /// serial port, COM2), if anywhere.
     pub control_socket: Option<PathBuf>,
+    /// Where QEMU listens on a second QMP monitor that only reports events
+    /// ([`crate::events`]), if anywhere.
+    pub event_socket: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -101,6 +104,7 @@ impl VmSpec {
             memory_mib: DEFAULT_MEMORY_MIB,
             qmp_socket: None,
             control_socket: None,
+            event_socket: None,
         }
     }
 
@@ -140,6 +144,10 @@ impl VmSpec {
             arguments.add_with_path("-chardev", "socket,id=qmp,server=on,wait=off,path=", socket);
             arguments.add(["-mon", "chardev=qmp,mode=control"]);
         }
+        if let Some(socket) = &self.event_socket {
+            arguments.add_with_path("-chardev", "socket,id=events,server=on,wait=off,path=", socket);
+            arguments.add(["-mon", "chardev=events,mode=control"]);
+        }
         if let Some(socket) = &self.control_socket {
             arguments.add_with_path("-chardev", "socket,id=control,server=on,wait=off,path=", socket);
             arguments.add(["-serial", "chardev:control"]);
@@ -169,19 +177,23 @@ impl VmSpec {
                 arguments.add(["-device", "ide-hd,drive=bootdisk,bus=ide.0,bootindex=0"]);
             }
         }
+        // A host error on a disk (its file system full, the file gone) is reported to the
+        // guest, which marks that mirror failed and goes on with the others, rather than
+        // pausing the VM (QEMU's default for a full disk: a frozen appliance that says
+        // nothing). The event socket tells the host.
         for (index, disk) in self.disks.iter().enumerate() {
+            let drive = format!("format=raw,if=none,id=disk{index},werror=report,rerror=report,");
             let blkdebug = self.blkdebug.iter().find(|(disk_index, _)| *disk_index == index);
             if let Some((_, config)) = blkdebug {
                 // Raw over blkdebug over the file: the raw format's reads and writes raise
                 // blkdebug's read_aio and write_aio events, which the rules match.
-                let mut value = OsString::from(format!("format=raw,if=none,id=disk{index},file.driver=blkdebug,file.config="));
+                let mut value = OsString::from(format!("{drive}file.driver=blkdebug,file.config="));
                 value.push(escape_commas(config));
                 value.push(",file.image.filename=");
                 value.push(escape_commas(disk));
                 arguments.add_os(["-drive".into(), value]);
             } else {
-                let drive_prefix = format!("format=raw,if=none,id=disk{index},file=");
-                arguments.add_with_path("-drive", &drive_prefix, disk);
+                arguments.add_with_path("-drive", &format!("{drive}file="), disk);
             }
             arguments.add([
                 "-device".to_owned(),
@@ -287,11 +299,11 @@ mod tests {
         spec.disks = vec!["a.img".into(), "b,1.img".into()];
         spec.blkdebug = vec![(1, "rules,1.conf".into())];
         let words = words(&spec);
-        assert!(contains_pair(&words, "-drive", "format=raw,if=none,id=disk0,file=a.img"));
+        assert!(contains_pair(&words, "-drive", "format=raw,if=none,id=disk0,werror=report,rerror=report,file=a.img"));
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk1,file.driver=blkdebug,file.config=rules,,1.conf,file.image.filename=b,,1.img"
+            "format=raw,if=none,id=disk1,werror=report,rerror=report,file.driver=blkdebug,file.config=rules,,1.conf,file.image.filename=b,,1.img"
         ));
         assert!(contains_pair(&words, "-device", "virtio-blk-pci,drive=disk1"));
     }
@@ -317,7 +329,7 @@ mod tests {
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk0,file=a,,b.img"
+            "format=raw,if=none,id=disk0,werror=report,rerror=report,file=a,,b.img"
         ));
         assert!(contains_pair(
             &words,
@@ -327,7 +339,7 @@ mod tests {
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk1,file=c.img"
+            "format=raw,if=none,id=disk1,werror=report,rerror=report,file=c.img"
         ));
         assert!(contains_pair(
             &words,
