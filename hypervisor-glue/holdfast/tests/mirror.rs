@@ -14,6 +14,8 @@
 //!   nothing starts;
 //! - a foreign disk, or one holding another store, beside the store: refused with a line,
 //!   never written, and the store runs degraded;
+//! - a root node whose rip is a kernel address, committed with valid checksums: the restart
+//!   refuses to start, in one line naming the process and its root node;
 //! - a disk whose every write fails (QEMU's `blkdebug` driver injecting EIO,
 //!   `holdfast run --disk-blkdebug`): that mirror is marked failed and the system checkpoints
 //!   on the other;
@@ -236,7 +238,8 @@ fn assert_clean(images: &[&Path], mirrors: usize) {
     assert!(clean, "the store is not clean\n{}", check.transcript());
 }
 
-/// An image file as a read-only block device, to inspect a store from the test.
+/// An image file as a block device, to inspect a store from the test (opened read-only) or
+/// to write a checkpoint of the test's own (opened read-write).
 struct ImageFile {
     file: File,
     block_count: u64,
@@ -252,8 +255,9 @@ impl BlockDevice for ImageFile {
         self.file.read_exact_at(buf, first_block * BLOCK_SIZE as u64).map_err(|_| DeviceError::Io)
     }
 
-    fn write(&mut self, _: u64, _: &[u8]) -> Result<(), DeviceError> {
-        Err(DeviceError::Io)
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        holdfast_store::device::check_request(self.block_count, first_block, data.len())?;
+        self.file.write_all_at(data, first_block * BLOCK_SIZE as u64).map_err(|_| DeviceError::Io)
     }
 
     fn flush(&mut self) -> Result<(), DeviceError> {
@@ -529,4 +533,48 @@ fn a_disk_that_stops_answering_is_given_up_and_the_system_goes_on_degraded() {
     assert_healthy(&degraded);
     assert_restarted(&first, &degraded);
     assert_clean(&[&a], 1);
+}
+
+#[test]
+fn a_root_node_with_a_kernel_rip_is_refused_at_restart_naming_it() {
+    use holdfast_objects::directory::Directory;
+    use holdfast_objects::restart::register_words_slot;
+    use holdfast_objects::{Capability, Node, ObjectId};
+
+    let (a, b) = format_pair("mirror-bad-root");
+    first_boot("mirror-bad-root", &a, &b);
+    // A checkpoint of the test's own, through the store (every checksum valid): the first
+    // process's root node with rip (register word 15, the second of pair 7) in the kernel.
+    let open = |image: &Path| {
+        let file = OpenOptions::new().read(true).write(true).open(image).expect("open image");
+        let block_count = file.metadata().expect("image metadata").len() / BLOCK_SIZE as u64;
+        ImageFile { file, block_count }
+    };
+    let mut store = Store::open(vec![open(&a), open(&b)]).expect("the images hold a store");
+    let mut block = [0u8; BLOCK_SIZE];
+    store.read_page(ObjectId(0), &mut block).expect("the checkpoint directory");
+    let process = Directory::decode(&block).expect("a directory").processes.remove(0);
+    let (version, image) = store.read_node(process.root).expect("the root node");
+    let (mut node, resume_version) = Node::decode(&image).expect("a node image");
+    let [r15, _] = node.get(register_words_slot(7)).number_words().expect("registers");
+    node.swap(register_words_slot(7), Capability::number([r15, 0xffff_ffff_8010_0000]));
+    // The killed boot's last checkpoint may still be migrating home: finish it first.
+    while let holdfast_store::MigrationProgress::Migrating { .. } = store.migrate_step(64).unwrap() {}
+    store.begin_checkpoint().unwrap();
+    store.checkpoint_write_node(process.root, version, &node.encode(resume_version)).unwrap();
+    store.commit_checkpoint().unwrap();
+    drop(store);
+
+    let (lines, status) = Vm::start("mirror-bad-root", &[&a, &b], QUIET_MS).wait_end();
+    let transcript = lines.join("\n");
+    let refusal = format!(
+        ": process {}: root node {}: rip 0xffffffff80100000 is not a user address [FAILED]",
+        process.name, process.root.0
+    );
+    assert!(
+        lines.iter().any(|line| line.starts_with("selftest: store: restart from checkpoint ") && line.ends_with(&refusal)),
+        "no refusal naming the root node:\n{transcript}"
+    );
+    assert_eq!(status, Some(1), "{transcript}");
+    assert!(counts(&lines).is_empty(), "a process ran:\n{transcript}");
 }
