@@ -7,7 +7,9 @@
 //! geometry (they size the object tables, [`crate::ObjectCache::know_stored_pages`]), each
 //! process's root id against those ids, and each root node's run state and registers with
 //! the checks `process.write_registers` makes ([`user_registers`]). An error names the
-//! object; nothing here panics or allocates by a count it has not bounded.
+//! object; nothing here panics or allocates by a count it has not bounded. One exception
+//! is not an error: a rip or rsp outside the user half, which a ring-3 program can leave in
+//! its own registers, restores that process faulted ([`ProcessRoot::contained`]).
 
 use alloc::collections::BTreeMap;
 use core::fmt;
@@ -27,9 +29,10 @@ const RFLAGS: usize = 17;
 const USER_FLAGS: u64 = 0x0000_0cd5;
 /// Interrupts on and the always-one bit 1: what every process runs with.
 const INTERRUPTS_ON: u64 = 0x202;
-const INTERRUPT_FLAG: u64 = 1 << 9;
 const IO_PRIVILEGE_MASK: u64 = 3 << 12;
 const VIRTUAL_8086_FLAG: u64 = 1 << 17;
+/// The fault a process restored with registers outside the user half is recorded with.
+const GENERAL_PROTECTION_VECTOR: u8 = 13;
 
 /// Why a register file cannot be a process's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +41,7 @@ pub enum RegisterError {
     Rip(u64),
     /// rsp is beyond the user half.
     Rsp(u64),
-    /// rflags no ring-3 program can hold (interrupts off, I/O privilege, virtual-8086).
+    /// rflags no ring-3 program can hold (I/O privilege, virtual-8086).
     Flags(u64),
 }
 
@@ -68,11 +71,13 @@ pub fn user_registers(mut words: [u64; REGISTER_COUNT]) -> Result<[u64; REGISTER
 }
 
 /// A register file read back from a root node: what [`user_registers`] accepts, and flags
-/// the kernel can have saved (a process cannot clear IF or raise its I/O privilege, so a
-/// disk that says it did is not telling what the kernel wrote).
+/// the kernel can have saved. A process cannot raise its I/O privilege or enter virtual-8086
+/// mode, so a disk that says it did is not telling what the kernel wrote. (Interrupts off
+/// is not refused: a process made by `node.make_process` and never started has all
+/// registers zero; the flags are then taken as `write_registers` takes them.)
 pub fn restored_registers(words: [u64; REGISTER_COUNT]) -> Result<[u64; REGISTER_COUNT], RegisterError> {
     let flags = words[RFLAGS];
-    if flags & INTERRUPT_FLAG == 0 || flags & (IO_PRIVILEGE_MASK | VIRTUAL_8086_FLAG) != 0 {
+    if flags & (IO_PRIVILEGE_MASK | VIRTUAL_8086_FLAG) != 0 {
         return Err(RegisterError::Flags(flags));
     }
     user_registers(words)
@@ -118,6 +123,12 @@ pub struct ProcessRoot {
     pub registers: [u64; REGISTER_COUNT],
     pub waiting_for_keeper: bool,
     pub invocation_count: u64,
+    /// Why the process was restored faulted rather than in its recorded state: a rip or
+    /// rsp outside the user half. A ring-3 program can leave them so itself (a jump into
+    /// the kernel half faults there; rsp is its own register), so this does not refuse the
+    /// restart, which one program could then stop: the process is contained instead, never
+    /// resumed with them unless `process.write_registers` replaces them.
+    pub contained: Option<RegisterError>,
 }
 
 /// Why a root node cannot restart a process.
@@ -171,11 +182,26 @@ pub fn read_process_root(node: &Node) -> Result<ProcessRoot, RootError> {
     };
     let mut registers = [0u64; REGISTER_COUNT];
     registers.copy_from_slice(&words[..REGISTER_COUNT]);
+    let (state, registers, contained) = match restored_registers(registers) {
+        Ok(checked) => (state, checked, None),
+        Err(error @ (RegisterError::Rip(_) | RegisterError::Rsp(_))) => {
+            registers[RFLAGS] = (registers[RFLAGS] & USER_FLAGS) | INTERRUPTS_ON;
+            let faulted = RunState::Faulted {
+                vector: GENERAL_PROTECTION_VECTOR,
+                error_code: Some(0),
+                rip: registers[RIP],
+                address: None,
+            };
+            (faulted, registers, Some(error))
+        }
+        Err(error) => return Err(RootError::Registers(error)),
+    };
     Ok(ProcessRoot {
         state,
-        registers: restored_registers(registers).map_err(RootError::Registers)?,
+        registers,
         waiting_for_keeper: code & status::WAITING_FOR_KEEPER != 0,
         invocation_count: words[REGISTER_COUNT + 2],
+        contained,
     })
 }
 
@@ -333,25 +359,35 @@ mod tests {
         assert_eq!(process.registers, registers(0x40_1000, holdfast_abi::USER_STACK_TOP, 0x246));
         assert!(process.waiting_for_keeper);
         assert_eq!(process.invocation_count, 77);
+        assert_eq!(process.contained, None);
         let faulted = status::FAULTED | 14 << status::FAULT_VECTOR_SHIFT | status::FAULT_HAS_ADDRESS;
         let process = read_process_root(&root(registers(0, 0, 0x202), faulted)).unwrap();
         assert!(matches!(process.state, RunState::Faulted { vector: 14, error_code: None, address: Some(_), .. }));
     }
 
     #[test]
-    fn kernel_addresses_and_kernel_flags_in_a_root_node_are_refused_naming_it() {
+    fn kernel_addresses_in_a_root_node_restore_the_process_faulted_and_kernel_flags_are_refused() {
         let kernel_rip = root(registers(0xffff_ffff_8010_0000, 0x7000, 0x202), status::RUNNABLE);
-        let error = read_named_process_root("counter", ObjectId(9), &kernel_rip).unwrap_err();
-        assert_eq!(error.to_string(), "process counter: root node 9: rip 0xffffffff80100000 is not a user address");
-        let non_canonical = root(registers(0x1000, 0x0000_8000_0000_1000, 0x202), status::RUNNABLE);
-        assert_eq!(read_process_root(&non_canonical), Err(RootError::Registers(RegisterError::Rsp(0x0000_8000_0000_1000))));
-        for flags in [0x002, 0x3202, 0x2_0202] {
+        let process = read_named_process_root("counter", ObjectId(9), &kernel_rip).unwrap();
+        assert_eq!(process.contained, Some(RegisterError::Rip(0xffff_ffff_8010_0000)));
+        assert_eq!(process.contained.unwrap().to_string(), "rip 0xffffffff80100000 is not a user address");
+        assert!(matches!(process.state, RunState::Faulted { vector: 13, rip: 0xffff_ffff_8010_0000, .. }));
+        let non_canonical = root(registers(0x1000, 0x0000_8000_0000_1000, 0x202), status::AVAILABLE);
+        let process = read_process_root(&non_canonical).unwrap();
+        assert_eq!(process.contained, Some(RegisterError::Rsp(0x0000_8000_0000_1000)));
+        assert!(matches!(process.state, RunState::Faulted { .. }));
+        for flags in [0x1202, 0x3202, 0x2_0202] {
             let node = root(registers(0x1000, 0x7000, flags), status::RUNNABLE);
             assert_eq!(read_process_root(&node), Err(RootError::Registers(RegisterError::Flags(flags))));
         }
+        let error = read_named_process_root("counter", ObjectId(9), &root(registers(0x1000, 0x7000, 0x3202), status::RUNNABLE));
+        assert_eq!(error.unwrap_err().to_string(), "process counter: root node 9: rflags 0x3202 are not a ring-3 program's");
         // Bits a process may not keep are dropped, as `write_registers` drops them.
         let nested = root(registers(0x1000, 0x7000, 0x4202 | 1 << 18), status::RUNNABLE);
         assert_eq!(read_process_root(&nested).unwrap().registers[RFLAGS], 0x202);
+        // A process made and never started: every register zero, its flags made sane.
+        let made = root([0; REGISTER_COUNT], status::STOPPED);
+        assert_eq!(read_process_root(&made).unwrap().registers[RFLAGS], 0x202);
     }
 
     #[test]

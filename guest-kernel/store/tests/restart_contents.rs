@@ -1,8 +1,9 @@
 //! A restart fed checkpoints whose blocks carry valid checksums but wrong contents: the
 //! store reads them back without complaint (it checks that a block is the one written, not
 //! what it says), and the checks a restart makes (`holdfast_objects::restart`, the kernel's
-//! `checkpoint::restore` and `process::restore`) refuse them with an error naming the object,
-//! never a panic or an allocation sized by the disk.
+//! `persistence/restore.rs` and `process/root_node.rs`) refuse them with an error naming the
+//! object, never a panic or an allocation sized by the disk; a rip or rsp outside the user
+//! half (which a program can leave itself) restores that process faulted, named.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -86,7 +87,10 @@ fn restart_from_block(block: &[u8; DIRECTORY_BYTES], roots: &[(u64, Node)]) -> R
     for DirectoryProcess { root, name } in &directory.processes {
         let (_, image) = store.read_node(*root).map_err(|error| error.to_string())?;
         let (node, _) = Node::decode(&image).map_err(|error| error.to_string())?;
-        restart::read_named_process_root(name, *root, &node).map_err(|error| error.to_string())?;
+        let process = restart::read_named_process_root(name, *root, &node).map_err(|error| error.to_string())?;
+        if let Some(why) = process.contained {
+            return Err(format!("process {name}: root node {}: {why}; restored faulted", root.0));
+        }
     }
     Ok(directory.processes.len())
 }
@@ -137,17 +141,17 @@ fn a_huge_process_count_is_refused_before_it_sizes_anything() {
 }
 
 #[test]
-fn kernel_addresses_and_kernel_flags_in_a_root_node_are_refused_naming_it() {
+fn kernel_addresses_in_a_root_node_contain_it_and_kernel_flags_are_refused_naming_it() {
     let refused = |node: Node| restart_from(&directory(8, 100, &[3]), &[(3, node)]).unwrap_err();
     assert_eq!(
         refused(root_node(0xffff_ffff_8010_0000, USER_RSP, 0x202, status::RUNNABLE)),
-        "process process-3: root node 3: rip 0xffffffff80100000 is not a user address"
+        "process process-3: root node 3: rip 0xffffffff80100000 is not a user address; restored faulted"
     );
     assert_eq!(
         refused(root_node(USER_RIP, 0xffff_8000_0000_0000, 0x202, status::RUNNABLE)),
-        "process process-3: root node 3: rsp 0xffff800000000000 is not a user address"
+        "process process-3: root node 3: rsp 0xffff800000000000 is not a user address; restored faulted"
     );
-    // Interrupts off and I/O privilege 3: no ring-3 program holds these flags.
+    // I/O privilege 3: no ring-3 program holds these flags.
     assert_eq!(
         refused(root_node(USER_RIP, USER_RSP, 0x3002, status::RUNNABLE)),
         "process process-3: root node 3: rflags 0x3002 are not a ring-3 program's"

@@ -15,7 +15,7 @@
 //! - a foreign disk, or one holding another store, beside the store: refused with a line,
 //!   never written, and the store runs degraded;
 //! - a root node whose rip is a kernel address, committed with valid checksums: the restart
-//!   refuses to start, in one line naming the process and its root node;
+//!   restores that process faulted (contained), in one line naming it and its root node;
 //! - a disk whose every write fails (QEMU's `blkdebug` driver injecting EIO,
 //!   `holdfast run --disk-blkdebug`): that mirror is marked failed and the system checkpoints
 //!   on the other;
@@ -536,7 +536,7 @@ fn a_disk_that_stops_answering_is_given_up_and_the_system_goes_on_degraded() {
 }
 
 #[test]
-fn a_root_node_with_a_kernel_rip_is_refused_at_restart_naming_it() {
+fn a_root_node_with_a_kernel_rip_restarts_that_process_faulted_naming_it() {
     use holdfast_objects::directory::Directory;
     use holdfast_objects::restart::register_words_slot;
     use holdfast_objects::{Capability, Node, ObjectId};
@@ -565,16 +565,15 @@ fn a_root_node_with_a_kernel_rip_is_refused_at_restart_naming_it() {
     store.commit_checkpoint().unwrap();
     drop(store);
 
-    let (lines, status) = Vm::start("mirror-bad-root", &[&a, &b], QUIET_MS).wait_end();
-    let transcript = lines.join("\n");
-    let refusal = format!(
-        ": process {}: root node {}: rip 0xffffffff80100000 is not a user address [FAILED]",
+    // A process can leave its own rip there (a jump into the kernel half faults there), so
+    // the restart goes on with that process faulted, contained, and says so.
+    let mut vm = Vm::start("mirror-bad-root", &[&a, &b], QUIET_MS);
+    let contained = format!(
+        "holdfast: process {}: root node {}: rip 0xffffffff80100000 is not a user address; restored faulted, contained",
         process.name, process.root.0
     );
-    assert!(
-        lines.iter().any(|line| line.starts_with("selftest: store: restart from checkpoint ") && line.ends_with(&refusal)),
-        "no refusal naming the root node:\n{transcript}"
-    );
-    assert_eq!(status, Some(1), "{transcript}");
-    assert!(counts(&lines).is_empty(), "a process ran:\n{transcript}");
+    vm.wait_for("the contained process and a restart", |lines| has(lines, &contained) && restarted_from(lines).is_some());
+    let lines = vm.kill();
+    let transcript = lines.join("\n");
+    assert!(!lines.iter().any(|line| line.contains("panic")), "{transcript}");
 }

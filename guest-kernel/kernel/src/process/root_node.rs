@@ -114,6 +114,9 @@ pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Res
             .ok_or_else(|| alloc::format!("process {name}: root node {} is not in the checkpoint", root_id.0))?;
         let node = objects.cache.node(&root).expect("just looked up");
         let restored = restart::read_named_process_root(name, root_id, node).map_err(|error| alloc::string::ToString::to_string(&error))?;
+        if let Some(why) = restored.contained {
+            crate::println!("holdfast: process {name}: root node {}: {why}; restored faulted, contained", root_id.0);
+        }
         let state = match restored.state {
             RunState::Runnable => ProcessState::Runnable,
             RunState::Available => ProcessState::Available,
