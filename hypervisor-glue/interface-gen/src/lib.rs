@@ -3,6 +3,7 @@
 //! three cannot disagree.
 
 pub mod description;
+pub mod invoke;
 mod kernel_rust;
 mod markdown;
 mod userlib_rust;
