@@ -29,6 +29,46 @@
 /// names it.
 pub const ABI_VERSION: u32 = 3;
 
+/// Where the register of each role of `invoke` lies in the register file (the order of
+/// `process.read_registers`), in words: the kernel checks its register file against
+/// these at build time.
+pub mod register_file_index {
+    /// `rdi`.
+    pub const IN_DESCRIPTOR: usize = 5;
+    /// `rsi`.
+    pub const IN_CODE: usize = 4;
+    /// `rax`.
+    pub const OUT_RESULT: usize = 0;
+    /// `rdx`.
+    pub const IN_WORD0: usize = 3;
+    /// `rdx`.
+    pub const OUT_WORD0: usize = 3;
+    /// `r10`.
+    pub const IN_WORD1: usize = 9;
+    /// `r10`.
+    pub const OUT_WORD1: usize = 9;
+    /// `r8`.
+    pub const IN_WORD2: usize = 7;
+    /// `r8`.
+    pub const OUT_WORD2: usize = 7;
+    /// `r9`.
+    pub const IN_WORD3: usize = 8;
+    /// `r9`.
+    pub const OUT_WORD3: usize = 8;
+    /// `r12`.
+    pub const IN_STRING_ADDRESS: usize = 11;
+    /// `r12`.
+    pub const OUT_BADGE: usize = 11;
+    /// `r13`.
+    pub const IN_STRING_LENGTH: usize = 12;
+    /// `r13`.
+    pub const OUT_RECEIVED_LENGTH: usize = 12;
+    /// `r14`.
+    pub const IN_BUFFER_ADDRESS: usize = 13;
+    /// `r15`.
+    pub const IN_BUFFER_CAPACITY: usize = 14;
+}
+
 /// Where each field of the descriptor (`rdi`) lies: `*_SHIFT` is its lowest bit, `*_MASK`
 /// its mask once shifted down.
 pub mod descriptor_field {

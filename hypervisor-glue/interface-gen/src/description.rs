@@ -21,6 +21,9 @@ pub const CAPABILITIES_MAX: usize = 4;
 #[serde(deny_unknown_fields)]
 pub struct Description {
     pub abi_version: u32,
+    /// A process's registers in the order of `process.read_registers`.
+    #[serde(default)]
+    pub register_file: Vec<String>,
     /// Which register carries what in and out of `invoke`.
     #[serde(rename = "register", default)]
     pub registers: Vec<Register>,
@@ -221,6 +224,7 @@ impl Description {
     /// The system call: registers, invocation kinds and the descriptor's layout.
     pub fn invoke(&self) -> Invoke<'_> {
         Invoke {
+            register_file: &self.register_file,
             registers: &self.registers,
             kinds: &self.invocation_kinds,
             fields: &self.descriptor_fields,
@@ -490,6 +494,7 @@ mod tests {
     /// A small valid description; each test breaks it in one place.
     const VALID: &str = r#"
 abi_version = 2
+register_file = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip", "rsp", "rflags"]
 register = [
     { name = "rdi", in = "descriptor", in_doc = "D." },
     { name = "rsi", in = "code", in_doc = "C." },

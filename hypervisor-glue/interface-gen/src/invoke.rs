@@ -147,6 +147,7 @@ pub struct RunStateFlag {
 /// The system-call part of the description.
 #[derive(Debug)]
 pub struct Invoke<'a> {
+    pub register_file: &'a [String],
     pub registers: &'a [Register],
     pub kinds: &'a [InvocationKind],
     pub fields: &'a [DescriptorField],
@@ -165,6 +166,14 @@ impl Invoke<'_> {
             .iter()
             .find(|kind| kind.name == name)
             .map(|kind| kind.value)
+    }
+
+    /// Where `register` lies in the register file, in words.
+    pub fn register_file_index(&self, register: &str) -> usize {
+        self.register_file
+            .iter()
+            .position(|name| name == register)
+            .expect("validated: every register is in the register file")
     }
 
     /// The register whose `in` (or `out`) role is `role`.
@@ -270,6 +279,9 @@ impl Invoke<'_> {
                 return Err(format!("{entry}: not a general register a program can set"));
             }
             unique(&mut names, &register.name, &entry, "name")?;
+            if !self.register_file.contains(&register.name) {
+                return Err(format!("{entry}: not in `register_file`"));
+            }
             if let Some(role) = &register.input {
                 if !IN_ROLES.contains(&role.as_str()) {
                     return Err(format!("{entry}: unknown role in `{role}`"));

@@ -329,6 +329,27 @@ fn code_literal(code: u64) -> String {
 /// The descriptor's layout, the invocation kinds, keeper message codes and run states.
 fn system_call(out: &mut String, description: &Description) {
     let invoke = description.invoke();
+    *out += "/// Where the register of each role of `invoke` lies in the register file (the order of\n\
+            /// `process.read_registers`), in words: the kernel checks its register file against\n\
+            /// these at build time.\npub mod register_file_index {\n";
+    for register in &description.registers {
+        let index = invoke.register_file_index(&register.name);
+        for (direction, role) in [("IN", &register.input), ("OUT", &register.output)] {
+            if let Some(role) = role
+                && role != crate::invoke::CLOBBERED
+            {
+                writeln!(
+                    out,
+                    "/// `{}`.\npub const {direction}_{}: usize = {index};",
+                    register.name,
+                    role.to_ascii_uppercase()
+                )
+                .unwrap();
+            }
+        }
+    }
+    *out += "}\n\n";
+
     *out += "/// Where each field of the descriptor (`rdi`) lies: `*_SHIFT` is its lowest bit, `*_MASK`\n\
             /// its mask once shifted down.\npub mod descriptor_field {\n";
     for field in &description.descriptor_fields {

@@ -292,6 +292,8 @@ fn system_call(out: &mut String, description: &Description) {
             (None, Some(role_out)) => format!("lateout(\"{name}\") {},", output(role_out)),
             (None, None) => continue,
         };
+        // rustfmt leaves the inside of `asm!` as it is: indent it here.
+        operands += "    ";
         operands += &operand;
         operands += "\n";
     }
@@ -311,9 +313,9 @@ fn system_call(out: &mut String, description: &Description) {
          // `string`, which is borrowed.\n\
          unsafe {{\n\
          core::arch::asm!(\n\
-         \"syscall\",\n\
+         \x20   \"syscall\",\n\
          {operands}\
-         options(nostack),\n\
+         \x20   options(nostack),\n\
          );\n\
          }}\n\
          crate::Reply {{\n\

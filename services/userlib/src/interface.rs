@@ -28,21 +28,21 @@ pub fn system_call(
     // `string`, which is borrowed.
     unsafe {
         core::arch::asm!(
-        "syscall",
-        in("rdi") descriptor,
-        in("rsi") code,
-        lateout("rax") result,
-        inout("rdx") word0 => word0,
-        inout("r10") word1 => word1,
-        inout("r8") word2 => word2,
-        inout("r9") word3 => word3,
-        inout("r12") string.as_ptr() as u64 => badge,
-        inout("r13") string.len() as u64 => received_length,
-        in("r14") buffer.as_mut_ptr() as u64,
-        in("r15") buffer.len() as u64,
-        lateout("rcx") _,
-        lateout("r11") _,
-        options(nostack),
+            "syscall",
+            in("rdi") descriptor,
+            in("rsi") code,
+            lateout("rax") result,
+            inout("rdx") word0 => word0,
+            inout("r10") word1 => word1,
+            inout("r8") word2 => word2,
+            inout("r9") word3 => word3,
+            inout("r12") string.as_ptr() as u64 => badge,
+            inout("r13") string.len() as u64 => received_length,
+            in("r14") buffer.as_mut_ptr() as u64,
+            in("r15") buffer.len() as u64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
         );
     }
     crate::Reply {
