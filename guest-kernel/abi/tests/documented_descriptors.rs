@@ -49,15 +49,64 @@ fn parse_hex(cell: &str) -> u64 {
     u64::from_str_radix(&digits, 16).unwrap_or_else(|_| panic!("{cell:?} is not hex"))
 }
 
+/// The descriptor's nonzero fields as the reference lists them, by the generated layout.
+fn fields_of(word: u64) -> String {
+    use holdfast_abi::interface::descriptor_field as field;
+    [
+        ("target", field::TARGET_SHIFT, field::TARGET_MASK),
+        ("kind", field::KIND_SHIFT, field::KIND_MASK),
+        (
+            "send_registers",
+            field::SEND_REGISTERS_SHIFT,
+            field::SEND_REGISTERS_MASK,
+        ),
+        (
+            "send_count",
+            field::SEND_COUNT_SHIFT,
+            field::SEND_COUNT_MASK,
+        ),
+        (
+            "receive_registers",
+            field::RECEIVE_REGISTERS_SHIFT,
+            field::RECEIVE_REGISTERS_MASK,
+        ),
+        (
+            "receive_count",
+            field::RECEIVE_COUNT_SHIFT,
+            field::RECEIVE_COUNT_MASK,
+        ),
+        (
+            "resume_register",
+            field::RESUME_REGISTER_SHIFT,
+            field::RESUME_REGISTER_MASK,
+        ),
+        (
+            "receives_resume",
+            field::RECEIVES_RESUME_SHIFT,
+            field::RECEIVES_RESUME_MASK,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, shift, mask)| (name, (word >> shift) & mask))
+    .filter(|&(_, value)| value != 0)
+    .map(|(name, value)| match name {
+        "send_registers" | "receive_registers" => format!("{name}={value:#x}"),
+        _ => format!("{name}={value}"),
+    })
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
 #[test]
 fn every_documented_descriptor_decodes_to_its_documented_meaning() {
     let rows = table_after("### Descriptor examples");
     let mut kinds = BTreeSet::new();
     let (mut sending, mut receiving, mut resuming) = (0, 0, 0);
     for row in &rows {
-        let [word, target, kind, sends, receives, resume, _doc] = row.as_slice() else {
+        let [word, fields, target, kind, sends, receives, resume, _doc] = row.as_slice() else {
             panic!("example row with {} cells: {row:?}", row.len());
         };
+        assert_eq!(fields_of(parse_hex(word)), *fields, "{word}: fields");
         let decoded = Descriptor::decode(parse_hex(word))
             .unwrap_or_else(|_| panic!("{word} is refused by the kernel's decoder"));
         assert_eq!(decoded.target.to_string(), *target, "{word}: target");

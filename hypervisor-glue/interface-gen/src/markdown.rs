@@ -245,15 +245,29 @@ carries what (a register not listed is kept):
          Each descriptor below, decoded: the register invoked, the kind, the capability registers\n\
          sent and those that receive (in order), and the register that receives a call's resume\n\
          capability (bit 56 set), or — (bit 56 clear).\n\n\
-         | descriptor | target | kind | sends | receives into | resume into | |\n\
-         |---|---:|---|---|---|---|---|"
+         The fields column shows how the word breaks down: each field that is not zero, as\n\
+         `name=value` (register lists in hex, a nibble per register).\n\n\
+         | descriptor | fields | target | kind | sends | receives into | resume into | |\n\
+         |---|---|---:|---|---|---|---|---|"
     )
     .unwrap();
     for example in &description.descriptor_examples {
+        let word = invoke.encode(example);
+        let fields: Vec<String> = description
+            .descriptor_fields
+            .iter()
+            .map(|field| (field, (word >> field.first_bit) & field.mask()))
+            .filter(|&(_, value)| value != 0)
+            .map(|(field, value)| match field.name.as_str() {
+                "send_registers" | "receive_registers" => format!("{}={value:#x}", field.name),
+                _ => format!("{}={value}", field.name),
+            })
+            .collect();
         writeln!(
             out,
-            "| `{}` | {} | {} | {} | {} | {} | {} |",
-            hex_grouped(invoke.encode(example)),
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} |",
+            hex_grouped(word),
+            fields.join(" "),
             example.target,
             example.kind,
             register_list(&example.send),
