@@ -9,7 +9,9 @@ pub fn generate(description: &Description, header: &str) -> String {
     writeln!(
         out,
         "\n# The Holdfast kernel interface, ABI version {}\n\n\
-         Every capability type, its methods and their errors. Programs name capabilities by\n\
+         Every capability type, its methods and their errors; then the one system call (which\n\
+         register carries what, the descriptor's bits, worked descriptors), what keepers receive\n\
+         and the run states a process's root node holds. Programs name capabilities by\n\
          capability register (0..=15) or node slot (0..=31); they never see a capability's bits.\n\
          Ring-3 programs call the methods through the stubs in `holdfast-userlib`\n\
          (`services/userlib/src/interface.rs`); the kernel decodes invocations with\n\
