@@ -14,7 +14,7 @@ const GENERAL_REGISTERS: &[&str] = &[
 /// What `syscall` itself overwrites: the return address and rflags.
 const SYSCALL_CLOBBERS: &[&str] = &["rcx", "r11"];
 
-pub const IN_ROLES: &[&str] = &[
+const IN_ROLES: &[&str] = &[
     "descriptor",
     "code",
     "word0",
@@ -26,7 +26,7 @@ pub const IN_ROLES: &[&str] = &[
     "buffer_address",
     "buffer_capacity",
 ];
-pub const OUT_ROLES: &[&str] = &[
+const OUT_ROLES: &[&str] = &[
     "result",
     "word0",
     "word1",
@@ -38,7 +38,7 @@ pub const OUT_ROLES: &[&str] = &[
 pub const CLOBBERED: &str = "clobbered";
 
 /// The descriptor's fields, by the names the generators and the kernel's decoder use.
-pub const DESCRIPTOR_FIELDS: &[&str] = &[
+const DESCRIPTOR_FIELDS: &[&str] = &[
     "target",
     "kind",
     "send_registers",
@@ -48,7 +48,7 @@ pub const DESCRIPTOR_FIELDS: &[&str] = &[
     "resume_register",
     "receives_resume",
 ];
-pub const INVOCATION_KINDS: &[&str] = &["call", "return", "send"];
+const INVOCATION_KINDS: &[&str] = &["call", "return", "send"];
 /// Bits that name one of the 16 capability registers.
 const REGISTER_INDEX_BITS: u32 = 4;
 const CAPABILITY_REGISTER_COUNT: u8 = 16;
