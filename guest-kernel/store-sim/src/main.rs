@@ -63,13 +63,15 @@ fn main() -> ExitCode {
         Ok(report) => {
             println!(
                 "ok: {} device writes and flushes, {} crash points checked, {} checkpoints, {} journal commits acknowledged, \
-                 {} mirror repairs, {} corruptions reported as errors",
+                 {} mirror repairs, {} corruptions reported as errors, {} opens refused for mid-log damage; {}",
                 report.device_requests_total,
                 report.crash_points_checked,
                 report.checkpoints_committed,
                 report.journal_commits_acknowledged,
                 report.mirror_repairs,
-                report.corruption_reported
+                report.corruption_reported,
+                report.log_damage_refused,
+                report.faults
             );
             ExitCode::SUCCESS
         }
