@@ -90,7 +90,7 @@ pub fn run(
             _ => None,
         })
         .collect();
-    let opened = checkpoint::open(disks);
+    let opened = checkpoint::open(disks, options.recover);
     // A restart serves as soon as it can: the timer's rate was checked when the system was
     // first built (its calibration is still printed, for the benchmarks' TSC conversion).
     timer_check(calibration, !matches!(opened, Ok(Opened::Checkpointed(_))));

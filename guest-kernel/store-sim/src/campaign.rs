@@ -39,6 +39,19 @@ impl core::fmt::Display for CampaignReport {
 }
 
 impl CampaignReport {
+    /// Adds another campaign's totals (a worker thread's).
+    pub fn merge(&mut self, other: &CampaignReport) {
+        self.seeds += other.seeds;
+        self.runs += other.runs;
+        self.crash_points_checked += other.crash_points_checked;
+        self.corruption_reported += other.corruption_reported;
+        self.checkpoints_committed += other.checkpoints_committed;
+        self.journal_commits_acknowledged += other.journal_commits_acknowledged;
+        self.mirror_repairs += other.mirror_repairs;
+        self.faults += other.faults;
+        self.log_damage_refused += other.log_damage_refused;
+    }
+
     fn add(&mut self, report: &RunReport) {
         self.runs += 1;
         self.crash_points_checked += report.crash_points_checked;
