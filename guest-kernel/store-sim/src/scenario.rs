@@ -838,6 +838,16 @@ impl Run {
         let Some(matched) = matched.cloned() else {
             return Err(Stop::Fail(describe_mismatch(&candidates, &observed)));
         };
+        // No run lets the mirrors run apart: a discarded history would be a false alarm
+        // (and a stale mirror's history passed off as a split brain).
+        if let Some(note) = self
+            .store()
+            .recovery_notes()
+            .iter()
+            .find(|note| matches!(note, RecoveryNote::HistoryDiscarded { .. }))
+        {
+            return Err(Stop::Fail(format!("no split brain was made, but: {note}")));
+        }
         let generation = self.store().checkpoint_generation();
         let mirrors = self.store().mirror_status().mirrors;
         // STORE_SIM_DEBUG=1 prints the store's inspection at every restart of a replay.

@@ -73,6 +73,9 @@ impl<D: BlockDevice> Store<D> {
         // report and repair a slot torn at a crash.
         let mut slots: Vec<[Result<u64, Check>; 2]> = Vec::new();
         let mut first_failure = None;
+        // Every valid superblock slot, with its mirror: to tell a mirror that missed the last
+        // writes of the winner's history from one that ran a history of its own.
+        let mut every_valid: Vec<(usize, Superblock)> = Vec::new();
         for index in 0..mirrors.mirrors.len() {
             let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
             if let Err(error) = mirrors.read_from(index, 0, &mut pair) {
@@ -92,6 +95,7 @@ impl<D: BlockDevice> Store<D> {
                 match Superblock::decode(as_block(bytes), slot) {
                     Ok(superblock) => {
                         found[slot as usize] = Ok(superblock.generation);
+                        every_valid.push((index, superblock));
                         if best.is_none_or(|current| current.generation < superblock.generation) {
                             best = Some(superblock);
                         }
@@ -127,11 +131,15 @@ impl<D: BlockDevice> Store<D> {
                 Some(other)
                     if superblock.degraded_generation != 0
                         && other.generation >= superblock.degraded_generation
-                        && *other != superblock =>
+                        && *other != superblock
+                        && !every_valid
+                            .iter()
+                            .any(|(mirror, copy)| *mirror != index && copy == other) =>
                 {
-                    // Written at generations at which the winner ran without it: the two ran
-                    // apart (each booted alone). The longer history wins; this one is copied
-                    // over, and said so.
+                    // Written at a generation at which the winner ran without it, and no other
+                    // mirror holds that superblock (a resilver's copy of the winner's would
+                    // be): the two ran apart (each booted alone). The longer history wins;
+                    // this one is copied over, and said so.
                     let diverged_generation = match other.degraded_generation {
                         0 => superblock.degraded_generation,
                         own => own.min(superblock.degraded_generation),
