@@ -312,3 +312,51 @@ fn mirrors_that_ran_apart_are_reported_with_the_discarded_history() {
         check.stdout
     );
 }
+
+/// The boot refuses a store whose log is damaged past repair, with the line that names the
+/// loss and the way out; `--append holdfast.recover=truncate` starts it from the last intact
+/// point, and that boot and the next say the log was truncated.
+#[test]
+fn a_boot_refuses_mid_log_damage_until_told_to_truncate() {
+    let dir = scratch_dir("store-boot-truncate");
+    let image = path_text(&dir.join("lone.img"));
+    let format = run_holdfast(&["store", "format", "--size-mib", "16", "--force", &image]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    // Pages at the end of the range, which the kernel's first objects do not use.
+    let headers = journal_pages(&[&image], &[251, 252, 253]);
+    tear(&image, headers[1]);
+    let refused = support::boot(&["--disk", &image]);
+    let line = format!(
+        "selftest: store: log record 2 (block {}) is bad on every mirror and later records say \
+         it was durable: records 2..=3 would be lost (generations 0..=0, journal commits 3..=3); \
+         refusing to start (`--append holdfast.recover=truncate` starts from the last intact \
+         point and loses them); not started",
+        headers[1]
+    );
+    assert!(refused.stdout.contains(&line), "{}", refused.transcript());
+    // A system with a store runs until stopped: the time limit ends it once the note is out.
+    let image_dir = path_text(support::image_dir());
+    let truncated = run_holdfast(&[
+        "run",
+        "--image-dir",
+        &image_dir,
+        "--accel",
+        "tcg",
+        "--timeout-seconds",
+        "20",
+        "--disk",
+        &image,
+        "--append",
+        "holdfast.recover=truncate",
+    ]);
+    // Boot 1 was the format's open, boot 2 the one that wrote the journal.
+    let note = "holdfast: store: log truncated at boot 3 by holdfast.recover=truncate: records 2..=3 \
+                were discarded";
+    assert!(truncated.stdout.contains(note), "{}", truncated.transcript());
+    let inspect = run_holdfast(&["store", "inspect", &image]);
+    assert!(
+        inspect.stdout.contains("recovery note       log truncated at boot 3"),
+        "{}",
+        inspect.stdout
+    );
+}
