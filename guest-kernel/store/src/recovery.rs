@@ -474,19 +474,24 @@ impl<D: BlockDevice> Store<D> {
         // Where the next record may start: right after the stopped one if its length is
         // known, else anywhere a record of at most the longest size could end, or at the
         // start of the log (after padding or a record that ended the log).
-        let window_end = (stop.position + 2 + LOG_RECORD_DATA_BLOCKS_MAX as u64).min(log_block_count);
         let (window_start, window_end) = match &stopped {
             Some(header) => {
                 let next = (stop.position + header.block_count()) % log_block_count;
                 (next, next + 1)
             }
-            None => (stop.position + 1, window_end),
+            None => (
+                stop.position + 1,
+                (stop.position + 2 + LOG_RECORD_DATA_BLOCKS_MAX as u64).min(log_block_count),
+            ),
         };
         let mut next: Option<(LogHeader, u32)> = None;
         for index in 0..self.mirrors.mirrors.len() {
             for (start, end) in [(window_start, window_end), (0, 1)] {
-                if start >= end || self.mirrors.readable(log_first_block + start, end - start).is_empty()
-                    || !self.mirrors.readable(log_first_block + start, end - start).contains(&index)
+                if start >= end
+                    || !self
+                        .mirrors
+                        .readable(log_first_block + start, end - start)
+                        .contains(&index)
                 {
                     continue;
                 }
