@@ -1,6 +1,6 @@
 //! What the guests print in the store benchmark, and how the host reads it.
 //!
-//! - The kernel, per checkpoint (`guest-kernel/kernel/src/checkpoint.rs`): `holdfast:
+//! - The kernel, per checkpoint (`guest-kernel/kernel/src/persistence/checkpoint.rs`): `holdfast:
 //!   checkpoint <g> committed: <n> nodes, <m> pages, snapshot pause <us> us, stabilized in
 //!   <ms> ms`; at a restart: `holdfast: restarted from checkpoint <g>: <k> processes`.
 //! - `bench-store` (`services/selftest/src/bench_store/program.rs`): `HOLDFAST-STORE <name>
