@@ -34,6 +34,9 @@ pub struct BootOptions {
     /// Exercise the devices at boot (`holdfast.device-selftest`, set by the test harness):
     /// write a test disk's sectors and ping the network. A production boot does neither.
     pub device_selftest: bool,
+    /// `holdfast.recover=truncate`: start a store whose log is damaged past repair from its
+    /// last intact point (the store refuses otherwise, naming what would be lost).
+    pub recover: holdfast_store::Recover,
 }
 
 impl BootOptions {
@@ -43,6 +46,7 @@ impl BootOptions {
             kernel_fault: None,
             checkpoint_interval_ms: persistence::DEFAULT_INTERVAL_MS,
             device_selftest: false,
+            recover: holdfast_store::Recover::Refuse,
         };
         for word in command_line.split_ascii_whitespace() {
             if word == "holdfast.device-selftest" {
@@ -51,6 +55,7 @@ impl BootOptions {
             match word.split_once('=') {
                 Some(("holdfast.after", "stay")) => options.stay_up = true,
                 Some(("holdfast.kernel-fault", kind)) => options.kernel_fault = Some(kind),
+                Some(("holdfast.recover", "truncate")) => options.recover = holdfast_store::Recover::Truncate,
                 Some(("holdfast.checkpoint-interval-ms", value)) => match value.parse() {
                     Ok(milliseconds) if milliseconds > 0 => {
                         options.checkpoint_interval_ms = milliseconds;
@@ -138,7 +143,7 @@ fn run(
             _ => None,
         })
         .collect();
-    let opened = persistence::open(disks);
+    let opened = persistence::open(disks, options.recover);
     // A restart serves as soon as it can: the timer's rate was checked when the system was
     // first built (its calibration is still printed, for the benchmarks' TSC conversion).
     selftest::timer_check(calibration, !matches!(opened, Ok(Opened::Checkpointed(_))));

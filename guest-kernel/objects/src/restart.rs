@@ -83,26 +83,18 @@ pub fn restored_registers(words: [u64; REGISTER_COUNT]) -> Result<[u64; REGISTER
     user_registers(words)
 }
 
-/// The run state in a root node's status slot: a number whose first word holds a code
-/// (bits 0..8), flags (bits 8..16) and a fault's vector (bits 16..24), and whose second word
-/// holds the exit code or the fault's rip. The register slots hold the 18 user registers,
-/// then a fault's error code and address, then the invocation count.
-pub mod status {
-    pub const RUNNABLE: u64 = 1;
-    pub const AVAILABLE: u64 = 2;
-    pub const WAITING_FOR_REPLY: u64 = 3;
-    pub const STALLED: u64 = 4;
-    pub const OUT_OF_TIME: u64 = 5;
-    pub const STOPPED: u64 = 6;
-    pub const FAULTED: u64 = 7;
-    pub const WAITING_FOR_KEEPER: u64 = 1 << 8;
-    pub const FAULT_HAS_ERROR_CODE: u64 = 1 << 9;
-    pub const FAULT_HAS_ADDRESS: u64 = 1 << 10;
-    pub const FAULT_VECTOR_SHIFT: u32 = 16;
-    /// Every bit the kernel writes; any other is not its.
-    pub const KNOWN_BITS: u64 =
-        0xff | WAITING_FOR_KEEPER | FAULT_HAS_ERROR_CODE | FAULT_HAS_ADDRESS | 0xff << FAULT_VECTOR_SHIFT;
-}
+/// The run state in a root node's status slot: a number whose first word holds a code,
+/// flags and a fault's vector (`interface.toml` lays them out), and whose second word holds
+/// the exit code or the fault's rip. The register slots hold the 18 user registers, then a
+/// fault's error code and address, then the invocation count.
+pub use holdfast_abi::run_state as status;
+
+/// Every bit of the status word the kernel writes; any other is not its.
+const STATUS_KNOWN_BITS: u64 = status::CODE_MASK
+    | status::WAITING_FOR_KEEPER
+    | status::FAULT_HAS_ERROR_CODE
+    | status::FAULT_HAS_ADDRESS
+    | 0xff << status::FAULT_VECTOR_SHIFT;
 
 /// A process's run state as its root node records it (a process stalled at the snapshot
 /// runs again: its registers point at the `syscall`).
@@ -163,10 +155,10 @@ pub fn read_process_root(node: &Node) -> Result<ProcessRoot, RootError> {
     for (index, pair) in words.chunks_exact_mut(2).enumerate() {
         pair.copy_from_slice(&number(register_words_slot(index))?);
     }
-    if code & !status::KNOWN_BITS != 0 {
+    if code & !STATUS_KNOWN_BITS != 0 {
         return Err(RootError::RunState(code));
     }
-    let state = match code & 0xff {
+    let state = match code & status::CODE_MASK {
         status::RUNNABLE | status::STALLED => RunState::Runnable,
         status::AVAILABLE => RunState::Available,
         status::WAITING_FOR_REPLY => RunState::WaitingForReply,
