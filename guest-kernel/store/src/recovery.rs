@@ -13,6 +13,7 @@ use crate::error::{Check, Corruption, Region, StoreError};
 use crate::format::as_block;
 use crate::format::checksum_chain;
 use crate::format::log_record::RecordKind;
+use crate::format::resilver_record::ResilverRecord;
 use crate::format::superblock::{LogCursor, Superblock};
 use crate::inspect::{Finding, Remedy};
 use crate::journal::JournalQueue;
@@ -24,8 +25,9 @@ use crate::store::{DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Sto
 impl<D: BlockDevice> Store<D> {
     /// Opens the store on its mirrors and recovers it: reads then return the newest
     /// committed checkpoint plus every journal commit durable after it. A mirror with no
-    /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]); a
-    /// mirror holding another store is refused. If the log holds blocks not yet home, the
+    /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]), as is
+    /// one whose resilver was cut short (alone it is refused,
+    /// [`StoreError::ResilverIncomplete`]); a mirror holding another store is refused. If the log holds blocks not yet home, the
     /// store starts in the migrating phase; call [`Store::migrate_step`] until done.
     ///
     /// Recovery writes: it repairs bad copies (superblock slots, log records a mirror
@@ -52,6 +54,7 @@ impl<D: BlockDevice> Store<D> {
         // report and repair a slot torn at a crash.
         let mut slots: Vec<[Result<u64, Check>; 2]> = Vec::new();
         let mut first_failure = None;
+        let mut incomplete: Vec<(usize, ResilverRecord)> = Vec::new();
         for index in 0..mirrors.mirrors.len() {
             let mut pair = alloc::vec![0u8; 2 * BLOCK_SIZE];
             if let Err(error) = mirrors.read_from(index, 0, &mut pair) {
@@ -62,6 +65,13 @@ impl<D: BlockDevice> Store<D> {
                 });
                 newest.push(None);
                 slots.push([Err(Check::Bounds), Err(Check::Bounds)]);
+                continue;
+            }
+            if let Some(record) = crate::resilver::resilver_record(&pair) {
+                // A copy onto it was cut short: never trusted (see resilver.rs).
+                incomplete.push((index, record));
+                newest.push(None);
+                slots.push([Err(Check::Magic), Err(Check::Magic)]);
                 continue;
             }
             let mut best: Option<Superblock> = None;
@@ -94,9 +104,15 @@ impl<D: BlockDevice> Store<D> {
             .copied()
             .max_by_key(|superblock| superblock.generation)
         else {
+            if let Some(&(mirror, record)) = incomplete.first() {
+                return Err(StoreError::ResilverIncomplete { mirror, source_generation: record.source_generation });
+            }
             return Err(first_failure.unwrap_or(StoreError::NoMirror));
         };
         let layout = superblock.geometry.layout()?;
+        if let Some(&(mirror, _)) = incomplete.iter().find(|(_, record)| record.geometry != superblock.geometry) {
+            return Err(StoreError::Foreign { mirror });
+        }
         for (index, found) in newest.iter().enumerate() {
             match found {
                 Some(other) if other.geometry != superblock.geometry => {
