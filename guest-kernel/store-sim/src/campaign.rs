@@ -12,6 +12,7 @@ pub struct CampaignReport {
     pub checkpoints_committed: u64,
     pub journal_commits_acknowledged: u64,
     pub mirror_repairs: u64,
+    pub incomplete_mirrors_refused: u64,
 }
 
 /// The campaign's totals, as the CLI and the CI test print them.
@@ -20,14 +21,16 @@ impl core::fmt::Display for CampaignReport {
         write!(
             f,
             "{} seeds, {} runs, {} crash points checked, {} checkpoints committed, {} journal \
-             commits acknowledged, {} mirror repairs, {} corruptions reported as errors",
+             commits acknowledged, {} mirror repairs, {} corruptions reported as errors, {} part-copied \
+             mirrors refused alone",
             self.seeds,
             self.runs,
             self.crash_points_checked,
             self.checkpoints_committed,
             self.journal_commits_acknowledged,
             self.mirror_repairs,
-            self.corruption_reported
+            self.corruption_reported,
+            self.incomplete_mirrors_refused
         )
     }
 }
@@ -40,6 +43,7 @@ impl CampaignReport {
         self.checkpoints_committed += report.checkpoints_committed;
         self.journal_commits_acknowledged += report.journal_commits_acknowledged;
         self.mirror_repairs += report.mirror_repairs;
+        self.incomplete_mirrors_refused += report.incomplete_mirrors_refused;
     }
 }
 

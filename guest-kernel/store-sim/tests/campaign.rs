@@ -5,12 +5,12 @@ use std::time::Instant;
 
 use holdfast_store_sim::campaign::{CampaignReport, run_seed};
 
-/// Two seeds of each of the eight fault modes.
-const SEEDS: std::ops::Range<u64> = 0..16;
+/// Two seeds of each of the nine fault modes.
+const SEEDS: std::ops::Range<u64> = 0..18;
 const STEPS: usize = 40;
-/// Measured at 7 483 crash points (32 s on one core in a debug build) for these
+/// Measured at 8 810 crash points (45 s in a debug build on a shared host) for these
 /// seeds and steps; a drop means the runs stopped reaching the crash points they used to.
-const CRASH_POINTS_MIN: u64 = 7_000;
+const CRASH_POINTS_MIN: u64 = 8_000;
 
 #[test]
 fn every_write_boundary_of_every_seed_recovers_a_committed_state() {
@@ -37,5 +37,9 @@ fn every_write_boundary_of_every_seed_recovers_a_committed_state() {
     assert!(
         report.mirror_repairs > 0,
         "no bad copy was ever repaired from the other mirror"
+    );
+    assert!(
+        report.incomplete_mirrors_refused > 0,
+        "no resilver was ever cut with the mirror part-copied"
     );
 }

@@ -2,8 +2,8 @@
 //! runs. Writes already go to the mirror being filled; this copies, block range by block
 //! range, everything else from a healthy mirror.
 //!
-//! The mirror says on disk that it is incomplete: before its first block is copied, both of
-//! its superblock slots get a [`ResilverRecord`] (and are flushed), and only the last step,
+//! The mirror says on disk that it is incomplete: before its first block is copied, each of
+//! its superblock slots gets a [`ResilverRecord`] (each flushed), and only the last step,
 //! after every other block is on the media, copies the superblocks over it. A copy cut
 //! short at any point therefore leaves a mirror that opens nowhere alone (its store refuses
 //! it, `check` names it) and that the store copies again when it is opened beside the
@@ -96,15 +96,15 @@ impl<D: BlockDevice> MirrorSet<D> {
         let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
         if copied_blocks == 0 {
             // Incomplete on disk before anything is copied: a stale mirror's own superblock
-            // would otherwise vouch for a body half of another generation.
-            let mut slots = alloc::vec![0u8; SUPERBLOCK_BLOCKS as usize * BLOCK_SIZE];
-            for (slot, bytes) in slots.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+            // would otherwise vouch for a body half of another generation. One slot at a
+            // time, so that a crash tears at most one: a copy started again after a crash
+            // keeps a whole record in the other slot.
+            for slot in 0..SUPERBLOCK_BLOCKS {
                 let mut block = zeroed_block();
-                record.encode(&mut block, slot as u64);
-                bytes.copy_from_slice(&block[..]);
-            }
-            if !self.copy_to(target, 0, &slots)? || !self.flush_target(target)? {
-                return Ok(0);
+                record.encode(&mut block, slot);
+                if !self.copy_to(target, slot, &block[..])? || !self.flush_target(target)? {
+                    return Ok(0);
+                }
             }
         }
         let (first_block, count) = if copied_blocks < body_blocks {
