@@ -485,7 +485,10 @@ impl Persistence {
         match self.store.scrub_step(cursor) {
             Ok(true) => {}
             Ok(false) => {
-                println!("holdfast: store: scrubbed {} home blocks", cursor.blocks_checked);
+                println!(
+                    "holdfast: store: scrubbed {} home blocks: {} copies checked on every mirror, {} bad copies rewritten",
+                    cursor.blocks_checked, cursor.copies_checked, cursor.copies_repaired
+                );
                 self.scrub = None;
             }
             Err(error) => println!("holdfast: store: scrub: {error}"),
