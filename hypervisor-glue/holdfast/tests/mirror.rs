@@ -552,9 +552,9 @@ fn a_resilver_cut_short_is_refused_alone_and_finished_beside_its_source() {
     let dir = a.parent().expect("scratch directory").to_owned();
     let mut cut_images = Vec::new();
     // Kills at these delays after the copy's first line land at different points of the copy
-    // (a 16 MiB resilver takes about a second under TCG; when the host is loaded a delay may
+    // (a 16 MiB resilver took 730 ms under TCG; when the host is loaded a delay may
     // land after the copy finished, which the loop tells apart and the count below bounds).
-    for delay_ms in [0u64, 100, 300] {
+    for delay_ms in [0u64, 250, 500] {
         let (cut_a, cut_b) = (dir.join(format!("a-{delay_ms}.img")), dir.join(format!("b-{delay_ms}.img")));
         std::fs::copy(&a, &cut_a).unwrap();
         std::fs::copy(&b, &cut_b).unwrap();
