@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use holdfast_objects::{ObjectId, Version};
 use holdfast_store::{
-    BLOCK_SIZE, CheckpointPhase, Geometry, JournalPage, MigrationProgress, Region, Store,
+    BLOCK_SIZE, CheckpointPhase, Geometry, JournalPage, MigrationProgress, MirrorState, Region, Store,
     StoreError,
 };
 
@@ -555,6 +555,19 @@ impl Run {
         Ok(left)
     }
 
+    /// An open beside the returned mirror marks it incomplete before it writes anything to
+    /// it (its checkpoints and journal reach it from then on): from here it must be refused
+    /// alone, before its first resilver step too.
+    fn note_resilver_begun(&mut self) {
+        let resilvering = self
+            .store
+            .as_ref()
+            .is_some_and(|store| matches!(store.mirror_status().mirrors.get(1), Some(MirrorState::Resilvering { .. })));
+        if self.mode == FaultMode::InterruptedResilver && resilvering && self.resilver_left_blocks.is_none() {
+            self.resilver_left_blocks = Some(self.geometry.layout().expect("laid out at format").block_count);
+        }
+    }
+
     /// Copies a random part of the store onto the returned mirror, then cuts the power.
     fn cut_resilver(&mut self) -> Step<()> {
         let block_count = self.geometry.layout().expect("laid out at format").block_count;
@@ -681,6 +694,7 @@ impl Run {
             match checked {
                 Ok(()) => {
                     self.report.crash_points_checked += 1;
+                    self.note_resilver_begun();
                     return Ok(());
                 }
                 Err(Stop::Crash) => self.trace(format_args!("crash during recovery")),

@@ -35,6 +35,8 @@ pub enum MirrorState {
 pub(crate) struct Mirror<D> {
     pub(crate) device: D,
     pub(crate) state: MirrorState,
+    /// Resilvering, and its superblock slots hold the resilver record (`resilver.rs`).
+    pub(crate) marked_incomplete: bool,
 }
 
 pub(crate) struct MirrorSet<D> {
@@ -63,6 +65,7 @@ impl<D: BlockDevice> MirrorSet<D> {
             .map(|device| Mirror {
                 device,
                 state: MirrorState::Healthy,
+                marked_incomplete: false,
             })
             .collect();
         Ok(Self {

@@ -183,6 +183,8 @@ impl<D: BlockDevice> Store<D> {
             totals: Totals::default(),
             recovery_findings,
         };
+        // Before anything else reaches a mirror to be resilvered (see resilver.rs).
+        store.mark_incomplete_mirrors()?;
         if read_only {
             // The same scan, with its repairs skipped by the mirror set.
             store.recover_log()?;

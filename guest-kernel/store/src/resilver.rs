@@ -2,12 +2,12 @@
 //! runs. Writes already go to the mirror being filled; this copies, block range by block
 //! range, everything else from a healthy mirror.
 //!
-//! The mirror says on disk that it is incomplete: before its first block is copied, each of
-//! its superblock slots gets a [`ResilverRecord`] (each flushed), and only the last step,
-//! after every other block is on the media, copies the superblocks over it. A copy cut
-//! short at any point therefore leaves a mirror that opens nowhere alone (its store refuses
-//! it, `check` names it) and that the store copies again when it is opened beside the
-//! mirror it came from.
+//! The mirror says on disk that it is incomplete: before anything is written to it (the
+//! open that finds it stale, [`Store::replace_mirror`]), each of its superblock slots gets a
+//! [`ResilverRecord`] (each flushed), and only the last step, after every other block is
+//! on the media, copies the superblocks over it. A copy cut short at any point therefore
+//! leaves a mirror that opens nowhere alone (its store refuses it, `check` names it) and
+//! that the store copies again when it is opened beside the mirror it came from.
 
 use crate::device::{BLOCK_SIZE, BlockDevice};
 use crate::error::StoreError;
@@ -26,17 +26,32 @@ impl<D: BlockDevice> Store<D> {
         if device.block_count() < self.layout.block_count {
             return Err(StoreError::Geometry("the replacement is smaller than the store"));
         }
-        self.mirrors.replace(mirror, device)
+        self.mirrors.replace(mirror, device)?;
+        self.mark_incomplete_mirrors()
+    }
+
+    /// Writes the resilver record onto every mirror about to be resilvered that lacks it,
+    /// before anything else is written to it: the store's own writes reach a resilvering
+    /// mirror from the start (open's checkpoint, the journal), and a stale mirror's old
+    /// superblock must not vouch for them. Called by open and [`Store::replace_mirror`],
+    /// and by the first resilver step.
+    pub(crate) fn mark_incomplete_mirrors(&mut self) -> Result<(), StoreError> {
+        let record = self.resilver_record();
+        self.mirrors.mark_incomplete(&record)
+    }
+
+    fn resilver_record(&self) -> ResilverRecord {
+        ResilverRecord {
+            geometry: self.geometry,
+            source_generation: self.superblock.generation,
+        }
     }
 
     /// Copies up to `block_count_max` blocks to a resilvering mirror; returns the blocks
     /// still to copy (0 once every mirror is healthy).
     pub fn resilver_step(&mut self, block_count_max: u64) -> Result<u64, StoreError> {
-        let record = ResilverRecord {
-            geometry: self.geometry,
-            source_generation: self.superblock.generation,
-        };
-        let left = self.mirrors.resilver_step(self.layout.block_count, block_count_max, &record)?;
+        self.mark_incomplete_mirrors()?;
+        let left = self.mirrors.resilver_step(self.layout.block_count, block_count_max)?;
         if left == 0 && self.superblock.degraded_generation != 0 && !self.mirror_status().degraded {
             // Whole again: the next superblock, on both mirrors, says so.
             self.write_superblock(|_| {})?;
@@ -52,6 +67,7 @@ impl<D: BlockDevice> MirrorSet<D> {
         let mirror = Mirror {
             device,
             state: MirrorState::Resilvering { copied_blocks: 0 },
+            marked_incomplete: false,
         };
         if index < self.mirrors.len() {
             if !matches!(self.mirrors[index].state, MirrorState::Failed(_)) && self.live_count() == 1 {
@@ -68,15 +84,34 @@ impl<D: BlockDevice> MirrorSet<D> {
         }
     }
 
-    /// Copies up to `block_count_max` blocks to the first resilvering mirror from a healthy
-    /// one: `record` into its superblock slots first, then blocks 2 and up in order, then
-    /// the superblocks. Returns the blocks still to copy (0 when no mirror is resilvering).
-    pub(crate) fn resilver_step(
-        &mut self,
-        store_block_count: u64,
-        block_count_max: u64,
-        record: &ResilverRecord,
-    ) -> Result<u64, StoreError> {
+    /// The resilver record onto each resilvering mirror not marked yet: slot 0, flush,
+    /// slot 1, flush, one at a time so that a crash tears at most one (a mirror marked
+    /// again after a crash keeps a whole record in the other slot). A mirror that fails
+    /// meanwhile is dropped.
+    fn mark_incomplete(&mut self, record: &ResilverRecord) -> Result<(), StoreError> {
+        if self.read_only {
+            return Ok(());
+        }
+        for target in 0..self.mirrors.len() {
+            let mirror = &self.mirrors[target];
+            if mirror.marked_incomplete || !matches!(mirror.state, MirrorState::Resilvering { .. }) {
+                continue;
+            }
+            let mut marked = true;
+            for slot in 0..SUPERBLOCK_BLOCKS {
+                let mut block = zeroed_block();
+                record.encode(&mut block, slot);
+                marked = marked && self.copy_to(target, slot, &block[..])? && self.flush_target(target)?;
+            }
+            self.mirrors[target].marked_incomplete = marked;
+        }
+        Ok(())
+    }
+
+    /// Copies up to `block_count_max` blocks to the first resilvering mirror (marked
+    /// incomplete first) from a healthy one: blocks 2 and up in order, then the
+    /// superblocks. Returns the blocks still to copy (0 when no mirror is resilvering).
+    pub(crate) fn resilver_step(&mut self, store_block_count: u64, block_count_max: u64) -> Result<u64, StoreError> {
         if self.read_only {
             return Err(StoreError::ReadOnly);
         }
@@ -93,20 +128,10 @@ impl<D: BlockDevice> MirrorSet<D> {
         let Some(source) = self.mirrors.iter().position(|mirror| mirror.state == MirrorState::Healthy) else {
             return Err(StoreError::NoMirror);
         };
-        let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
-        if copied_blocks == 0 {
-            // Incomplete on disk before anything is copied: a stale mirror's own superblock
-            // would otherwise vouch for a body half of another generation. One slot at a
-            // time, so that a crash tears at most one: a copy started again after a crash
-            // keeps a whole record in the other slot.
-            for slot in 0..SUPERBLOCK_BLOCKS {
-                let mut block = zeroed_block();
-                record.encode(&mut block, slot);
-                if !self.copy_to(target, slot, &block[..])? || !self.flush_target(target)? {
-                    return Ok(0);
-                }
-            }
+        if !self.mirrors[target].marked_incomplete {
+            return Err(StoreError::WrongPhase);
         }
+        let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
         let (first_block, count) = if copied_blocks < body_blocks {
             (
                 SUPERBLOCK_BLOCKS + copied_blocks,
@@ -133,6 +158,7 @@ impl<D: BlockDevice> MirrorSet<D> {
                 return Ok(0);
             }
             self.mirrors[target].state = MirrorState::Healthy;
+            self.mirrors[target].marked_incomplete = false;
             return Ok(0);
         }
         let copied_blocks = copied_blocks + count;
@@ -190,8 +216,10 @@ mod tests {
         checkpoint_pages(&mut store, &[(3, 2, 0x32), (150, 1, 0xf1)]);
         migrate_all(&mut store);
         drop(store);
+        // The pair's open marks mirror 1 before it writes anything, its own superblock
+        // included: the record names the generation it recovered.
+        let source_generation = Store::open_read_only(alloc::vec![a.clone()]).unwrap().inspect().superblock_generation;
         let mut store = Store::open(alloc::vec![a.clone(), b.clone()]).unwrap();
-        let source_generation = store.inspect().superblock_generation;
         for _ in 0..steps {
             store.resilver_step(16).unwrap();
         }
@@ -201,8 +229,8 @@ mod tests {
     }
 
     #[test]
-    fn a_mirror_is_marked_incomplete_on_disk_from_its_first_copied_block() {
-        let (_, b, source_generation) = cut_resilver(1);
+    fn a_mirror_is_marked_incomplete_on_disk_before_anything_is_written_to_it() {
+        let (_, b, source_generation) = cut_resilver(0);
         for slot in 0..2u64 {
             let block: alloc::vec::Vec<u8> = b.block(slot);
             let block = crate::format::as_block(&block);
@@ -217,7 +245,7 @@ mod tests {
     #[test]
     fn a_mirror_whose_resilver_was_cut_is_refused_alone_at_any_cut_point() {
         let block_count = GEOMETRY.layout().unwrap().block_count;
-        for steps in [1, 3, block_count / 32, block_count / 16 - 1] {
+        for steps in [0, 1, 3, block_count / 32, block_count / 16 - 1] {
             let (_, b, source_generation) = cut_resilver(steps);
             for open in [Store::open, Store::open_read_only] {
                 assert_eq!(

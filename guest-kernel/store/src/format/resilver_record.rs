@@ -1,5 +1,5 @@
 //! The resilver record: what a mirror being resilvered holds in its superblock slots
-//! (blocks 0 and 1) from before its first block is copied until the copy is whole. A
+//! (blocks 0 and 1) from before anything is written to it until the copy is whole. A
 //! half-copied mirror then has no superblock to be opened on: alone it is refused
 //! ([`crate::StoreError::ResilverIncomplete`]), and beside the mirror it was copied from it
 //! is copied again. Without it, a stale mirror kept its old valid superblock over a body
