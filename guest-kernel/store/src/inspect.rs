@@ -33,11 +33,13 @@ pub struct StoreCounters {
     pub mirror_repaired_blocks_total: u64,
     /// 1 while a mirror is missing, failed or resilvering.
     pub mirror_degraded: u64,
+    /// Scrubs that checked every home block's copies on every mirror to the end.
+    pub scrub_passes_total: u64,
 }
 
 impl StoreCounters {
     /// Every counter with its metric name, for the text exposition format.
-    pub fn metrics(&self) -> [(&'static str, f64); 10] {
+    pub fn metrics(&self) -> [(&'static str, f64); 11] {
         [
             (
                 "holdfast_checkpoint_generation",
@@ -73,6 +75,7 @@ impl StoreCounters {
                 self.mirror_repaired_blocks_total as f64,
             ),
             ("holdfast_mirror_degraded", self.mirror_degraded as f64),
+            ("holdfast_scrub_passes_total", self.scrub_passes_total as f64),
         ]
     }
 }
@@ -193,6 +196,7 @@ impl<D: BlockDevice> Store<D> {
             device_written_bytes_total: self.mirrors.written_bytes_total,
             mirror_repaired_blocks_total: self.mirrors.repaired_blocks_total,
             mirror_degraded: u64::from(self.mirror_status().degraded),
+            scrub_passes_total: self.totals.scrub_passes,
         }
     }
 

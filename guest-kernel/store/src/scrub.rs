@@ -38,6 +38,11 @@ impl<D: BlockDevice> Store<D> {
         let range = self.range_layout(kind);
         if cursor.group >= range.group_count {
             if cursor.in_pages {
+                if cursor.group == range.group_count {
+                    // Counted once, however often the finished cursor is stepped again.
+                    cursor.group += 1;
+                    self.totals.scrub_passes += 1;
+                }
                 return Ok(false);
             }
             *cursor = ScrubCursor { in_pages: true, group: 0, ..*cursor };
@@ -157,7 +162,10 @@ mod tests {
         }
         a.flip_bit(layout.page_ranges.data_first_block + 7);
         let mut cursor = ScrubCursor::default();
+        assert_eq!(store.counters().scrub_passes_total, 0);
         while store.scrub_step(&mut cursor).unwrap() {}
+        assert!(!store.scrub_step(&mut cursor).unwrap());
+        assert_eq!(store.counters().scrub_passes_total, 1);
         assert_eq!((cursor.blocks_checked, cursor.copies_checked, cursor.copies_repaired), (120, 240, 4));
         assert_eq!(store.counters().mirror_repaired_blocks_total, 4);
         assert!(store.check().unwrap().is_clean());
