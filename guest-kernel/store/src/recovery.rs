@@ -25,10 +25,11 @@ use crate::store::{DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Sto
 impl<D: BlockDevice> Store<D> {
     /// Opens the store on its mirrors and recovers it: reads then return the newest
     /// committed checkpoint plus every journal commit durable after it. A mirror with no
-    /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]), as is
-    /// one whose resilver was cut short (alone it is refused,
-    /// [`StoreError::ResilverIncomplete`]); a mirror holding another store is refused. If the log holds blocks not yet home, the
-    /// store starts in the migrating phase; call [`Store::migrate_step`] until done.
+    /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]), as
+    /// is one whose resilver was cut short (alone it is refused,
+    /// [`StoreError::ResilverIncomplete`]); a mirror holding another store is refused. If
+    /// the log holds blocks not yet home, the store starts in the migrating phase; call
+    /// [`Store::migrate_step`] until done.
     ///
     /// Recovery writes: it repairs bad copies (superblock slots, log records a mirror
     /// lacks) and writes a new superblock for this boot. The superblock slots it found bad

@@ -129,6 +129,8 @@ impl<D: BlockDevice> MirrorSet<D> {
             return Err(StoreError::NoMirror);
         };
         if !self.mirrors[target].marked_incomplete {
+            // The caller marks first ([`Store::resilver_step`]); a mirror it could not mark
+            // was dropped. Nothing is copied onto a mirror that could look whole.
             return Err(StoreError::WrongPhase);
         }
         let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;

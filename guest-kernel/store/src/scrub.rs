@@ -82,7 +82,7 @@ impl<D: BlockDevice> Store<D> {
         cursor.blocks_checked += checksums.len() as u64;
         cursor.copies_checked += result.copies_checked;
         cursor.copies_repaired += result.copies_repaired;
-        result.every_copy_bad.map_or(Ok(()), Err)
+        result.failure.map_or(Ok(()), Err)
     }
 }
 
@@ -90,9 +90,9 @@ impl<D: BlockDevice> Store<D> {
 struct ScrubRun {
     copies_checked: u64,
     copies_repaired: u64,
-    /// The first block of the run with no good copy anywhere (the others were still
-    /// checked and repaired).
-    every_copy_bad: Option<StoreError>,
+    /// The first failure: a block with no good copy on any mirror, or a repair that could
+    /// not be written (the rest of the run was still checked and repaired).
+    failure: Option<StoreError>,
 }
 
 impl<D: BlockDevice> MirrorSet<D> {
@@ -102,7 +102,7 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// otherwise stay until that mirror is the last one.
     fn scrub_blocks(&mut self, first_block: u64, expected_checksums: &[u32], region: Region) -> ScrubRun {
         let block_count = expected_checksums.len();
-        let mut result = ScrubRun { copies_checked: 0, copies_repaired: 0, every_copy_bad: None };
+        let mut result = ScrubRun { copies_checked: 0, copies_repaired: 0, failure: None };
         // Each mirror's copy of the run; `None` where the read failed (every block bad).
         let copies: Vec<(usize, Option<Vec<u8>>)> = self
             .readable(first_block, block_count as u64)
@@ -113,25 +113,29 @@ impl<D: BlockDevice> MirrorSet<D> {
             })
             .collect();
         for (offset, &expected) in expected_checksums.iter().enumerate() {
-            let bytes = |run: &Vec<u8>| run[offset * BLOCK_SIZE..(offset + 1) * BLOCK_SIZE].to_vec();
-            let good = copies
+            let bytes = offset * BLOCK_SIZE..(offset + 1) * BLOCK_SIZE;
+            // Per mirror, whether its copy is good.
+            let good: Vec<(usize, bool)> = copies
                 .iter()
-                .filter_map(|(_, run)| run.as_ref().map(bytes))
-                .find(|block| checksum(block) == expected);
+                .map(|(index, run)| (*index, run.as_ref().is_some_and(|run| checksum(&run[bytes.clone()]) == expected)))
+                .collect();
             result.copies_checked += copies.len() as u64;
             let block = first_block + offset as u64;
-            let Some(good) = good else {
-                result.every_copy_bad.get_or_insert(StoreError::Corrupt(Corruption { region, block, check: Check::DataChecksum }));
+            let Some(good_copy) = good
+                .iter()
+                .position(|&(_, good)| good)
+                .and_then(|position| copies[position].1.as_ref())
+                .map(|run| run[bytes.clone()].to_vec())
+            else {
+                result.failure.get_or_insert(StoreError::Corrupt(Corruption { region, block, check: Check::DataChecksum }));
                 continue;
             };
-            for (index, run) in &copies {
-                if run.as_ref().is_none_or(|run| checksum(&bytes(run)) != expected) {
-                    match self.write_to(*index, block, &good) {
-                        // Read-only, nothing was written.
-                        Ok(()) => result.copies_repaired += u64::from(!self.read_only),
-                        Err(error) => {
-                            result.every_copy_bad.get_or_insert(error);
-                        }
+            for (index, _) in good.into_iter().filter(|&(_, good)| !good) {
+                match self.write_to(index, block, &good_copy) {
+                    // Read-only, nothing was written.
+                    Ok(()) => result.copies_repaired += u64::from(!self.read_only),
+                    Err(error) => {
+                        result.failure.get_or_insert(error);
                     }
                 }
             }

@@ -39,7 +39,7 @@ impl MemoryDevice {
         self.0.borrow()[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE].to_vec()
     }
 
-    pub(crate) fn set_block(&self, block: u64, bytes: &[u8]) {
+    fn set_block(&self, block: u64, bytes: &[u8]) {
         self.0.borrow_mut()[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE]
             .copy_from_slice(bytes);
     }
@@ -82,7 +82,7 @@ pub(crate) const GEOMETRY: Geometry = Geometry {
     log_block_count: 256,
 };
 
-pub(crate) fn page(fill: u8) -> alloc::boxed::Box<format::Block> {
+fn page(fill: u8) -> alloc::boxed::Box<format::Block> {
     let mut block = zeroed_block();
     block.fill(fill);
     block
