@@ -1,4 +1,5 @@
-//! What the CLI and the metrics exporter ask of a store: counters, an inspection summary and a full check (`holdfast store inspect/check`).
+//! What the CLI and the metrics exporter ask of a store: counters, an inspection summary
+//! and a full check (`holdfast store inspect/check`).
 
 use alloc::vec::Vec;
 
