@@ -91,6 +91,28 @@ pub enum StoreError {
     /// is not whole and is never opened alone; beside the mirror it was copied from, the
     /// copy starts again.
     ResilverIncomplete { mirror: usize, source_generation: u64 },
+    /// A log record that was durable (a later record says so) is bad on every mirror:
+    /// starting from the records before it would lose the ones named. Opened with
+    /// [`crate::Recover::Truncate`], the store starts there and records it.
+    LogDamaged(LogLoss),
+}
+
+/// What a damaged log would lose if the store started from its last intact point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogLoss {
+    /// The device block of the first record no mirror holds whole.
+    pub block: u64,
+    /// The records lost: the damaged one up to the newest found after it.
+    pub first_sequence: u64,
+    pub last_sequence: u64,
+    /// Lowest and highest generation the lost records name (checkpoint data and commits:
+    /// their checkpoint; journal records: the snapshot their commits follow); the damaged
+    /// record's own is known only when its header survived.
+    pub generations: (u64, u64),
+    /// The newest checkpoint whose commit record is among the lost ones.
+    pub checkpoint_committed: Option<u64>,
+    /// The journal tickets (commits) of the lost journal records found, lowest and highest.
+    pub journal_tickets: Option<(u64, u64)>,
 }
 
 impl From<Corruption> for StoreError {
@@ -177,6 +199,32 @@ impl fmt::Display for StoreError {
                  interrupted, so it does not hold the whole store; refused alone — open it beside the mirror it \
                  was copied from to finish the copy"
             ),
+            Self::LogDamaged(loss) => write!(
+                f,
+                "{loss}; refusing to start (`--append holdfast.recover=truncate` starts from the last intact point and loses them)"
+            ),
         }
+    }
+}
+
+impl fmt::Display for LogLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "log record {} (block {}) is bad on every mirror and later records say it was durable: records {}..={} would be lost (generations {}..={}",
+            self.first_sequence,
+            self.block,
+            self.first_sequence,
+            self.last_sequence,
+            self.generations.0,
+            self.generations.1
+        )?;
+        if let Some(generation) = self.checkpoint_committed {
+            write!(f, ", the commit of checkpoint {generation}")?;
+        }
+        if let Some((first, last)) = self.journal_tickets {
+            write!(f, ", journal commits {first}..={last}")?;
+        }
+        f.write_str(")")
     }
 }
