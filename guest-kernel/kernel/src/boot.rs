@@ -31,6 +31,9 @@ pub struct BootOptions {
     pub kernel_fault: Option<&'static str>,
     /// How often a checkpoint is taken when the disk holds a store.
     pub checkpoint_interval_ms: u64,
+    /// Exercise the devices at boot (`holdfast.device-selftest`, set by the test harness):
+    /// write a test disk's sectors and ping the network. A production boot does neither.
+    pub device_selftest: bool,
     /// `holdfast.recover=truncate`: start a store whose log is damaged past repair from its
     /// last intact point (the store refuses otherwise, naming what would be lost).
     pub recover: holdfast_store::Recover,
@@ -42,9 +45,13 @@ impl BootOptions {
             stay_up: false,
             kernel_fault: None,
             checkpoint_interval_ms: persistence::DEFAULT_INTERVAL_MS,
+            device_selftest: false,
             recover: holdfast_store::Recover::Refuse,
         };
         for word in command_line.split_ascii_whitespace() {
+            if word == "holdfast.device-selftest" {
+                options.device_selftest = true;
+            }
             match word.split_once('=') {
                 Some(("holdfast.after", "stay")) => options.stay_up = true,
                 Some(("holdfast.kernel-fault", kind)) => options.kernel_fault = Some(kind),
@@ -53,6 +60,10 @@ impl BootOptions {
                     Ok(milliseconds) if milliseconds > 0 => {
                         options.checkpoint_interval_ms = milliseconds;
                     }
+                    _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
+                },
+                Some(("holdfast.disk-answer-limit-ms", value)) => match value.parse() {
+                    Ok(milliseconds) if milliseconds > 0 => drivers::set_answer_time_limit_ms(milliseconds),
                     _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
                 },
                 _ => {}
@@ -119,7 +130,11 @@ fn run(
         boot.protocol.name(),
         boot.command_line
     );
-    drivers::self_test(&mut devices, check);
+    if options.device_selftest {
+        drivers::self_test(&mut devices, check);
+    } else {
+        println!("selftest: devices: not exercised (no holdfast.device-selftest): only the store's disks are written, no packet is sent");
+    }
     let disks = devices
         .blocks
         .into_iter()

@@ -14,6 +14,7 @@ use holdfast_abi::interface::{
 };
 use holdfast_abi::methods::space_flags;
 use holdfast_objects::node::process_root;
+use holdfast_objects::restart;
 use holdfast_objects::{CapType, Capability, Rights, Slot};
 
 use crate::arch::syscall::UserRegisters;
@@ -288,62 +289,20 @@ fn registers_as_words(registers: &UserRegisters) -> [u64; 18] {
     ]
 }
 
-/// Registers from `write_registers`' string; `rip` and `rsp` must be user addresses, and
-/// only the arithmetic flags, direction and trap flags come from the caller: interrupts stay
-/// on and I/O privilege stays 0, or a process could stop the clock or reach the hardware.
+/// Registers from `write_registers`' string, checked by [`restart::user_registers`] (the
+/// checks a restart makes on a root node's registers too).
 fn registers_from_bytes(bytes: &[u8]) -> Result<UserRegisters, ObjectError> {
-    if bytes.len() != 18 * 8 {
+    let mut words = [0u64; restart::REGISTER_COUNT];
+    if bytes.len() != words.len() * 8 {
         return Err(ObjectError::OutOfRange);
     }
-    let mut words = [0u64; 18];
     for (word, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
         *word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
     }
-    let user = holdfast_abi::USER_ADDRESS_END;
-    if words[15] >= user || words[16] > user {
-        return Err(ObjectError::OutOfRange);
-    }
-    const USER_FLAGS: u64 = 0x0000_0cd5; // CF PF AF ZF SF TF DF OF
-    const INTERRUPTS_ON: u64 = 0x202;
-    let [
-        rax,
-        rbx,
-        rcx,
-        rdx,
-        rsi,
-        rdi,
-        rbp,
-        r8,
-        r9,
-        r10,
-        r11,
-        r12,
-        r13,
-        r14,
-        r15,
-        rip,
-        rsp,
-        rflags,
-    ] = words;
+    let [rax, rbx, rcx, rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15, rip, rsp, rflags] =
+        restart::user_registers(words).map_err(|_| ObjectError::OutOfRange)?;
     Ok(UserRegisters {
-        rax,
-        rbx,
-        rcx,
-        rdx,
-        rsi,
-        rdi,
-        rbp,
-        r8,
-        r9,
-        r10,
-        r11,
-        r12,
-        r13,
-        r14,
-        r15,
-        rip,
-        rsp,
-        rflags: (rflags & USER_FLAGS) | INTERRUPTS_ON,
+        rax, rbx, rcx, rdx, rsi, rdi, rbp, r8, r9, r10, r11, r12, r13, r14, r15, rip, rsp, rflags,
     })
 }
 

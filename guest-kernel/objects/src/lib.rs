@@ -13,7 +13,9 @@
 //! - [`cache`]: objects by id, with the version check that makes revocation work;
 //! - [`table`]: the cache's tables, whose lookups the invocation path makes many of;
 //! - [`directory`]: the checkpoint's list of processes and next object ids;
-//! - [`image`]: a node's image on the store, checked field by field when read back.
+//! - [`image`]: a node's image on the store, checked field by field when read back;
+//! - [`restart`]: what a restart reads from the checkpoint (directory, root nodes), checked
+//!   as ring-3 input.
 #![no_std]
 
 extern crate alloc;
@@ -23,6 +25,7 @@ pub mod capability;
 pub mod directory;
 pub mod image;
 pub mod node;
+pub mod restart;
 pub mod space;
 pub mod table;
 

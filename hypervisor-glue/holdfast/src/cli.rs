@@ -170,6 +170,10 @@ pub struct RunArguments {
     /// A raw disk image to attach as a virtio-blk PCI device (repeatable; in order)
     #[arg(long = "disk", value_name = "FILE")]
     pub disks: Vec<PathBuf>,
+    /// Test aid, not for production: pass --disk number N (from 0) through QEMU's
+    /// error-injecting blkdebug driver with this configuration file (repeatable)
+    #[arg(long, value_name = "N=CONFIG")]
+    pub disk_blkdebug: Vec<String>,
     /// Connect a virtio-net device to this TCP endpoint (QEMU -netdev stream)
     #[arg(long, value_name = "HOST:PORT")]
     pub net_connect: Option<NetConnect>,

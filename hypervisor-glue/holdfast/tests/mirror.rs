@@ -17,7 +17,15 @@
 //! - both copies of a needed block bad: one clear line naming the block and the check, and
 //!   nothing starts;
 //! - a foreign disk, or one holding another store, beside the store: refused with a line,
-//!   never written, and the store runs degraded.
+//!   never written, and the store runs degraded;
+//! - a root node whose rip is a kernel address, committed with valid checksums: the restart
+//!   restores that process faulted (contained), in one line naming it and its root node;
+//! - a disk whose every write fails (QEMU's `blkdebug` driver injecting EIO,
+//!   `holdfast run --disk-blkdebug`): that mirror is marked failed and the system checkpoints
+//!   on the other;
+//! - a disk that stops answering (QEMU's HMP `qemu-io disk1 "break write_aio ..."` over its
+//!   `blkdebug` driver suspends its next write for good): the kernel gives it up after its
+//!   answer time limit, marks that mirror failed and goes on on the other.
 //!
 //! The kernel's lines (guest-kernel/kernel/src/persistence/mirror_disks.rs): `holdfast: store: mirrored on 2
 //! disks`, `holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 missing|being resilvered)`,
@@ -80,12 +88,18 @@ struct Vm {
 
 impl Vm {
     fn start(name: &str, disks: &[&Path], interval_ms: u64) -> Self {
+        Self::start_with(name, disks, interval_ms, "", &[])
+    }
+
+    /// [`Vm::start`] with more kernel command-line words and `holdfast run` arguments.
+    fn start_with(name: &str, disks: &[&Path], interval_ms: u64, append_more: &str, more: &[&str]) -> Self {
         let name = format!("{name}-{}", std::process::id());
-        let append = format!("holdfast.checkpoint-interval-ms={interval_ms}");
+        let append = format!("holdfast.checkpoint-interval-ms={interval_ms} {append_more}");
         let mut command = holdfast();
         command
             .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "120"])
-            .args(["--image-dir", text(persist_image()), "--append", &append]);
+            .args(["--image-dir", text(persist_image()), "--append", &append])
+            .args(more);
         for disk in disks {
             command.args(["--disk", text(disk)]);
         }
@@ -230,7 +244,8 @@ fn assert_clean(images: &[&Path], mirrors: usize) {
     assert!(clean, "the store is not clean\n{}", check.transcript());
 }
 
-/// An image file as a read-only block device, to inspect a store from the test.
+/// An image file as a block device, to inspect a store from the test (opened read-only) or
+/// to write a checkpoint of the test's own (opened read-write).
 struct ImageFile {
     file: File,
     block_count: u64,
@@ -246,8 +261,9 @@ impl BlockDevice for ImageFile {
         self.file.read_exact_at(buf, first_block * BLOCK_SIZE as u64).map_err(|_| DeviceError::Io)
     }
 
-    fn write(&mut self, _: u64, _: &[u8]) -> Result<(), DeviceError> {
-        Err(DeviceError::Io)
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        holdfast_store::device::check_request(self.block_count, first_block, data.len())?;
+        self.file.write_all_at(data, first_block * BLOCK_SIZE as u64).map_err(|_| DeviceError::Io)
     }
 
     fn flush(&mut self) -> Result<(), DeviceError> {
@@ -613,4 +629,106 @@ fn a_resilver_cut_short_is_refused_alone_and_finished_beside_its_source() {
     assert!(!holds_resilver_record(cut_b));
     assert_clean(&[cut_a, cut_b], 2);
     assert_clean(&[cut_b], 1);
+}
+
+#[test]
+fn a_disk_whose_writes_fail_is_marked_failed_and_the_system_goes_on_degraded() {
+    let (a, b) = format_pair("mirror-write-errors");
+    let first = first_boot("mirror-write-errors", &a, &b);
+    // QEMU's blkdebug driver under image b: every write fails with EIO (5), which virtio-blk
+    // reports to the guest as an I/O error. Reads still work.
+    let config = b.with_file_name("blkdebug.conf");
+    std::fs::write(&config, "[inject-error]\nevent = \"write_aio\"\nerrno = \"5\"\n").unwrap();
+    let b_before = std::fs::read(&b).unwrap();
+
+    let blkdebug = format!("1={}", text(&config));
+    let mut vm = Vm::start_with("mirror-write-errors", &[&a, &b], FREQUENT_MS, "", &["--disk-blkdebug", &blkdebug]);
+    let failed = |lines: &[String]| position(lines, "holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 failed: ");
+    vm.wait_for("mirror 1 failed, then two commits and two counts", |lines| {
+        failed(lines).is_some_and(|at| commits(&lines[at..]).len() >= 2 && counts(&lines[at..]).len() >= 2)
+    });
+    let degraded = vm.kill();
+    assert_healthy(&degraded);
+    assert_restarted(&first, &degraded);
+    assert!(std::fs::read(&b).unwrap() == b_before, "a write reached image b through blkdebug");
+    // Image a alone holds the whole store, with the checkpoints taken after b failed.
+    assert_clean(&[&a], 1);
+}
+
+#[test]
+fn a_disk_that_stops_answering_is_given_up_and_the_system_goes_on_degraded() {
+    let (a, b) = format_pair("mirror-no-answer");
+    let first = first_boot("mirror-no-answer", &a, &b);
+    // No rules: blkdebug passes everything through until told to hold a request.
+    let config = b.with_file_name("blkdebug.conf");
+    std::fs::write(&config, "").unwrap();
+
+    let blkdebug = format!("1={}", text(&config));
+    // 3 s: far longer than any answer under TCG here, short enough for CI.
+    let append = "holdfast.disk-answer-limit-ms=3000";
+    let mut vm = Vm::start_with("mirror-no-answer", &[&a, &b], FREQUENT_MS, append, &["--disk-blkdebug", &blkdebug]);
+    vm.wait_for("a restart and a commit on both mirrors", |lines| {
+        has(lines, "holdfast: store: mirrored on 2 disks") && !commits(lines).is_empty()
+    });
+    let socket = Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state").join(&vm.name).join("qmp.sock");
+    let mut qmp = holdfast_qemu::QmpClient::connect(&socket).expect("QMP");
+    let said = qmp.human_monitor_command("qemu-io disk1 \"break write_aio hold\"").expect("break");
+    assert_eq!(said.trim(), "", "qemu-io break");
+    // QEMU serves one QMP client at a time: `holdfast vm kill` needs the socket.
+    drop(qmp);
+    let held_from = vm.lines.len();
+    let failed = |lines: &[String]| position(lines, "holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 failed: ");
+    vm.wait_for("mirror 1 given up and failed, then two commits and two counts", |lines| {
+        failed(lines).is_some_and(|at| commits(&lines[at..]).len() >= 2 && counts(&lines[at..]).len() >= 2)
+    });
+    let degraded = vm.kill();
+    let transcript = degraded.join("\n");
+    let given_up = position(&degraded, "holdfast: virtio-blk: no answer within 3000 ms; the disk is given up").expect(&transcript);
+    assert!(held_from <= given_up, "{transcript}");
+    assert_healthy(&degraded);
+    assert_restarted(&first, &degraded);
+    assert_clean(&[&a], 1);
+}
+
+#[test]
+fn a_root_node_with_a_kernel_rip_restarts_that_process_faulted_naming_it() {
+    use holdfast_objects::directory::Directory;
+    use holdfast_objects::restart::register_words_slot;
+    use holdfast_objects::{Capability, Node, ObjectId};
+
+    let (a, b) = format_pair("mirror-bad-root");
+    first_boot("mirror-bad-root", &a, &b);
+    // A checkpoint of the test's own, through the store (every checksum valid): the first
+    // process's root node with rip (register word 15, the second of pair 7) in the kernel.
+    let open = |image: &Path| {
+        let file = OpenOptions::new().read(true).write(true).open(image).expect("open image");
+        let block_count = file.metadata().expect("image metadata").len() / BLOCK_SIZE as u64;
+        ImageFile { file, block_count }
+    };
+    let mut store = Store::open(vec![open(&a), open(&b)]).expect("the images hold a store");
+    let mut block = [0u8; BLOCK_SIZE];
+    store.read_page(ObjectId(0), &mut block).expect("the checkpoint directory");
+    let process = Directory::decode(&block).expect("a directory").processes.remove(0);
+    let (version, image) = store.read_node(process.root).expect("the root node");
+    let (mut node, resume_version) = Node::decode(&image).expect("a node image");
+    let [r15, _] = node.get(register_words_slot(7)).number_words().expect("registers");
+    node.swap(register_words_slot(7), Capability::number([r15, 0xffff_ffff_8010_0000]));
+    // The killed boot's last checkpoint may still be migrating home: finish it first.
+    while let holdfast_store::MigrationProgress::Migrating { .. } = store.migrate_step(64).unwrap() {}
+    store.begin_checkpoint().unwrap();
+    store.checkpoint_write_node(process.root, version, &node.encode(resume_version)).unwrap();
+    store.commit_checkpoint().unwrap();
+    drop(store);
+
+    // A process can leave its own rip there (a jump into the kernel half faults there), so
+    // the restart goes on with that process faulted, contained, and says so.
+    let mut vm = Vm::start("mirror-bad-root", &[&a, &b], QUIET_MS);
+    let contained = format!(
+        "holdfast: process {}: root node {}: rip 0xffffffff80100000 is not a user address; restored faulted, contained",
+        process.name, process.root.0
+    );
+    vm.wait_for("the contained process and a restart", |lines| has(lines, &contained) && restarted_from(lines).is_some());
+    let lines = vm.kill();
+    let transcript = lines.join("\n");
+    assert!(!lines.iter().any(|line| line.contains("panic")), "{transcript}");
 }

@@ -8,6 +8,8 @@
 //! - The guest broadcasts an Ethernet frame of EtherType 0x88B5 with payload
 //!   `HOLDFAST-NET-PING <nonce>` and expects `HOLDFAST-NET-PONG <nonce>` back within 3 s.
 //!   QEMU's `-netdev stream` carries each frame as a 4-byte big-endian length and the bytes.
+//! - Both happen only on a boot with `holdfast.device-selftest` ([`DEVICE_SELFTEST`], the test
+//!   harness's word): a production boot writes no test disk and sends no frame.
 
 mod support;
 
@@ -22,7 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use holdfast_abi::test_disk;
-use support::{Run, boot, scratch_dir};
+use support::{DEVICE_SELFTEST, Run, boot, scratch_dir};
 
 const SECTOR_BYTES: usize = test_disk::SECTOR_BYTES as usize;
 const DISK_BYTES: usize = 1 << 20;
@@ -37,7 +39,15 @@ fn random_u64() -> u64 {
 }
 
 fn run_with_disk(disk: &Path) -> Run {
-    boot(&["--disk", disk.to_str().expect("UTF-8 path")])
+    boot(&["--append", DEVICE_SELFTEST, "--disk", disk.to_str().expect("UTF-8 path")])
+}
+
+/// A test disk: the magic header with `seed`, zeros after it.
+fn test_disk_image(seed: u64) -> Vec<u8> {
+    let mut image = vec![0u8; DISK_BYTES];
+    image[..TEST_MAGIC.len()].copy_from_slice(TEST_MAGIC);
+    image[TEST_MAGIC.len()..TEST_MAGIC.len() + 8].copy_from_slice(&seed.to_le_bytes());
+    image
 }
 
 /// The first line of the run's stdout that starts with `prefix`.
@@ -53,9 +63,7 @@ fn guest_writes_the_pattern_to_a_test_disk() {
     let directory = scratch_dir("test-disk");
     let disk = directory.join("disk.img");
     let seed = random_u64();
-    let mut image = vec![0u8; DISK_BYTES];
-    image[..TEST_MAGIC.len()].copy_from_slice(TEST_MAGIC);
-    image[TEST_MAGIC.len()..TEST_MAGIC.len() + 8].copy_from_slice(&seed.to_le_bytes());
+    let image = test_disk_image(seed);
     std::fs::write(&disk, &image).unwrap();
 
     let output = run_with_disk(&disk);
@@ -244,7 +252,7 @@ fn guest_pings_and_hears_the_pong() {
         move || serve_peer(listener, &guest_done, Duration::from_secs(240))
     });
 
-    let output = boot(&["--net-connect", &format!("127.0.0.1:{port}")]);
+    let output = boot(&["--append", DEVICE_SELFTEST, "--net-connect", &format!("127.0.0.1:{port}")]);
     guest_done.store(true, Ordering::Relaxed);
     let report = peer.join().expect("the peer thread ends");
 
@@ -268,4 +276,38 @@ fn guest_pings_and_hears_the_pong() {
         "peer: {report:?}\n{}",
         output.transcript()
     );
+}
+
+#[test]
+fn a_production_boot_leaves_a_test_disk_untouched_and_sends_no_frame() {
+    let directory = scratch_dir("production-boot");
+    let disk = directory.join("disk.img");
+    let image = test_disk_image(random_u64());
+    std::fs::write(&disk, &image).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let guest_done = Arc::new(AtomicBool::new(false));
+    let peer = thread::spawn({
+        let guest_done = Arc::clone(&guest_done);
+        move || serve_peer(listener, &guest_done, Duration::from_secs(240))
+    });
+
+    // No `holdfast.device-selftest`: a boot as production makes it.
+    let output = boot(&["--disk", disk.to_str().expect("UTF-8 path"), "--net-connect", &format!("127.0.0.1:{port}")]);
+    guest_done.store(true, Ordering::Relaxed);
+    let report = peer.join().expect("the peer thread ends");
+
+    assert_eq!(output.status, Some(0), "{}", output.transcript());
+    assert!(
+        output.stdout.contains("selftest: devices: not exercised (no holdfast.device-selftest)"),
+        "{}",
+        output.transcript()
+    );
+    assert_eq!(line_from(&output, "selftest: virtio-"), None, "{}", output.transcript());
+    assert!(report.connected, "QEMU never connected: {report:?}\n{}", output.transcript());
+    assert!(
+        report.pings.is_empty() && report.other_frames.is_empty(),
+        "a production boot sent frames nobody asked for: {report:?}"
+    );
+    assert!(std::fs::read(&disk).unwrap() == image, "a production boot wrote to a test disk");
 }

@@ -76,6 +76,9 @@ pub struct VmSpec {
     pub boot: Boot,
     /// Raw disk images, attached in order as virtio-blk PCI devices.
     pub disks: Vec<PathBuf>,
+    /// A test aid: (index into `disks`, QEMU `blkdebug` configuration file) for disks whose
+    /// I/O passes through QEMU's error-injecting `blkdebug` driver.
+    pub blkdebug: Vec<(usize, PathBuf)>,
     pub net_connect: Option<NetConnect>,
     pub accelerator: Accelerator,
     pub memory_mib: u32,
@@ -95,6 +98,7 @@ impl VmSpec {
         Self {
             boot,
             disks: Vec::new(),
+            blkdebug: Vec::new(),
             net_connect: None,
             accelerator,
             memory_mib: DEFAULT_MEMORY_MIB,
@@ -178,9 +182,19 @@ impl VmSpec {
         // pausing the VM (QEMU's default for a full disk: a frozen appliance that says
         // nothing). The event socket tells the host.
         for (index, disk) in self.disks.iter().enumerate() {
-            let drive_prefix =
-                format!("format=raw,if=none,id=disk{index},werror=report,rerror=report,file=");
-            arguments.add_with_path("-drive", &drive_prefix, disk);
+            let drive = format!("format=raw,if=none,id=disk{index},werror=report,rerror=report,");
+            let blkdebug = self.blkdebug.iter().find(|(disk_index, _)| *disk_index == index);
+            if let Some((_, config)) = blkdebug {
+                // Raw over blkdebug over the file: the raw format's reads and writes raise
+                // blkdebug's read_aio and write_aio events, which the rules match.
+                let mut value = OsString::from(format!("{drive}file.driver=blkdebug,file.config="));
+                value.push(escape_commas(config));
+                value.push(",file.image.filename=");
+                value.push(escape_commas(disk));
+                arguments.add_os(["-drive".into(), value]);
+            } else {
+                arguments.add_with_path("-drive", &format!("{drive}file="), disk);
+            }
             arguments.add([
                 "-device".to_owned(),
                 format!("virtio-blk-pci,drive=disk{index}"),
@@ -277,6 +291,21 @@ mod tests {
         assert!(
             words.iter().any(|w| w == "-nodefaults") && words.iter().any(|w| w == "-no-reboot")
         );
+    }
+
+    #[test]
+    fn a_blkdebug_disk_is_raw_over_blkdebug_over_its_image() {
+        let mut spec = VmSpec::new(Boot::Disk { boot_disk: "boot.img".into() }, Accelerator::Tcg);
+        spec.disks = vec!["a.img".into(), "b,1.img".into()];
+        spec.blkdebug = vec![(1, "rules,1.conf".into())];
+        let words = words(&spec);
+        assert!(contains_pair(&words, "-drive", "format=raw,if=none,id=disk0,werror=report,rerror=report,file=a.img"));
+        assert!(contains_pair(
+            &words,
+            "-drive",
+            "format=raw,if=none,id=disk1,werror=report,rerror=report,file.driver=blkdebug,file.config=rules,,1.conf,file.image.filename=b,,1.img"
+        ));
+        assert!(contains_pair(&words, "-device", "virtio-blk-pci,drive=disk1"));
     }
 
     #[test]

@@ -110,6 +110,15 @@ impl QmpClient {
         Ok(())
     }
 
+    /// Runs a human-monitor (HMP) command and returns what it printed. A test aid: HMP's
+    /// `qemu-io DRIVE "break write_aio TAG"` suspends the next write to a drive under
+    /// `blkdebug`, a disk that stops answering.
+    pub fn human_monitor_command(&mut self, command_line: &str) -> Result<String, QmpError> {
+        self.session
+            .execute(&qmp::human_monitor_command { command_line: command_line.to_owned(), cpu_index: None })
+            .map_err(|error| self.error("human-monitor-command", error))
+    }
+
     /// Ends QEMU (it exits with status 0).
     pub fn quit(mut self) -> Result<(), QmpError> {
         match self.session.execute(&qmp::quit {}) {

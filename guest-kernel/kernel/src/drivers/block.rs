@@ -12,8 +12,14 @@
 //! while the guest checksums the next. Every other request first waits for all of them,
 //! so that a read never overtakes a write and [`BlockDevice::flush`] covers them.
 //!
-//! The self-test writes only to a disk the host marked as a test disk
-//! ([`holdfast_abi::test_disk`]); every other disk is left untouched.
+//! A device that does not answer a request within [`answer_time_limit_ms`] (30 s unless the
+//! command line says `holdfast.disk-answer-limit-ms=N`) is given up: every request it holds
+//! is reported failed ([`DeviceError::Gone`]), their buffers are leaked rather than freed
+//! (the device might still write into them), and every later request fails at once. The
+//! store then drops that mirror and goes on with the others, instead of hanging.
+//!
+//! The self-test (run only under `holdfast.device-selftest`) writes only to a disk the host
+//! marked as a test disk ([`holdfast_abi::test_disk`]); every other disk is left untouched.
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
@@ -22,6 +28,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 use holdfast_abi::test_disk::{self, MAGIC as TEST_DISK_MAGIC, SECTORS as TEST_SECTORS};
 use virtio_drivers::device::blk::SECTOR_SIZE;
 use virtio_drivers::queue::VirtQueue;
@@ -47,6 +54,21 @@ fn in_flight_bytes_max() -> usize {
     crate::memory::heap_bytes() / 16
 }
 
+/// How long a request may go unanswered before its device is given up, in milliseconds.
+static ANSWER_TIME_LIMIT_MS: AtomicU64 = AtomicU64::new(30_000);
+
+/// Sets how long a disk may leave a request unanswered (`holdfast.disk-answer-limit-ms`).
+pub fn set_answer_time_limit_ms(milliseconds: u64) {
+    ANSWER_TIME_LIMIT_MS.store(milliseconds, Ordering::Relaxed);
+}
+
+pub fn answer_time_limit_ms() -> u64 {
+    ANSWER_TIME_LIMIT_MS.load(Ordering::Relaxed)
+}
+
+/// The device did not answer within [`answer_time_limit_ms`].
+struct Unanswered;
+
 /// Feature bits (virtio 1.1 5.2.3 and 6): read-only, flush, event index, version 1.
 const FEATURE_READ_ONLY: u64 = 1 << 5;
 const FEATURE_FLUSH: u64 = 1 << 9;
@@ -54,6 +76,16 @@ const FEATURE_EVENT_INDEX: u64 = 1 << 29;
 const FEATURE_VERSION_1: u64 = 1 << 32;
 const FEATURES_SUPPORTED: u64 =
     FEATURE_READ_ONLY | FEATURE_FLUSH | FEATURE_EVENT_INDEX | FEATURE_VERSION_1;
+
+/// Bytes of a request's header (virtio 1.1 5.2.6).
+const HEADER_BYTES: usize = 16;
+
+/// How a synchronous request went wrong before its status byte.
+enum Waited {
+    /// The queue refused the request or its answer.
+    Queue,
+    Unanswered,
+}
 
 /// Request types and the status that says a request succeeded (virtio 1.1 5.2.6).
 const REQUEST_READ: u32 = 0;
@@ -85,6 +117,8 @@ pub struct Block {
     /// The device's answers raise [`crate::arch::idt::BLOCK_VECTOR`]: a wait halts until
     /// one comes rather than spin ([`Block::wait_for_answer`]).
     interrupts: bool,
+    /// The device left a request unanswered past the time limit: it is not used again.
+    given_up: bool,
 }
 
 fn request_header(request: u32, sector: u64) -> Box<[u8; 16]> {
@@ -134,6 +168,7 @@ impl Block {
             in_flight: VecDeque::new(),
             failed_in_flight: None,
             interrupts: false,
+            given_up: false,
         })
     }
 
@@ -162,34 +197,67 @@ impl Block {
         self.interrupts = true;
     }
 
-    /// Waits until the device has answered a request. With its interrupts routed, the CPU
-    /// halts meanwhile: under emulation a spinning vCPU is a busy host thread, which the
-    /// host runs only in its turn once the answer is there (milliseconds on a loaded host)
-    /// and which takes CPU time from QEMU's I/O threads while they write; a halted one is
-    /// woken by the answer. A commit's write and flush are each such a wait.
-    fn wait_for_answer(&self) {
+    /// Waits until the device has answered a request, or [`answer_time_limit_ms`] has
+    /// passed. With its interrupts routed, the CPU halts meanwhile: under emulation a
+    /// spinning vCPU is a busy host thread, which the host runs only in its turn once the
+    /// answer is there (milliseconds on a loaded host) and which takes CPU time from QEMU's
+    /// I/O threads while they write; a halted one is woken by the answer. A commit's write
+    /// and flush are each such a wait.
+    fn wait_for_answer(&self) -> Result<(), Unanswered> {
         if !self.interrupts || !crate::arch::timer::apic_ready() {
-            self.spin_for_answer();
-            return;
+            return self.spin_for_answer();
         }
         let enabled = interrupts::are_enabled();
+        let deadline = AnswerDeadline::start();
         // The check runs with interrupts off and `sti; hlt` takes a pending one only once
         // halted, so an answer that comes after the check still ends the halt. The timer
-        // ends it too, so a lost interrupt costs a tick, never a hang.
+        // ends it too, so a lost interrupt costs a tick, never a hang, and the time limit
+        // is checked at least once a tick.
         interrupts::disable();
+        let mut answered = Ok(());
         while !self.queue.can_pop() {
+            if deadline.passed() {
+                answered = Err(Unanswered);
+                break;
+            }
             interrupts::enable_and_hlt();
             interrupts::disable();
         }
         if enabled {
             interrupts::enable();
         }
+        answered
     }
 
-    fn spin_for_answer(&self) {
+    fn spin_for_answer(&self) -> Result<(), Unanswered> {
+        let deadline = AnswerDeadline::start();
         while !self.queue.can_pop() {
+            if deadline.passed() {
+                return Err(Unanswered);
+            }
             core::hint::spin_loop();
         }
+        Ok(())
+    }
+
+    /// Gives the device up: what it holds is leaked, not freed (it might still write into
+    /// it), and every request from now on fails with [`DeviceError::Gone`].
+    fn give_up(&mut self) {
+        if !self.given_up {
+            crate::println!(
+                "holdfast: virtio-blk: no answer within {} ms; the disk is given up",
+                answer_time_limit_ms()
+            );
+        }
+        self.given_up = true;
+        self.failed_in_flight.get_or_insert(DeviceError::Gone);
+        for request in self.in_flight.drain(..) {
+            core::mem::forget(request);
+        }
+    }
+
+    fn check_not_given_up(&self) -> Result<(), DeviceError> {
+        if self.given_up { Err(DeviceError::Gone) } else { Ok(()) }
     }
 
     /// Waits for the oldest answer the device gave and pops it; a failure is kept for the
@@ -200,7 +268,10 @@ impl Block {
     /// most of a few (noisy) bench runs. The waits a journal commit makes alone with the
     /// device ([`Block::add_wait_pop`]) halt.
     fn complete_next(&mut self) {
-        self.spin_for_answer();
+        if self.spin_for_answer().is_err() {
+            self.give_up();
+            return;
+        }
         let token = self.queue.peek_used();
         let Some(index) = self.in_flight.iter().position(|request| Some(request.token) == token)
         else {
@@ -257,6 +328,7 @@ impl Block {
 
     /// Puts a write of `data` (or a flush, without data) in flight.
     fn submit(&mut self, request: u32, sector: u64, data: Option<Arc<Vec<u8>>>) -> Result<(), DeviceError> {
+        self.check_not_given_up()?;
         let bytes = data.as_ref().map_or(0, |data| data.len());
         while !self.in_flight.is_empty()
             && (self.in_flight.len() >= IN_FLIGHT_MAX
@@ -264,6 +336,7 @@ impl Block {
         {
             self.complete_next();
         }
+        self.check_not_given_up()?;
         let header = request_header(request, sector);
         let mut status = Box::new([STATUS_UNSET]);
         // SAFETY: the header, data and status buffers move into `self.in_flight` below and
@@ -284,36 +357,59 @@ impl Block {
         Ok(())
     }
 
-    /// A request that waits for its answer, after every request in flight.
+    /// A request that waits for its answer, after every request in flight. What the device
+    /// reads and writes is on the heap, in one buffer laid out as header, data, status, so
+    /// that a request left unanswered can be leaked whole (the device might still write
+    /// into it) while the caller's buffer goes back to the caller.
     fn request_and_wait(&mut self, request: u32, sector: u64, data_out: Option<&[u8]>, data_in: Option<&mut [u8]>) -> Result<(), DeviceError> {
         self.complete_all();
-        let header = request_header(request, sector);
-        let mut status = [STATUS_UNSET];
-        let result = match (data_out, data_in) {
-            (Some(data), _) => self.add_wait_pop(&[&header[..], data], &mut [&mut status[..]]),
-            (None, Some(data)) => self.add_wait_pop(&[&header[..]], &mut [data, &mut status[..]]),
-            (None, None) => self.add_wait_pop(&[&header[..]], &mut [&mut status[..]]),
+        self.check_not_given_up()?;
+        let data_bytes = data_out.map_or(0, <[u8]>::len) + data_in.as_deref().map_or(0, <[u8]>::len);
+        let mut buffer = vec![0u8; HEADER_BYTES + data_bytes + 1].into_boxed_slice();
+        buffer[..HEADER_BYTES].copy_from_slice(&request_header(request, sector)[..]);
+        if let Some(data) = data_out {
+            buffer[HEADER_BYTES..HEADER_BYTES + data.len()].copy_from_slice(data);
+        }
+        buffer[HEADER_BYTES + data_bytes] = STATUS_UNSET;
+        let (header, rest) = buffer.split_at_mut(HEADER_BYTES);
+        let (data, status) = rest.split_at_mut(data_bytes);
+        let result = match (data_out.is_some(), data_in.is_some()) {
+            (true, _) => self.add_wait_pop(&[&*header, &*data], &mut [status]),
+            (false, true) => self.add_wait_pop(&[&*header], &mut [data, status]),
+            (false, false) => self.add_wait_pop(&[&*header], &mut [status]),
         };
+        let status = status[0];
         match result {
-            Ok(_) if status[0] == STATUS_OK => Ok(()),
-            Ok(_) => Err(status_error(status[0])),
-            Err(_) => Err(DeviceError::Gone),
+            Err(Waited::Unanswered) => {
+                core::mem::forget(buffer);
+                self.give_up();
+                Err(DeviceError::Gone)
+            }
+            Err(Waited::Queue) => Err(DeviceError::Gone),
+            Ok(()) if status != STATUS_OK => Err(status_error(status)),
+            Ok(()) => {
+                if let Some(data_in) = data_in {
+                    data_in.copy_from_slice(&buffer[HEADER_BYTES..HEADER_BYTES + data_bytes]);
+                }
+                Ok(())
+            }
         }
     }
 
     /// The crate's `add_notify_wait_pop`, waiting by [`Block::wait_for_answer`]; the caller
     /// has waited for every request in flight, so the next answer is this one's.
-    fn add_wait_pop<'a>(&mut self, inputs: &'a [&'a [u8]], outputs: &'a mut [&'a mut [u8]]) -> virtio_drivers::Result<u32> {
-        // SAFETY: the buffers are borrowed until this function returns, and it returns only
-        // once the device has answered and the token is popped (or `add` failed, leaving
-        // nothing with the device), so the device never uses them after they are freed.
-        let token = unsafe { self.queue.add(inputs, outputs) }?;
+    fn add_wait_pop<'a>(&mut self, inputs: &'a [&'a [u8]], outputs: &'a mut [&'a mut [u8]]) -> Result<(), Waited> {
+        // SAFETY: the buffers are borrowed until this function returns, and it returns
+        // either once the device has answered and the token is popped (or `add` failed,
+        // leaving nothing with the device), or unanswered, after which the caller leaks
+        // them: the device never uses them after they are freed.
+        let token = unsafe { self.queue.add(inputs, outputs) }.map_err(|_| Waited::Queue)?;
         if self.queue.should_notify() {
             self.transport.notify(0);
         }
-        self.wait_for_answer();
+        self.wait_for_answer().map_err(|Unanswered| Waited::Unanswered)?;
         // SAFETY: the same buffers as given to `add` above, untouched since.
-        unsafe { self.queue.pop_used(token, inputs, outputs) }
+        unsafe { self.queue.pop_used(token, inputs, outputs) }.map(|_| ()).map_err(|_| Waited::Queue)
     }
 
     fn read_sectors(&mut self, sector: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
@@ -410,6 +506,7 @@ impl BlockDevice for Block {
     fn flush(&mut self) -> Result<(), DeviceError> {
         self.complete_all();
         self.take_failure()?;
+        self.check_not_given_up()?;
         if !self.flush_supported {
             // No write cache to flush: a completed write is on the media.
             return Ok(());
@@ -459,4 +556,27 @@ fn check_sectors(capacity_sectors: u64, sector: u64, len: usize) -> Result<(), D
 
 fn memory_page_bytes() -> u32 {
     crate::memory::PAGE_BYTES as u32
+}
+
+/// When a wait for an answer must end: [`answer_time_limit_ms`] after it started.
+struct AnswerDeadline {
+    tsc: u64,
+}
+
+impl AnswerDeadline {
+    fn start() -> Self {
+        let tsc_hz = crate::arch::timer::tsc_hz();
+        // Before the timer's calibration there is no clock to wait by (no request waits
+        // then: the disks are probed after it).
+        let limit_tsc = if tsc_hz == 0 {
+            u64::MAX
+        } else {
+            (u128::from(answer_time_limit_ms()) * u128::from(tsc_hz) / 1000).try_into().unwrap_or(u64::MAX)
+        };
+        Self { tsc: crate::arch::read_tsc().saturating_add(limit_tsc) }
+    }
+
+    fn passed(&self) -> bool {
+        crate::arch::read_tsc() >= self.tsc
+    }
 }

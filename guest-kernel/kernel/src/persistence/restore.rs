@@ -6,6 +6,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use holdfast_objects::cache::StoredNode;
 use holdfast_objects::directory::{Directory, DirectoryProcess};
+use holdfast_objects::restart::{self, StoreBounds};
 use holdfast_objects::{Node, ObjectId, Version};
 
 use crate::memory::PAGE_BYTES;
@@ -24,6 +25,10 @@ pub fn restore() -> Result<usize, String> {
     let mut block = Box::new([0u8; PAGE_BYTES]);
     store.read_page(DIRECTORY_PAGE, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
     let directory = Directory::decode(&block).map_err(|error| failed("checkpoint directory", &error))?;
+    // Its next ids size the object tables: checked against the store first, as ring-3 input.
+    let geometry = store.geometry();
+    let bounds = StoreBounds { node_count: geometry.node_count, page_count: geometry.page_count };
+    restart::check_directory(&directory, bounds).map_err(|error| error.to_string())?;
     let mut objects = OBJECTS.lock();
     objects.cache.know_stored_nodes(directory.next_node_id);
     objects.cache.know_stored_pages(directory.next_page_id);

@@ -5,7 +5,10 @@
 
 use alloc::collections::VecDeque;
 use holdfast_objects::node::process_root;
-use holdfast_objects::{CapType, Capability, ObjectId, Slot};
+// The root node's layout and its checks are the objects crate's: a restart is checked on
+// the host with the same code.
+use holdfast_objects::restart::{self, REGISTER_COUNT, RunState, register_words_slot, status};
+use holdfast_objects::{CapType, Capability, ObjectId};
 use x86_64::registers::control::Cr3;
 
 use crate::arch::idt::FaultReport;
@@ -13,19 +16,6 @@ use crate::arch::syscall::UserRegisters;
 use crate::objects::Objects;
 use crate::space;
 use super::table::{Process, ProcessState, SCHEDULER};
-
-// The run state in a root node's status slot: a number whose first word holds a code,
-// flags and a fault's vector (`interface.toml` lays them out), and whose second word holds
-// the exit code or the fault's rip. The register slots hold the 18 user registers in
-// `UserRegisters` order, then a fault's error code and address, then the invocation count.
-use holdfast_abi::run_state as status;
-
-const REGISTER_COUNT: usize = 18;
-
-/// The root node slot holding register words `2 pair` and `2 pair + 1`.
-fn register_words_slot(pair: usize) -> Slot {
-    Slot::new((process_root::REGISTERS_FIRST.index() + pair) as u64).expect("slots 20..=31")
-}
 
 fn register_words(registers: &UserRegisters) -> [u64; REGISTER_COUNT] {
     let r = registers;
@@ -123,38 +113,29 @@ pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Res
             .node_capability(CapType::Process, root_id)
             .ok_or_else(|| alloc::format!("process {name}: root node {} is not in the checkpoint", root_id.0))?;
         let node = objects.cache.node(&root).expect("just looked up");
-        let number = |slot: Slot| node.get(slot).number_words().unwrap_or([0, 0]);
-        let [code, detail] = number(process_root::STATUS);
-        let mut words = [0u64; process_root::REGISTER_WORDS];
-        for (index, pair) in words.chunks_exact_mut(2).enumerate() {
-            let slot = register_words_slot(index);
-            pair.copy_from_slice(&number(slot));
+        let restored = restart::read_named_process_root(name, root_id, node).map_err(|error| alloc::string::ToString::to_string(&error))?;
+        if let Some(why) = restored.contained {
+            crate::println!("holdfast: process {name}: root node {}: {why}; restored faulted, contained", root_id.0);
         }
-        let state = match code & status::CODE_MASK {
-            status::RUNNABLE | status::STALLED => ProcessState::Runnable,
-            status::AVAILABLE => ProcessState::Available,
-            status::WAITING_FOR_REPLY => ProcessState::WaitingForReply,
-            status::OUT_OF_TIME => ProcessState::OutOfTime,
-            status::STOPPED => ProcessState::Stopped { exit_code: detail },
-            status::FAULTED => ProcessState::Faulted(FaultReport {
-                vector: (code >> status::FAULT_VECTOR_SHIFT) as u8,
-                error_code: (code & status::FAULT_HAS_ERROR_CODE != 0).then_some(words[REGISTER_COUNT]),
-                rip: detail,
-                address: (code & status::FAULT_HAS_ADDRESS != 0).then_some(words[REGISTER_COUNT + 1]),
-            }),
-            other => return Err(alloc::format!("process {name}: unknown run state {other}")),
+        let state = match restored.state {
+            RunState::Runnable => ProcessState::Runnable,
+            RunState::Available => ProcessState::Available,
+            RunState::WaitingForReply => ProcessState::WaitingForReply,
+            RunState::OutOfTime => ProcessState::OutOfTime,
+            RunState::Stopped { exit_code } => ProcessState::Stopped { exit_code },
+            RunState::Faulted { vector, error_code, rip, address } => {
+                ProcessState::Faulted(FaultReport { vector, error_code, rip, address })
+            }
         };
-        let mut registers = [0u64; REGISTER_COUNT];
-        registers.copy_from_slice(&words[..REGISTER_COUNT]);
         scheduler.processes.push(Process {
             name,
             root,
             tables: space::UserTables::new(),
-            registers: registers_from(&registers),
+            registers: registers_from(&restored.registers),
             state,
             stalled: VecDeque::new(),
-            waiting_for_keeper: code & status::WAITING_FOR_KEEPER != 0,
-            invocation_count: words[REGISTER_COUNT + 2],
+            waiting_for_keeper: restored.waiting_for_keeper,
+            invocation_count: restored.invocation_count,
         });
     }
     Ok(())

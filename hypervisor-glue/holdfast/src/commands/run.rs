@@ -73,6 +73,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
     let spec = VmSpec {
         boot,
         disks: arguments.disks.clone(),
+        blkdebug: blkdebug_disks(&arguments)?,
         net_connect: arguments.net_connect.clone(),
         accelerator,
         memory_mib: arguments.memory_mib,
@@ -192,6 +193,25 @@ fn check_disk_images(disks: &[PathBuf]) -> Result<(), Failure> {
         seen.push((identity.0, identity.1, disk));
     }
     Ok(())
+}
+
+/// `--disk-blkdebug N=CONFIG`'s disks: each names a `--disk` by its 0-based position, once.
+fn blkdebug_disks(arguments: &RunArguments) -> Result<Vec<(usize, PathBuf)>, Failure> {
+    let mut disks: Vec<(usize, PathBuf)> = Vec::new();
+    for word in &arguments.disk_blkdebug {
+        let refuse = |why: &str| Failure::input(format!("--disk-blkdebug {word}: {why}"));
+        let (index, config) = word.split_once('=').ok_or_else(|| refuse("expected N=CONFIG"))?;
+        let index: usize = index.parse().map_err(|_| refuse("N is not a disk number"))?;
+        if index >= arguments.disks.len() {
+            return Err(refuse(&format!("there are {} --disk images", arguments.disks.len())));
+        }
+        if disks.iter().any(|(seen, _)| *seen == index) {
+            return Err(refuse("that disk has a blkdebug configuration already"));
+        }
+        std::fs::metadata(config).map_err(|error| refuse(&format!("{config}: {error}")))?;
+        disks.push((index, PathBuf::from(config)));
+    }
+    Ok(disks)
 }
 
 /// The exit status for the way the VM ended, or the failure to report.

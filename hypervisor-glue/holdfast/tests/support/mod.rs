@@ -11,6 +11,10 @@ use std::sync::OnceLock;
 /// Longest a test lets one VM run; a TCG boot through the self-test takes about a second.
 pub const VM_TIME_LIMIT_SECONDS: &str = "60";
 
+/// The kernel command-line word that makes a boot exercise its devices (write a test
+/// disk's sectors, ping the network): the test harness's, never a production boot's.
+pub const DEVICE_SELFTEST: &str = "holdfast.device-selftest";
+
 /// The repository root.
 pub fn source_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
