@@ -15,6 +15,7 @@ pub struct CampaignReport {
     pub mirror_repairs: u64,
     pub faults: FaultCounts,
     pub log_damage_refused: u64,
+    pub incomplete_mirrors_refused: u64,
 }
 
 /// The campaign's totals, as the CLI and the CI test print them.
@@ -24,7 +25,8 @@ impl core::fmt::Display for CampaignReport {
             f,
             "{} seeds, {} runs, {} crash points checked, {} checkpoints committed, {} journal \
              commits acknowledged, {} mirror repairs, {} corruptions reported as errors, {} \
-             opens refused for mid-log damage naming the loss; {}",
+             opens refused for mid-log damage naming the loss, {} part-copied \
+             mirrors refused alone; {}",
             self.seeds,
             self.runs,
             self.crash_points_checked,
@@ -33,6 +35,7 @@ impl core::fmt::Display for CampaignReport {
             self.mirror_repairs,
             self.corruption_reported,
             self.log_damage_refused,
+            self.incomplete_mirrors_refused,
             self.faults
         )
     }
@@ -61,6 +64,7 @@ impl CampaignReport {
         self.mirror_repairs += report.mirror_repairs;
         self.faults += report.faults;
         self.log_damage_refused += report.log_damage_refused;
+        self.incomplete_mirrors_refused += report.incomplete_mirrors_refused;
     }
 }
 

@@ -14,7 +14,7 @@ use holdfast_store::format::log_record::{Expected, LogHeader, RecordKind};
 use holdfast_store::format::superblock::Superblock;
 use holdfast_store::{
     BLOCK_SIZE, BlockDevice, CheckpointPhase, Geometry, JournalPage, MigrationProgress,
-    RecoveryNote, Recover, Region, Store, StoreError,
+    MirrorState, RecoveryNote, Recover, Region, Store, StoreError,
 };
 
 use crate::disk::{FaultCounts, SilentFaults, SimDisk, World};
@@ -31,7 +31,7 @@ const LOG_BLOCK_COUNT: u64 = 160;
 /// checkpoint of every object always fits.
 const LOG_FILL_RATIO_FORCE_CHECKPOINT: f64 = 0.5;
 
-/// Which faults a seed injects besides crashes, chosen by `seed % 9`.
+/// Which faults a seed injects besides crashes, chosen by `seed % 10`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultMode {
     /// One disk; crashes with torn and lost cached writes only.
@@ -59,11 +59,16 @@ pub enum FaultMode {
     /// refuse, naming it among the records lost, or recover everything acknowledged; then
     /// the operator's truncate must open and record the truncation. Never silently less.
     MidLogDamage,
+    /// As [`Self::StaleMirrorReturns`], but the resilver is cut by a power failure at a
+    /// random point of the copy; at that cut, and at any crash while the copy is under way,
+    /// mirror 1 alone must be refused ([`StoreError::ResilverIncomplete`]), by a read-write
+    /// open and by the read-only one `store check` uses. Beside mirror 0 it is copied again.
+    InterruptedResilver,
 }
 
 impl FaultMode {
     pub fn of_seed(seed: u64) -> Self {
-        match seed % 9 {
+        match seed % 10 {
             0 => Self::SingleDisk,
             1 => Self::Mirrored,
             2 => Self::MisdirectedWrites,
@@ -72,7 +77,8 @@ impl FaultMode {
             5 => Self::LostDiskReplaced,
             6 => Self::BitRotBothMirrors,
             7 => Self::StaleMirrorReturns,
-            _ => Self::MidLogDamage,
+            8 => Self::MidLogDamage,
+            _ => Self::InterruptedResilver,
         }
     }
 
@@ -89,7 +95,8 @@ impl FaultMode {
             Self::BitRotOneMirror | Self::BitRotBothMirrors => {
                 (faults.rotted_blocks, "rotted blocks")
             }
-            Self::LostDiskReplaced | Self::StaleMirrorReturns => {
+            // The interrupted resilver's cuts are counted apart (incomplete_mirrors_refused).
+            Self::LostDiskReplaced | Self::StaleMirrorReturns | Self::InterruptedResilver => {
                 (faults.vanished_disks, "vanished disks")
             }
             Self::MidLogDamage => (faults.log_records_damaged, "damaged log records"),
@@ -121,6 +128,9 @@ pub struct RunReport {
     pub faults: FaultCounts,
     /// Opens refused for mid-log damage, naming the damaged record among those lost.
     pub log_damage_refused: u64,
+    /// Restarts in the middle of a resilver at which the part-copied mirror alone was
+    /// refused, as it must be.
+    pub incomplete_mirrors_refused: u64,
 }
 
 /// A run that broke an invariant; `command` replays it.
@@ -197,6 +207,12 @@ struct Run {
     log_damaged: bool,
     /// The open refused the damage and the truncated store was checked: the run ends.
     ended: bool,
+    /// The blocks the copy onto mirror 1 still had to make at its last step, while it is
+    /// under way ([`FaultMode::InterruptedResilver`]).
+    resilver_left_blocks: Option<u64>,
+    /// The step at which that copy is cut, and whether that is due before the next step.
+    resilver_cut_step: usize,
+    pending_resilver_cut: bool,
 }
 
 pub fn run(options: &Options) -> Result<RunReport, Failure> {
@@ -302,6 +318,9 @@ impl Run {
             pending_restart: false,
             log_damaged: false,
             ended: false,
+            resilver_left_blocks: None,
+            resilver_cut_step: 0,
+            pending_resilver_cut: false,
         };
         run.trace(format_args!("seed {seed}: {mode:?}, geometry {geometry:?}"));
         Ok(run)
@@ -332,7 +351,7 @@ impl Run {
     fn disk_swapped(&self) -> bool {
         matches!(
             self.mode,
-            FaultMode::LostDiskReplaced | FaultMode::StaleMirrorReturns
+            FaultMode::LostDiskReplaced | FaultMode::StaleMirrorReturns | FaultMode::InterruptedResilver
         ) && self.replaced
     }
 
@@ -348,6 +367,9 @@ impl Run {
         self.inject_faults(step, step_count);
         if std::mem::take(&mut self.pending_restart) {
             return self.planned_restart();
+        }
+        if std::mem::take(&mut self.pending_resilver_cut) {
+            return self.cut_resilver();
         }
         let fill = self.store().log_fill_ratio();
         let phase = self.store().checkpoint_phase();
@@ -559,13 +581,74 @@ impl Run {
 
     fn resilver(&mut self) -> Step<()> {
         let blocks = 1 + self.rng.below(64);
-        let left = self
-            .store()
-            .resilver_step(blocks)
-            .map_err(|error| self.stopped("resilver_step", error))?;
+        let left = self.resilver_step(blocks)?;
         if left > 0 {
             self.trace(format_args!("resilver {blocks}: {left} blocks left"));
         }
+        Ok(())
+    }
+
+    /// A resilver step, its progress noted for [`Self::check_incomplete_mirror_refused`].
+    fn resilver_step(&mut self, block_count_max: u64) -> Step<u64> {
+        let left = self
+            .store()
+            .resilver_step(block_count_max)
+            .map_err(|error| self.stopped("resilver_step", error))?;
+        if self.mode == FaultMode::InterruptedResilver && self.replaced && !self.world.borrow().crashed {
+            self.resilver_left_blocks = (left > 0).then_some(left);
+        }
+        Ok(left)
+    }
+
+    /// An open beside the returned mirror marks it incomplete before it writes anything to
+    /// it (its checkpoints and journal reach it from then on): from here it must be refused
+    /// alone, before its first resilver step too.
+    fn note_resilver_begun(&mut self) {
+        let resilvering = self
+            .store
+            .as_ref()
+            .is_some_and(|store| matches!(store.mirror_status().mirrors.get(1), Some(MirrorState::Resilvering { .. })));
+        if self.mode == FaultMode::InterruptedResilver && resilvering && self.resilver_left_blocks.is_none() {
+            self.resilver_left_blocks = Some(self.geometry.layout().expect("laid out at format").block_count);
+        }
+    }
+
+    /// Copies a random part of the store onto the returned mirror, then cuts the power.
+    fn cut_resilver(&mut self) -> Step<()> {
+        let block_count = self.geometry.layout().expect("laid out at format").block_count;
+        let target_left = 3 + self.rng.below(block_count - 3);
+        while self.resilver_left_blocks.is_none_or(|left| left > target_left) {
+            let blocks = 1 + self.rng.below(64);
+            if self.resilver_step(blocks)? == 0 {
+                break;
+            }
+        }
+        self.crash_noticed()?;
+        self.trace(format_args!("power cut with {:?} blocks left to copy onto mirror 1", self.resilver_left_blocks));
+        self.restart()
+    }
+
+    /// At a power cut while mirror 1 is being copied (before the copy's last step, which
+    /// writes its superblocks), mirror 1 alone must be refused as incomplete, not opened
+    /// on its old superblock over a part-copied body.
+    fn check_incomplete_mirror_refused(&mut self) -> Step<()> {
+        // Left 2: the last step (the superblocks) may have been under way; either outcome
+        // is right.
+        if self.resilver_left_blocks.is_none_or(|left| left <= 2) || self.original_vanished {
+            return Ok(());
+        }
+        let alone = || vec![self.disks[1].clone()];
+        let results = [Store::open_read_only(alone()).err(), Store::open(alone()).err()];
+        for result in results {
+            if !matches!(result, Some(StoreError::ResilverIncomplete { mirror: 0, .. })) {
+                return Err(Stop::Fail(format!(
+                    "mirror 1, cut with {:?} blocks left to copy, opened alone: {result:?}",
+                    self.resilver_left_blocks
+                )));
+            }
+        }
+        self.trace(format_args!("mirror 1 alone is refused as incomplete"));
+        self.report.incomplete_mirrors_refused += 1;
         Ok(())
     }
 
@@ -599,7 +682,10 @@ impl Run {
                 self.poisoned_blocks.insert(block);
                 self.trace(format_args!("rot page home block {block} on both mirrors"));
             }
-            FaultMode::StaleMirrorReturns => {
+            FaultMode::InterruptedResilver if self.replaced && step == self.resilver_cut_step => {
+                self.pending_resilver_cut = true;
+            }
+            FaultMode::StaleMirrorReturns | FaultMode::InterruptedResilver => {
                 if step == step_count / 4 {
                     self.disks[1].vanish();
                     self.trace(format_args!("mirror 1 vanishes"));
@@ -608,6 +694,7 @@ impl Run {
                     self.replaced = true;
                     self.trace(format_args!("mirror 1 comes back, stale"));
                     self.pending_restart = true;
+                    self.resilver_cut_step = step + 1 + self.rng.below(step_count as u64 / 4 + 1) as usize;
                 }
             }
             FaultMode::LostDiskReplaced => {
@@ -650,6 +737,7 @@ impl Run {
                     world.crash_point = None;
                 }
             }
+            self.check_incomplete_mirror_refused()?;
             let damaged = self.damage_a_durable_log_record();
             let opened = match Store::open(self.disks.clone()) {
                 Err(StoreError::LogDamaged(loss)) if !self.world.borrow().crashed => {
@@ -664,6 +752,7 @@ impl Run {
             match checked {
                 Ok(()) => {
                     self.report.crash_points_checked += 1;
+                    self.note_resilver_begun();
                     return Ok(());
                 }
                 Err(Stop::Crash) => self.trace(format_args!("crash during recovery")),
@@ -893,12 +982,7 @@ impl Run {
 
     fn finish_once(&mut self) -> Step<()> {
         if self.disk_swapped() && !self.original_vanished {
-            while self
-                .store()
-                .resilver_step(256)
-                .map_err(|error| self.stopped("resilver", error))?
-                > 0
-            {}
+            while self.resilver_step(256)? > 0 {}
             self.crash_noticed()?;
             if self.store().mirror_status().degraded {
                 return Err(Stop::Fail("still degraded after resilvering".into()));

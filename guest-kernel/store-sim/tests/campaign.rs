@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use holdfast_store_sim::campaign::{CampaignReport, run_seed};
 
-/// Two seeds of each of the nine fault modes.
-const SEEDS: std::ops::Range<u64> = 0..18;
+/// Two seeds of each of the ten fault modes.
+const SEEDS: std::ops::Range<u64> = 0..20;
 const STEPS: usize = 40;
 /// Measured at 7 474 crash points for these seeds and steps (7 s of one core in a release
 /// build; a debug build takes several times that); a drop means the runs stopped reaching
@@ -44,5 +44,9 @@ fn every_write_boundary_of_every_seed_recovers_a_committed_state() {
     assert!(
         report.log_damage_refused > 0,
         "mid-log damage was never refused"
+    );
+    assert!(
+        report.incomplete_mirrors_refused > 0,
+        "no resilver was ever cut with the mirror part-copied"
     );
 }

@@ -86,6 +86,11 @@ pub enum StoreError {
     JournalQueueFull,
     /// The store was opened with [`crate::Store::open_read_only`]: it writes nothing.
     ReadOnly,
+    /// No mirror holds a superblock, and this one holds a resilver record: a copy onto it,
+    /// begun at the source's superblock generation `source_generation`, was cut short. It
+    /// is not whole and is never opened alone; beside the mirror it was copied from, the
+    /// copy starts again.
+    ResilverIncomplete { mirror: usize, source_generation: u64 },
     /// A log record that was durable (a later record says so) is bad on every mirror:
     /// starting from the records before it would lose the ones named. Opened with
     /// [`crate::Recover::Truncate`], the store starts there and records it.
@@ -188,6 +193,12 @@ impl fmt::Display for StoreError {
                 f.write_str("journal queue full: write the queued commits first")
             }
             Self::ReadOnly => f.write_str("the store was opened read-only"),
+            Self::ResilverIncomplete { mirror, source_generation } => write!(
+                f,
+                "mirror {mirror} is incomplete: its resilver (from superblock generation {source_generation}) was \
+                 interrupted, so it does not hold the whole store; refused alone — open it beside the mirror it \
+                 was copied from to finish the copy"
+            ),
             Self::LogDamaged(loss) => write!(
                 f,
                 "{loss}; refusing to start (`--append holdfast.recover=truncate` starts from the last intact point and loses them)"

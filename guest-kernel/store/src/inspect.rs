@@ -1,5 +1,5 @@
-//! What the CLI and the metrics exporter ask of a store: mirror replacement and resilvering,
-//! counters, an inspection summary and a full check (`holdfast store inspect/check`).
+//! What the CLI and the metrics exporter ask of a store: counters, an inspection summary
+//! and a full check (`holdfast store inspect/check`).
 
 use alloc::vec::Vec;
 
@@ -34,11 +34,13 @@ pub struct StoreCounters {
     pub mirror_repaired_blocks_total: u64,
     /// 1 while a mirror is missing, failed or resilvering.
     pub mirror_degraded: u64,
+    /// Scrubs that checked every home block's copies on every mirror to the end.
+    pub scrub_passes_total: u64,
 }
 
 impl StoreCounters {
     /// Every counter with its metric name, for the text exposition format.
-    pub fn metrics(&self) -> [(&'static str, f64); 10] {
+    pub fn metrics(&self) -> [(&'static str, f64); 11] {
         [
             (
                 "holdfast_checkpoint_generation",
@@ -74,6 +76,7 @@ impl StoreCounters {
                 self.mirror_repaired_blocks_total as f64,
             ),
             ("holdfast_mirror_degraded", self.mirror_degraded as f64),
+            ("holdfast_scrub_passes_total", self.scrub_passes_total as f64),
         ]
     }
 }
@@ -276,33 +279,6 @@ impl CheckReport {
 }
 
 impl<D: BlockDevice> Store<D> {
-    /// Puts a blank device into mirror slot `mirror` (a failed one, or a new second slot);
-    /// [`Store::resilver_step`] then copies the store onto it while it runs.
-    pub fn replace_mirror(&mut self, mirror: usize, device: D) -> Result<(), StoreError> {
-        if self.mirrors.read_only {
-            return Err(StoreError::ReadOnly);
-        }
-        if device.block_count() < self.layout.block_count {
-            return Err(StoreError::Geometry(
-                "the replacement is smaller than the store",
-            ));
-        }
-        self.mirrors.replace(mirror, device)
-    }
-
-    /// Copies up to `block_count_max` blocks to a resilvering mirror; returns the blocks
-    /// still to copy (0 once every mirror is healthy).
-    pub fn resilver_step(&mut self, block_count_max: u64) -> Result<u64, StoreError> {
-        let left = self
-            .mirrors
-            .resilver_step(self.layout.block_count, block_count_max)?;
-        if left == 0 && self.superblock.degraded_generation != 0 && !self.mirror_status().degraded {
-            // Whole again: the next superblock, on both mirrors, says so.
-            self.write_superblock(|_| {})?;
-        }
-        Ok(left)
-    }
-
     pub fn counters(&self) -> StoreCounters {
         let migration_backlog_objects = match self.checkpoint_phase() {
             CheckpointPhase::Migrating { backlog_blocks } => backlog_blocks,
@@ -319,6 +295,7 @@ impl<D: BlockDevice> Store<D> {
             device_written_bytes_total: self.mirrors.written_bytes_total,
             mirror_repaired_blocks_total: self.mirrors.repaired_blocks_total,
             mirror_degraded: u64::from(self.mirror_status().degraded),
+            scrub_passes_total: self.totals.scrub_passes,
         }
     }
 

@@ -33,6 +33,7 @@ mod log;
 pub mod mirror;
 pub mod phase;
 mod recovery;
+mod resilver;
 pub mod scrub;
 mod store;
 

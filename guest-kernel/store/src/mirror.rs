@@ -1,8 +1,8 @@
 //! The mirror set: one or two devices holding the same blocks. Writes go to every live
 //! mirror; reads are verified by the caller's check and fall back to another mirror, and a
 //! good copy is written back over a bad one. A mirror that fails is dropped (the store runs
-//! degraded and says so); a blank replacement is resilvered online, block range by block
-//! range, while writes already go to it.
+//! degraded and says so); a blank, replaced or stale mirror is resilvered online
+//! (`resilver.rs`) while writes already go to it.
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -15,16 +15,17 @@ use crate::format::checksum;
 pub const MIRROR_COUNT_MAX: usize = 2;
 
 /// Blocks 0 and 1, copied last by resilvering.
-const SUPERBLOCK_BLOCKS: u64 = 2;
+pub(crate) const SUPERBLOCK_BLOCKS: u64 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MirrorState {
     Healthy,
     /// Failed or missing: neither read nor written until replaced.
     Failed(DeviceError),
-    /// A replacement being filled. Blocks from 2 up are copied first, in order, and read
-    /// from it once copied; the superblocks are copied last and not written before, so a
-    /// restart in the middle finds no superblock and starts the copy again rather than
+    /// A replacement being filled. Its superblock slots get a resilver record first, then
+    /// blocks from 2 up are copied in order, and read from it once copied; the superblocks
+    /// are copied last and not written before, so a restart in the middle finds the record
+    /// and starts the copy again (or, with the mirror alone, refuses it) rather than
     /// trusting a half-copied mirror.
     Resilvering {
         copied_blocks: u64,
@@ -34,6 +35,8 @@ pub enum MirrorState {
 pub(crate) struct Mirror<D> {
     pub(crate) device: D,
     pub(crate) state: MirrorState,
+    /// Resilvering, and its superblock slots hold the resilver record (`resilver.rs`).
+    pub(crate) marked_incomplete: bool,
 }
 
 pub(crate) struct MirrorSet<D> {
@@ -62,6 +65,7 @@ impl<D: BlockDevice> MirrorSet<D> {
             .map(|device| Mirror {
                 device,
                 state: MirrorState::Healthy,
+                marked_incomplete: false,
             })
             .collect();
         Ok(Self {
@@ -77,7 +81,7 @@ impl<D: BlockDevice> MirrorSet<D> {
         self.mirrors.iter().map(|mirror| mirror.state).collect()
     }
 
-    fn live_count(&self) -> usize {
+    pub(crate) fn live_count(&self) -> usize {
         self.mirrors
             .iter()
             .filter(|mirror| !matches!(mirror.state, MirrorState::Failed(_)))
@@ -101,7 +105,7 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Records a device error. A mirror is dropped when it is gone or when another live
     /// mirror can carry on; the last live mirror is kept so that a transient I/O error does
     /// not make the store unusable, and the error is returned instead.
-    fn fail(&mut self, index: usize, error: DeviceError) -> Result<(), StoreError> {
+    pub(crate) fn fail(&mut self, index: usize, error: DeviceError) -> Result<(), StoreError> {
         if error == DeviceError::Gone || self.live_count() > 1 {
             self.mirrors[index].state = MirrorState::Failed(error);
             self.failures_unrecorded = true;
@@ -300,101 +304,5 @@ impl<D: BlockDevice> MirrorSet<D> {
             }
         }
         Ok(blocks)
-    }
-
-    /// Adds a blank device or replaces a failed one; it is resilvered by
-    /// [`MirrorSet::resilver_step`].
-    pub(crate) fn replace(&mut self, index: usize, device: D) -> Result<(), StoreError> {
-        let mirror = Mirror {
-            device,
-            state: MirrorState::Resilvering { copied_blocks: 0 },
-        };
-        if index < self.mirrors.len() {
-            if !matches!(self.mirrors[index].state, MirrorState::Failed(_))
-                && self.live_count() == 1
-            {
-                // Replacing the only live mirror would leave nothing to copy from.
-                return Err(StoreError::NoMirror);
-            }
-            self.mirrors[index] = mirror;
-            Ok(())
-        } else if index == self.mirrors.len() && index < MIRROR_COUNT_MAX {
-            self.mirrors.push(mirror);
-            Ok(())
-        } else {
-            Err(StoreError::NoSuchMirror { mirror: index })
-        }
-    }
-
-    /// Copies up to `block_count_max` blocks to the first resilvering mirror from a healthy
-    /// one: blocks 2 and up in order, then the superblocks. Returns the blocks still to copy
-    /// (0 when no mirror is resilvering).
-    pub(crate) fn resilver_step(
-        &mut self,
-        store_block_count: u64,
-        block_count_max: u64,
-    ) -> Result<u64, StoreError> {
-        if self.read_only {
-            return Err(StoreError::ReadOnly);
-        }
-        let Some(target) = self
-            .mirrors
-            .iter()
-            .position(|mirror| matches!(mirror.state, MirrorState::Resilvering { .. }))
-        else {
-            return Ok(0);
-        };
-        let MirrorState::Resilvering { copied_blocks } = self.mirrors[target].state else {
-            return Ok(0);
-        };
-        let Some(source) = self
-            .mirrors
-            .iter()
-            .position(|mirror| mirror.state == MirrorState::Healthy)
-        else {
-            return Err(StoreError::NoMirror);
-        };
-        let body_blocks = store_block_count - SUPERBLOCK_BLOCKS;
-        let (first_block, count) = if copied_blocks < body_blocks {
-            (
-                SUPERBLOCK_BLOCKS + copied_blocks,
-                (body_blocks - copied_blocks).min(block_count_max.max(1)),
-            )
-        } else {
-            // Everything else is in place: the superblocks make the mirror whole.
-            (0, SUPERBLOCK_BLOCKS)
-        };
-        if first_block == 0 {
-            // Everything the superblocks vouch for must be on the media before they are:
-            // at a crash the cache could keep the superblocks and lose copied blocks.
-            if let Err(error) = self.mirrors[target].device.flush() {
-                self.fail(target, error)?;
-                return Ok(0);
-            }
-        }
-        let mut buf = alloc::vec![0u8; count as usize * BLOCK_SIZE];
-        if let Err(error) = self.read_from(source, first_block, &mut buf) {
-            return Err(StoreError::Device {
-                mirror: source,
-                error,
-            });
-        }
-        self.write_to(target, first_block, &buf)?;
-        if matches!(self.mirrors[target].state, MirrorState::Failed(_)) {
-            return Ok(0);
-        }
-        // Copies are not repairs; keep that counter for real ones.
-        self.repaired_blocks_total -= count;
-        if first_block == 0 {
-            if let Err(error) = self.mirrors[target].device.flush() {
-                self.fail(target, error)?;
-                return Ok(0);
-            }
-            self.mirrors[target].state = MirrorState::Healthy;
-            return Ok(0);
-        }
-        let copied_blocks = copied_blocks + count;
-        self.mirrors[target].state = MirrorState::Resilvering { copied_blocks };
-        Ok(store_block_count - copied_blocks)
     }
 }

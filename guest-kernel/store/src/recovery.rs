@@ -11,6 +11,7 @@ use alloc::vec::Vec;
 use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
 use crate::error::{Check, Corruption, LogLoss, Region, StoreError};
 use crate::format::log_record::{Expected, LOG_RECORD_DATA_BLOCKS_MAX, LogHeader, RecordKind};
+use crate::format::resilver_record::ResilverRecord;
 use crate::format::superblock::{LogCursor, LogTruncation, Superblock};
 use crate::format::{as_block, checksum_chain, sealed_checksum, zeroed_block};
 use crate::inspect::{Finding, RecoveryNote, Remedy};
@@ -34,9 +35,11 @@ pub enum Recover {
 impl<D: BlockDevice> Store<D> {
     /// Opens the store on its mirrors and recovers it: reads then return the newest
     /// committed checkpoint plus every journal commit durable after it. A mirror with no
-    /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]); a
-    /// mirror holding another store is refused. If the log holds blocks not yet home, the
-    /// store starts in the migrating phase; call [`Store::migrate_step`] until done.
+    /// valid superblock is taken as blank and resilvered (see [`Store::resilver_step`]), as
+    /// is one whose resilver was cut short (alone it is refused,
+    /// [`StoreError::ResilverIncomplete`]); a mirror holding another store is refused. If
+    /// the log holds blocks not yet home, the store starts in the migrating phase; call
+    /// [`Store::migrate_step`] until done.
     ///
     /// Recovery writes: it repairs bad copies (superblock slots, log records a mirror
     /// lacks) and writes a new superblock for this boot. The superblock slots it found bad
@@ -73,6 +76,7 @@ impl<D: BlockDevice> Store<D> {
         // report and repair a slot torn at a crash.
         let mut slots: Vec<[Result<u64, Check>; 2]> = Vec::new();
         let mut first_failure = None;
+        let mut incomplete: Vec<(usize, ResilverRecord)> = Vec::new();
         // Every valid superblock slot, with its mirror: to tell a mirror that missed the last
         // writes of the winner's history from one that ran a history of its own.
         let mut every_valid: Vec<(usize, Superblock)> = Vec::new();
@@ -86,6 +90,13 @@ impl<D: BlockDevice> Store<D> {
                 });
                 newest.push(None);
                 slots.push([Err(Check::Bounds), Err(Check::Bounds)]);
+                continue;
+            }
+            if let Some(record) = crate::resilver::resilver_record(&pair) {
+                // A copy onto it was cut short: never trusted (see resilver.rs).
+                incomplete.push((index, record));
+                newest.push(None);
+                slots.push([Err(Check::Magic), Err(Check::Magic)]);
                 continue;
             }
             let mut best: Option<Superblock> = None;
@@ -119,9 +130,15 @@ impl<D: BlockDevice> Store<D> {
             .copied()
             .max_by_key(|superblock| superblock.generation)
         else {
+            if let Some(&(mirror, record)) = incomplete.first() {
+                return Err(StoreError::ResilverIncomplete { mirror, source_generation: record.source_generation });
+            }
             return Err(first_failure.unwrap_or(StoreError::NoMirror));
         };
         let layout = superblock.geometry.layout()?;
+        if let Some(&(mirror, _)) = incomplete.iter().find(|(_, record)| record.geometry != superblock.geometry) {
+            return Err(StoreError::Foreign { mirror });
+        }
         let mut recovery_notes = Vec::new();
         for (index, found) in newest.iter().enumerate() {
             match found {
@@ -222,6 +239,8 @@ impl<D: BlockDevice> Store<D> {
             recovery_notes,
             durable_sequence_next: superblock.log_tail.sequence,
         };
+        // Before anything else reaches a mirror to be resilvered (see resilver.rs).
+        store.mark_incomplete_mirrors()?;
         if read_only {
             // The same scan, with its repairs skipped by the mirror set.
             store.recover_log(true, recover)?;

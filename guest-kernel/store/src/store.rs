@@ -100,6 +100,8 @@ pub(crate) struct Totals {
     pub(crate) journal_commits: u64,
     pub(crate) migrated_blocks: u64,
     pub(crate) checkpoint_stabilization_seconds_last: f64,
+    /// Scrubs run to their end ([`crate::Store::scrub_step`]).
+    pub(crate) scrub_passes: u64,
 }
 
 impl<D: BlockDevice> Store<D> {

@@ -15,10 +15,10 @@ use crate::*;
 /// Shared so that a test can damage the media under an open store; counts the write and
 /// flush requests it gets.
 #[derive(Clone)]
-struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>);
+pub(crate) struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>);
 
 impl MemoryDevice {
-    fn new(block_count: u64) -> Self {
+    pub(crate) fn new(block_count: u64) -> Self {
         Self(
             Rc::new(RefCell::new(
                 alloc::vec![0; block_count as usize * BLOCK_SIZE],
@@ -32,11 +32,11 @@ impl MemoryDevice {
         self.1.get()
     }
 
-    fn contents(&self) -> Vec<u8> {
+    pub(crate) fn contents(&self) -> Vec<u8> {
         self.0.borrow().clone()
     }
 
-    fn block(&self, block: u64) -> Vec<u8> {
+    pub(crate) fn block(&self, block: u64) -> Vec<u8> {
         self.0.borrow()[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE].to_vec()
     }
 
@@ -45,7 +45,7 @@ impl MemoryDevice {
             .copy_from_slice(bytes);
     }
 
-    fn flip_bit(&self, block: u64) {
+    pub(crate) fn flip_bit(&self, block: u64) {
         self.0.borrow_mut()[block as usize * BLOCK_SIZE + 100] ^= 1;
     }
 }
@@ -76,7 +76,7 @@ impl BlockDevice for MemoryDevice {
     }
 }
 
-const GEOMETRY: Geometry = Geometry {
+pub(crate) const GEOMETRY: Geometry = Geometry {
     store_id: 0x5eed,
     node_count: 16,
     page_count: 200,
@@ -89,7 +89,7 @@ fn page(fill: u8) -> alloc::boxed::Box<format::Block> {
     block
 }
 
-fn checkpoint_pages(store: &mut Store<MemoryDevice>, pages: &[(u64, u64, u8)]) -> u64 {
+pub(crate) fn checkpoint_pages(store: &mut Store<MemoryDevice>, pages: &[(u64, u64, u8)]) -> u64 {
     store.begin_checkpoint().unwrap();
     for (id, version, fill) in pages {
         store
@@ -99,17 +99,17 @@ fn checkpoint_pages(store: &mut Store<MemoryDevice>, pages: &[(u64, u64, u8)]) -
     store.commit_checkpoint().unwrap()
 }
 
-fn migrate_all(store: &mut Store<MemoryDevice>) {
+pub(crate) fn migrate_all(store: &mut Store<MemoryDevice>) {
     while let MigrationProgress::Migrating { .. } = store.migrate_step(7).unwrap() {}
 }
 
 /// Two blank disks of the test geometry's size, for a mirrored store.
-fn blank_mirrors() -> (MemoryDevice, MemoryDevice) {
+pub(crate) fn blank_mirrors() -> (MemoryDevice, MemoryDevice) {
     let block_count = GEOMETRY.layout().unwrap().block_count;
     (MemoryDevice::new(block_count), MemoryDevice::new(block_count))
 }
 
-fn read_page(store: &mut Store<MemoryDevice>, id: u64) -> (u64, u8) {
+pub(crate) fn read_page(store: &mut Store<MemoryDevice>, id: u64) -> (u64, u8) {
     let mut data = zeroed_block();
     let version = store.read_page(ObjectId(id), &mut data).unwrap();
     assert!(

@@ -11,6 +11,7 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use holdfast_store::format::resilver_record::ResilverRecord;
 use holdfast_store::format::superblock::Superblock;
 use holdfast_store::format::zeroed_block;
 use holdfast_store::{BlockDevice, Check, DeviceError, Geometry, MirrorState, MirrorStatus, Store};
@@ -30,6 +31,9 @@ enum Content {
     /// The superblock magic and format version, but no valid superblock (torn or damaged
     /// slots): a member of a store that the store resilvers as it does a blank disk.
     DamagedStore,
+    /// A resilver record in a slot: a mirror of this store whose copy was cut short. Kept
+    /// beside the store (which copies it again); alone, the store refuses it.
+    Incomplete(Geometry),
     /// Both blocks all zeros: a blank disk, a replacement.
     Blank,
     /// Anything else — another file system, a test disk, a store of another format.
@@ -43,6 +47,11 @@ fn content(disk: &mut Block) -> Content {
         if let Err(error) = BlockDevice::read(disk, slot as u64, &mut block[..]) {
             return Content::Unreadable(error);
         }
+    }
+    if let Some(record) =
+        slots.iter().enumerate().find_map(|(slot, block)| ResilverRecord::decode(block, slot as u64).ok())
+    {
+        return Content::Incomplete(record.geometry);
     }
     let decoded: Vec<Result<Superblock, Check>> = slots
         .iter()
@@ -94,6 +103,12 @@ pub fn select(disks: Vec<Block>) -> Result<Vec<Block>, String> {
                 geometry.store_id, geometry.node_count, geometry.page_count
             ),
             Content::DamagedStore => kept.push(disk),
+            // Alone, or beside its store: the store copies it again or refuses it, saying why.
+            Content::Incomplete(geometry) if store.is_none_or(|store| store == geometry) => kept.push(disk),
+            Content::Incomplete(geometry) => println!(
+                "holdfast: store: disk {index} is a part-copied mirror of another store (id {:#018x}); refused, nothing written to it",
+                geometry.store_id
+            ),
             Content::Blank if store.is_some() => kept.push(disk),
             Content::Blank => blank += 1,
             Content::Foreign => println!(

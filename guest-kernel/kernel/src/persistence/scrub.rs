@@ -1,5 +1,5 @@
-//! The scrub's cadence: after every boot the home blocks are read and checked, a group at a
-//! step, when the store has nothing more urgent to do.
+//! The scrub's cadence: after every boot every copy of the home blocks, on every mirror, is
+//! read and checked, a group at a step, when the store has nothing more urgent to do.
 
 use holdfast_store::CheckpointPhase;
 
@@ -41,7 +41,10 @@ impl Persistence {
         match self.store.scrub_step(cursor) {
             Ok(true) => {}
             Ok(false) => {
-                println!("holdfast: store: scrubbed {} home blocks", cursor.blocks_checked);
+                println!(
+                    "holdfast: store: scrubbed {} home blocks: {} copies checked on every mirror, {} bad copies rewritten",
+                    cursor.blocks_checked, cursor.copies_checked, cursor.copies_repaired
+                );
                 self.scrub = None;
             }
             Err(error) => println!("holdfast: store: scrub: {error}"),

@@ -7,6 +7,7 @@
 mod checksum;
 pub mod home_table;
 pub mod log_record;
+pub mod resilver_record;
 pub mod superblock;
 
 use crate::device::BLOCK_SIZE;
