@@ -18,14 +18,16 @@
 //! 4. **Migration** home, in steps, until the log is free for the next checkpoint.
 //!
 //! A checkpoint is due at the end of the interval, when the log is 65 % full, and when the
-//! dirty pages near what the log can take. Each step also writes queued journal commits
+//! dirty pages near what the log can take. A checkpoint that fails is abandoned (its
+//! snapshot's objects are dirty again), counted, printed, and taken again at the next
+//! interval; only a store that can no longer be written stops the system ([`Failure`]). Each step also writes queued journal commits
 //! (group commit: a commit waits for a step while other processes can run, and is written
 //! at once on its invoker's path otherwise, [`journal_commit`]), resilvers and scrubs the
 //! mirrors. When memory runs short, clean pages
 //! and nodes are evicted ([`make_room`]), after a whole checkpoint at once if too few pages
 //! are clean.
 //!
-//! A restart reads the checkpoint directory (page 0) and rebuilds the process table from
+//! A restart reads the checkpoint directory (page 0 and the pages it chains) and rebuilds the process table from
 //! the root nodes ([`crate::process::restore`]); every other node is loaded when first
 //! used ([`load_node`]), each page's version when the page is first named
 //! ([`load_page_version`]) and its bytes when used ([`read_page`]).
@@ -35,7 +37,7 @@ use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use holdfast_objects::cache::{NodeSnapshot, StoredNode};
-use holdfast_objects::directory::{DIRECTORY_BYTES, Directory, DirectoryProcess};
+use holdfast_objects::directory::{self, DIRECTORY_BYTES, Directory, DirectoryBlock, DirectoryProcess, DirectoryReader};
 use holdfast_objects::image::NODE_IMAGE_BYTES;
 use holdfast_objects::{Node, ObjectCache, ObjectId, Version};
 use holdfast_store::{CheckpointPhase, NODE_SIZE, Store, StoreError};
@@ -49,7 +51,8 @@ use crate::{println, process};
 
 const _: () = assert!(NODE_IMAGE_BYTES == NODE_SIZE && DIRECTORY_BYTES == PAGE_BYTES);
 
-/// The checkpoint directory's page id: object ids start at 1.
+/// The checkpoint directory's first page: object ids start at 1. Its other pages have ids
+/// of their own, set aside when the directory grows ([`Persistence::directory_pages`]).
 const DIRECTORY_PAGE: ObjectId = ObjectId(0);
 /// Objects written (or log blocks migrated) per step: bounds the time a step holds the
 /// kernel (about 256 KiB of disk writes).
@@ -67,8 +70,11 @@ struct Stabilization {
     generation: u64,
     snapshot_tsc: u64,
     snapshot_pause_us: u64,
-    directory: Option<Box<[u8; DIRECTORY_BYTES]>>,
+    /// The directory's blocks and their pages, stored first.
+    directory: Vec<(ObjectId, Box<DirectoryBlock>)>,
     nodes: Vec<NodeSnapshot>,
+    /// Every node of the snapshot, to make dirty again if the checkpoint is abandoned.
+    node_ids: Vec<ObjectId>,
     /// The snapshot's pages, stored in order from `next_page` on. A page not yet stored
     /// whose frame still holds the snapshot's contents is stored from its frame; one written
     /// since has its snapshot contents and version in `copies`.
@@ -92,8 +98,35 @@ pub struct Persistence {
     scrub: Option<holdfast_store::ScrubCursor>,
     /// Timer ticks with processes running since the last scrub step.
     ticks_since_scrub: u32,
-    /// Set when a checkpoint failed: the store is no longer written, and the system says so.
-    failed: bool,
+    /// The directory's pages after page 0, in chain order: set aside once, used again by
+    /// every checkpoint, more set aside as the processes grow.
+    directory_pages: Vec<ObjectId>,
+    /// Checkpoints failed since the last commit: nothing since that commit is persisted
+    /// (but the journal's commits) while this is not zero. `checkpoint status` says it.
+    failures_since_commit: u64,
+}
+
+/// Why checkpoint or journal work failed.
+struct Failure {
+    what: String,
+    /// The store can no longer be written (every mirror failed): the system stops.
+    store_lost: bool,
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        // A device error reaches here only when no other mirror could take the request.
+        let store_lost = matches!(error, StoreError::Device { .. } | StoreError::NoMirror);
+        Self { what: error.to_string(), store_lost }
+    }
+}
+
+impl Failure {
+    /// A failure the next interval's checkpoint may not meet (a consistency check, a
+    /// directory or an object the store has no room for).
+    fn retry(what: String) -> Self {
+        Self { what, store_lost: false }
+    }
 }
 
 /// What the kernel measures about the store, beside the store's own counters.
@@ -105,12 +138,22 @@ struct KernelCounters {
     journal_commit_seconds_count: u64,
     /// Disk writes of journal commits: fewer than the commits when they share them.
     journal_writes_total: u64,
+    /// Checkpoints (and journal writes) that failed and were retried.
+    checkpoint_failures_total: u64,
     evicted_pages_total: u64,
     evicted_nodes_total: u64,
     loaded_nodes_total: u64,
 }
 
 static PERSISTENCE: Mutex<Option<Persistence>> = Mutex::new(None);
+
+/// The checkpoint generation that fails once, with every object written, just before its
+/// commit (`holdfast.test-checkpoint-failure=G`, for tests); 0 for none.
+static INJECTED_FAILURE_GENERATION: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+pub fn inject_failure(generation: u64) {
+    INJECTED_FAILURE_GENERATION.store(generation, core::sync::atomic::Ordering::Relaxed);
+}
 
 /// The store's boot count (0 without a store): the clock tells programs, so that they can
 /// tell a restart.
@@ -166,7 +209,8 @@ pub fn attach(store: Store<Block>, interval_ms: u64) {
         kernel_counters: KernelCounters::default(),
         scrub: Some(holdfast_store::ScrubCursor::default()),
         ticks_since_scrub: 0,
-        failed: false,
+        directory_pages: Vec::new(),
+        failures_since_commit: 0,
     });
 }
 
@@ -180,7 +224,14 @@ pub fn restore() -> Result<usize, String> {
     let store = &mut guard.as_mut().expect("attached first").store;
     let mut block = Box::new([0u8; PAGE_BYTES]);
     store.read_page(DIRECTORY_PAGE, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
-    let directory = Directory::decode(&block).map_err(|error| failed("checkpoint directory", &error))?;
+    let mut reader = DirectoryReader::new(&block, store.geometry().page_count)
+        .map_err(|error| failed("checkpoint directory", &error))?;
+    while let Some(page) = reader.next_page() {
+        store.read_page(page, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
+        reader.add(&block).map_err(|error| failed("checkpoint directory", &error))?;
+    }
+    let (directory, directory_pages) = reader.finish().map_err(|error| failed("checkpoint directory", &error))?;
+    guard.as_mut().expect("attached first").directory_pages = directory_pages;
     let mut objects = OBJECTS.lock();
     objects.cache.know_stored_nodes(directory.next_node_id);
     objects.cache.know_stored_pages(directory.next_page_id);
@@ -264,15 +315,19 @@ pub fn read_page(id: ObjectId, bytes: &mut [u8; PAGE_BYTES]) -> Result<Version, 
 
 /// A page is about to become dirty in a fault (the world is stopped and the scheduler
 /// free): if the dirty pages would outgrow what the log can take, a checkpoint comes first.
-pub fn limit_dirty_pages(objects: &mut Objects) -> Result<(), String> {
+/// If it fails, the failure is handled as any other ([`Persistence::failed`]) and the page
+/// is written all the same.
+pub fn limit_dirty_pages(objects: &mut Objects) {
     let mut guard = PERSISTENCE.lock();
-    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
-        return Ok(());
+    let Some(persistence) = guard.as_mut() else {
+        return;
     };
-    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() {
-        return Ok(());
+    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() || persistence.retry_pending() {
+        return;
     }
-    persistence.checkpoint_now(objects)
+    if let Err(failure) = persistence.checkpoint_now(objects) {
+        persistence.failed(objects, failure);
+    }
 }
 
 /// Heap kept free for the pages loaded while the scheduler is held (which cannot evict)
@@ -280,6 +335,17 @@ pub fn limit_dirty_pages(objects: &mut Objects) -> Result<(), String> {
 fn heap_free_target_bytes() -> usize {
     (memory::heap_bytes() / 8).max(4 << 20)
 }
+
+/// Whether the heap has room for another process's tables beyond the reserve kept for page
+/// loads and copies on write, once clean pages are evicted if a store holds them.
+pub fn room_for_process(objects: &mut Objects) -> bool {
+    // Without room, nothing is made: the failure to make room is the refusal.
+    let _ = make_room(objects, &[]);
+    memory::heap_free_bytes() >= heap_free_target_bytes() / 2 + PROCESS_BYTES
+}
+
+/// A process's kernel memory: its top page table and its entry in the table, rounded up.
+const PROCESS_BYTES: usize = 2 * PAGE_BYTES;
 
 /// While processes run, the scrub takes a step at one timer tick in this many.
 const SCRUB_TICKS_APART: u32 = 10;
@@ -298,16 +364,20 @@ pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String>
         return Ok(());
     }
     let mut guard = PERSISTENCE.lock();
-    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
+    let Some(persistence) = guard.as_mut() else {
         return Ok(());
     };
-    // A checkpoint's pages stay until stored.
+    // A checkpoint's pages stay until stored (or, if it fails, dirty again).
     while persistence.stabilization.is_some() {
-        persistence.stabilize_step(objects)?;
+        if let Err(failure) = persistence.stabilize_step(objects) {
+            persistence.failed(objects, failure);
+        }
     }
     let mut victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
-    if victims.len() < EVICTION_BATCH_PAGES / 2 {
-        persistence.checkpoint_now(objects)?;
+    if victims.len() < EVICTION_BATCH_PAGES / 2 && !persistence.retry_pending() {
+        if let Err(failure) = persistence.checkpoint_now(objects) {
+            persistence.failed(objects, failure);
+        }
         victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
     }
     // Root nodes stay: the snapshot and the journal read them with the store held, when no
@@ -329,11 +399,9 @@ fn interval_ticks(interval_ms: u64) -> u64 {
     (interval_ms * timer::TIMER_HZ).div_ceil(1000).max(1)
 }
 
-/// The store, unless there is none or it failed: what the checkpoint and journal
-/// capabilities act on.
+/// The store, unless there is none: what the checkpoint and journal capabilities act on.
 fn with_store<T>(with: impl FnOnce(&mut Persistence) -> T) -> Option<T> {
-    let mut guard = PERSISTENCE.lock();
-    guard.as_mut().filter(|persistence| !persistence.failed).map(with)
+    PERSISTENCE.lock().as_mut().map(with)
 }
 
 /// Checkpoints from now on every `interval_ms`; `None` without a store.
@@ -348,6 +416,11 @@ pub fn set_interval(interval_ms: u64) -> Option<()> {
 /// A checkpoint at the next step.
 pub fn request_now() -> Option<()> {
     with_store(|persistence| persistence.next_snapshot_tick = timer::ticks())
+}
+
+/// Checkpoints failed since the last commit, and in all since boot.
+pub fn failures() -> Option<[u64; 4]> {
+    with_store(|persistence| [persistence.failures_since_commit, persistence.kernel_counters.checkpoint_failures_total, 0, 0])
 }
 
 /// Newest committed generation, interval, log fill in thousandths, degraded (0 or 1).
@@ -375,6 +448,8 @@ pub fn counters_text() -> Option<String> {
             ("holdfast_journal_commit_seconds_sum", kernel.journal_commit_seconds_sum),
             ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
             ("holdfast_journal_writes_total", kernel.journal_writes_total as f64),
+            ("holdfast_checkpoint_failures_total", kernel.checkpoint_failures_total as f64),
+            ("holdfast_checkpoint_failures_since_commit", persistence.failures_since_commit as f64),
             ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
             ("holdfast_evicted_nodes_total", kernel.evicted_nodes_total as f64),
             ("holdfast_loaded_nodes_total", kernel.loaded_nodes_total as f64),
@@ -405,22 +480,19 @@ pub enum JournalCommit {
 /// disk write (group commit).
 pub fn journal_commit(objects: &mut Objects, pages: &[holdfast_objects::Capability]) -> Option<JournalCommit> {
     let mut guard = PERSISTENCE.lock();
-    let persistence = guard.as_mut().filter(|persistence| !persistence.failed)?;
+    let persistence = guard.as_mut()?;
     let ticket = persistence.journal_submit(&objects.cache, pages)?;
     if process::others_runnable() || !persistence.journal_may_write() {
         return Some(JournalCommit::Queued(ticket));
     }
     match persistence.journal_write(objects) {
         Ok(Some(durable)) if durable >= ticket => Some(JournalCommit::Durable(ticket)),
-        // Not reached (the commit was queued), but a commit not known to be on disk must
-        // not be acknowledged: it waits like any other.
+        // Not known to be on disk, so not acknowledged: it stays queued and waits like any
+        // other, for the write a later step retries.
         Ok(_) => Some(JournalCommit::Queued(ticket)),
-        Err(error) => {
-            // As a failed step: the store stays as its last flush left it (this commit is not
-            // acknowledged), and this run goes on without persistence.
-            println!("holdfast: journal write failed: {error}; no further commits or checkpoints this run");
-            persistence.failed = true;
-            None
+        Err(failure) => {
+            persistence.failed(objects, failure);
+            Some(JournalCommit::Queued(ticket))
         }
     }
 }
@@ -435,8 +507,8 @@ pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
     {
         let mut persistence = PERSISTENCE.lock();
         let stabilization = persistence.as_mut().and_then(|persistence| persistence.stabilization.as_mut());
-        // A page stays in the snapshot only while it is stabilized (or after a checkpoint
-        // failed, when nothing is stored any more).
+        // A page stays in the snapshot only while it is stabilized: an abandoned snapshot's
+        // pages are dirty in the new epoch.
         if let Some(stabilization) = stabilization {
             stabilization.copies.insert(id, (version, Box::new(*frame.bytes())));
         }
@@ -451,18 +523,15 @@ pub fn step(idle: bool) -> bool {
     let freed = crate::space::free_retired_tables(1);
     let mut objects = OBJECTS.lock();
     let mut guard = PERSISTENCE.lock();
-    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
+    let Some(persistence) = guard.as_mut() else {
         return freed;
     };
     let result = persistence.step(&mut objects, idle);
     match result {
         Ok(worked) => worked || freed,
-        Err(error) => {
-            // The store is left as its last commit made it, and a restart comes back to
-            // that; this run goes on without persistence rather than stop serving.
-            println!("holdfast: checkpoint failed: {error}; no further checkpoints this run");
-            persistence.failed = true;
-            false
+        Err(failure) => {
+            persistence.failed(&mut objects, failure);
+            true
         }
     }
 }
@@ -508,11 +577,10 @@ impl Persistence {
                 self.journal_submitted_tsc.insert(ticket.0, arch::read_tsc());
                 Some(ticket.0)
             }
-            // Hundreds of commits waiting (one per process at most): refused, the store is fine.
-            Err(StoreError::JournalQueueFull) => None,
+            // Hundreds of commits waiting (one per process at most), or a page the store has
+            // no room for: this commit is refused; nothing was written, the store is fine.
             Err(error) => {
-                println!("holdfast: journal commit failed: {error}; no further commits or checkpoints this run");
-                self.failed = true;
+                println!("holdfast: journal commit refused: {error}");
                 None
             }
         }
@@ -526,8 +594,8 @@ impl Persistence {
 
     /// Writes every queued journal commit in one group and lets its processes run on;
     /// returns the newest ticket now durable, `None` if nothing was queued.
-    fn journal_write(&mut self, objects: &mut Objects) -> Result<Option<u64>, String> {
-        let Some(durable) = self.store.journal_write().map_err(|error| error.to_string())? else {
+    fn journal_write(&mut self, objects: &mut Objects) -> Result<Option<u64>, Failure> {
+        let Some(durable) = self.store.journal_write()? else {
             return Ok(None);
         };
         let now = arch::read_tsc();
@@ -544,7 +612,7 @@ impl Persistence {
         Ok(Some(durable.0))
     }
 
-    fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, String> {
+    fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, Failure> {
         // Queued journal commits first: their processes wait for them, and nothing else
         // here is waited for (a scrub step before them added its reads to every commit).
         let mut worked = false;
@@ -570,11 +638,14 @@ impl Persistence {
                 worked |= self.scrub_step();
             }
         }
+        if self.retry_pending() {
+            return Ok(worked);
+        }
         if self.stabilization.is_some() {
             return self.stabilize_step(objects).map(|()| true);
         }
         if let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
-            self.store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?;
+            self.store.migrate_step(STEP_OBJECTS)?;
             return Ok(true);
         }
         let due = timer::ticks() >= self.next_snapshot_tick
@@ -589,12 +660,12 @@ impl Persistence {
 
     /// A whole checkpoint, now: finishes the migration before it, snapshots, stabilizes
     /// and commits. For memory pressure: afterwards every page is clean.
-    fn checkpoint_now(&mut self, objects: &mut Objects) -> Result<(), String> {
+    fn checkpoint_now(&mut self, objects: &mut Objects) -> Result<(), Failure> {
         while self.stabilization.is_some() {
             self.stabilize_step(objects)?;
         }
         while let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
-            self.store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?;
+            self.store.migrate_step(STEP_OBJECTS)?;
         }
         self.snapshot(objects)?;
         while self.stabilization.is_some() {
@@ -603,24 +674,36 @@ impl Persistence {
         Ok(())
     }
 
-    fn snapshot(&mut self, objects: &mut Objects) -> Result<(), String> {
+    fn snapshot(&mut self, objects: &mut Objects) -> Result<(), Failure> {
         let started = arch::read_tsc();
-        process::check_consistency(objects).map_err(|error| alloc::format!("consistency check: {error}"))?;
+        process::check_consistency(objects).map_err(|error| Failure::retry(alloc::format!("consistency check: {error}")))?;
         process::write_back(objects);
         process::drop_all_translations(objects);
+        let processes: Vec<DirectoryProcess> = process::roots_and_names()
+            .into_iter()
+            .map(|(root, name)| DirectoryProcess { root, name: name.to_string() })
+            .collect();
+        // The directory's pages beyond page 0: ids set aside the first time they are needed
+        // (before the next page id is recorded), never handed to a program.
+        let pages_needed = directory::block_count(processes.len()) - 1;
+        while self.directory_pages.len() < pages_needed {
+            self.directory_pages.push(objects.reserve_page_id());
+        }
         let (next_node_id, next_page_id) = objects.next_ids();
-        let directory = Directory {
-            next_node_id,
-            next_page_id,
-            processes: process::roots_and_names()
-                .into_iter()
-                .map(|(root, name)| DirectoryProcess { root, name: name.to_string() })
-                .collect(),
-        };
-        let directory = directory.encode().map_err(|error| error.to_string())?;
+        if next_page_id > self.store.geometry().page_count {
+            return Err(Failure::retry(alloc::format!(
+                "the checkpoint directory's pages reach page id {}; the store holds {} pages",
+                next_page_id - 1,
+                self.store.geometry().page_count - 1
+            )));
+        }
+        let directory = Directory { next_node_id, next_page_id, processes }
+            .encode(&self.directory_pages)
+            .map_err(|error| Failure::retry(error.to_string()))?;
+        let directory = core::iter::once(DIRECTORY_PAGE).chain(self.directory_pages.iter().copied()).zip(directory).collect();
+        let generation = self.store.begin_checkpoint()?;
         let nodes = objects.cache.take_dirty_nodes();
         let pages = objects.cache.take_dirty_pages();
-        let generation = self.store.begin_checkpoint().map_err(|error| error.to_string())?;
         let snapshot_tsc = arch::read_tsc();
         let snapshot_pause_us = timer::tsc_to_microseconds(snapshot_tsc - started);
         let counters = &mut self.kernel_counters;
@@ -630,7 +713,8 @@ impl Persistence {
             generation,
             snapshot_tsc,
             snapshot_pause_us,
-            directory: Some(Box::new(directory)),
+            directory,
+            node_ids: nodes.iter().map(|node| node.id).collect(),
             node_count: nodes.len(),
             page_count: pages.len(),
             nodes,
@@ -642,39 +726,53 @@ impl Persistence {
         Ok(())
     }
 
-    fn stabilize_step(&mut self, objects: &Objects) -> Result<(), String> {
+    fn stabilize_step(&mut self, objects: &Objects) -> Result<(), Failure> {
         let stabilization = self.stabilization.as_mut().expect("called while stabilizing");
-        let store_error = |error: StoreError| error.to_string();
         let mut budget = STEP_OBJECTS;
-        if let Some(directory) = stabilization.directory.take() {
-            self.store.checkpoint_write_page(DIRECTORY_PAGE, Version(0), &directory).map_err(store_error)?;
+        while budget > 0
+            && let Some((page, block)) = stabilization.directory.pop()
+        {
+            self.store.checkpoint_write_page(page, Version(0), &block)?;
             budget -= 1;
         }
+
         while budget > 0
             && let Some(node) = stabilization.nodes.pop()
         {
-            self.store.checkpoint_write_node(node.id, node.version, &node.image).map_err(store_error)?;
+            self.store.checkpoint_write_node(node.id, node.version, &node.image)?;
             budget -= 1;
         }
         while budget > 0
             && let Some(&id) = stabilization.pages.get(stabilization.next_page)
         {
             if let Some((version, bytes)) = stabilization.copies.remove(&id) {
-                self.store.checkpoint_write_page(id, version, &bytes).map_err(store_error)?;
+                self.store.checkpoint_write_page(id, version, &bytes)?;
             } else {
                 // Not written since the snapshot, so neither evicted: dirty pages stay.
                 let frame = objects.cache.page_frame(id).expect("a page of the snapshot is resident");
                 let version = objects.cache.page_version(id).expect("pages are never removed");
-                self.store.checkpoint_write_page(id, version, frame.bytes()).map_err(store_error)?;
+                self.store.checkpoint_write_page(id, version, frame.bytes())?;
             }
             objects.cache.page_stored(id);
             stabilization.next_page += 1;
             budget -= 1;
         }
-        if !stabilization.nodes.is_empty() || stabilization.next_page < stabilization.pages.len() {
+        if !stabilization.directory.is_empty()
+            || !stabilization.nodes.is_empty()
+            || stabilization.next_page < stabilization.pages.len()
+        {
             return Ok(());
         }
-        let generation = self.store.commit_checkpoint().map_err(store_error)?;
+        if INJECTED_FAILURE_GENERATION
+            .compare_exchange(stabilization.generation, 0, core::sync::atomic::Ordering::Relaxed, core::sync::atomic::Ordering::Relaxed)
+            .is_ok()
+        {
+            // Every object is written and its page marked stored: the abandon must make
+            // them all dirty again.
+            let generation = stabilization.generation;
+            return Err(Failure::retry(alloc::format!("failure injected at commit of checkpoint {generation} (holdfast.test-checkpoint-failure)")));
+        }
+        let generation = self.store.commit_checkpoint()?;
         debug_assert_eq!(generation, stabilization.generation);
         let stabilization_us = timer::tsc_to_microseconds(arch::read_tsc() - stabilization.snapshot_tsc);
         self.store.note_checkpoint_stabilization_seconds(stabilization_us as f64 / 1e6);
@@ -686,7 +784,49 @@ impl Persistence {
             stabilization_us / 1000
         );
         self.stabilization = None;
+        if self.failures_since_commit > 0 {
+            println!("holdfast: checkpoints persist again after {} failed", self.failures_since_commit);
+            self.failures_since_commit = 0;
+        }
         Ok(())
+    }
+
+    /// Whether a failed checkpoint waits for the next interval: until then no checkpoint
+    /// work is done (journal commits still are), so that a failure that repeats is not
+    /// retried at every step.
+    fn retry_pending(&self) -> bool {
+        self.failures_since_commit > 0 && timer::ticks() < self.next_snapshot_tick
+    }
+
+    /// Checkpoint or journal work failed. If the store can no longer be written, the system
+    /// stops: running on would lose, unseen, everything done from now on. Otherwise the
+    /// checkpoint being stabilized is abandoned (its objects are dirty again, for the next
+    /// one) and a new one is taken at the next interval; the store stays as its last commit
+    /// left it, which is what a restart would come back to. Each failure is counted
+    /// (`holdfast_checkpoint_failures_total`) and printed, and `checkpoint status` shows
+    /// the failures since the last commit.
+    fn failed(&mut self, objects: &mut Objects, failure: Failure) {
+        let generation = self.store.checkpoint_generation();
+        if failure.store_lost {
+            println!(
+                "holdfast: STORE LOST: {}; it can no longer be written, so the system stops here (a restart comes back to checkpoint {generation} and the journal commits acknowledged after it)",
+                failure.what
+            );
+            arch::exit_qemu(holdfast_abi::exit::VALUE_FAILURE);
+        }
+        if let Some(stabilization) = self.stabilization.take() {
+            // Its pages in the snapshot are all still here: the copies made of them stay
+            // unused, their frames hold what was written since, which is newer.
+            let _ = self.store.abandon_checkpoint();
+            objects.cache.snapshot_abandoned(&stabilization.node_ids, &stabilization.pages);
+        }
+        self.failures_since_commit += 1;
+        self.kernel_counters.checkpoint_failures_total += 1;
+        self.next_snapshot_tick = timer::ticks() + self.interval_ticks;
+        println!(
+            "holdfast: checkpoint failed: {}; {} failed since checkpoint {generation}, the last committed; retried in {} ms",
+            failure.what, self.failures_since_commit, self.interval_ms
+        );
     }
 }
 

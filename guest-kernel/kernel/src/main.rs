@@ -62,6 +62,12 @@ impl BootOptions {
                     }
                     _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
                 },
+                // Test scaffolding (hypervisor-glue/holdfast/tests/control.rs): checkpoint G
+                // fails once, to show that a failed checkpoint is retried.
+                Some(("holdfast.test-checkpoint-failure", value)) => match value.parse() {
+                    Ok(generation) => checkpoint::inject_failure(generation),
+                    _ => println!("holdfast: ignoring {word}: not a checkpoint generation"),
+                },
                 _ => {}
             }
         }

@@ -238,6 +238,11 @@ fn node_method(
         node::Request::MakeMeter => ok_capability(made_from_node(objects, CapType::Meter)?),
         node::Request::MakeProcess => {
             let process = made_from_node(objects, CapType::Process)?;
+            // The one limit on processes: memory for their tables (a checkpoint takes any
+            // number). Refused here, not a heap exhausted later.
+            if !crate::process::is_adopted(process.object()) && !crate::checkpoint::room_for_process(objects) {
+                return Err(ObjectError::Exhausted);
+            }
             crate::process::adopt(process);
             ok_capability(process)
         }

@@ -464,6 +464,11 @@ pub fn enter(mut guard: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
     unsafe { enter_user(registers) }
 }
 
+/// Whether the process whose root node is `root` is in the table.
+pub fn is_adopted(root: ObjectId) -> bool {
+    SCHEDULER.lock().index_of(root).is_some()
+}
+
 /// Adds the process whose root node `root` names to the table, stopped, if it is not
 /// there: `node.make_process` made it, and `process.start` will run it.
 pub fn adopt(root: Capability) {
@@ -650,9 +655,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                     // `checkpoint`), and most pages are only ever read.
                     let writing = writable && error_code & PAGE_FAULT_WRITE != 0;
                     if writing {
-                        if let Err(error) = checkpoint::limit_dirty_pages(&mut objects) {
-                            crate::println!("holdfast: checkpoint failed: {error}");
-                        }
+                        checkpoint::limit_dirty_pages(&mut objects);
                         checkpoint::before_page_write(&objects.cache, page.object());
                     }
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());

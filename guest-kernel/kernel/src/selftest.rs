@@ -104,7 +104,8 @@ pub fn run(
             checkpoint::attach(store, options.checkpoint_interval_ms);
             match checkpoint::restore() {
                 Ok(count) => println!(
-                    "holdfast: restarted from checkpoint {generation}: {count} processes"
+                    "holdfast: restarted from checkpoint {generation}: {count} processes, boot {}",
+                    checkpoint::boot_count()
                 ),
                 Err(error) => {
                     println!("selftest: store: restart from checkpoint {generation}: {error} [{}]", check(false));

@@ -128,7 +128,7 @@ impl Directory {
         for index in 0..blocks {
             let mut block = Box::new([0u8; DIRECTORY_BYTES]);
             let processes = self.processes.iter().skip(index * BLOCK_PROCESSES_MAX).take(BLOCK_PROCESSES_MAX);
-            let next = if index + 1 < blocks { continuation[index].0 } else { 0 };
+            let next = continuation.get(index).filter(|_| index + 1 < blocks).map_or(0, |page| page.0);
             block[0..4].copy_from_slice(&DIRECTORY_MAGIC);
             block[4..8].copy_from_slice(&DIRECTORY_VERSION.to_le_bytes());
             block[16..20].copy_from_slice(&(index as u32).to_le_bytes());
