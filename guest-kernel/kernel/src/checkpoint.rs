@@ -20,15 +20,15 @@
 //! A checkpoint is due at the end of the interval, when the log is 65 % full, and when the
 //! dirty pages near what the log can take. A checkpoint that fails is abandoned (its
 //! snapshot's objects are dirty again), counted, printed, and taken again at the next
-//! interval; only a store that can no longer be written stops the system ([`Failure`]). Each step also writes queued journal commits
-//! (group commit: a commit waits for a step while other processes can run, and is written
-//! at once on its invoker's path otherwise, [`journal_commit`]), resilvers and scrubs the
-//! mirrors. When memory runs short, clean pages
-//! and nodes are evicted ([`make_room`]), after a whole checkpoint at once if too few pages
-//! are clean.
+//! interval; only a store that can no longer be written stops the system ([`Failure`]).
+//! Each step also writes queued journal commits (group commit: a commit waits for a step
+//! while other processes can run, and is written at once on its invoker's path otherwise,
+//! [`journal_commit`]), resilvers and scrubs the mirrors. When memory runs short, clean
+//! pages and nodes are evicted ([`make_room`]), after a whole checkpoint at once if too few
+//! pages are clean.
 //!
-//! A restart reads the checkpoint directory (page 0 and the pages it chains) and rebuilds the process table from
-//! the root nodes ([`crate::process::restore`]); every other node is loaded when first
+//! A restart reads the checkpoint directory (page 0 and the pages it chains) and rebuilds
+//! the process table from the root nodes ([`crate::process::restore`]); every other node is loaded when first
 //! used ([`load_node`]), each page's version when the page is first named
 //! ([`load_page_version`]) and its bytes when used ([`read_page`]).
 

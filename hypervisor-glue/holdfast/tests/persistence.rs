@@ -184,8 +184,6 @@ fn a_failed_checkpoint_is_counted_shown_and_retried_at_the_next_interval() {
     assert_eq!(status_field(&status.stdout, "failures-since-commit"), 1, "{}", status.stdout);
     assert_eq!(status_field(&status.stdout, "generation"), 1, "{}", status.stdout);
     assert_eq!(counter(&name, "holdfast_checkpoint_failures_total"), 1.0);
-    // The last acknowledged journal commits before the retry: they must survive the kill.
-    let acknowledged: Vec<String> = seen.iter().filter(|line| line.contains(": acknowledged ")).cloned().collect();
 
     // The retry takes the next generation.
     wait_for(&vm.lines, &mut seen, limit, &bad, |line| (committed(line) == Some(3)).then_some(()));
@@ -196,6 +194,8 @@ fn a_failed_checkpoint_is_counted_shown_and_retried_at_the_next_interval() {
     assert_eq!(status_field(&status.stdout, "failures-since-commit"), 0, "{}", status.stdout);
     assert!(status_field(&status.stdout, "generation") >= 3, "{}", status.stdout);
     assert_eq!(counter(&name, "holdfast_checkpoint_failures_total"), 1.0);
+    // The journal commits acknowledged before the kill must survive it.
+    let acknowledged: Vec<String> = seen.iter().filter(|line| line.contains(": acknowledged ")).cloned().collect();
     kill(&name, vm);
 
     // Checkpoint 3 holds what checkpoint 2 had written when it failed: its pages were made
@@ -208,17 +208,24 @@ fn a_failed_checkpoint_is_counted_shown_and_retried_at_the_next_interval() {
         Some((from.parse::<u64>().ok()?, rest.rsplit_once(", boot ")?.1.parse::<u64>().ok()?))
     });
     assert!(from >= 3, "restarted from checkpoint {from}");
+    // This boot's lines (not ones printed again from the boot before), in any order.
+    let mut held = [None; 3];
+    wait_for(&vm.lines, &mut seen, limit, &bad, |line| {
+        for writer in 1..=3 {
+            let rest = line.strip_prefix(&format!("journal-writer {writer}: restarted, page holds "));
+            if let Some(value) = rest.and_then(|rest| rest.strip_suffix(&format!(" at boot {boot}"))?.parse::<u64>().ok()) {
+                held[writer - 1] = Some(value);
+            }
+        }
+        held.iter().all(Option::is_some).then_some(())
+    });
     for writer in 1..=3 {
         let last: u64 = acknowledged
             .iter()
             .filter_map(|line| line.strip_prefix(&format!("journal-writer {writer}: acknowledged "))?.parse().ok())
             .max()
             .unwrap_or(0);
-        let held = wait_for(&vm.lines, &mut seen, limit, &bad, |line| {
-            // This boot's line, not one printed again from the boot before.
-            let rest = line.strip_prefix(&format!("journal-writer {writer}: restarted, page holds "))?;
-            rest.strip_suffix(&format!(" at boot {boot}"))?.parse::<u64>().ok()
-        });
+        let held = held[writer - 1].expect("awaited");
         assert!(held >= last, "writer {writer}: acknowledged {last}, the page holds {held}");
     }
     wait_for(&vm.lines, &mut seen, limit, &bad, |line| line.starts_with("persist-counter: ").then_some(()));
