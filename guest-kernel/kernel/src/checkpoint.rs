@@ -339,9 +339,13 @@ fn heap_free_target_bytes() -> usize {
 /// Whether the heap has room for another process's tables beyond the reserve kept for page
 /// loads and copies on write, once clean pages are evicted if a store holds them.
 pub fn room_for_process(objects: &mut Objects) -> bool {
+    let room = || memory::heap_free_bytes() >= heap_free_target_bytes() + PROCESS_BYTES;
+    if room() {
+        return true;
+    }
     // Without room, nothing is made: the failure to make room is the refusal.
     let _ = make_room(objects, &[]);
-    memory::heap_free_bytes() >= heap_free_target_bytes() / 2 + PROCESS_BYTES
+    room()
 }
 
 /// A process's kernel memory: its top page table and its entry in the table, rounded up.

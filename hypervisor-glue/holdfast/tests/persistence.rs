@@ -133,6 +133,39 @@ fn ten_thousand_processes_are_checkpointed_and_all_come_back_after_a_kill() {
     kill(&name, vm);
 }
 
+/// The one limit left on processes is memory for their tables: in a 48 MiB guest the
+/// kernel refuses `make_process` with `exhausted` before its heap runs out, and the system
+/// goes on and checkpoints the processes it has.
+#[test]
+fn make_process_is_refused_when_memory_runs_out_and_checkpoints_go_on() {
+    const PROCESSES: usize = 10_000;
+    let directory = scratch_dir("exhausted");
+    let manifest = directory.join("many-processes.toml");
+    std::fs::write(&manifest, many_processes_manifest(PROCESSES)).expect("write the manifest");
+    let image_dir = build_image("many-processes-image", Some(&manifest));
+    let store = directory.join("store.img");
+    let store = store.to_str().expect("UTF-8 path");
+    let format = run_holdfast(&["store", "format", "--size-mib", "256", "--force", store]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    let name = format!("exhausted-{}", std::process::id());
+    let bad = ["MISMATCH", "kernel panic", "checkpoint failed", "STORE LOST", "selftest: store:"];
+    let vm = run_vm(&name, &image_dir, store, "holdfast.checkpoint-interval-ms=1000", "48");
+    let mut seen = Vec::new();
+    let limit = Duration::from_secs(300);
+    let made = wait_for(&vm.lines, &mut seen, limit, &bad, |line| {
+        line.strip_prefix("process-maker: make_process refused (exhausted) after ")?.strip_suffix(" processes")?.parse::<usize>().ok()
+    });
+    assert!(made > 0 && made < PROCESSES, "{made} processes made:\n{}", seen.join("\n"));
+    // Two commits after the refusal: the second was taken after it.
+    let mut commits = 0;
+    wait_for(&vm.lines, &mut seen, limit, &bad, |line| {
+        commits += usize::from(committed(line).is_some());
+        (commits == 2).then_some(())
+    });
+    eprintln!("{made} processes made in a 48 MiB guest before make_process was refused");
+    kill(&name, vm);
+}
+
 /// The fields of a `checkpoint status` line.
 fn status_field(status: &str, field: &str) -> u64 {
     let words: Vec<&str> = status.split_whitespace().collect();

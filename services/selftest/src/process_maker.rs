@@ -11,6 +11,9 @@
 //! 0 of its own root node (its capability register 0), where the check finds it: a
 //! process that is not in the kernel's table refuses `read_registers`.
 //!
+//! If the kernel refuses a process for want of memory (`exhausted`), it prints
+//! `process-maker: make_process refused (exhausted) after <n> processes` and ends.
+//!
 //! Capability registers: 0 console, 1 the tree's root node, 2 the clock; 3 to 6 are used
 //! for the walk.
 #![no_std]
@@ -18,7 +21,8 @@
 
 use holdfast_userlib as user;
 use user::interface::{clock, node, process};
-use user::syscall::CapReg;
+use user::abi::interface::ObjectError;
+use user::syscall::{CapReg, Error};
 
 const TREE: CapReg = CapReg::new(1);
 const CLOCK: CapReg = CapReg::new(2);
@@ -26,6 +30,7 @@ const LEVEL: [CapReg; 3] = [CapReg::new(3), CapReg::new(4), CapReg::new(5)];
 const PROCESS: CapReg = CapReg::new(6);
 const SLOTS: u64 = 32;
 const REGISTER_BYTES: usize = 18 * 8;
+const EXHAUSTED: &str = "exhausted";
 
 fn print_with_number(prefix: &str, value: u64, suffix: &str) {
     let mut digits = [0u8; 20];
@@ -74,12 +79,21 @@ fn registers_of(number: u64) -> [u8; REGISTER_BYTES] {
 fn main() -> u64 {
     let boot = clock::now(CLOCK).map_or(0, |now| now.boot);
     let made = each_leaf(|number| {
-        node::make_process(LEVEL[2], PROCESS).map_err(|_| "make_process refused")?;
+        node::make_process(LEVEL[2], PROCESS).map_err(|error| match error {
+            Error::Object(ObjectError::Exhausted) => EXHAUSTED,
+            _ => "make_process refused",
+        })?;
         process::write_registers(PROCESS, &registers_of(number)).map_err(|_| "write_registers refused")?;
         node::swap(LEVEL[2], 0, PROCESS, PROCESS).map_err(|_| "storing the process capability failed")
     });
     let made = match made {
         Ok(made) => made,
+        // The kernel's one limit on processes, refused cleanly: the system goes on (and
+        // checkpoints) with those made.
+        Err((EXHAUSTED, number)) => {
+            print_with_number("process-maker: make_process refused (exhausted) after ", number, " processes\n");
+            return 0;
+        }
         Err((what, number)) => {
             print_with_number("process-maker: MISMATCH: process ", number, ": ");
             user::print_parts(&[what.as_bytes(), b"\n"]);
