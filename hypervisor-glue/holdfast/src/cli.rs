@@ -31,7 +31,8 @@ pub enum Command {
     /// Boot a Holdfast VM under QEMU; its serial console is copied to stdout.
     #[command(after_help = EXIT_STATUS_HELP)]
     Run(RunArguments),
-    /// Control a VM started with `holdfast run --name NAME`, over its QMP socket.
+    /// List the VMs started with `holdfast run --name NAME` and control one over its QMP
+    /// socket.
     #[command(subcommand)]
     Vm(VmCommand),
     /// Say whether VMs run under KVM or TCG on this host, and why.
@@ -189,14 +190,17 @@ pub struct RunArguments {
     /// Name the VM, so that `holdfast vm ... NAME` can reach its QMP socket
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
-    /// Kill the VM if it has not finished after this many seconds [default: 120, or no
-    /// limit with --stay-up]
+    /// Kill the VM if it has not finished after this many seconds [default: 120 for a
+    /// self-test boot; no limit with --stay-up or a store disk (--disk): an appliance runs
+    /// until it is stopped]
     #[arg(long, value_name = "N")]
     pub timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum VmCommand {
+    /// List the VMs running under the state directory: name, run state, store disks
+    List,
     /// Print the VM's run state (running, paused, ...)
     Status(VmName),
     /// Stop the VM's virtual CPUs

@@ -57,6 +57,18 @@ pub fn control_socket_beside(qmp_socket: &Path) -> PathBuf {
     qmp_socket.with_file_name("control.sock")
 }
 
+/// Where QEMU reports its events to `holdfast run` (a second QMP monitor, so that the VM's
+/// QMP socket stays free for `holdfast vm`): beside the VM's QMP socket.
+pub fn event_socket_beside(qmp_socket: &Path) -> PathBuf {
+    qmp_socket.with_file_name("events.sock")
+}
+
+/// Where `holdfast run` records the VM's disk images, one absolute path a line, for
+/// `holdfast vm list`: beside the VM's QMP socket.
+pub fn disks_file_beside(qmp_socket: &Path) -> PathBuf {
+    qmp_socket.with_file_name("disks")
+}
+
 /// A QMP socket path for a VM without a name, private to this process.
 pub fn private_qmp_socket() -> Result<PathBuf, Failure> {
     let socket = std::env::temp_dir()

@@ -27,16 +27,14 @@ fn missing_disk_image() {
 }
 
 #[test]
-fn unreadable_disk_image() {
-    // A directory opens but cannot be read; root may read any file, so this is the
-    // unreadable image that a test can make.
-    let directory = scratch_dir("unreadable-disk");
+fn directory_as_disk_image() {
+    let directory = scratch_dir("directory-disk");
     let run = run_with_image(&["--disk", directory.to_str().unwrap()]);
     assert_one_line_error(
         &run,
         INPUT_ERROR,
         &format!(
-            "holdfast: disk image '{}' cannot be read: Is a directory (os error 21)",
+            "holdfast: disk image '{}' is not a regular file or a block device",
             directory.display()
         ),
     );
@@ -282,7 +280,7 @@ fn every_verb_has_help() {
                 "--timeout-seconds",
             ],
         ),
-        (&["vm"], &["status", "pause", "resume", "quit"]),
+        (&["vm"], &["list", "status", "pause", "resume", "quit"]),
         (&["vm", "status"], &["<NAME>"]),
         (&["vm", "quit"], &["<NAME>"]),
         (&["accel"], &["--reprobe"]),

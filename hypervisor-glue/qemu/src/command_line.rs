@@ -84,6 +84,9 @@ pub struct VmSpec {
     /// Where QEMU listens for the host's end of the guest's control channel (its second
     /// serial port, COM2), if anywhere.
     pub control_socket: Option<PathBuf>,
+    /// Where QEMU listens on a second QMP monitor that only reports events
+    /// ([`crate::events`]), if anywhere.
+    pub event_socket: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -97,6 +100,7 @@ impl VmSpec {
             memory_mib: DEFAULT_MEMORY_MIB,
             qmp_socket: None,
             control_socket: None,
+            event_socket: None,
         }
     }
 
@@ -136,6 +140,10 @@ impl VmSpec {
             arguments.add_with_path("-chardev", "socket,id=qmp,server=on,wait=off,path=", socket);
             arguments.add(["-mon", "chardev=qmp,mode=control"]);
         }
+        if let Some(socket) = &self.event_socket {
+            arguments.add_with_path("-chardev", "socket,id=events,server=on,wait=off,path=", socket);
+            arguments.add(["-mon", "chardev=events,mode=control"]);
+        }
         if let Some(socket) = &self.control_socket {
             arguments.add_with_path("-chardev", "socket,id=control,server=on,wait=off,path=", socket);
             arguments.add(["-serial", "chardev:control"]);
@@ -165,8 +173,13 @@ impl VmSpec {
                 arguments.add(["-device", "ide-hd,drive=bootdisk,bus=ide.0,bootindex=0"]);
             }
         }
+        // A host error on a disk (its file system full, the file gone) is reported to the
+        // guest, which marks that mirror failed and goes on with the others, rather than
+        // pausing the VM (QEMU's default for a full disk: a frozen appliance that says
+        // nothing). The event socket tells the host.
         for (index, disk) in self.disks.iter().enumerate() {
-            let drive_prefix = format!("format=raw,if=none,id=disk{index},file=");
+            let drive_prefix =
+                format!("format=raw,if=none,id=disk{index},werror=report,rerror=report,file=");
             arguments.add_with_path("-drive", &drive_prefix, disk);
             arguments.add([
                 "-device".to_owned(),
@@ -287,7 +300,7 @@ mod tests {
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk0,file=a,,b.img"
+            "format=raw,if=none,id=disk0,werror=report,rerror=report,file=a,,b.img"
         ));
         assert!(contains_pair(
             &words,
@@ -297,7 +310,7 @@ mod tests {
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk1,file=c.img"
+            "format=raw,if=none,id=disk1,werror=report,rerror=report,file=c.img"
         ));
         assert!(contains_pair(
             &words,

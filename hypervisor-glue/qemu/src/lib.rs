@@ -7,6 +7,7 @@
 //! - [`vm`]: run a VM with its serial console on a pipe, watch for the kernel's markers,
 //!   map QEMU's exit status to the guest's verdict.
 //! - [`qmp`]: control a running VM over its QMP socket (status, pause, resume, quit).
+//! - [`events`]: follow QEMU's events on a monitor of their own (host I/O errors on disks).
 //!
 //! The CLI (`holdfast run`, `holdfast vm`, `holdfast accel`) and the benchmarks use this crate;
 //! nothing here prints, so callers decide what the user sees.
@@ -15,6 +16,7 @@ pub mod accel;
 pub mod binary;
 pub mod child;
 pub mod command_line;
+pub mod events;
 pub mod qmp;
 pub mod serial;
 pub mod vm;

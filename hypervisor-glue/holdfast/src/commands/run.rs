@@ -16,9 +16,11 @@ use crate::commands::accel;
 use crate::failure::{Failure, exit_status};
 use crate::paths;
 
-/// The time limit when neither `--timeout-seconds` nor `--stay-up` is given. A TCG boot
-/// through the self-test takes about a second.
-const DEFAULT_TIME_LIMIT: Duration = Duration::from_secs(120);
+/// The time limit of a self-test boot (no store disk) when neither `--timeout-seconds` nor
+/// `--stay-up` is given: such a boot ends by itself, a TCG one within about a second, so
+/// one that has not ended is stuck. A VM with a store is an appliance and runs until it is
+/// stopped.
+const SELFTEST_TIME_LIMIT: Duration = Duration::from_secs(120);
 
 /// The kernel command-line word that keeps the VM up after its self-test.
 const STAY_UP_WORD: &str = "holdfast.after=stay";
@@ -63,9 +65,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
             }
         }
     };
-    for disk in &arguments.disks {
-        check_disk_image(disk)?;
-    }
+    check_disk_images(&arguments.disks)?;
     let qemu = QemuBinary::find().map_err(Failure::other)?;
     let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
 
@@ -77,13 +77,10 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         accelerator,
         memory_mib: arguments.memory_mib,
         qmp_socket: Some(qmp_socket.path.clone()),
-        control_socket: Some(crate::paths::control_socket_beside(&qmp_socket.path)),
+        control_socket: Some(paths::control_socket_beside(&qmp_socket.path)),
+        event_socket: Some(paths::event_socket_beside(&qmp_socket.path)),
     };
-    let time_limit = match (arguments.timeout_seconds, arguments.stay_up) {
-        (Some(seconds), _) => Some(Duration::from_secs(seconds)),
-        (None, true) => None,
-        (None, false) => Some(DEFAULT_TIME_LIMIT),
-    };
+    let time_limit = time_limit(&arguments);
     let vm = RunningVm::launch(&qemu, &spec).map_err(|error| {
         Failure::other(format!(
             "cannot start QEMU ({}): {error}",
@@ -91,6 +88,8 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         ))
     })?;
     qmp_socket.record_pid(vm.pid())?;
+    qmp_socket.record_disks(&arguments.disks)?;
+    report_host_disk_errors(&qmp_socket.path, &arguments.disks)?;
     let mut stdout = std::io::stdout().lock();
     let report = vm
         .wait(time_limit, |line| {
@@ -102,6 +101,38 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         .map_err(|error| Failure::other(format!("lost track of QEMU: {error}")))?;
     drop(qmp_socket);
     outcome(&report)
+}
+
+/// Says on standard error, once per disk and kind of error, when the host fails the
+/// guest's reads or writes of a disk image (a full file system, a file gone): the guest
+/// is told too and marks that mirror failed, but only the host knows why.
+fn report_host_disk_errors(qmp_socket: &Path, disks: &[PathBuf]) -> Result<(), Failure> {
+    let disks = disks.to_vec();
+    let mut reported = std::collections::HashSet::new();
+    holdfast_qemu::events::watch_block_io_errors(paths::event_socket_beside(qmp_socket), move |error| {
+        let disk = error
+            .disk_index()
+            .and_then(|index| disks.get(index))
+            .map_or_else(|| error.device.clone(), |path| path.display().to_string());
+        if reported.insert((disk.clone(), error.operation.clone(), error.reason.clone())) {
+            eprintln!(
+                "holdfast: host I/O error on disk '{disk}': {} failed: {} (QEMU's action: {})",
+                error.operation, error.reason, error.action
+            );
+        }
+    })
+    .map(drop)
+    .map_err(|error| Failure::other(format!("cannot follow QEMU's events: {error}")))
+}
+
+/// `--timeout-seconds`, else no limit for a VM that stays up or has a store, else the
+/// self-test's limit.
+fn time_limit(arguments: &RunArguments) -> Option<Duration> {
+    match arguments.timeout_seconds {
+        Some(seconds) => Some(Duration::from_secs(seconds)),
+        None if arguments.stay_up || !arguments.disks.is_empty() => None,
+        None => Some(SELFTEST_TIME_LIMIT),
+    }
 }
 
 /// `--append`'s words, then `holdfast.after=stay` for `--stay-up`.
@@ -118,23 +149,48 @@ fn kernel_command_line(arguments: &RunArguments) -> String {
     words.join(" ")
 }
 
-/// A disk image must exist and be readable before QEMU is asked to open it, so that the
-/// user gets one clear line rather than QEMU's.
-fn check_disk_image(disk: &Path) -> Result<(), Failure> {
-    let unreadable = |error: std::io::Error| {
-        Failure::input(format!(
-            "disk image '{}' cannot be read: {error}",
-            disk.display()
-        ))
-    };
-    let mut file = std::fs::File::open(disk).map_err(|error| match error.kind() {
-        std::io::ErrorKind::NotFound => {
-            Failure::input(format!("disk image '{}' not found", disk.display()))
+/// Each disk image must be a regular file or a block device that this user can read and
+/// write, and no image may be given twice, so that the user gets one clear line before QEMU
+/// starts rather than QEMU's error, or a guest whose store silently does not persist.
+fn check_disk_images(disks: &[PathBuf]) -> Result<(), Failure> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut seen: Vec<(u64, u64, &Path)> = Vec::with_capacity(disks.len());
+    for disk in disks {
+        let metadata = std::fs::metadata(disk).map_err(|error| match error.kind() {
+            std::io::ErrorKind::NotFound => {
+                Failure::input(format!("disk image '{}' not found", disk.display()))
+            }
+            _ => Failure::input(format!("disk image '{}' cannot be read: {error}", disk.display())),
+        })?;
+        let file_type = metadata.file_type();
+        if !(file_type.is_file() || file_type.is_block_device()) {
+            return Err(Failure::input(format!(
+                "disk image '{}' is not a regular file or a block device",
+                disk.display()
+            )));
         }
-        _ => unreadable(error),
-    })?;
-    // Opening a directory succeeds; reading it does not.
-    file.read(&mut [0u8; 1]).map_err(unreadable)?;
+        let unusable = |error: std::io::Error| {
+            Failure::input(format!(
+                "disk image '{}' cannot be opened for reading and writing: {error}",
+                disk.display()
+            ))
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(disk)
+            .map_err(unusable)?;
+        file.read(&mut [0u8; 1]).map_err(unusable)?;
+        let identity = (metadata.dev(), metadata.ino());
+        if let Some((_, _, first)) = seen.iter().find(|(device, inode, _)| (*device, *inode) == identity) {
+            return Err(Failure::input(format!(
+                "disk image '{}' is given twice (as '{}'): each mirror must be its own image",
+                disk.display(),
+                first.display()
+            )));
+        }
+        seen.push((identity.0, identity.1, disk));
+    }
     Ok(())
 }
 
@@ -222,8 +278,23 @@ impl QmpSocket {
 impl QmpSocket {
     /// Writes QEMU's pid beside the socket, for `holdfast vm kill`.
     fn record_pid(&self, pid: u32) -> Result<(), Failure> {
-        let file = crate::paths::pid_file_beside(&self.path);
+        let file = paths::pid_file_beside(&self.path);
         std::fs::write(&file, format!("{pid}\n")).map_err(|error| {
+            Failure::other(format!("cannot write '{}': {error}", file.display()))
+        })
+    }
+}
+
+impl QmpSocket {
+    /// Writes the VM's disk images beside the socket, for `holdfast vm list`.
+    fn record_disks(&self, disks: &[PathBuf]) -> Result<(), Failure> {
+        let file = paths::disks_file_beside(&self.path);
+        let mut text = String::new();
+        for disk in disks {
+            let absolute = std::path::absolute(disk).unwrap_or_else(|_| disk.clone());
+            text.push_str(&format!("{}\n", absolute.display()));
+        }
+        std::fs::write(&file, text).map_err(|error| {
             Failure::other(format!("cannot write '{}': {error}", file.display()))
         })
     }
@@ -233,11 +304,41 @@ impl Drop for QmpSocket {
     fn drop(&mut self) {
         // Leftovers are harmless: the next run of the same name removes a stale socket, and
         // `vm kill` checks that a pid is QEMU's before it kills.
-        let _ = std::fs::remove_file(crate::paths::pid_file_beside(&self.path));
-        let _ = std::fs::remove_file(crate::paths::control_socket_beside(&self.path));
+        let _ = std::fs::remove_file(paths::pid_file_beside(&self.path));
+        let _ = std::fs::remove_file(paths::control_socket_beside(&self.path));
+        let _ = std::fs::remove_file(paths::event_socket_beside(&self.path));
+        let _ = std::fs::remove_file(paths::disks_file_beside(&self.path));
         let _ = std::fs::remove_file(&self.path);
         if let Some(directory) = self.path.parent() {
             let _ = std::fs::remove_dir(directory);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn run_arguments(words: &[&str]) -> RunArguments {
+        let mut all = vec!["holdfast", "run"];
+        all.extend_from_slice(words);
+        match Cli::parse_from(all).command {
+            Command::Run(arguments) => arguments,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_self_test_boot_has_a_time_limit_and_an_appliance_has_none() {
+        assert_eq!(time_limit(&run_arguments(&[])), Some(SELFTEST_TIME_LIMIT));
+        assert_eq!(time_limit(&run_arguments(&["--disk", "store.img"])), None);
+        assert_eq!(time_limit(&run_arguments(&["--stay-up"])), None);
+        assert_eq!(
+            time_limit(&run_arguments(&["--disk", "store.img", "--timeout-seconds", "7"])),
+            Some(Duration::from_secs(7))
+        );
     }
 }

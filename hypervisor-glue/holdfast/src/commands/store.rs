@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use holdfast_store::geometry::LOG_BLOCK_COUNT_MIN;
+use holdfast_store::format::log_record::LOG_RECORD_DATA_BLOCKS_MAX;
 use holdfast_store::{BLOCK_SIZE, BlockDevice, DeviceError, Geometry, NODES_PER_POT, Store};
 
 use crate::cli::{StoreCommand, StoreFormatArguments, StoreImages};
@@ -26,8 +26,14 @@ pub fn run(command: StoreCommand) -> Result<ExitCode, Failure> {
     }
 }
 
-/// Writes `length` zero bytes at `offset` of `file`.
-fn write_zeros(file: &File, offset: u64, length: u64) -> std::io::Result<()> {
+/// Writes `length` zero bytes at `offset` of `file`, calling `progress` with the bytes
+/// written so far after each chunk.
+fn write_zeros(
+    file: &File,
+    offset: u64,
+    length: u64,
+    mut progress: impl FnMut(u64),
+) -> std::io::Result<()> {
     const CHUNK_BYTES: u64 = 1024 * 1024;
     let zeros = vec![0u8; CHUNK_BYTES as usize];
     let mut done = 0;
@@ -35,8 +41,53 @@ fn write_zeros(file: &File, offset: u64, length: u64) -> std::io::Result<()> {
         let chunk = (length - done).min(CHUNK_BYTES);
         file.write_all_at(&zeros[..chunk as usize], offset + done)?;
         done += chunk;
+        progress(done);
     }
     Ok(())
+}
+
+/// Progress of a long format on standard error: a line when it starts and then at most one
+/// a second, only when there is more than [`Self::QUIET_BYTES_MAX`] to write (a small store
+/// formats in the blink of an eye, and tests and scripts read its output).
+struct FormatProgress {
+    total_bytes: u64,
+    started: std::time::Instant,
+    last_shown: std::time::Instant,
+}
+
+impl FormatProgress {
+    const QUIET_BYTES_MAX: u64 = 256 * 1024 * 1024;
+    const INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn start(total_bytes: u64, image_count: usize) -> Self {
+        let now = std::time::Instant::now();
+        let progress = Self { total_bytes, started: now, last_shown: now };
+        if progress.shown() {
+            eprintln!(
+                "holdfast: store format: writing {} MiB of log (zeros, so that commits never wait for the host to allocate) on {image_count} image(s)",
+                total_bytes / (1024 * 1024)
+            );
+        }
+        progress
+    }
+
+    fn shown(&self) -> bool {
+        self.total_bytes > Self::QUIET_BYTES_MAX
+    }
+
+    fn show(&mut self, done_bytes: u64) {
+        if !self.shown() || self.last_shown.elapsed() < Self::INTERVAL {
+            return;
+        }
+        self.last_shown = std::time::Instant::now();
+        eprintln!(
+            "holdfast: store format: {} of {} MiB written ({}%, {:.0} s)",
+            done_bytes / (1024 * 1024),
+            self.total_bytes / (1024 * 1024),
+            done_bytes * 100 / self.total_bytes,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// A disk image as a block device: 4096-byte blocks at their offsets in the file.
@@ -147,10 +198,25 @@ fn check(images: &StoreImages) -> Result<ExitCode, Failure> {
     })
 }
 
+/// The smallest log `format` makes: a checkpoint's largest record (a header and its data
+/// blocks), the directory and the commit must fit below the 65 % fill at which the kernel
+/// forces a checkpoint (0.65 × 128 = 83 blocks, against 74). A smaller log makes a store
+/// that boots but can never take a checkpoint.
+const FORMAT_LOG_BLOCK_COUNT_MIN: u64 = 128;
+const _: () = assert!(FORMAT_LOG_BLOCK_COUNT_MIN * 65 / 100 >= LOG_RECORD_DATA_BLOCKS_MAX as u64 + 3);
+
 /// A geometry that fills `block_count` blocks: an eighth for the log, a sixteenth for
 /// nodes (four to a block), the rest for pages and the checksum tables.
 fn geometry_for(block_count: u64, store_id: u64) -> Result<Geometry, Failure> {
-    let log_block_count = (block_count / 8).max(LOG_BLOCK_COUNT_MIN);
+    let log_block_count = block_count / 8;
+    if log_block_count < FORMAT_LOG_BLOCK_COUNT_MIN {
+        let size_mib_min = (FORMAT_LOG_BLOCK_COUNT_MIN * 8 * BLOCK_SIZE as u64).div_ceil(1024 * 1024);
+        return Err(Failure::input(format!(
+            "a store of {} MiB is too small: its log (an eighth) would hold {log_block_count} blocks, \
+             and a checkpoint needs {FORMAT_LOG_BLOCK_COUNT_MIN}; use --size-mib {size_mib_min} or more",
+            block_count * BLOCK_SIZE as u64 / (1024 * 1024)
+        )));
+    }
     let node_count = (block_count / 16).max(1) * NODES_PER_POT;
     let mut geometry = Geometry {
         store_id,
@@ -207,6 +273,13 @@ pub fn format_images(
     let layout = geometry
         .layout()
         .map_err(|error| Failure::input(format!("cannot lay out a store: {error}")))?;
+    if images.len() == 2 && same_file(&images[0], &images[1]) {
+        return Err(Failure::input(format!(
+            "{} and {} are the same file: each mirror must be its own image",
+            images[0].display(),
+            images[1].display()
+        )));
+    }
     for path in images {
         if path.exists() && !force {
             return Err(Failure::input(format!(
@@ -214,18 +287,48 @@ pub fn format_images(
                 path.display()
             )));
         }
+    }
+    // What this format created is removed if it fails: a half-written image must not be
+    // mistaken for a store later.
+    let mut created = CreatedImages(Vec::with_capacity(images.len()));
+    let log_bytes = layout.log_block_count * BLOCK_SIZE as u64;
+    let mut progress = FormatProgress::start(log_bytes * images.len() as u64, images.len());
+    for (index, path) in images.iter().enumerate() {
         let file = File::create(path)
             .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?;
+        created.0.push(path.clone());
+        let already_bytes = log_bytes * index as u64;
         file.set_len(bytes)
             .and_then(|()| {
-                write_zeros(
-                    &file,
-                    layout.log_first_block * BLOCK_SIZE as u64,
-                    layout.log_block_count * BLOCK_SIZE as u64,
-                )
+                write_zeros(&file, layout.log_first_block * BLOCK_SIZE as u64, log_bytes, |done| {
+                    progress.show(already_bytes + done);
+                })
             })
             .map_err(|error| Failure::other(format!("{}: {error}", path.display())))?;
     }
-    Store::format(image_files(images, true)?, geometry)
-        .map_err(|error| Failure::input(format!("{}: {error}", named(images))))
+    let store = Store::format(image_files(images, true)?, geometry)
+        .map_err(|error| Failure::input(format!("{}: {error}", named(images))))?;
+    created.0.clear();
+    Ok(store)
+}
+
+/// Images written by a format under way, removed when it is dropped before it finished
+/// (an image that existed was destroyed by `--force` already).
+struct CreatedImages(Vec<PathBuf>);
+
+impl Drop for CreatedImages {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Whether `a` and `b` name the same file (the same device and inode), where both exist.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => a == b,
+    }
 }

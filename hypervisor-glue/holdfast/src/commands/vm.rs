@@ -1,5 +1,6 @@
-//! `holdfast vm status|pause|resume|quit NAME`: QMP commands to a named VM; `holdfast vm
-//! kill NAME`: SIGKILL to its QEMU.
+//! `holdfast vm list`: the named VMs that answer on their QMP sockets; `holdfast vm
+//! status|pause|resume|quit NAME`: QMP commands to a named VM; `holdfast vm kill NAME`:
+//! SIGKILL to its QEMU.
 
 use std::process::ExitCode;
 
@@ -10,12 +11,15 @@ use crate::failure::Failure;
 use crate::paths;
 
 pub fn run(command: VmCommand) -> Result<ExitCode, Failure> {
-    let (VmCommand::Status(vm)
-    | VmCommand::Pause(vm)
-    | VmCommand::Resume(vm)
-    | VmCommand::Quit(vm)
-    | VmCommand::Kill(vm)
-    | VmCommand::Counters(vm)) = &command;
+    let vm = match &command {
+        VmCommand::List => return list(),
+        VmCommand::Status(vm)
+        | VmCommand::Pause(vm)
+        | VmCommand::Resume(vm)
+        | VmCommand::Quit(vm)
+        | VmCommand::Kill(vm)
+        | VmCommand::Counters(vm) => vm,
+    };
     let name = vm.name.as_str();
     paths::check_vm_name(name)?;
     if let VmCommand::Counters(_) = &command {
@@ -52,7 +56,7 @@ pub fn run(command: VmCommand) -> Result<ExitCode, Failure> {
             let pid = kill_qemu(name, &socket)?;
             println!("{name}: killed (SIGKILL to QEMU, pid {pid})");
         }
-        VmCommand::Counters(_) => unreachable!("answered above"),
+        VmCommand::List | VmCommand::Counters(_) => unreachable!("answered above"),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -84,4 +88,60 @@ fn kill_qemu(name: &str, socket: &std::path::Path) -> Result<u32, Failure> {
         )));
     }
     Ok(pid)
+}
+
+/// One row of `holdfast vm list`.
+struct ListedVm {
+    name: String,
+    state: String,
+    store: String,
+}
+
+/// Prints the VMs whose QMP sockets are in the state directory and answer, with their run
+/// state and store disks. A socket that nothing answers is a VM that was killed: not listed.
+fn list() -> Result<ExitCode, Failure> {
+    let state_dir = paths::state_dir()?;
+    let entries = match std::fs::read_dir(&state_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            println!("no VMs are running (state directory {} does not exist)", state_dir.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(error) => {
+            return Err(Failure::other(format!("cannot list '{}': {error}", state_dir.display())));
+        }
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| paths::check_vm_name(name).is_ok())
+        .collect();
+    names.sort();
+    let mut rows = Vec::new();
+    for name in names {
+        let socket = paths::qmp_socket_of(&name)?;
+        if !socket.exists() {
+            continue;
+        }
+        let state = match QmpClient::connect(&socket).and_then(|mut client| client.status()) {
+            Ok(status) => status.state.to_owned(),
+            Err(QmpError::NotListening { .. }) => continue,
+            // QEMU serves one QMP client at a time: another `holdfast vm` may hold it.
+            Err(error) => format!("unreachable ({error})"),
+        };
+        let disks = std::fs::read_to_string(paths::disks_file_beside(&socket)).unwrap_or_default();
+        let disks: Vec<&str> = disks.lines().filter(|line| !line.is_empty()).collect();
+        let store = if disks.is_empty() { "-".to_owned() } else { disks.join(" + ") };
+        rows.push(ListedVm { name, state, store });
+    }
+    if rows.is_empty() {
+        println!("no VMs are running (state directory {})", state_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name_width = rows.iter().map(|row| row.name.len()).max().unwrap_or(0).max("NAME".len());
+    let state_width = rows.iter().map(|row| row.state.len()).max().unwrap_or(0).max("STATE".len());
+    println!("{:name_width$}  {:state_width$}  STORE", "NAME", "STATE");
+    for row in rows {
+        println!("{:name_width$}  {:state_width$}  {}", row.name, row.state, row.store);
+    }
+    Ok(ExitCode::SUCCESS)
 }
