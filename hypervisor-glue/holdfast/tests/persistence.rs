@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use support::{LineReader, build_image, holdfast, run_holdfast, scratch_dir, source_dir, spawn_reading_lines};
+use support::{LineReader, SmallFileSystem, build_image, holdfast, run_holdfast, scratch_dir, source_dir, spawn_reading_lines};
 
 /// Waits for a line `accept` takes (returning what it makes of it), failing with the lines
 /// seen if none comes within `limit` or one contains a word of `bad`.
@@ -263,4 +263,46 @@ fn a_failed_checkpoint_is_counted_shown_and_retried_at_the_next_interval() {
     }
     wait_for(&vm.lines, &mut seen, limit, &bad, |line| line.starts_with("persist-counter: ").then_some(()));
     kill(&name, vm);
+}
+
+/// A store that can no longer be written stops the system, loudly, rather than let it run
+/// on unpersisted: its one disk lives on a host file system that is full, so that the
+/// first checkpoint's writes to blocks the sparse image never had fail (QEMU reports the
+/// error to the guest), the only mirror fails, and the kernel prints `STORE LOST` and ends
+/// the VM with a failure status.
+#[test]
+fn a_store_that_can_no_longer_be_written_stops_the_system() {
+    let directory = scratch_dir("store-lost");
+    let small = match SmallFileSystem::mount(directory.join("small"), 4) {
+        Ok(small) => small,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot mount a tmpfs for a full host disk ({why})");
+            return;
+        }
+    };
+    let store = small.mount_point.join("store.img");
+    let store = store.to_str().expect("UTF-8 path");
+    let format = run_holdfast(&["store", "format", "--size-mib", "16", "--force", store]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    small.fill();
+    let image_dir = build_image("persist-image", Some(&source_dir().join("services/persist-manifest.toml")));
+    let name = format!("store-lost-{}", std::process::id());
+    let LineReader { mut child, lines, reader } = run_vm(&name, &image_dir, store, "holdfast.checkpoint-interval-ms=500", "256");
+    let mut seen = Vec::new();
+    let lost = wait_for(&lines, &mut seen, Duration::from_secs(120), &["kernel panic"], |line| {
+        line.starts_with("holdfast: STORE LOST: ").then(|| line.to_owned())
+    });
+    assert!(lost.contains("the system stops here"), "{lost}");
+    eprintln!("{lost}");
+    // The VM ends by itself, and nothing after that line is committed.
+    seen.extend(lines.iter());
+    reader.join().expect("the reader thread ends");
+    let status = child.0.wait().expect("holdfast run ends");
+    assert!(!status.success(), "{status}\n{}", seen.join("\n"));
+    let at = seen.iter().position(|line| *line == lost).expect("seen");
+    assert!(
+        !seen[at..].iter().any(|line| committed(line).is_some() || line.starts_with("persist-counter: ")),
+        "{}",
+        seen.join("\n")
+    );
 }
