@@ -28,9 +28,9 @@
 //! pages are clean.
 //!
 //! A restart reads the checkpoint directory (page 0 and the pages it chains) and rebuilds
-//! the process table from the root nodes ([`crate::process::restore`]); every other node is loaded when first
-//! used ([`load_node`]), each page's version when the page is first named
-//! ([`load_page_version`]) and its bytes when used ([`read_page`]).
+//! the process table from the root nodes ([`crate::process::restore`]); every other node
+//! is loaded when first used ([`load_node`]), each page's version when the page is first
+//! named ([`load_page_version`]) and its bytes when used ([`read_page`]).
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
@@ -739,7 +739,6 @@ impl Persistence {
             self.store.checkpoint_write_page(page, Version(0), &block)?;
             budget -= 1;
         }
-
         while budget > 0
             && let Some(node) = stabilization.nodes.pop()
         {
