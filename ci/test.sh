@@ -7,6 +7,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash ci/setup.sh
 
+echo "== kernel layers: no import cycle among the kernel's modules, arch/ and drivers/ import nothing above them"
+python3 ci/check-kernel-layers.py --self-test
+python3 ci/check-kernel-layers.py
+
 echo "== cargo test"
 # Two test threads: each integration test boots a guest under TCG, which takes a core, and
 # more guests than cores make their timers late.

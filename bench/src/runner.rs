@@ -35,6 +35,11 @@ pub struct ReadyMarker {
 #[derive(Clone, Debug)]
 pub struct BootExpectation {
     pub marker: ReadyMarker,
+    /// When set, the guest is ready only when a line containing this text arrives after
+    /// the marker: Holdfast's kernel prints its marker before any ring-3 program runs, and
+    /// this is a line a ring-3 program prints, as Linux's `/init` prints Linux's marker.
+    /// The guest's figure is then the marker's plus the host's time between the two lines.
+    pub first_program_line: Option<&'static str>,
     /// QEMU's exit status once the guest has finished (Holdfast's self-test passing: 33;
     /// Linux powering off: 0).
     pub exit_code: i32,
@@ -45,9 +50,11 @@ pub struct BootExpectation {
 /// One measured boot.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BootSample {
-    /// From just before QEMU was spawned to the ready line's arrival on the host.
+    /// From just before QEMU was spawned to the ready line's arrival on the host (the first
+    /// program's line where one is awaited).
     pub ready_from_qemu_start: Duration,
-    /// The guest's own figure on the ready line.
+    /// The guest's own figure on the ready line (plus, where the first program's line is
+    /// awaited, the host's time from the ready line to it).
     pub ready_from_first_instruction: Duration,
 }
 
@@ -226,6 +233,8 @@ pub fn run_guest_with(
     // Only the tail is kept: a runaway guest may print for the whole timeout.
     let mut transcript: VecDeque<String> = VecDeque::with_capacity(TRANSCRIPT_TAIL_LINES);
     let mut ready: Option<(Instant, Result<Duration, String>)> = None;
+    // The marker, while a first program's line is awaited after it.
+    let mut marker_seen: Option<(Instant, Result<Duration, String>)> = None;
     let mut kept_lines = Vec::new();
     let mut kept_lines_at = Vec::new();
     let mut timed_out = false;
@@ -239,10 +248,23 @@ pub fn run_guest_with(
         }
         match lines.recv_timeout(deadline - now) {
             Ok((arrived_at, line)) => {
-                if ready.is_none()
-                    && let Some(figure) = parse_ready_line(&line, &expectation.marker)
-                {
-                    ready = Some((arrived_at, figure));
+                if ready.is_none() {
+                    if let Some((marker_at, figure)) = &marker_seen
+                        && expectation
+                            .first_program_line
+                            .is_some_and(|text| line.contains(text))
+                    {
+                        let since_marker = arrived_at - *marker_at;
+                        ready = Some((arrived_at, figure.clone().map(|at| at + since_marker)));
+                    } else if marker_seen.is_none()
+                        && let Some(figure) = parse_ready_line(&line, &expectation.marker)
+                    {
+                        if expectation.first_program_line.is_some() {
+                            marker_seen = Some((arrived_at, figure));
+                        } else {
+                            ready = Some((arrived_at, figure));
+                        }
+                    }
                 }
                 let clean = strip_terminal_escapes(&line);
                 if kept_lines.len() < KEPT_LINES_MAX
@@ -314,17 +336,17 @@ pub fn run_guest_with(
         bail!(failure("the guest reported a failure; QEMU was killed".to_owned()));
     }
     let Some((arrived_at, figure)) = ready else {
+        let awaited = match (expectation.first_program_line, &marker_seen) {
+            (Some(text), Some(_)) => format!("{text:?} line after {}", expectation.marker.text),
+            _ => format!("{} line", expectation.marker.text),
+        };
         let why = if timed_out {
             format!(
-                "no {} line within {:?}; QEMU was killed",
-                expectation.marker.text, expectation.timeout
+                "no {awaited} within {:?}; QEMU was killed",
+                expectation.timeout
             )
         } else {
-            format!(
-                "QEMU exited ({}) without printing a {} line",
-                describe(status),
-                expectation.marker.text
-            )
+            format!("QEMU exited ({}) without printing a {awaited}", describe(status))
         };
         return Err(failure(why));
     };
@@ -486,6 +508,7 @@ mod tests {
         ]);
         let expectation = BootExpectation {
             marker: HOLDFAST,
+            first_program_line: None,
             exit_code: 33,
             timeout: Duration::from_secs(20),
         };
@@ -497,6 +520,39 @@ mod tests {
         assert!(sample.ready_from_qemu_start < Duration::from_secs(20));
     }
 
+    /// Ready at the first program's line: the marker's figure plus the host's time from the
+    /// marker to that line (here a sleep of 0.3 s between them).
+    #[test]
+    fn ready_may_wait_for_the_first_programs_line_after_the_marker() {
+        let mut command = Command::new("sh");
+        command.args([
+            "-c",
+            "echo 'hello early'; echo 'HOLDFAST-READY 1000'; sleep 0.3; echo 'hello from ring 3'; exit 33",
+        ]);
+        let expectation = BootExpectation {
+            marker: HOLDFAST,
+            first_program_line: Some("hello from ring 3"),
+            exit_code: 33,
+            timeout: Duration::from_secs(20),
+        };
+        let sample = run_boot(command, &expectation).unwrap();
+        assert!(
+            sample.ready_from_first_instruction >= Duration::from_millis(301)
+                && sample.ready_from_first_instruction < Duration::from_secs(10),
+            "{sample:?}"
+        );
+        assert!(sample.ready_from_qemu_start >= Duration::from_millis(300), "{sample:?}");
+
+        // A first program's line before the marker does not count; none after it fails.
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo 'hello from ring 3'; echo 'HOLDFAST-READY 1000'; exit 33"]);
+        let error = run_boot(command, &expectation).unwrap_err().to_string();
+        assert!(
+            error.contains("without printing a \"hello from ring 3\" line after HOLDFAST-READY"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn lines_with_the_words_asked_for_are_kept() {
         let mut command = Command::new("sh");
@@ -506,6 +562,7 @@ mod tests {
         ]);
         let expectation = BootExpectation {
             marker: HOLDFAST,
+            first_program_line: None,
             exit_code: 33,
             timeout: Duration::from_secs(20),
         };
@@ -523,6 +580,7 @@ mod tests {
         ]);
         let expectation = BootExpectation {
             marker: HOLDFAST,
+            first_program_line: None,
             exit_code: 33,
             timeout: Duration::from_secs(20),
         };
@@ -568,6 +626,7 @@ mod tests {
         ]);
         let expectation = BootExpectation {
             marker: LINUX,
+            first_program_line: None,
             exit_code: 0,
             timeout: Duration::from_secs(20),
         };
@@ -589,6 +648,7 @@ mod tests {
         ]);
         let expectation = BootExpectation {
             marker: LINUX,
+            first_program_line: None,
             exit_code: 0,
             timeout: Duration::from_secs(20),
         };
@@ -607,6 +667,7 @@ mod tests {
         command.args(["-c", "echo 'HOLDFAST-READY 1'; exit 35"]);
         let expectation = BootExpectation {
             marker: HOLDFAST,
+            first_program_line: None,
             exit_code: 33,
             timeout: Duration::from_secs(20),
         };
@@ -621,6 +682,7 @@ mod tests {
         command.args(["-c", "echo 'HOLDFAST-READY 1'; exec sleep 30"]);
         let expectation = BootExpectation {
             marker: HOLDFAST,
+            first_program_line: None,
             exit_code: 33,
             timeout: Duration::from_millis(300),
         };

@@ -74,6 +74,8 @@ pub struct GuestVm {
     pub spec: VmSpec,
     /// The serial lines to keep for the caller: those with one of these words.
     pub keep_lines_with: Vec<&'static str>,
+    /// Ready only at this line after the marker: [`crate::runner::BootExpectation`].
+    pub first_program_line: Option<&'static str>,
     /// What the error says when a run fails, before "(run N of M)".
     pub failure_message: String,
 }
@@ -161,7 +163,8 @@ impl RunSetup {
             for (index, guest) in guests.iter().enumerate() {
                 let mut command = self.qemu.command();
                 command.args(guest.spec.qemu_arguments());
-                let expectation = guest.guest.expectation(self.options.boot_timeout);
+                let mut expectation = guest.guest.expectation(self.options.boot_timeout);
+                expectation.first_program_line = guest.first_program_line;
                 let run = runner::run_guest(command, &expectation, &guest.keep_lines_with)
                     .with_context(|| {
                         format!(

@@ -1,7 +1,9 @@
 //! The figures the guests print, and how the host reads them.
 //!
-//! Each benchmark program prints `<marker> <name> <number>` lines (`LINUX-MICRO getppid_ns
-//! 1523.4`, `HOLDFAST-MICRO round_trip_ipc_tsc_cycles 9120`), or `<marker>-FAILED
+//! Each benchmark program prints `<marker> <name> <number>` lines, two per figure: the
+//! median over its rounds (`LINUX-MICRO getppid_ns 1523.4`, `HOLDFAST-MICRO
+//! round_trip_ipc_tsc_cycles 9120`) and the slowest round (`LINUX-MICRO getppid_max_ns
+//! 1800.2`, `HOLDFAST-MICRO round_trip_ipc_max_tsc_cycles 9900`), or `<marker>-FAILED
 //! <why>` when it could not measure.
 
 use super::table::Measure;
@@ -15,44 +17,85 @@ pub const HOLDFAST_MARKER: &str = "HOLDFAST-MICRO";
 /// clock to convert them; this line gives the host the frequency.
 pub const KERNEL_TSC_LINE_PREFIX: &str = "selftest: timer: TSC ";
 
-/// The Holdfast program's figures, in TSC cycles, in [`Measure`] order.
-pub const HOLDFAST_KEYS: [&str; Measure::ALL.len()] = [
-    "trivial_invocation_tsc_cycles",
-    "one_way_ipc_tsc_cycles",
-    "round_trip_ipc_tsc_cycles",
-    "node_tree_fault_tsc_cycles",
-    "keeper_fault_tsc_cycles",
+/// The Holdfast program's figures in [`Measure`] order, named without their unit: each
+/// comes as `<name>_tsc_cycles` (the median) and `<name>_max_tsc_cycles`.
+pub const HOLDFAST_NAMES: [&str; Measure::ALL.len()] = [
+    "trivial_invocation",
+    "one_way_ipc",
+    "round_trip_ipc",
+    "node_tree_fault",
+    "keeper_fault",
 ];
 
+/// A program's figures: per figure the median over its rounds, and the slowest round
+/// (the worst case); over boots, the median of the medians and the maximum of the maxima.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Figures<const N: usize> {
+    pub median: [f64; N],
+    pub max: [f64; N],
+}
+
+impl<const N: usize> Figures<N> {
+    pub fn map(self, convert: impl Fn(f64) -> f64) -> Self {
+        Self {
+            median: self.median.map(&convert),
+            max: self.max.map(&convert),
+        }
+    }
+
+    /// Over boots: the median of each figure's medians and the maximum of its maxima.
+    pub fn over_boots(runs: &[Self]) -> Self {
+        Self {
+            median: std::array::from_fn(|index| {
+                let values: Vec<f64> = runs.iter().map(|run| run.median[index]).collect();
+                crate::table::median(&values).unwrap_or(f64::NAN)
+            }),
+            max: std::array::from_fn(|index| {
+                runs.iter()
+                    .map(|run| run.max[index])
+                    .reduce(f64::max)
+                    .unwrap_or(f64::NAN)
+            }),
+        }
+    }
+}
+
 /// One Holdfast run's figures, nanoseconds per operation, indexed by [`Measure`].
-pub type HoldfastFiguresNs = [f64; Measure::ALL.len()];
+pub type HoldfastFiguresNs = Figures<{ Measure::ALL.len() }>;
 /// The same in TSC cycles per operation, as the program printed them.
-pub type HoldfastFiguresCycles = [f64; Measure::ALL.len()];
+pub type HoldfastFiguresCycles = Figures<{ Measure::ALL.len() }>;
 
 /// The Linux peer's figures, in the order its program prints them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinuxFigure {
     Getppid,
+    PipeOneWay,
     PipeRoundTrip,
     FirstTouchFault,
+    PageCacheFault,
     SignalHandlerFault,
 }
 
 impl LinuxFigure {
-    pub const ALL: [LinuxFigure; 4] = [
+    pub const ALL: [LinuxFigure; 6] = [
         LinuxFigure::Getppid,
+        LinuxFigure::PipeOneWay,
         LinuxFigure::PipeRoundTrip,
         LinuxFigure::FirstTouchFault,
+        LinuxFigure::PageCacheFault,
         LinuxFigure::SignalHandlerFault,
     ];
 
-    /// The name on the program's line.
-    pub fn key(self) -> &'static str {
+    /// The name on the program's lines, without the unit: `<stem>_ns` is the median,
+    /// `<stem>_max_ns` the slowest round.
+    pub fn stem(self) -> &'static str {
         match self {
-            LinuxFigure::Getppid => "getppid_ns",
-            LinuxFigure::PipeRoundTrip => "pipe_round_trip_ns",
-            LinuxFigure::FirstTouchFault => "first_touch_fault_ns",
-            LinuxFigure::SignalHandlerFault => "signal_handler_fault_ns",
+            LinuxFigure::Getppid => "getppid",
+            LinuxFigure::PipeOneWay => "pipe_one_way",
+            LinuxFigure::PipeRoundTrip => "pipe_round_trip",
+            LinuxFigure::FirstTouchFault => "first_touch_fault",
+            LinuxFigure::PageCacheFault => "page_cache_fault",
+            LinuxFigure::SignalHandlerFault => "signal_handler_fault",
         }
     }
 
@@ -60,15 +103,17 @@ impl LinuxFigure {
     pub fn name(self) -> &'static str {
         match self {
             LinuxFigure::Getppid => "getppid",
+            LinuxFigure::PipeOneWay => "pipe one way",
             LinuxFigure::PipeRoundTrip => "pipe round trip",
             LinuxFigure::FirstTouchFault => "first-touch fault",
+            LinuxFigure::PageCacheFault => "page-cache fault",
             LinuxFigure::SignalHandlerFault => "SIGSEGV handler fault",
         }
     }
 }
 
 /// One Linux peer run's figures, nanoseconds per operation, indexed by [`LinuxFigure`].
-pub type LinuxFiguresNs = [f64; LinuxFigure::ALL.len()];
+pub type LinuxFiguresNs = Figures<{ LinuxFigure::ALL.len() }>;
 
 /// Reads `<marker> <name> <number>` from a serial line. `None` when the line is not one of
 /// `marker`'s; `Some(Err)` when it is a failure line or its number cannot be read, which
@@ -124,9 +169,13 @@ fn find(figures: &[(String, f64)], key: &str, lines: &[String]) -> Result<f64, S
 /// The Linux peer's figures from its run's lines.
 pub fn linux_figures(lines: &[String]) -> Result<LinuxFiguresNs, String> {
     let figures = figures_in(lines, LINUX_MARKER)?;
-    let mut values = [0.0; LinuxFigure::ALL.len()];
+    let mut values = Figures {
+        median: [0.0; LinuxFigure::ALL.len()],
+        max: [0.0; LinuxFigure::ALL.len()],
+    };
     for (index, figure) in LinuxFigure::ALL.iter().enumerate() {
-        values[index] = find(&figures, figure.key(), lines)?;
+        values.median[index] = find(&figures, &format!("{}_ns", figure.stem()), lines)?;
+        values.max[index] = find(&figures, &format!("{}_max_ns", figure.stem()), lines)?;
     }
     Ok(values)
 }
@@ -157,9 +206,13 @@ pub fn kernel_tsc_mhz(lines: &[String]) -> Result<u64, String> {
 /// The Holdfast program's figures in TSC cycles. All are required.
 pub fn holdfast_cycles(lines: &[String]) -> Result<HoldfastFiguresCycles, String> {
     let figures = figures_in(lines, HOLDFAST_MARKER)?;
-    let mut values = [0.0; Measure::ALL.len()];
-    for (value, key) in values.iter_mut().zip(HOLDFAST_KEYS) {
-        *value = find(&figures, key, lines)?;
+    let mut values = Figures {
+        median: [0.0; Measure::ALL.len()],
+        max: [0.0; Measure::ALL.len()],
+    };
+    for (index, name) in HOLDFAST_NAMES.iter().enumerate() {
+        values.median[index] = find(&figures, &format!("{name}_tsc_cycles"), lines)?;
+        values.max[index] = find(&figures, &format!("{name}_max_tsc_cycles"), lines)?;
     }
     Ok(values)
 }
@@ -221,17 +274,28 @@ mod tests {
     fn linux_figures_come_in_table_order_and_all_are_required() {
         let all = lines(&[
             "LINUX-MICRO getppid_ns 1500.0",
+            "LINUX-MICRO getppid_max_ns 1600.0",
+            "LINUX-MICRO pipe_one_way_ns 100000",
+            "LINUX-MICRO pipe_one_way_max_ns 120000",
             "LINUX-MICRO pipe_round_trip_ns 300000.5",
+            "LINUX-MICRO pipe_round_trip_max_ns 400000",
             "LINUX-MICRO first_touch_fault_ns 30000",
+            "LINUX-MICRO first_touch_fault_max_ns 31000",
+            "LINUX-MICRO page_cache_fault_ns 20000",
+            "LINUX-MICRO page_cache_fault_max_ns 22000",
             "LINUX-MICRO signal_handler_fault_ns 15000",
+            "LINUX-MICRO signal_handler_fault_max_ns 16000",
         ]);
         assert_eq!(
             linux_figures(&all),
-            Ok([1500.0, 300000.5, 30000.0, 15000.0])
+            Ok(Figures {
+                median: [1500.0, 100_000.0, 300000.5, 30000.0, 20000.0, 15000.0],
+                max: [1600.0, 120_000.0, 400_000.0, 31000.0, 22000.0, 16000.0],
+            })
         );
-        let error = linux_figures(&all[..3]).unwrap_err();
+        let error = linux_figures(&all[..11]).unwrap_err();
         assert!(
-            error.contains("no figure signal_handler_fault_ns"),
+            error.contains("no figure signal_handler_fault_max_ns"),
             "{error}"
         );
         assert!(error.contains("getppid_ns 1500.0"), "{error}");
@@ -241,10 +305,15 @@ mod tests {
         lines(&[
             "selftest: timer: TSC 2000 MHz, local APIC timer 1000 MHz, periodic interrupt 100 Hz requested, 100.000 Hz measured [ok]",
             "HOLDFAST-MICRO trivial_invocation_tsc_cycles 3000",
+            "HOLDFAST-MICRO trivial_invocation_max_tsc_cycles 3400",
             "HOLDFAST-MICRO round_trip_ipc_tsc_cycles 9000",
+            "HOLDFAST-MICRO round_trip_ipc_max_tsc_cycles 9800",
             "HOLDFAST-MICRO one_way_ipc_tsc_cycles 4000",
+            "HOLDFAST-MICRO one_way_ipc_max_tsc_cycles 4200",
             "HOLDFAST-MICRO node_tree_fault_tsc_cycles 6000",
+            "HOLDFAST-MICRO node_tree_fault_max_tsc_cycles 8000",
             "HOLDFAST-MICRO keeper_fault_tsc_cycles 50000",
+            "HOLDFAST-MICRO keeper_fault_max_tsc_cycles 60000",
         ])
     }
 
@@ -254,8 +323,14 @@ mod tests {
         assert_eq!(
             holdfast_figures(&run),
             Ok((
-                [1500.0, 2000.0, 4500.0, 3000.0, 25000.0],
-                [3000.0, 4000.0, 9000.0, 6000.0, 50000.0]
+                Figures {
+                    median: [1500.0, 2000.0, 4500.0, 3000.0, 25000.0],
+                    max: [1700.0, 2100.0, 4900.0, 4000.0, 30000.0],
+                },
+                Figures {
+                    median: [3000.0, 4000.0, 9000.0, 6000.0, 50000.0],
+                    max: [3400.0, 4200.0, 9800.0, 8000.0, 60000.0],
+                }
             ))
         );
         let error = holdfast_figures(&run[1..]).unwrap_err();
@@ -272,7 +347,7 @@ mod tests {
 
     #[test]
     fn every_holdfast_figure_is_required_and_a_failure_is_an_error() {
-        for missing in 1..=5 {
+        for missing in 1..=10 {
             let mut run = holdfast_run();
             let key = run.remove(missing);
             let name = key.split_whitespace().nth(1).unwrap().to_owned();
@@ -285,6 +360,21 @@ mod tests {
         assert!(
             error.contains("the keeper's page was not zeroed"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn over_boots_the_medians_are_medians_and_the_maxima_maxima() {
+        let boot = |median: f64, max: f64| Figures {
+            median: [median, 10.0 * median],
+            max: [max, 10.0 * max],
+        };
+        assert_eq!(
+            Figures::over_boots(&[boot(3.0, 4.0), boot(1.0, 9.0), boot(2.0, 2.5)]),
+            Figures {
+                median: [2.0, 20.0],
+                max: [9.0, 90.0],
+            }
         );
     }
 }

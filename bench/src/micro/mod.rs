@@ -1,8 +1,9 @@
 //! `holdfast bench micro`: Holdfast's kernel paths against their nearest Linux system
 //! calls, both guests booted in the same QEMU with the same accelerator in the same run,
 //! interleaved. Each guest runs one program that times its operations over several rounds
-//! and prints the median per operation; the table gives, per Holdfast measure, the median
-//! over boots beside its Linux peer's, the ratio and the goal.
+//! and prints the median and the slowest round per operation; the table gives, per Holdfast
+//! measure and the Linux figure that does the same work, the median over boots and the
+//! worst case of each, the ratio of the medians and the goal.
 //!
 //! Holdfast's guest boots the system of `bench/micro-manifest.toml`: `bench-micro`, which
 //! times, and the servers it calls (`echo-server`, `zero-keeper`).
@@ -23,7 +24,8 @@ use crate::linux_peer;
 use crate::setup::{GuestVm, RunOptions, RunSetup};
 use crate::table::Caption;
 use figures::{
-    HOLDFAST_MARKER, HoldfastFiguresNs, KERNEL_TSC_LINE_PREFIX, LINUX_MARKER, LinuxFiguresNs,
+    Figures, HOLDFAST_MARKER, HoldfastFiguresNs, KERNEL_TSC_LINE_PREFIX, LINUX_MARKER,
+    LinuxFiguresNs,
 };
 pub use holdfast::HoldfastFiles;
 use table::{Measure, Medians, ONE_WAY_IPC_CYCLES_MAX_KVM};
@@ -112,6 +114,7 @@ pub fn measure_micro(
                 &options.holdfast.initial_image,
             )),
             keep_lines_with: vec![HOLDFAST_MARKER, KERNEL_TSC_LINE_PREFIX],
+            first_program_line: None,
             failure_message: "the Holdfast guest did not finish".to_owned(),
         },
         GuestVm {
@@ -119,6 +122,7 @@ pub fn measure_micro(
             label: "Linux peer",
             spec: setup.vm_spec(linux_peer::boot(&setup.linux_kernel, &linux_initramfs)),
             keep_lines_with: vec![LINUX_MARKER],
+            first_program_line: None,
             failure_message: "the Linux peer did not finish".to_owned(),
         },
     ];
@@ -132,20 +136,20 @@ pub fn measure_micro(
             linux_ns.push(figures);
             Ok(listed_ns(
                 figures::LinuxFigure::ALL.map(|figure| figure.name()),
-                figures,
+                figures.median,
             ))
         } else {
             let (figures, cycles) = figures::holdfast_figures(&run.kept_lines)
                 .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
             holdfast_ns.push(figures);
             holdfast_cycles.push(cycles);
-            Ok(listed_ns(Measure::ALL.map(Measure::name), figures))
+            Ok(listed_ns(Measure::ALL.map(Measure::name), figures.median))
         }
     })?;
 
     let mut medians = summarize(&holdfast_ns, &linux_ns);
     let kvm = options.run.accelerator == Accelerator::Kvm;
-    medians.holdfast_cycles_kvm = kvm.then(|| medians_over_boots(&holdfast_cycles));
+    medians.holdfast_cycles_kvm = kvm.then(|| Figures::over_boots(&holdfast_cycles));
     let caption = Caption {
         title: format!(
             "micro: {} ({})",
@@ -173,20 +177,13 @@ fn listed_ns<const N: usize>(names: [&str; N], figures_ns: [f64; N]) -> String {
         .join(", ")
 }
 
-/// The medians over boots, figure by figure.
+/// The medians and worst cases over boots, figure by figure.
 fn summarize(holdfast_ns: &[HoldfastFiguresNs], linux_ns: &[LinuxFiguresNs]) -> Medians {
     Medians {
-        holdfast_ns: medians_over_boots(holdfast_ns),
-        linux_ns: medians_over_boots(linux_ns),
+        holdfast_ns: Figures::over_boots(holdfast_ns),
+        linux_ns: Figures::over_boots(linux_ns),
         holdfast_cycles_kvm: None,
     }
-}
-
-fn medians_over_boots<const N: usize>(runs: &[[f64; N]]) -> [f64; N] {
-    std::array::from_fn(|index| {
-        let values: Vec<f64> = runs.iter().map(|run| run[index]).collect();
-        crate::table::median(&values).unwrap_or(f64::NAN)
-    })
 }
 
 fn notes(kvm: bool) -> Vec<String> {
@@ -205,7 +202,9 @@ fn notes(kvm: bool) -> Vec<String> {
     vec![
         cycles,
         "each guest figure is the median over its program's rounds of the mean time per \
-         operation in a round; the table gives the median of those over boots."
+         operation in a round, the table's median that over boots; max is the slowest round \
+         of any boot (for the keeper fault, timed one by one, the slowest fault). Goals are \
+         judged on medians; the ratio is of the medians."
             .to_owned(),
         format!(
             "Holdfast (services/selftest/src/bench_micro.rs, with echo-server and zero-keeper, \
@@ -216,13 +215,18 @@ fn notes(kvm: bool) -> Vec<String> {
              side effect); round trip = call to echo-server (words only) and its reply; \
              one-way = from the client's TSC before the call to the server's TSC on receipt; \
              node-tree fault = first write to a .bss page the loader put in the space tree \
-             (the page exists; Linux's first touch also allocates and zeroes one); keeper \
+             (the page exists: its like on Linux is the page-cache fault; the first touch \
+             also allocates and zeroes one, and carries the goal set against it); keeper \
              fault = read of an unmapped page under a keeper node, resolved by zero-keeper \
              with a zeroed page from its pool, median of 15 faults timed one by one."
         ),
-        "Linux (bench/peers/linux-micro.c, gcc -static -O2): getppid; pipe round trip = 8 bytes \
-         to a child process and back over two pipes; first-touch fault = first write to an \
-         anonymous 4 KiB page (huge pages off); SIGSEGV handler fault = write to a populated \
+        "Linux (bench/peers/linux-micro.c, gcc -static -O2): getppid; pipe one way = from the \
+         writer's clock before an 8-byte write to the clock of the reader, blocked in read(), \
+         on waking with it (the message carries the writer's reading; one CPU, one clock); \
+         pipe round trip = 8 bytes to a child process and back over two pipes; first-touch \
+         fault = first write to an anonymous 4 KiB page (huge pages off); page-cache fault = \
+         first write to a page of a file in the initramfs's root, already in the page cache, \
+         in a new shared mapping (a minor fault); SIGSEGV handler fault = write to a populated \
          PROT_NONE page whose SIGSEGV handler mprotects it writable, the nearest Linux has to \
          a keeper."
             .to_owned(),
@@ -267,20 +271,30 @@ mod tests {
     }
 
     #[test]
-    fn medians_are_over_boots_figure_by_figure() {
+    fn medians_are_over_boots_figure_by_figure_and_maxima_the_worst_boot() {
+        let holdfast = |median: [f64; 5]| Figures {
+            median,
+            max: median.map(|ns| 2.0 * ns),
+        };
+        let linux = |median: [f64; 6]| Figures {
+            median,
+            max: median.map(|ns| 3.0 * ns),
+        };
         let medians = summarize(
             &[
-                [1000.0, 5.0, 50.0, 500.0, 7.0],
-                [3000.0, 4.0, 60.0, 400.0, 9.0],
-                [2000.0, 6.0, 40.0, 600.0, 8.0],
+                holdfast([1000.0, 5.0, 50.0, 500.0, 7.0]),
+                holdfast([3000.0, 4.0, 60.0, 400.0, 9.0]),
+                holdfast([2000.0, 6.0, 40.0, 600.0, 8.0]),
             ],
             &[
-                [1.0, 10.0, 100.0, 1000.0],
-                [3.0, 30.0, 300.0, 3000.0],
-                [2.0, 20.0, 200.0, 2000.0],
+                linux([1.0, 10.0, 100.0, 1000.0, 5.0, 7.0]),
+                linux([3.0, 30.0, 300.0, 3000.0, 6.0, 8.0]),
+                linux([2.0, 20.0, 200.0, 2000.0, 4.0, 9.0]),
             ],
         );
-        assert_eq!(medians.holdfast_ns, [2000.0, 5.0, 50.0, 500.0, 8.0]);
-        assert_eq!(medians.linux_ns, [2.0, 20.0, 200.0, 2000.0]);
+        assert_eq!(medians.holdfast_ns.median, [2000.0, 5.0, 50.0, 500.0, 8.0]);
+        assert_eq!(medians.holdfast_ns.max, [6000.0, 12.0, 120.0, 1200.0, 18.0]);
+        assert_eq!(medians.linux_ns.median, [2.0, 20.0, 200.0, 2000.0, 5.0, 8.0]);
+        assert_eq!(medians.linux_ns.max, [9.0, 90.0, 900.0, 9000.0, 18.0, 27.0]);
     }
 }

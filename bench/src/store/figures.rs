@@ -1,6 +1,6 @@
 //! What the guests print in the store benchmark, and how the host reads it.
 //!
-//! - The kernel, per checkpoint (`guest-kernel/kernel/src/checkpoint.rs`): `holdfast:
+//! - The kernel, per checkpoint (`guest-kernel/kernel/src/persistence/checkpoint.rs`): `holdfast:
 //!   checkpoint <g> committed: <n> nodes, <m> pages, snapshot pause <us> us, stabilized in
 //!   <ms> ms`; at a restart: `holdfast: restarted from checkpoint <g>: <k> processes`.
 //! - `bench-store` (`services/selftest/src/bench_store/program.rs`): `HOLDFAST-STORE <name>
@@ -80,6 +80,31 @@ pub fn parse_commit_line(line: &str) -> Option<Result<Commit, String>> {
     })())
 }
 
+/// What one dirty round wrote to the disk, from the store's counters (`bench-store`'s
+/// `dirtied_bytes`, `written_bytes`, `migrated_bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RoundBytes {
+    /// The array's pages the program wrote, in bytes.
+    pub dirtied: u64,
+    /// Every byte written to the disk from before the checkpoint to its migration's end.
+    pub written: u64,
+    /// Of those, the home blocks migration copied from the log.
+    pub migrated: u64,
+}
+
+impl RoundBytes {
+    /// Bytes the stabilization wrote (log records, the commit; and migration's few table
+    /// blocks and superblocks, which the counters do not tell apart) per byte dirtied.
+    pub fn stabilization_written_per_dirtied(&self) -> f64 {
+        self.written.saturating_sub(self.migrated) as f64 / self.dirtied as f64
+    }
+
+    /// Home bytes migration wrote per byte dirtied.
+    pub fn migration_written_per_dirtied(&self) -> f64 {
+        self.migrated as f64 / self.dirtied as f64
+    }
+}
+
 /// What one boot of `bench-store` on a fresh store measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HoldfastRun {
@@ -87,8 +112,16 @@ pub struct HoldfastRun {
     pub resident_pages: u64,
     /// The checkpoints of the rounds that dirtied every page of the program's array.
     pub dirty_rounds: Vec<Commit>,
-    /// One journal commit of a page, as the program timed it.
+    /// One journal commit of a page, as the program timed it: the median round's mean and
+    /// the slowest round's.
     pub journal_commit_ns: f64,
+    pub journal_commit_max_ns: f64,
+    /// Per round, per page of the array: its first write after a checkpoint (which dropped
+    /// every translation, so each faults) and the same write again, mapped.
+    pub touch_after_checkpoint_ns: Vec<f64>,
+    pub touch_before_checkpoint_ns: Vec<f64>,
+    /// Per round, what it wrote.
+    pub round_bytes: Vec<RoundBytes>,
 }
 
 impl HoldfastRun {
@@ -126,6 +159,22 @@ fn figures(lines: &[String], marker: &str) -> Result<Vec<(String, f64)>, String>
         .collect()
 }
 
+/// Every value of `key`, in order; exactly `count` are required (one per round).
+fn find_each(figures: &[(String, f64)], key: &str, count: u64) -> Result<Vec<f64>, String> {
+    let values: Vec<f64> = figures
+        .iter()
+        .filter(|(name, _)| name == key)
+        .map(|(_, value)| *value)
+        .collect();
+    if values.len() as u64 != count {
+        return Err(format!(
+            "{} figures {key} among the guest's lines where the program has {count} rounds",
+            values.len()
+        ));
+    }
+    Ok(values)
+}
+
 fn find(figures: &[(String, f64)], key: &str) -> Result<f64, String> {
     figures
         .iter()
@@ -140,7 +189,34 @@ pub fn holdfast_run(lines: &[String]) -> Result<HoldfastRun, String> {
     let array_pages = find(&figures, "resident_array_pages")? as u64;
     let rounds = find(&figures, "dirty_rounds")? as u64;
     let journal_cycles = find(&figures, "journal_commit_tsc_cycles")?;
+    let journal_max_cycles = find(&figures, "journal_commit_max_tsc_cycles")?;
     let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
+    let ns_per_page = |key: &str| -> Result<Vec<f64>, String> {
+        Ok(find_each(&figures, key, rounds)?
+            .into_iter()
+            .map(|cycles| cycles * 1000.0 / tsc_mhz / array_pages.max(1) as f64)
+            .collect())
+    };
+    let touch_after_checkpoint_ns = ns_per_page("touch_after_checkpoint_tsc_cycles")?;
+    let touch_before_checkpoint_ns = ns_per_page("touch_before_checkpoint_tsc_cycles")?;
+    let dirtied = find_each(&figures, "dirtied_bytes", rounds)?;
+    let written = find_each(&figures, "written_bytes", rounds)?;
+    let migrated = find_each(&figures, "migrated_bytes", rounds)?;
+    let round_bytes: Vec<RoundBytes> = (0..rounds as usize)
+        .map(|round| RoundBytes {
+            dirtied: dirtied[round] as u64,
+            written: written[round] as u64,
+            migrated: migrated[round] as u64,
+        })
+        .collect();
+    if let Some(bytes) = round_bytes
+        .iter()
+        .find(|bytes| bytes.dirtied == 0 || bytes.migrated > bytes.written)
+    {
+        return Err(format!(
+            "a round's bytes do not add up: {bytes:?} (none dirtied, or more migrated than written)"
+        ));
+    }
     let commits: Vec<Commit> = lines
         .iter()
         .filter_map(|line| parse_commit_line(line))
@@ -174,6 +250,10 @@ pub fn holdfast_run(lines: &[String]) -> Result<HoldfastRun, String> {
         resident_pages: first.pages,
         dirty_rounds,
         journal_commit_ns: journal_cycles * 1000.0 / tsc_mhz,
+        journal_commit_max_ns: journal_max_cycles * 1000.0 / tsc_mhz,
+        touch_after_checkpoint_ns,
+        touch_before_checkpoint_ns,
+        round_bytes,
     })
 }
 
@@ -207,13 +287,24 @@ impl RestartRun {
     }
 }
 
-/// The Linux peer's figures: raw write throughput (B/s) and one 4 KiB write + flush (ns).
-pub fn linux_figures(lines: &[String]) -> Result<(f64, f64), String> {
+/// The Linux peer's figures: the median round and the slowest.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinuxRun {
+    pub raw_write_bytes_per_second: f64,
+    pub raw_write_min_bytes_per_second: f64,
+    /// One 4 KiB write + flush.
+    pub write_flush_ns: f64,
+    pub write_flush_max_ns: f64,
+}
+
+pub fn linux_figures(lines: &[String]) -> Result<LinuxRun, String> {
     let figures = figures(lines, LINUX_MARKER)?;
-    Ok((
-        find(&figures, "raw_write_bytes_per_second")?,
-        find(&figures, "write_flush_ns")?,
-    ))
+    Ok(LinuxRun {
+        raw_write_bytes_per_second: find(&figures, "raw_write_bytes_per_second")?,
+        raw_write_min_bytes_per_second: find(&figures, "raw_write_min_bytes_per_second")?,
+        write_flush_ns: find(&figures, "write_flush_ns")?,
+        write_flush_max_ns: find(&figures, "write_flush_max_ns")?,
+    })
 }
 
 #[cfg(test)]
@@ -260,8 +351,19 @@ mod tests {
             "HOLDFAST-STORE dirty_rounds 2",
             "holdfast: checkpoint 1 committed: 20 nodes, 16400 pages, snapshot pause 3000 us, stabilized in 800 ms",
             "HOLDFAST-STORE journal_commit_tsc_cycles 2000000",
+            "HOLDFAST-STORE journal_commit_max_tsc_cycles 3000000",
+            "HOLDFAST-STORE touch_after_checkpoint_tsc_cycles 327680000",
+            "HOLDFAST-STORE touch_before_checkpoint_tsc_cycles 32768000",
             "holdfast: checkpoint 2 committed: 9 nodes, 16390 pages, snapshot pause 4000 us, stabilized in 500 ms",
+            "HOLDFAST-STORE dirtied_bytes 67108864",
+            "HOLDFAST-STORE written_bytes 140000000",
+            "HOLDFAST-STORE migrated_bytes 68000000",
+            "HOLDFAST-STORE touch_after_checkpoint_tsc_cycles 655360000",
+            "HOLDFAST-STORE touch_before_checkpoint_tsc_cycles 65536000",
             "holdfast: checkpoint 3 committed: 9 nodes, 16390 pages, snapshot pause 5000 us, stabilized in 0 ms",
+            "HOLDFAST-STORE dirtied_bytes 67108864",
+            "HOLDFAST-STORE written_bytes 134217728",
+            "HOLDFAST-STORE migrated_bytes 67108864",
         ])
     }
 
@@ -277,6 +379,23 @@ mod tests {
             [2, 3]
         );
         assert_eq!(run.journal_commit_ns, 1_000_000.0);
+        assert_eq!(run.journal_commit_max_ns, 1_500_000.0);
+        // 327,680,000 cycles at 2000 MHz over 16,384 pages: 10 µs a page.
+        assert_eq!(run.touch_after_checkpoint_ns, [10_000.0, 20_000.0]);
+        assert_eq!(run.touch_before_checkpoint_ns, [1_000.0, 2_000.0]);
+        assert_eq!(
+            run.round_bytes
+                .iter()
+                .map(|bytes| (
+                    bytes.stabilization_written_per_dirtied(),
+                    bytes.migration_written_per_dirtied()
+                ))
+                .collect::<Vec<_>>(),
+            [
+                (72_000_000.0 / 67_108_864.0, 68_000_000.0 / 67_108_864.0),
+                (1.0, 1.0)
+            ]
+        );
         let gib = 16400.0 * 4096.0 / (1u64 << 30) as f64;
         assert_eq!(run.pause_ms_per_gib(), [4.0 / gib, 5.0 / gib]);
         let bytes = 16390.0 * 4096.0;
@@ -289,10 +408,21 @@ mod tests {
     #[test]
     fn missing_or_short_checkpoints_and_failures_are_errors() {
         let run = first_boot();
-        let error = holdfast_run(&run[..6]).unwrap_err();
+        let mut no_commit = run.clone();
+        no_commit.remove(14);
+        let error = holdfast_run(&no_commit).unwrap_err();
         assert!(error.contains("no commit line for checkpoint 3"), "{error}");
+        let error = holdfast_run(&run[..17]).unwrap_err();
+        assert!(
+            error.contains("1 figures migrated_bytes among the guest's lines where the program has 2 rounds"),
+            "{error}"
+        );
+        let mut more_migrated = run.clone();
+        more_migrated[17] = "HOLDFAST-STORE migrated_bytes 200000000".into();
+        let error = holdfast_run(&more_migrated).unwrap_err();
+        assert!(error.contains("do not add up"), "{error}");
         let mut short = run.clone();
-        short[6] = "holdfast: checkpoint 3 committed: 9 nodes, 100 pages, snapshot pause 5000 us, stabilized in 9 ms".into();
+        short[14] = "holdfast: checkpoint 3 committed: 9 nodes, 100 pages, snapshot pause 5000 us, stabilized in 9 ms".into();
         assert!(
             holdfast_run(&short)
                 .unwrap_err()
@@ -313,10 +443,20 @@ mod tests {
     fn the_peer_gives_throughput_and_latency() {
         let run = lines(&[
             "LINUX-STORE write_flush_ns 812345.5",
+            "LINUX-STORE write_flush_max_ns 900000",
             "LINUX-STORE raw_write_bytes_per_second 150000000",
+            "LINUX-STORE raw_write_min_bytes_per_second 120000000",
         ]);
-        assert_eq!(linux_figures(&run), Ok((150_000_000.0, 812_345.5)));
-        assert!(linux_figures(&run[..1]).is_err());
+        assert_eq!(
+            linux_figures(&run),
+            Ok(LinuxRun {
+                raw_write_bytes_per_second: 150_000_000.0,
+                raw_write_min_bytes_per_second: 120_000_000.0,
+                write_flush_ns: 812_345.5,
+                write_flush_max_ns: 900_000.0,
+            })
+        );
+        assert!(linux_figures(&run[..3]).is_err());
         assert!(
             linux_figures(&lines(&["LINUX-STORE-FAILED open /dev/vda: No such file"]))
                 .unwrap_err()

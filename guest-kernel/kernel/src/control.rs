@@ -3,7 +3,7 @@
 //! kernel only moves bytes; a ring-3 service holding the control capability reads the
 //! requests and acts on them with the capabilities it holds (services/admin).
 //!
-//! Input is polled, at each timer tick and in the idle loop ([`crate::checkpoint::step`]):
+//! Input is polled, at each timer tick and in the idle loop ([`crate::idle`], [`crate::traps`]):
 //! a process whose `read` finds nothing waits (`ProcessState::WaitingForInput`) and runs
 //! its `read` again once bytes have arrived.
 

@@ -8,7 +8,6 @@
 //! the target becomes available. So every invocation either completes or leaves no trace,
 //! and no process needs a kernel stack of its own while it waits.
 
-use alloc::vec::Vec;
 use arrayvec::ArrayVec;
 use holdfast_abi::descriptor::{self, Descriptor, Kind};
 use holdfast_abi::{self as abi, InvocationError};
@@ -19,77 +18,8 @@ use crate::arch::syscall::UserRegisters;
 use crate::{methods, services};
 use crate::objects::{OBJECTS, Objects};
 use crate::process::{self, ProcessState, SCHEDULER};
+use crate::message::{KeeperMessage, Message, MessageString};
 use crate::user_memory;
-
-/// A message on its way: what the receiver's registers, buffer and capability registers
-/// get.
-pub struct Message {
-    pub code: u64,
-    pub words: [u64; 4],
-    pub string: MessageString,
-    /// At most four (the descriptor's limit): kept inline, as most messages carry none or
-    /// one and a heap allocation costs more than the rest of a call.
-    pub capabilities: ArrayVec<Capability, 4>,
-    pub badge: u64,
-    /// For a call: the capability to reply with.
-    pub resume: Option<Capability>,
-}
-
-/// A message's string: a `Vec` whose drop is one inline test when it is empty, as it is in
-/// most messages (`Vec`'s own drop is a call of three translation blocks under TCG, and
-/// every invocation drops two messages).
-pub struct MessageString(core::mem::ManuallyDrop<Vec<u8>>);
-
-impl MessageString {
-    pub const EMPTY: Self = Self(core::mem::ManuallyDrop::new(Vec::new()));
-}
-
-impl From<Vec<u8>> for MessageString {
-    fn from(bytes: Vec<u8>) -> Self {
-        Self(core::mem::ManuallyDrop::new(bytes))
-    }
-}
-
-impl core::ops::Deref for MessageString {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl Drop for MessageString {
-    #[inline]
-    fn drop(&mut self) {
-        if self.0.capacity() != 0 {
-            // SAFETY: the vector is dropped here only, once, and never used again.
-            unsafe { core::mem::ManuallyDrop::drop(&mut self.0) }
-        }
-    }
-}
-
-impl Message {
-    /// What the generated request decoders read of it.
-    pub fn header(&self) -> abi::interface::Message {
-        abi::interface::Message {
-            order: self.code,
-            words: self.words,
-            string_length: self.string.len() as u64,
-            capability_count: self.capabilities.len() as u64,
-        }
-    }
-
-    pub fn reply(code: u64, words: [u64; 4]) -> Self {
-        Self {
-            code,
-            words,
-            string: MessageString::EMPTY,
-            capabilities: ArrayVec::new(),
-            badge: 0,
-            resume: None,
-        }
-    }
-}
 
 /// How many indirectors an invocation may pass through: a bound on kernel work that a
 /// cycle of forwarders cannot defeat.
@@ -582,7 +512,7 @@ fn become_available_and_switch(invoker: usize, registers: &UserRegisters) -> ! {
 /// faults again when the keeper becomes available.
 pub fn invoke_keeper(
     keeper: Capability,
-    keeper_message: process::KeeperMessage,
+    keeper_message: KeeperMessage,
     registers: &UserRegisters,
 ) -> ! {
     let mut objects = OBJECTS.lock();
@@ -623,4 +553,18 @@ pub fn invoke_keeper(
     drop(scheduler);
     drop(objects);
     process::switch_to(receiver)
+}
+
+/// Journal commits up to `ticket` are durable: their processes get the reply and run on.
+pub fn journal_durable(objects: &mut Objects, ticket: u64) {
+    for process in SCHEDULER.lock().processes.iter_mut() {
+        if let ProcessState::WaitingForJournal { ticket: waiting } = process.state
+            && waiting <= ticket
+        {
+            let descriptor = abi::descriptor::Descriptor::decode(process.registers.rdi).ok();
+            let mut reply = Message::reply(0, [waiting, 0, 0, 0]);
+            deliver(objects, &process.root, &mut process.registers, descriptor.as_ref(), &mut reply);
+            process.state = ProcessState::Runnable;
+        }
+    }
 }

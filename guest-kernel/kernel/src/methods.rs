@@ -18,8 +18,8 @@ use holdfast_objects::{CapType, Capability, Rights, Slot};
 
 use crate::arch::syscall::UserRegisters;
 use crate::arch::{self, timer};
-use crate::checkpoint;
-use crate::ipc::Message;
+use crate::persistence;
+use crate::message::Message;
 use crate::objects::Objects;
 use crate::process::{ProcessState, SCHEDULER};
 
@@ -92,7 +92,7 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> M
             // Since this boot: a restart starts the clock again, and counts a boot.
             Ok(clock::Request::Now) => ok([
                 timer::tsc_to_nanoseconds(arch::read_tsc() - arch::boot::tsc_at_entry()),
-                checkpoint::boot_count(),
+                persistence::boot_count(),
                 0,
                 0,
             ]),
@@ -169,7 +169,7 @@ fn page_for_writing<'a>(
     target: &Capability,
 ) -> Result<&'a mut [u8; crate::memory::PAGE_BYTES], ObjectError> {
     writable(target)?;
-    checkpoint::before_page_write(&objects.cache, target.object());
+    persistence::before_page_write(&objects.cache, target.object());
     let frame = objects.cache.page_mut(target).map_err(|_| ObjectError::InvalidOrder)?;
     Ok(frame.bytes_mut())
 }
@@ -242,7 +242,7 @@ fn node_method(
             // number). Refused here, not a heap exhausted later. Room is made first: it may
             // evict nodes, this one too, which the lookup below loads again (a process's
             // root node, once it is one, stays).
-            if !crate::process::is_adopted(target.object()) && !crate::checkpoint::room_for_process(objects) {
+            if !crate::process::is_adopted(target.object()) && !persistence::room_for_process(objects) {
                 return Err(ObjectError::Exhausted);
             }
             let process = made_from_node(objects, CapType::Process)?;

@@ -2,11 +2,12 @@
 //! pages held in physical frames that address spaces map directly.
 //!
 //! Every object is created at boot from the initial image, or known from the store's newest
-//! checkpoint at a restart (see [`crate::checkpoint`]); ids are handed out in order and
-//! never reused. Nodes stay resident. With a store, pages are a cache of it: a page is
-//! loaded when first used ([`Objects::ensure_resident`]) and clean pages are evicted when
-//! the heap runs low ([`crate::checkpoint::make_room`]); a new page starts on the store,
-//! which reads a page never written as zeros.
+//! checkpoint at a restart (see `persistence`); ids are handed out in order and never
+//! reused. Nodes stay resident. With a store, pages are a cache of it: a page is loaded
+//! when first used ([`Objects::ensure_resident`]) and clean pages are evicted when the heap
+//! runs low (`persistence::eviction::make_room`); a new page starts on the store, which
+//! reads a page never written as zeros. The cache sits below the store's layer: it reaches
+//! the store only through the [`StoreAccess`] that layer hands it when it attaches.
 
 use holdfast_objects::{CapType, Capability, Node, ObjectCache, ObjectId, Version};
 use spin::Mutex;
@@ -65,14 +66,23 @@ pub struct Objects {
     next_page_id: u64,
     /// A store holds the pages: new pages start absent (reading as zeros) and absent ones
     /// are loaded from it.
-    store_backed: bool,
+    store: Option<StoreAccess>,
+}
+
+/// How the cache reaches the store that holds its pages (set by `persistence::attach`).
+#[derive(Clone, Copy)]
+pub struct StoreAccess {
+    /// Makes room for pages to be loaded if the heap runs low, keeping the pages named.
+    pub make_room: fn(&mut Objects, &[ObjectId]) -> Result<(), alloc::string::String>,
+    /// Reads a page's newest committed contents; returns its version.
+    pub read_page: fn(ObjectId, &mut [u8; PAGE_BYTES]) -> Result<Version, alloc::string::String>,
 }
 
 pub static OBJECTS: Mutex<Objects> = Mutex::new(Objects {
     cache: ObjectCache::new(),
     next_node_id: 1,
     next_page_id: 1,
-    store_backed: false,
+    store: None,
 });
 
 /// Why a page could not be loaded.
@@ -110,15 +120,15 @@ impl Objects {
     /// A new zeroed page; returns a page capability to it. With a store it starts there
     /// (see the module's comment).
     pub fn create_page(&mut self) -> Capability {
-        self.new_page(!self.store_backed)
+        self.new_page(self.store.is_none())
     }
 
     /// A new zeroed page with its bytes here (dirty), for a caller about to write it: the
     /// store, which would read it as zeros, is not asked for it. Clean pages are evicted
     /// first if the heap runs low.
     pub fn create_resident_page(&mut self) -> Result<Capability, LoadError> {
-        if self.store_backed {
-            crate::checkpoint::make_room(self, &[]).map_err(LoadError)?;
+        if let Some(store) = self.store {
+            (store.make_room)(self, &[]).map_err(LoadError)?;
         }
         Ok(self.new_page(true))
     }
@@ -136,8 +146,8 @@ impl Objects {
     }
 
     /// From now on pages live on the store (see the module's comment).
-    pub fn set_store_backed(&mut self) {
-        self.store_backed = true;
+    pub fn set_store_backed(&mut self, store: StoreAccess) {
+        self.store = Some(store);
     }
 
     /// Loads the pages among `ids` that are only on the store. With `make_room`, clean pages
@@ -148,13 +158,14 @@ impl Objects {
         if !ids.iter().any(|id| absent(self, id)) {
             return Ok(());
         }
+        let store = self.store.ok_or_else(|| LoadError("no store".into()))?;
         if make_room {
-            crate::checkpoint::make_room(self, ids).map_err(LoadError)?;
+            (store.make_room)(self, ids).map_err(LoadError)?;
         }
         for &id in ids {
             if absent(self, &id) {
                 let mut frame = Frame::for_stored_page();
-                let version = crate::checkpoint::read_page(id, frame.bytes_mut()).map_err(LoadError)?;
+                let version = (store.read_page)(id, frame.bytes_mut()).map_err(LoadError)?;
                 assert!(self.cache.install_frame(id, version, frame).is_ok(), "absent just now");
             }
         }

@@ -1,19 +1,22 @@
-//! The boot self-test: checks each part of the machine the kernel relies on, runs the
-//! ring-3 programs of the initial image, prints one line per check and a verdict line
-//! (`HOLDFAST-SELFTEST PASS|FAIL`), then exits the VM with the matching status.
+//! The boot self-test's checks and verdict: each part of the machine the kernel relies on
+//! is checked as the boot ([`crate::boot`]) reaches it, one line per check; once the ring-3
+//! programs of the initial image have run, how each ended; then a verdict line
+//! (`HOLDFAST-SELFTEST PASS|FAIL`), and the VM exits with the matching status.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use holdfast_abi as abi;
-use holdfast_boot_image::Image;
 
 use crate::arch::{self, timer};
-use crate::bootinfo::BootInformation;
+use crate::println;
 use crate::process::{self, ProcessState};
-use crate::checkpoint::{self, Opened};
-use crate::{BootOptions, drivers, initial_system, println};
 
 static FAILED: AtomicBool = AtomicBool::new(false);
 static STAY_UP: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`finish`] stays up for control over QMP instead of ending the VM.
+pub fn set_stay_up(stay_up: bool) {
+    STAY_UP.store(stay_up, Ordering::Relaxed);
+}
 
 pub fn check(passed: bool) -> &'static str {
     if !passed {
@@ -69,128 +72,9 @@ pub fn kernel_fault(kind: &str) -> ! {
     arch::exit_qemu(abi::exit::VALUE_FAILURE)
 }
 
-pub fn run(
-    boot: &BootInformation,
-    calibration: &timer::Calibration,
-    mut devices: drivers::Devices,
-    options: BootOptions,
-) -> ! {
-    STAY_UP.store(options.stay_up, Ordering::Relaxed);
-    println!(
-        "selftest: boot protocol {}, command line {:?}",
-        boot.protocol.name(),
-        boot.command_line
-    );
-    drivers::self_test(&mut devices);
-    let disks = devices
-        .blocks
-        .into_iter()
-        .filter_map(|disk| match disk {
-            drivers::Device::Ready(disk) => Some(disk),
-            _ => None,
-        })
-        .collect();
-    let opened = checkpoint::open(disks);
-    // A restart serves as soon as it can: the timer's rate was checked when the system was
-    // first built (its calibration is still printed, for the benchmarks' TSC conversion).
-    timer_check(calibration, !matches!(opened, Ok(Opened::Checkpointed(_))));
-    let persistent = match opened {
-        Ok(Opened::NoStore(why)) => {
-            println!("holdfast: store: {why}; nothing persists");
-            false
-        }
-        Ok(Opened::Checkpointed(store)) => {
-            let generation = store.checkpoint_generation();
-            checkpoint::attach(store, options.checkpoint_interval_ms);
-            match checkpoint::restore() {
-                Ok(count) => println!(
-                    "holdfast: restarted from checkpoint {generation}: {count} processes, boot {}",
-                    checkpoint::boot_count()
-                ),
-                Err(error) => {
-                    println!("selftest: store: restart from checkpoint {generation}: {error} [{}]", check(false));
-                    finish()
-                }
-            }
-            start_checkpoints(options.checkpoint_interval_ms)
-        }
-        Ok(Opened::Fresh(store)) => {
-            checkpoint::attach(store, options.checkpoint_interval_ms);
-            true
-        }
-        Err(error) => {
-            println!("selftest: store: {error}; not started [{}]", check(false));
-            finish()
-        }
-    };
-    build_initial_system(boot);
-    if persistent {
-        if let Err(error) = checkpoint::check_capacity() {
-            println!("selftest: store: {error} [{}]", check(false));
-            finish()
-        }
-        start_checkpoints(options.checkpoint_interval_ms)
-    }
-    process::run(report_processes)
-}
-
-/// Runs the system with checkpoints to the store; never ends (the VM is stopped from
-/// outside).
-fn start_checkpoints(interval_ms: u64) -> ! {
-    println!("holdfast: store: checkpoints every {interval_ms} ms");
-    process::run(checkpoint::idle)
-}
-
-/// Builds the initial system of the image's system table, or reports why not and ends.
-fn build_initial_system(boot: &BootInformation) {
-    let Some(bytes) = boot.initial_image_bytes() else {
-        println!(
-            "selftest: initial image: missing (no boot module) [{}]",
-            check(false)
-        );
-        finish()
-    };
-    let image = match Image::parse(bytes) {
-        Ok(image) => image,
-        Err(error) => {
-            println!("selftest: initial image: {error} [{}]", check(false));
-            finish()
-        }
-    };
-    let system = match image.system_table() {
-        Some(Ok(system)) => system,
-        Some(Err(error)) => {
-            println!(
-                "selftest: initial image: system table: {error} [{}]",
-                check(false)
-            );
-            finish()
-        }
-        None => {
-            println!(
-                "selftest: initial image: no system table [{}]",
-                check(false)
-            );
-            finish()
-        }
-    };
-    println!(
-        "selftest: initial image: {} programs, {} bytes [ok]",
-        image.programs().count(),
-        bytes.len()
-    );
-    match initial_system::build(&image, &system) {
-        Ok(count) => println!("selftest: initial system: {count} processes [ok]"),
-        Err(error) => {
-            println!("selftest: initial system: {error} [{}]", check(false));
-            finish()
-        }
-    }
-}
-
 /// Prints the timer's calibration and, with `measure`, checks the periodic interrupt's rate
 /// over 20 ticks (200 ms).
-fn timer_check(calibration: &timer::Calibration, measure: bool) {
+pub fn timer_check(calibration: &timer::Calibration, measure: bool) {
     let tsc_mhz = calibration.tsc_hz / 1_000_000;
     let apic_mhz = calibration.apic_timer_hz / 1_000_000;
     if !measure {
@@ -214,7 +98,9 @@ fn timer_check(calibration: &timer::Calibration, measure: bool) {
     );
 }
 
-fn report_processes() -> ! {
+/// Reports how each process of the self-test system ended, then the verdict: what runs once
+/// no process is runnable and there is no store.
+pub fn report_processes() -> ! {
     process::restore_kernel_address_space();
     process::for_each_process(|process| match (process.state, expected(process.name)) {
         (ProcessState::Stopped { exit_code }, Expected::Stop) => println!(
@@ -244,7 +130,8 @@ fn report_processes() -> ! {
     finish()
 }
 
-fn finish() -> ! {
+/// Prints the verdict and ends the VM (or stays up, with `holdfast.after=stay`).
+pub fn finish() -> ! {
     let passed = !FAILED.load(Ordering::Relaxed);
     println!(
         "{} {}",

@@ -6,10 +6,10 @@ use alloc::vec::Vec;
 use holdfast_abi::interface::{ObjectError, checkpoint, control, journal};
 use holdfast_objects::{CapType, Capability};
 
-use crate::ipc::Message;
+use crate::message::Message;
 use crate::methods::{self, writable};
 use crate::objects::Objects;
-use crate::{checkpoint as store, control as channel};
+use crate::{control as channel, persistence as store};
 
 /// How an invocation of a service ends.
 // Returned once per invocation and taken apart at once: boxing the reply would allocate.

@@ -34,7 +34,7 @@ fn for_each_piece(
     let mut at = address;
     for (page, count) in pages {
         if for_writing {
-            crate::checkpoint::before_page_write(cache, page.object());
+            crate::persistence::before_page_write(cache, page.object());
         }
         let frame = cache.page(&page).map_err(|_| BadAddress)?.physical();
         let offset = (at % PAGE_BYTES as u64) as usize;

@@ -15,7 +15,7 @@
 //! - a foreign disk, or one holding another store, beside the store: refused with a line,
 //!   never written, and the store runs degraded.
 //!
-//! The kernel's lines (guest-kernel/kernel/src/mirrors.rs): `holdfast: store: mirrored on 2
+//! The kernel's lines (guest-kernel/kernel/src/persistence/mirror_disks.rs): `holdfast: store: mirrored on 2
 //! disks`, `holdfast: store: DEGRADED: 1 of 2 mirrors (mirror 1 missing|being resilvered)`,
 //! `holdfast: store: resilvering mirror 1 online: ...`, `holdfast: store: mirror 1
 //! resilvered online: ...`, `holdfast: store: repaired <n> bad block copies from the good

@@ -1,14 +1,15 @@
 //! `holdfast bench micro`, Holdfast side: times the kernel's paths in TSC cycles and prints
-//! one `HOLDFAST-MICRO <name> <cycles>` line each, the median over rounds:
+//! two lines each, `HOLDFAST-MICRO <name>_tsc_cycles <cycles>`, the median over rounds of
+//! the mean per operation in a round, and `<name>_max_tsc_cycles`, the slowest round's:
 //!
-//! - `trivial_invocation_tsc_cycles`: an invocation the kernel refuses with `InvalidOrder`
+//! - `trivial_invocation`: an invocation the kernel refuses with `InvalidOrder`
 //!   (capability lookup and dispatch, no work);
-//! - `round_trip_ipc_tsc_cycles`: a call to `echo-server` (`ECHO`, words only) and its reply;
-//! - `one_way_ipc_tsc_cycles`: from just before a call to `echo-server` (`TIMESTAMP`) to the
+//! - `round_trip_ipc`: a call to `echo-server` (`ECHO`, words only) and its reply;
+//! - `one_way_ipc`: from just before a call to `echo-server` (`TIMESTAMP`) to the
 //!   server's TSC read right after it received the message (one CPU, one TSC);
-//! - `node_tree_fault_tsc_cycles`: the first touch of a page the loader put in the
+//! - `node_tree_fault`: the first touch of a page the loader put in the
 //!   program's space tree (.bss) but no page table holds yet, per page;
-//! - `keeper_fault_tsc_cycles`: a fault on an empty slot under a keeper node, resolved by
+//! - `keeper_fault`: a fault on an empty slot under a keeper node, resolved by
 //!   `zero-keeper` with a zeroed page, per fault.
 //!
 //! Any unexpected answer prints `HOLDFAST-MICRO-FAILED <what>` and ends with exit code 1.
@@ -68,18 +69,34 @@ fn read_tsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
-fn median(values: &mut [u64]) -> u64 {
-    values.sort_unstable();
-    values[values.len() / 2]
+/// A measure's rounds (or single timings): their median and their maximum.
+#[derive(Clone, Copy)]
+struct Spread {
+    median: u64,
+    max: u64,
 }
 
-fn report(name: &str, cycles: u64) {
-    let mut digits = [0u8; 20];
+fn spread(values: &mut [u64]) -> Spread {
+    values.sort_unstable();
+    Spread {
+        median: values[values.len() / 2],
+        max: values[values.len() - 1],
+    }
+}
+
+/// `name`: the measure's name without its unit.
+fn report(name: &str, cycles: Spread) {
+    let mut median_digits = [0u8; 20];
+    let mut max_digits = [0u8; 20];
     user::print_parts(&[
         b"HOLDFAST-MICRO ",
         name.as_bytes(),
-        b" ",
-        user::decimal(cycles, &mut digits),
+        b"_tsc_cycles ",
+        user::decimal(cycles.median, &mut median_digits),
+        b"\nHOLDFAST-MICRO ",
+        name.as_bytes(),
+        b"_max_tsc_cycles ",
+        user::decimal(cycles.max, &mut max_digits),
         b"\n",
     ]);
 }
@@ -92,7 +109,7 @@ fn fail(what: &str) -> u64 {
     1
 }
 
-fn trivial_invocation() -> Option<u64> {
+fn trivial_invocation() -> Option<Spread> {
     let mut rounds = [0u64; ROUNDS];
     for round in rounds.iter_mut() {
         let start = read_tsc();
@@ -104,10 +121,10 @@ fn trivial_invocation() -> Option<u64> {
         }
         *round = (read_tsc() - start) / INVOCATIONS_PER_ROUND;
     }
-    Some(median(&mut rounds))
+    Some(spread(&mut rounds))
 }
 
-fn round_trip_ipc() -> Option<u64> {
+fn round_trip_ipc() -> Option<Spread> {
     let mut rounds = [0u64; ROUNDS];
     for round in rounds.iter_mut() {
         let start = read_tsc();
@@ -119,10 +136,10 @@ fn round_trip_ipc() -> Option<u64> {
         }
         *round = (read_tsc() - start) / CALLS_PER_ROUND;
     }
-    Some(median(&mut rounds))
+    Some(spread(&mut rounds))
 }
 
-fn one_way_ipc() -> Option<u64> {
+fn one_way_ipc() -> Option<Spread> {
     let mut rounds = [0u64; ROUNDS];
     for round in rounds.iter_mut() {
         let mut total = 0u64;
@@ -137,10 +154,10 @@ fn one_way_ipc() -> Option<u64> {
         }
         *round = total / CALLS_PER_ROUND;
     }
-    Some(median(&mut rounds))
+    Some(spread(&mut rounds))
 }
 
-fn node_tree_fault() -> u64 {
+fn node_tree_fault() -> Spread {
     let pages = core::ptr::addr_of_mut!(UNTOUCHED).cast::<[u8; 4096]>();
     let mut rounds = [0u64; FAULT_ROUNDS];
     for (index, round) in rounds.iter_mut().enumerate() {
@@ -153,7 +170,7 @@ fn node_tree_fault() -> u64 {
         }
         *round = (read_tsc() - start) / PAGES_PER_FAULT_ROUND as u64;
     }
-    median(&mut rounds)
+    spread(&mut rounds)
 }
 
 /// Wraps the own space in the spare node as a keeper node whose keeper is zero-keeper,
@@ -168,7 +185,7 @@ fn wrap_space_in_keeper_node() -> bool {
 
 /// Each fault timed alone (the pages run out before rounds could); `None` if a page the
 /// keeper mapped is not zeroed.
-fn keeper_fault() -> Option<u64> {
+fn keeper_fault() -> Option<Spread> {
     let mut faults = [0u64; KEEPER_FAULTS];
     for (index, fault) in faults.iter_mut().enumerate() {
         let page = index as u64 + 1;
@@ -182,30 +199,30 @@ fn keeper_fault() -> Option<u64> {
             return None;
         }
     }
-    Some(median(&mut faults))
+    Some(spread(&mut faults))
 }
 
 fn main() -> u64 {
     let Some(trivial) = trivial_invocation() else {
         return fail("trivial invocation: not answered InvalidOrder");
     };
-    report("trivial_invocation_tsc_cycles", trivial);
+    report("trivial_invocation", trivial);
     let Some(round_trip) = round_trip_ipc() else {
         return fail("round-trip IPC: echo-server did not echo");
     };
-    report("round_trip_ipc_tsc_cycles", round_trip);
+    report("round_trip_ipc", round_trip);
     let Some(one_way) = one_way_ipc() else {
         return fail("one-way IPC: echo-server did not answer TIMESTAMP with a later TSC");
     };
-    report("one_way_ipc_tsc_cycles", one_way);
-    report("node_tree_fault_tsc_cycles", node_tree_fault());
+    report("one_way_ipc", one_way);
+    report("node_tree_fault", node_tree_fault());
     if !wrap_space_in_keeper_node() {
         return fail("keeper fault: cannot wrap the own space in a keeper node");
     }
     let Some(keeper) = keeper_fault() else {
         return fail("keeper fault: the keeper's page was not zeroed");
     };
-    report("keeper_fault_tsc_cycles", keeper);
+    report("keeper_fault", keeper);
     0
 }
 

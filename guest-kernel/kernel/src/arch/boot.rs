@@ -1,5 +1,6 @@
 //! The first instructions: from 32-bit protected mode (as both PVH and multiboot2 enter) to
-//! long mode in the higher half, then into [`crate::kernel_main`].
+//! long mode in the higher half, then into `kernel_entry_from_boot`, which the kernel above
+//! defines (in `boot.rs`): called by symbol, so that `arch` names nothing above it.
 //!
 //! Both boot protocols enter at `start32` with paging off, interrupts off, flat 32-bit
 //! segments and `ebx` pointing at their boot information (PVH: `hvm_start_info`; multiboot2:
@@ -192,10 +193,4 @@ pub fn kernel_stack_top_address() -> u64 {
 /// First virtual address after the kernel image (kernel half).
 pub fn kernel_end_address() -> u64 {
     &raw const kernel_end as u64
-}
-
-/// Called from `start64_low` on the kernel stack.
-#[unsafe(no_mangle)]
-extern "C" fn kernel_entry_from_boot(boot_magic: u32, boot_information_physical: u32) -> ! {
-    crate::kernel_main(boot_magic, boot_information_physical as u64)
 }

@@ -15,13 +15,11 @@ use x86_64::registers::control::Cr2;
 use x86_64::structures::idt::InterruptDescriptorTable;
 
 use super::syscall::UserRegisters;
+use super::timer::{APIC_ERROR_VECTOR, SPURIOUS_VECTOR, TIMER_VECTOR};
 
-pub const TIMER_VECTOR: u8 = 32;
 /// The disks' completions (MSI-X): above the timer's priority class (vector / 16), so that
 /// a disk waited for inside the timer's handler (a checkpoint step) still wakes the CPU.
 pub const BLOCK_VECTOR: u8 = 48;
-pub const APIC_ERROR_VECTOR: u8 = 0xfe;
-pub const SPURIOUS_VECTOR: u8 = 0xff;
 const DOUBLE_FAULT_VECTOR: u8 = 8;
 const PAGE_FAULT_VECTOR: u8 = 14;
 
@@ -215,6 +213,21 @@ impl fmt::Display for FaultReport {
     }
 }
 
+/// What an interrupt or exception from ring 3 leads to, above `arch`: registered once at
+/// boot ([`init`]), so that `arch` calls up without naming the layer above.
+pub struct UserModeHandlers {
+    /// The timer interrupted ring 3 (the registers it was running with).
+    pub timer: fn(UserRegisters) -> !,
+    /// An exception in ring 3.
+    pub fault: fn(FaultReport, UserRegisters) -> !,
+}
+
+static USER_MODE_HANDLERS: Once<UserModeHandlers> = Once::new();
+
+fn user_mode_handlers() -> &'static UserModeHandlers {
+    USER_MODE_HANDLERS.get().expect("idt::init registers the handlers before interrupts are enabled")
+}
+
 extern "C" fn interrupt_dispatch(frame: &mut TrapFrame) {
     let vector = frame.vector as u8;
     match vector {
@@ -222,7 +235,7 @@ extern "C" fn interrupt_dispatch(frame: &mut TrapFrame) {
         TIMER_VECTOR => {
             super::timer::tick();
             if frame.is_from_user_mode() {
-                crate::process::timer_in_user_mode(frame.user_registers());
+                (user_mode_handlers().timer)(frame.user_registers());
             }
         }
         // Only wakes a driver halted for its disk (`drivers::block`), which then looks at
@@ -249,7 +262,7 @@ fn exception(frame: &TrapFrame) {
         address: (vector == PAGE_FAULT_VECTOR).then(Cr2::read_raw),
     };
     if frame.is_from_user_mode() {
-        crate::process::fault_in_user_mode(report, frame.user_registers());
+        (user_mode_handlers().fault)(report, frame.user_registers());
     }
     crate::println!("holdfast: kernel fault: {report}");
     crate::arch::exit_qemu(holdfast_abi::exit::VALUE_FAILURE);
@@ -257,7 +270,8 @@ fn exception(frame: &TrapFrame) {
 
 static IDT: Once<InterruptDescriptorTable> = Once::new();
 
-pub fn init() {
+pub fn init(handlers: UserModeHandlers) {
+    USER_MODE_HANDLERS.call_once(|| handlers);
     let idt = IDT.call_once(|| {
         let mut idt = InterruptDescriptorTable::new();
         // SAFETY: the stub table is 256 addresses, written by the assembly above.

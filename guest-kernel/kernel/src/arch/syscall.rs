@@ -1,12 +1,13 @@
 //! The system call entry and the two ways back to ring 3.
 //!
 //! `syscall` arrives on the one kernel stack, reset to empty at each entry: the user
-//! registers are saved into a [`UserRegisters`] on it and handed to
-//! [`crate::ipc::system_call`]. When that returns, the same process continues through
-//! `sysretq`; when the kernel switches process instead, [`enter_user`] starts the chosen one
-//! through `iretq` from a fresh stack.
+//! registers are saved into a [`UserRegisters`] on it and handed to the handler [`init`]
+//! registered (the invocation path's `ipc::system_call`). When that returns, the same
+//! process continues through `sysretq`; when the kernel switches process instead,
+//! [`enter_user`] starts the chosen one through `iretq` from a fresh stack.
 
 use core::arch::{global_asm, naked_asm};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use x86_64::VirtAddr;
 use x86_64::registers::model_specific::{Efer, EferFlags, LStar, SFMask, Star};
 use x86_64::registers::rflags::RFlags;
@@ -97,7 +98,7 @@ syscall_entry:
     push rbx
     push rax
     mov rdi, rsp
-    call {system_call}
+    call qword ptr [rip + {system_call}]
     pop rax
     pop rbx
     pop rcx
@@ -118,14 +119,20 @@ syscall_entry:
     mov rsp, [rsp]                     /* user rsp */
     sysretq
 "#,
-    system_call = sym crate::ipc::system_call,
+    system_call = sym SYSTEM_CALL_HANDLER,
 );
 
 unsafe extern "C" {
     fn syscall_entry();
 }
 
-pub fn init() {
+/// The kernel side of `invoke`, above `arch`: the address of the function `syscall_entry`
+/// calls with the saved registers, set once by [`init`] before `syscall` is enabled.
+static SYSTEM_CALL_HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// Enables `syscall`, which calls `system_call` with the invoker's saved registers.
+pub fn init(system_call: extern "C" fn(&mut UserRegisters)) {
+    SYSTEM_CALL_HANDLER.store(system_call as usize, Ordering::Relaxed);
     let selectors = super::gdt::selectors();
     assert_eq!(selectors.user_code.0 as u64, USER_CODE_SELECTOR);
     assert_eq!(selectors.user_data.0 as u64, USER_DATA_SELECTOR);

@@ -6,7 +6,10 @@ use spin::Mutex;
 use x2apic::lapic::{LocalApic, LocalApicBuilder, TimerDivide, TimerMode};
 use x86_64::instructions::port::Port;
 
-use super::idt::{APIC_ERROR_VECTOR, SPURIOUS_VECTOR, TIMER_VECTOR};
+/// The local APIC's vectors, which [`init`] programs and `idt` dispatches.
+pub const TIMER_VECTOR: u8 = 32;
+pub const APIC_ERROR_VECTOR: u8 = 0xfe;
+pub const SPURIOUS_VECTOR: u8 = 0xff;
 
 pub const TIMER_HZ: u64 = 100;
 const PIT_HZ: u64 = 1_193_182;

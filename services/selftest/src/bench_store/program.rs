@@ -13,8 +13,12 @@
 //!    `HOLDFAST-STORE journal_commit_tsc_cycles <median over rounds of the mean>`;
 //! 3. `rounds` times: writes a word into every page of the array (each write faults: the
 //!    snapshot dropped every translation, so the kernel marks the page dirty and maps it),
-//!    asks for a checkpoint and waits until it is committed and migrated — every resident
-//!    page is in every one of these checkpoints;
+//!    then the same writes again (now mapped), each pass timed (`HOLDFAST-STORE
+//!    touch_after_checkpoint_tsc_cycles` and `touch_before_checkpoint_tsc_cycles`, per
+//!    round: the refault cost of the dropped translations is their difference), asks for a
+//!    checkpoint and waits until it is committed and migrated — every resident page is in
+//!    every one of these checkpoints — and prints what the round wrote to the disk
+//!    (`dirtied_bytes`, `written_bytes`, `migrated_bytes`, from the store's counters);
 //! 4. prints `HOLDFAST-STORE-QUIESCENT` (the store holds its newest checkpoint, migrated)
 //!    and waits for the host, which kills the VM and boots the store again: the restarted
 //!    program, woken by the host with `r`, prints `HOLDFAST-STORE-SERVING`.
@@ -48,6 +52,12 @@ const COMMITS_PER_ROUND: u64 = 16;
 
 /// The counter the store reports its migration backlog in (0 when not migrating).
 const BACKLOG_COUNTER: &[u8] = b"holdfast_migration_backlog_objects ";
+/// Bytes written to the disk (every write: log, home blocks, tables, superblocks).
+const WRITTEN_BYTES_COUNTER: &[u8] = b"holdfast_store_written_bytes_total ";
+/// Blocks migration copied from the log to their home.
+const MIGRATED_BLOCKS_COUNTER: &[u8] = b"holdfast_migrated_blocks_total ";
+/// The store's block (`guest-kernel/store`'s `BLOCK_SIZE`).
+const BLOCK_BYTES: u64 = 4096;
 
 pub const PAGE_BYTES: usize = 4096;
 
@@ -106,35 +116,53 @@ fn counter(text: &[u8], name: &[u8]) -> Option<u64> {
     any.then_some(value)
 }
 
-/// The newest committed generation and the migration backlog.
-fn store_state() -> Result<(u64, u64), &'static str> {
+/// What the store says of itself.
+struct StoreState {
+    /// The newest committed generation.
+    generation: u64,
+    migration_backlog_objects: u64,
+    written_bytes: u64,
+    migrated_blocks: u64,
+}
+
+fn store_state() -> Result<StoreState, &'static str> {
     let status = checkpoint::status(CHECKPOINT).map_err(|_| "checkpoint status refused")?;
     let mut text = [0u8; 4096];
     let length =
         checkpoint::counters(CHECKPOINT, &mut text).map_err(|_| "checkpoint counters refused")?;
-    let backlog = counter(&text[..length.min(text.len())], BACKLOG_COUNTER)
-        .ok_or("no migration backlog among the checkpoint counters")?;
-    Ok((status.generation, backlog))
+    let text = &text[..length.min(text.len())];
+    Ok(StoreState {
+        generation: status.generation,
+        migration_backlog_objects: counter(text, BACKLOG_COUNTER)
+            .ok_or("no migration backlog among the checkpoint counters")?,
+        written_bytes: counter(text, WRITTEN_BYTES_COUNTER)
+            .ok_or("no written bytes among the checkpoint counters")?,
+        migrated_blocks: counter(text, MIGRATED_BLOCKS_COUNTER)
+            .ok_or("no migrated blocks among the checkpoint counters")?,
+    })
 }
 
-/// Sleeps until checkpoint `generation` is committed and migrated home.
-fn wait_until_quiet(generation: u64) -> Result<(), &'static str> {
+/// Sleeps until checkpoint `generation` is committed and migrated home; returns the state
+/// then.
+fn wait_until_quiet(generation: u64) -> Result<StoreState, &'static str> {
     loop {
-        let (committed, backlog) = store_state()?;
-        if committed >= generation && backlog == 0 {
-            return Ok(());
+        let state = store_state()?;
+        if state.generation >= generation && state.migration_backlog_objects == 0 {
+            return Ok(state);
         }
         wait_for_host(true)?;
     }
 }
 
-fn median(values: &mut [u64]) -> u64 {
+/// The median and the maximum.
+fn median_and_max(values: &mut [u64]) -> (u64, u64) {
     values.sort_unstable();
-    values[values.len() / 2]
+    (values[values.len() / 2], values[values.len() - 1])
 }
 
-/// Each commit of the page timed alone; the median over rounds of each round's mean.
-fn journal_commit_cycles() -> Result<u64, &'static str> {
+/// Each commit of the page timed alone; the median over rounds of each round's mean, and
+/// the slowest round's.
+fn journal_commit_cycles() -> Result<(u64, u64), &'static str> {
     let mut rounds = [0u64; JOURNAL_ROUNDS];
     let mut sequence = 0u64;
     for round in rounds.iter_mut() {
@@ -150,7 +178,7 @@ fn journal_commit_cycles() -> Result<u64, &'static str> {
         }
         *round = total / COMMITS_PER_ROUND;
     }
-    Ok(median(&mut rounds))
+    Ok(median_and_max(&mut rounds))
 }
 
 /// Writes `value` into the first word of each of the `count` pages at `pages`.
@@ -167,12 +195,28 @@ fn run(pages: *mut [u8; PAGE_BYTES], count: usize, rounds: u64) -> Result<(), &'
     report("dirty_rounds", rounds);
     // The first checkpoint holds the whole system.
     wait_until_quiet(1)?;
-    report("journal_commit_tsc_cycles", journal_commit_cycles()?);
+    let (journal_median, journal_max) = journal_commit_cycles()?;
+    report("journal_commit_tsc_cycles", journal_median);
+    report("journal_commit_max_tsc_cycles", journal_max);
     for round in 1..=rounds {
+        // Right after a checkpoint (or, in round 1, the first one and the journal's
+        // commits, which leave the array alone): every write faults.
+        let start = read_tsc();
         dirty(pages, count, round);
-        let (generation, _) = store_state()?;
+        report("touch_after_checkpoint_tsc_cycles", read_tsc() - start);
+        // The same writes, the translations now in place.
+        let start = read_tsc();
+        dirty(pages, count, round);
+        report("touch_before_checkpoint_tsc_cycles", read_tsc() - start);
+        let before = store_state()?;
         checkpoint::take(CHECKPOINT).map_err(|_| "checkpoint take refused")?;
-        wait_until_quiet(generation + 1)?;
+        let after = wait_until_quiet(before.generation + 1)?;
+        report("dirtied_bytes", (count * PAGE_BYTES) as u64);
+        report("written_bytes", after.written_bytes - before.written_bytes);
+        report(
+            "migrated_bytes",
+            (after.migrated_blocks - before.migrated_blocks) * BLOCK_BYTES,
+        );
     }
     user::print("HOLDFAST-STORE-QUIESCENT\n");
     loop {

@@ -1,0 +1,315 @@
+//! The checkpoint: when one is due, and its work in steps.
+//!
+//! 1. **Snapshot**, with the world stopped (no process runs while the kernel does): a
+//!    consistency check of the process table; every process's registers and run state
+//!    written into its root node; every translation dropped, so that no page can be written
+//!    without a fault (the page tables are freed later, a few at each step); the dirty
+//!    nodes encoded and the list of dirty pages taken whole (their contents stay where they
+//!    are: copy on write). Nothing here visits every page, so that the pause does not grow
+//!    with memory.
+//! 2. **Stabilization**, in steps of [`STEP_OBJECTS`] objects at each timer tick and in the
+//!    idle loop: the checkpoint directory, the node images and the pages go to the log. A
+//!    page about to be written before its turn is copied first ([`before_page_write`]).
+//! 3. **Commit**: the store flushes, writes the commit record and flushes again.
+//! 4. **Migration** home, in steps, until the log is free for the next checkpoint.
+//!
+//! A checkpoint is due at the end of the interval, when the log is 65 % full, and when the
+//! dirty pages near what the log can take. Each step also writes queued journal commits
+//! (`journal`), resilvers the mirrors (`mirror_disks`) and scrubs (`scrub`). A checkpoint
+//! that fails is abandoned, counted, printed and taken again at the next interval
+//! (`failure`).
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::string::ToString;
+use alloc::vec::Vec;
+use holdfast_objects::cache::NodeSnapshot;
+use holdfast_objects::directory::{self, Directory, DirectoryBlock, DirectoryProcess};
+use holdfast_objects::{ObjectCache, ObjectId, Version};
+use holdfast_store::CheckpointPhase;
+
+use crate::arch::{self, timer};
+use crate::memory::PAGE_BYTES;
+use crate::objects::{Frame, OBJECTS, Objects};
+use crate::{println, process};
+use super::failure::{Failure, INJECTED_FAILURE_GENERATION};
+use super::{DIRECTORY_PAGE, PERSISTENCE, Persistence, mirror_disks, with_store};
+
+/// Objects written (or log blocks migrated) per step: bounds the time a step holds the
+/// kernel (about 256 KiB of disk writes).
+const STEP_OBJECTS: usize = 64;
+
+/// A checkpoint is due this often unless the boot command line says otherwise
+/// (`holdfast.checkpoint-interval-ms=N`).
+pub const DEFAULT_INTERVAL_MS: u64 = 5000;
+
+/// The log fill at which a checkpoint is taken at once (DESIGN.md).
+const FORCED_LOG_FILL: f64 = 0.65;
+
+pub(super) struct Stabilization {
+    generation: u64,
+    snapshot_tsc: u64,
+    snapshot_pause_us: u64,
+    /// The directory's blocks and their pages, stored first.
+    directory: Vec<(ObjectId, Box<DirectoryBlock>)>,
+    nodes: Vec<NodeSnapshot>,
+    /// Every node of the snapshot, to make dirty again if the checkpoint is abandoned.
+    pub(super) node_ids: Vec<ObjectId>,
+    /// The snapshot's pages, stored in order from `next_page` on. A page not yet stored
+    /// whose frame still holds the snapshot's contents is stored from its frame; one written
+    /// since has its snapshot contents and version in `copies`.
+    pub(super) pages: Vec<ObjectId>,
+    next_page: usize,
+    copies: BTreeMap<ObjectId, (Version, Box<[u8; PAGE_BYTES]>)>,
+    node_count: usize,
+    page_count: usize,
+}
+
+/// A page is about to become dirty in a fault (the world is stopped and the scheduler
+/// free): if the dirty pages would outgrow what the log can take, a checkpoint comes first.
+/// If it fails, the failure is handled as any other ([`Persistence::failed`]) and the page
+/// is written all the same.
+pub fn limit_dirty_pages(objects: &mut Objects) {
+    let mut guard = PERSISTENCE.lock();
+    let Some(persistence) = guard.as_mut() else {
+        return;
+    };
+    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() || persistence.retry_pending() {
+        return;
+    }
+    if let Err(failure) = persistence.checkpoint_now(objects) {
+        persistence.failed(objects, failure);
+    }
+}
+
+pub(super) fn interval_ticks(interval_ms: u64) -> u64 {
+    (interval_ms * timer::TIMER_HZ).div_ceil(1000).max(1)
+}
+
+/// Checkpoints from now on every `interval_ms`; `None` without a store.
+pub fn set_interval(interval_ms: u64) -> Option<()> {
+    with_store(|persistence| {
+        persistence.interval_ms = interval_ms;
+        persistence.interval_ticks = interval_ticks(interval_ms);
+        persistence.next_snapshot_tick = timer::ticks() + persistence.interval_ticks;
+    })
+}
+
+/// A checkpoint at the next step.
+pub fn request_now() -> Option<()> {
+    with_store(|persistence| persistence.next_snapshot_tick = timer::ticks())
+}
+
+/// Page `id` is about to be written (mapped writable, or written by the kernel): if the
+/// checkpoint being stabilized has not stored it yet, copies its snapshot contents first;
+/// then marks it dirty. The caller holds the object cache.
+pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
+    if cache.page_in_snapshot(id)
+        && let Some(frame) = cache.page_frame(id)
+        && let Some(version) = cache.page_version(id)
+    {
+        let mut persistence = PERSISTENCE.lock();
+        let stabilization = persistence.as_mut().and_then(|persistence| persistence.stabilization.as_mut());
+        // A page stays in the snapshot only while it is stabilized: an abandoned snapshot's
+        // pages are dirty in the new epoch.
+        if let Some(stabilization) = stabilization {
+            stabilization.copies.insert(id, (version, Box::new(*frame.bytes())));
+        }
+    }
+    cache.mark_page_dirty(id);
+}
+
+/// One step of checkpoint work, if any is due: called at each timer tick (with no process
+/// running) and, with `idle`, from the idle loop. Returns whether it did anything.
+pub fn step(idle: bool) -> bool {
+    // Page tables dropped with the translations go back to the heap a few at a time.
+    let freed = crate::space::free_retired_tables(1);
+    let mut objects = OBJECTS.lock();
+    let mut guard = PERSISTENCE.lock();
+    let Some(persistence) = guard.as_mut() else {
+        return freed;
+    };
+    let result = persistence.step(&mut objects, idle);
+    match result {
+        Ok(worked) => worked || freed,
+        Err(failure) => {
+            persistence.failed(&mut objects, failure);
+            true
+        }
+    }
+}
+
+impl Persistence {
+    /// The dirty pages a checkpoint may have to write: three quarters of the free log, so
+    /// that the log always holds a whole checkpoint with its nodes, record headers and the
+    /// journal's commits meanwhile.
+    fn dirty_pages_max(&self) -> u64 {
+        let log_blocks = self.store.geometry().log_block_count;
+        (log_blocks - self.store.log_used_blocks()) * 3 / 4
+    }
+
+    fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, Failure> {
+        // Queued journal commits first: their processes wait for them, and nothing else
+        // here is waited for (a scrub step before them added its reads to every commit).
+        let mut worked = false;
+        if self.journal_may_write() {
+            self.journal_write(objects)?;
+            worked = true;
+        }
+        // The mirrors: a blank or stale one resilvered in bounded steps beside the checkpoint
+        // work, repairs and status changes reported.
+        worked |= mirror_disks::step(&mut self.store);
+        worked |= self.scrub_if_due(idle, worked);
+        if self.retry_pending() {
+            return Ok(worked);
+        }
+        if self.stabilization.is_some() {
+            return self.stabilize_step(objects).map(|()| true);
+        }
+        if let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
+            self.store.migrate_step(STEP_OBJECTS)?;
+            return Ok(true);
+        }
+        let due = timer::ticks() >= self.next_snapshot_tick
+            || self.store.log_fill_ratio() >= FORCED_LOG_FILL
+            || objects.cache.dirty_page_count() as u64 > self.dirty_pages_max();
+        if !due {
+            return Ok(worked);
+        }
+        self.snapshot(objects)?;
+        Ok(true)
+    }
+
+    /// A whole checkpoint, now: finishes the migration before it, snapshots, stabilizes
+    /// and commits. For memory pressure: afterwards every page is clean.
+    pub(super) fn checkpoint_now(&mut self, objects: &mut Objects) -> Result<(), Failure> {
+        while self.stabilization.is_some() {
+            self.stabilize_step(objects)?;
+        }
+        while let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
+            self.store.migrate_step(STEP_OBJECTS)?;
+        }
+        self.snapshot(objects)?;
+        while self.stabilization.is_some() {
+            self.stabilize_step(objects)?;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, objects: &mut Objects) -> Result<(), Failure> {
+        let started = arch::read_tsc();
+        process::check_consistency(objects).map_err(|error| Failure::retry(alloc::format!("consistency check: {error}")))?;
+        process::write_back(objects);
+        process::drop_all_translations(objects);
+        let processes: Vec<DirectoryProcess> = process::roots_and_names()
+            .into_iter()
+            .map(|(root, name)| DirectoryProcess { root, name: name.to_string() })
+            .collect();
+        // The directory's pages beyond page 0: ids set aside the first time they are needed
+        // (before the next page id is recorded), never handed to a program.
+        let pages_needed = directory::block_count(processes.len()) - 1;
+        while self.directory_pages.len() < pages_needed {
+            self.directory_pages.push(objects.reserve_page_id());
+        }
+        let (next_node_id, next_page_id) = objects.next_ids();
+        if next_page_id > self.store.geometry().page_count {
+            return Err(Failure::retry(alloc::format!(
+                "the checkpoint directory's pages reach page id {}; the store holds {} pages",
+                next_page_id - 1,
+                self.store.geometry().page_count - 1
+            )));
+        }
+        let directory = Directory { next_node_id, next_page_id, processes }
+            .encode(&self.directory_pages)
+            .map_err(|error| Failure::retry(error.to_string()))?;
+        let directory = core::iter::once(DIRECTORY_PAGE).chain(self.directory_pages.iter().copied()).zip(directory).collect();
+        let generation = self.store.begin_checkpoint()?;
+        let nodes = objects.cache.take_dirty_nodes();
+        let pages = objects.cache.take_dirty_pages();
+        let snapshot_tsc = arch::read_tsc();
+        let snapshot_pause_us = timer::tsc_to_microseconds(snapshot_tsc - started);
+        let counters = &mut self.kernel_counters;
+        counters.snapshot_pause_seconds_last = snapshot_pause_us as f64 / 1e6;
+        counters.snapshot_pause_seconds_max = counters.snapshot_pause_seconds_max.max(counters.snapshot_pause_seconds_last);
+        self.stabilization = Some(Stabilization {
+            generation,
+            snapshot_tsc,
+            snapshot_pause_us,
+            directory,
+            node_ids: nodes.iter().map(|node| node.id).collect(),
+            node_count: nodes.len(),
+            page_count: pages.len(),
+            nodes,
+            pages,
+            next_page: 0,
+            copies: BTreeMap::new(),
+        });
+        self.next_snapshot_tick = timer::ticks() + self.interval_ticks;
+        Ok(())
+    }
+
+    pub(super) fn stabilize_step(&mut self, objects: &Objects) -> Result<(), Failure> {
+        let stabilization = self.stabilization.as_mut().expect("called while stabilizing");
+        let mut budget = STEP_OBJECTS;
+        while budget > 0
+            && let Some((page, block)) = stabilization.directory.pop()
+        {
+            self.store.checkpoint_write_page(page, Version(0), &block)?;
+            budget -= 1;
+        }
+        while budget > 0
+            && let Some(node) = stabilization.nodes.pop()
+        {
+            self.store.checkpoint_write_node(node.id, node.version, &node.image)?;
+            budget -= 1;
+        }
+        while budget > 0
+            && let Some(&id) = stabilization.pages.get(stabilization.next_page)
+        {
+            if let Some((version, bytes)) = stabilization.copies.remove(&id) {
+                self.store.checkpoint_write_page(id, version, &bytes)?;
+            } else {
+                // Not written since the snapshot, so neither evicted: dirty pages stay.
+                let frame = objects.cache.page_frame(id).expect("a page of the snapshot is resident");
+                let version = objects.cache.page_version(id).expect("pages are never removed");
+                self.store.checkpoint_write_page(id, version, frame.bytes())?;
+            }
+            objects.cache.page_stored(id);
+            stabilization.next_page += 1;
+            budget -= 1;
+        }
+        if !stabilization.directory.is_empty()
+            || !stabilization.nodes.is_empty()
+            || stabilization.next_page < stabilization.pages.len()
+        {
+            return Ok(());
+        }
+        if INJECTED_FAILURE_GENERATION
+            .compare_exchange(stabilization.generation, 0, core::sync::atomic::Ordering::Relaxed, core::sync::atomic::Ordering::Relaxed)
+            .is_ok()
+        {
+            // Every object is written and its page marked stored: the abandon must make
+            // them all dirty again.
+            let generation = stabilization.generation;
+            return Err(Failure::retry(alloc::format!("failure injected at commit of checkpoint {generation} (holdfast.test-checkpoint-failure)")));
+        }
+        let generation = self.store.commit_checkpoint()?;
+        debug_assert_eq!(generation, stabilization.generation);
+        let stabilization_us = timer::tsc_to_microseconds(arch::read_tsc() - stabilization.snapshot_tsc);
+        self.store.note_checkpoint_stabilization_seconds(stabilization_us as f64 / 1e6);
+        println!(
+            "holdfast: checkpoint {generation} committed: {} nodes, {} pages, snapshot pause {} us, stabilized in {} ms",
+            stabilization.node_count,
+            stabilization.page_count,
+            stabilization.snapshot_pause_us,
+            stabilization_us / 1000
+        );
+        self.stabilization = None;
+        if self.failures_since_commit > 0 {
+            println!("holdfast: checkpoints persist again after {} failed", self.failures_since_commit);
+            self.failures_since_commit = 0;
+        }
+        Ok(())
+    }
+
+}

@@ -1,0 +1,78 @@
+//! Eviction: when memory runs short, clean pages and nodes are evicted ([`make_room`]),
+//! after a whole checkpoint at once if too few pages are clean.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use holdfast_objects::ObjectId;
+
+use crate::memory::{self, PAGE_BYTES};
+use crate::objects::Objects;
+use crate::process;
+use super::PERSISTENCE;
+
+/// Heap kept free for the pages loaded while the scheduler is held (which cannot evict)
+/// and for copies on write: below it, clean pages are evicted before another is loaded.
+fn heap_free_target_bytes() -> usize {
+    (memory::heap_bytes() / 8).max(4 << 20)
+}
+
+/// Whether the heap has room for another process's tables beyond the reserve kept for page
+/// loads and copies on write, once clean pages are evicted if a store holds them.
+pub fn room_for_process(objects: &mut Objects) -> bool {
+    let room = || memory::heap_free_bytes() >= heap_free_target_bytes() + PROCESS_BYTES;
+    if room() {
+        return true;
+    }
+    // Without room, nothing is made: the failure to make room is the refusal.
+    let _ = make_room(objects, &[]);
+    room()
+}
+
+/// A process's kernel memory: its top page table and its entry in the table, rounded up.
+const PROCESS_BYTES: usize = 2 * PAGE_BYTES;
+
+/// Pages evicted at once: each eviction drops every translation, so it is done in batches.
+const EVICTION_BATCH_PAGES: usize = 512;
+
+/// Nodes evicted with each batch of pages (about half a megabyte of them).
+const EVICTION_BATCH_NODES: usize = 1024;
+
+/// Makes room for pages to be loaded, if the heap runs low: evicts clean pages other than
+/// `keep`, after a checkpoint if too few are clean (the world is stopped anyway), and clean
+/// nodes other than the processes' root nodes. The caller holds the object cache but not
+/// the scheduler.
+pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String> {
+    if memory::heap_free_bytes() >= heap_free_target_bytes() {
+        return Ok(());
+    }
+    let mut guard = PERSISTENCE.lock();
+    let Some(persistence) = guard.as_mut() else {
+        return Ok(());
+    };
+    // A checkpoint's pages stay until stored (or, if it fails, dirty again).
+    while persistence.stabilization.is_some() {
+        if let Err(failure) = persistence.stabilize_step(objects) {
+            persistence.failed(objects, failure);
+        }
+    }
+    let mut victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
+    if victims.len() < EVICTION_BATCH_PAGES / 2 && !persistence.retry_pending() {
+        if let Err(failure) = persistence.checkpoint_now(objects) {
+            persistence.failed(objects, failure);
+        }
+        victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
+    }
+    // Root nodes stay: the snapshot and the journal read them with the store held, when no
+    // node may be loaded (see `load_node`).
+    let roots: Vec<ObjectId> = process::roots_and_names().into_iter().map(|(root, _)| root).collect();
+    process::drop_all_translations(objects);
+    // The tables are heap too, and memory is short.
+    crate::space::free_retired_tables(usize::MAX);
+    for &id in &victims {
+        drop(objects.cache.evict(id));
+    }
+    let counters = &mut persistence.kernel_counters;
+    counters.evicted_pages_total += victims.len() as u64;
+    counters.evicted_nodes_total += objects.cache.evict_nodes(EVICTION_BATCH_NODES, &roots) as u64;
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! What the kernel measures about the store, beside the store's own counters, and the
+//! `checkpoint status` and `counters` replies built from both.
+
+use alloc::string::String;
+use super::with_store;
+
+
+/// What the kernel measures about the store, beside the store's own counters.
+#[derive(Default)]
+pub(super) struct KernelCounters {
+    pub(super) snapshot_pause_seconds_last: f64,
+    pub(super) snapshot_pause_seconds_max: f64,
+    pub(super) journal_commit_seconds_sum: f64,
+    pub(super) journal_commit_seconds_count: u64,
+    /// Disk writes of journal commits: fewer than the commits when they share them.
+    pub(super) journal_writes_total: u64,
+    /// Checkpoints (and journal writes) that failed and were retried.
+    pub(super) checkpoint_failures_total: u64,
+    pub(super) evicted_pages_total: u64,
+    pub(super) evicted_nodes_total: u64,
+    pub(super) loaded_nodes_total: u64,
+}
+
+/// Checkpoints failed since the last commit, and in all since boot.
+pub fn failures() -> Option<[u64; 4]> {
+    with_store(|persistence| [persistence.failures_since_commit, persistence.kernel_counters.checkpoint_failures_total, 0, 0])
+}
+
+/// Newest committed generation, interval, log fill in thousandths, degraded (0 or 1).
+pub fn status() -> Option<[u64; 4]> {
+    with_store(|persistence| {
+        let store = &persistence.store;
+        [
+            store.checkpoint_generation(),
+            persistence.interval_ms,
+            (store.log_fill_ratio() * 1000.0) as u64,
+            u64::from(store.mirror_status().degraded),
+        ]
+    })
+}
+
+/// The store's and the kernel's counters in the Prometheus text format.
+pub fn counters_text() -> Option<String> {
+    with_store(|persistence| {
+        use core::fmt::Write;
+        let mut text = String::new();
+        let kernel = &persistence.kernel_counters;
+        let kernel_metrics = [
+            ("holdfast_checkpoint_snapshot_pause_seconds", kernel.snapshot_pause_seconds_last),
+            ("holdfast_checkpoint_snapshot_pause_seconds_max", kernel.snapshot_pause_seconds_max),
+            ("holdfast_journal_commit_seconds_sum", kernel.journal_commit_seconds_sum),
+            ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
+            ("holdfast_journal_writes_total", kernel.journal_writes_total as f64),
+            ("holdfast_checkpoint_failures_total", kernel.checkpoint_failures_total as f64),
+            ("holdfast_checkpoint_failures_since_commit", persistence.failures_since_commit as f64),
+            ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
+            ("holdfast_evicted_nodes_total", kernel.evicted_nodes_total as f64),
+            ("holdfast_loaded_nodes_total", kernel.loaded_nodes_total as f64),
+        ];
+        for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics) {
+            let _ = writeln!(text, "{name} {value}");
+        }
+        text
+    })
+}

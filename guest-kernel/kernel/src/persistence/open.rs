@@ -1,0 +1,94 @@
+//! What the boot finds on its disks: the store opened on them, or why not, and the store
+//! handed to the kernel.
+
+use alloc::collections::BTreeMap;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use holdfast_store::Store;
+
+use crate::arch::timer;
+use crate::drivers::Block;
+use crate::objects::{OBJECTS, Objects};
+use crate::objects::StoreAccess;
+use super::checkpoint::interval_ticks;
+use super::eviction::make_room;
+use super::metrics::KernelCounters;
+use super::restore::{load_node, load_page_version, read_page};
+use super::{PERSISTENCE, Persistence, mirror_disks, with_store};
+
+/// The store's boot count (0 without a store): the clock tells programs, so that they can
+/// tell a restart.
+static BOOT_COUNT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+pub fn boot_count() -> u64 {
+    BOOT_COUNT.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// What the boot found on its disk.
+pub enum Opened {
+    /// No disk, or one that is not a Holdfast store: nothing persists.
+    NoStore(String),
+    /// A store with no checkpoint yet: build the initial system, then checkpoint it.
+    Fresh(Store<Block>),
+    /// A store with a committed checkpoint: restart from it.
+    Checkpointed(Store<Block>),
+}
+
+/// Opens the store on the disks that hold it (see [`mirror_disks::select`]: a blank disk
+/// beside the store is resilvered, a foreign one refused and left untouched) and prints the
+/// mirror status. No store on any disk is not an error (the system runs without persistence
+/// and says so); a damaged store is, and nothing is started on it.
+pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
+    let disks = match mirror_disks::select(disks) {
+        Ok(disks) => disks,
+        Err(why) => return Ok(Opened::NoStore(why)),
+    };
+    // `select` kept only disks of the store (or damaged ones, or a blank beside the store):
+    // any error now is the store's.
+    let store = Store::open(disks).map_err(|error| error.to_string())?;
+    mirror_disks::opened(&store);
+    Ok(if store.checkpoint_generation() == 0 { Opened::Fresh(store) } else { Opened::Checkpointed(store) })
+}
+
+/// Hands `store` to the kernel: pages live on it from now on, and checkpoints go to it
+/// once processes run (the first at once: a fresh store holds nothing until then, and a
+/// restart's repairs and resilvering are kept). `on_journal_durable` wakes the processes
+/// waiting for journal commits up to a ticket (the invocation path's, which sits above).
+pub fn attach(store: Store<Block>, interval_ms: u64, on_journal_durable: fn(&mut Objects, u64)) {
+    BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
+    let mut objects = OBJECTS.lock();
+    objects.set_store_backed(StoreAccess { make_room, read_page });
+    objects.cache.set_node_loader(load_node);
+    objects.cache.set_page_version_loader(load_page_version);
+    drop(objects);
+    *PERSISTENCE.lock() = Some(Persistence {
+        store,
+        interval_ms,
+        interval_ticks: interval_ticks(interval_ms),
+        next_snapshot_tick: timer::ticks(),
+        stabilization: None,
+        journal_submitted_tsc: BTreeMap::new(),
+        kernel_counters: KernelCounters::default(),
+        scrub: Some(holdfast_store::ScrubCursor::default()),
+        ticks_since_scrub: 0,
+        directory_pages: alloc::vec::Vec::new(),
+        failures_since_commit: 0,
+        on_journal_durable,
+    });
+}
+
+/// Whether the objects made so far fit the store's home ranges.
+pub fn check_capacity() -> Result<(), String> {
+    let geometry = with_store(|persistence| persistence.store.geometry()).ok_or("no store")?;
+    let (next_node, next_page) = OBJECTS.lock().next_ids();
+    if next_node > geometry.node_count || next_page > geometry.page_count {
+        return Err(alloc::format!(
+            "the system has {} nodes and {} pages; the store holds {} and {} (format a larger one)",
+            next_node - 1,
+            next_page - 1,
+            geometry.node_count - 1,
+            geometry.page_count - 1
+        ));
+    }
+    Ok(())
+}

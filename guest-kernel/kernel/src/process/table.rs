@@ -1,0 +1,191 @@
+//! The process table: each process's cached registers and run state (runnable, or waiting:
+//! stalled, for a reply, for input, for a journal commit, out of time, stopped, faulted),
+//! the running one, and the questions asked of the table.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use holdfast_objects::{Capability, ObjectId};
+use spin::Mutex;
+
+use crate::arch::idt::FaultReport;
+use crate::arch::syscall::UserRegisters;
+use crate::space;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessState {
+    Runnable,
+    /// Waiting for a message: it returned (or waited) and anyone may invoke it.
+    Available,
+    /// In a call, until its resume capability is invoked.
+    WaitingForReply,
+    /// Its invocation found the target busy. It is queued on the target and runs its
+    /// `syscall` again when the target becomes available: nothing is buffered in the kernel.
+    Stalled,
+    /// Its meter ran out and has no keeper; it runs again when the meter is refilled.
+    OutOfTime,
+    /// Its control-channel `read` found nothing; it runs the `read` again once input has
+    /// arrived ([`crate::control`]).
+    WaitingForInput,
+    /// Its journal commit is queued; it gets the reply and runs on once commit `ticket` is
+    /// durable ([`crate::persistence::journal`]). Its registers are those of the `invoke`.
+    WaitingForJournal { ticket: u64 },
+    Stopped {
+        exit_code: u64,
+    },
+    Faulted(FaultReport),
+}
+
+pub struct Process {
+    pub name: &'static str,
+    /// The root node, as a process capability.
+    pub root: Capability,
+    /// A cache of the space tree; emptied whenever a translation it holds may be stale.
+    pub tables: space::UserTables,
+    /// The user registers, saved whenever the process is not running. While it waits in an
+    /// invocation they still hold its `invoke` arguments, which say where a message for it
+    /// goes (receive registers and buffer).
+    pub registers: UserRegisters,
+    pub state: ProcessState,
+    /// Processes stalled invoking this one, first come first served.
+    pub stalled: VecDeque<usize>,
+    /// Waiting for its keeper: the reply restarts it from its registers (which the keeper
+    /// may have changed) instead of being delivered into them.
+    pub waiting_for_keeper: bool,
+    pub invocation_count: u64,
+}
+
+pub struct Scheduler {
+    pub processes: Vec<Process>,
+    /// The running process, or [`NO_PROCESS`]. This and `installed` are plain indices, as
+    /// every invocation and switch reads them: an `Option` costs a test more than the
+    /// bounds check of the indexing (each a translation block under TCG).
+    pub(super) current: usize,
+    /// The process whose user half the live root holds (see [`space::switch`]), or
+    /// [`NO_PROCESS`].
+    pub(super) installed: usize,
+    /// Called when no process is runnable any more.
+    pub(super) on_all_done: Option<fn() -> !>,
+    /// Where [`Self::index_of`] last found a root node, by the node's id modulo
+    /// [`INDEX_HINTS`]: only a guess, checked before use.
+    index_hints: [core::cell::Cell<usize>; INDEX_HINTS],
+}
+
+/// No process: an index that [`Scheduler::processes`] never reaches.
+pub(super) const NO_PROCESS: usize = usize::MAX;
+
+/// How many guesses [`Scheduler::index_of`] keeps: every IPC looks its receiver up, and a
+/// search of the table is a few translation blocks per process under TCG.
+const INDEX_HINTS: usize = 16;
+
+impl Scheduler {
+    /// The process whose root node is `root`.
+    #[unsafe(link_section = ".text.ipc")] // see linker.ld
+    pub fn index_of(&self, root: ObjectId) -> Option<usize> {
+        let hint = &self.index_hints[root.0 as usize % INDEX_HINTS];
+        let guess = hint.get();
+        if self
+            .processes
+            .get(guess)
+            .is_some_and(|process| process.root.object() == root)
+        {
+            return Some(guess);
+        }
+        let found = self
+            .processes
+            .iter()
+            .position(|process| process.root.object() == root)?;
+        hint.set(found);
+        Some(found)
+    }
+
+    /// The running process; indexing `processes` with it panics if none runs.
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    /// The process whose user half the live root holds, or [`NO_PROCESS`].
+    pub fn installed(&self) -> usize {
+        self.installed
+    }
+
+    pub fn running(&self) -> Option<usize> {
+        (self.current != NO_PROCESS).then_some(self.current)
+    }
+}
+
+pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
+    processes: Vec::new(),
+    current: NO_PROCESS,
+    installed: NO_PROCESS,
+    on_all_done: None,
+    index_hints: [const { core::cell::Cell::new(0) }; INDEX_HINTS],
+});
+
+/// Input arrived on the control channel: every process waiting for it runs its `read` again.
+pub fn input_arrived() {
+    for process in SCHEDULER.lock().processes.iter_mut() {
+        if process.state == ProcessState::WaitingForInput {
+            process.state = ProcessState::Runnable;
+        }
+    }
+}
+
+pub fn any_runnable() -> bool {
+    SCHEDULER
+        .lock()
+        .processes
+        .iter()
+        .any(|process| process.state == ProcessState::Runnable)
+}
+
+/// Whether a process other than the current one could run now.
+pub fn others_runnable() -> bool {
+    let scheduler = SCHEDULER.lock();
+    let current = scheduler.current();
+    scheduler
+        .processes
+        .iter()
+        .enumerate()
+        .any(|(index, process)| index != current && process.state == ProcessState::Runnable)
+}
+
+/// Whether the process whose root node is `root` is in the table.
+pub fn is_adopted(root: ObjectId) -> bool {
+    SCHEDULER.lock().index_of(root).is_some()
+}
+
+/// Adds the process whose root node `root` names to the table, stopped, if it is not
+/// there: `node.make_process` made it, and `process.start` will run it.
+pub fn adopt(root: Capability) {
+    let mut scheduler = SCHEDULER.lock();
+    if scheduler.index_of(root.object()).is_some() {
+        return;
+    }
+    scheduler.processes.push(Process {
+        name: "(made)",
+        root,
+        tables: space::UserTables::new(),
+        registers: UserRegisters::default(),
+        state: ProcessState::Stopped { exit_code: 0 },
+        stalled: VecDeque::new(),
+        waiting_for_keeper: false,
+        invocation_count: 0,
+    });
+}
+
+/// Calls `with` on each process, in load order.
+pub fn for_each_process(mut with: impl FnMut(&Process)) {
+    for process in SCHEDULER.lock().processes.iter() {
+        with(process);
+    }
+}
+
+/// Each process's root node id and name, in table order (for the checkpoint directory).
+pub fn roots_and_names() -> Vec<(ObjectId, &'static str)> {
+    SCHEDULER
+        .lock()
+        .processes
+        .iter()
+        .map(|process| (process.root.object(), process.name))
+        .collect()
+}

@@ -1,0 +1,149 @@
+//! What ring 3's interrupts and exceptions do, as the handlers `arch::idt` calls
+//! ([`crate::arch::idt::UserModeHandlers`], registered at boot): the timer ends a time slice
+//! (background work, then the meter is charged and its keeper told when it runs out); a
+//! page fault the space tree resolves is mapped (through the checkpoint's copy on write);
+//! any other fault goes to the process's keeper, or stops the process.
+
+use holdfast_abi::keeper;
+use holdfast_objects::node::process_root;
+use holdfast_objects::space::{Walk, walk};
+use holdfast_objects::{CapType, Capability};
+
+use crate::arch::idt::FaultReport;
+use crate::arch::syscall::UserRegisters;
+use crate::message::KeeperMessage;
+use crate::objects::OBJECTS;
+use crate::process::{
+    METER_KEEPER_SLOT, ProcessState, SCHEDULER, charge_meter, enter, stop_current, switch_to_next,
+};
+use crate::{ipc, persistence};
+
+/// The timer interrupted ring 3: the time slice is over; save the registers, go on with
+/// the next runnable process.
+pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
+    let root = {
+        let mut scheduler = SCHEDULER.lock();
+        let current = scheduler.current();
+        scheduler.processes[current].registers = registers;
+        scheduler.processes[current].root
+    };
+    // With no process running, this is the moment for background work.
+    crate::control::wake_readers();
+    persistence::step(false);
+    if let Some(meter) = charge_meter(&root) {
+        let keeper = {
+            let objects = OBJECTS.lock();
+            let held = objects
+                .cache
+                .node(&meter)
+                .map(|node| node.get(METER_KEEPER_SLOT));
+            held.map(|keeper| objects.cache.live_or_void(keeper))
+                .unwrap_or(Capability::VOID)
+        };
+        if keeper.kind() == CapType::Start {
+            let message = KeeperMessage {
+                code: keeper::METER_EXHAUSTED,
+                words: [0; 4],
+            };
+            ipc::invoke_keeper(keeper, message, &registers)
+        }
+        // No keeper: the process waits until someone refills its meter.
+        let mut scheduler = SCHEDULER.lock();
+        let current = scheduler.current();
+        scheduler.processes[current].state = ProcessState::OutOfTime;
+    }
+    switch_to_next()
+}
+
+/// Page-fault error code bits (Intel SDM vol. 3, 4.7).
+const PAGE_FAULT_WRITE: u64 = 1 << 1;
+
+/// An exception in ring 3. A page fault that the space tree resolves is mapped and the
+/// process resumes; anything else is reported and stops the process.
+pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
+    let root = {
+        let scheduler = SCHEDULER.lock();
+        scheduler.processes[scheduler.current()].root
+    };
+    let mut space_keeper = None;
+    if let (14, Some(address), Some(error_code)) =
+        (report.vector, report.address, report.error_code)
+    {
+        let found = {
+            let mut objects = OBJECTS.lock();
+            // The root node holds the space capability: changing it changes the
+            // translation too.
+            let space = objects
+                .cache
+                .node_for_translation(&root, process_root::SPACE)
+                .map(|node| node.get(process_root::SPACE));
+            match space.map(|space| walk(&objects.cache, space, address)) {
+                Ok(Walk::Page { page, writable }) => {
+                    if let Err(error) = objects.ensure_resident(&[page.object()], true) {
+                        crate::println!("holdfast: page {} cannot be loaded: {}", page.object().0, error.0);
+                    }
+                    // Writable only for a write: a page mapped writable is dirty (see
+                    // `persistence::checkpoint`), and most pages are only ever read.
+                    let writing = writable && error_code & PAGE_FAULT_WRITE != 0;
+                    if writing {
+                        persistence::limit_dirty_pages(&mut objects);
+                        persistence::before_page_write(&objects.cache, page.object());
+                    }
+                    let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());
+                    frame.map(|frame| Ok((frame, writable, writing)))
+                }
+                Ok(Walk::Missing { keeper }) => keeper.map(Err),
+                Err(_) => None,
+            }
+        };
+        match found {
+            Some(Ok((frame, writable, writing))) if writable || error_code & PAGE_FAULT_WRITE == 0 => {
+                let mut scheduler = SCHEDULER.lock();
+                let current = scheduler.current();
+                let running = scheduler.installed() == current;
+                let process = &mut scheduler.processes[current];
+                process.registers = registers;
+                process.tables.map_page(address, frame, writing, running);
+                enter(scheduler, current)
+            }
+            Some(Err(keeper)) => space_keeper = Some(keeper),
+            _ => {}
+        }
+    }
+    let keeper_message = KeeperMessage {
+        code: if space_keeper.is_some() {
+            keeper::SPACE_FAULT
+        } else {
+            keeper::EXCEPTION
+        },
+        words: [
+            u64::from(report.vector),
+            report.error_code.unwrap_or(u64::MAX),
+            report.rip,
+            report.address.unwrap_or(0),
+        ],
+    };
+    let process_keeper = || {
+        let objects = OBJECTS.lock();
+        let held = objects
+            .cache
+            .node(&root)
+            .map(|node| node.get(process_root::KEEPER));
+        held.ok().map(|keeper| objects.cache.live_or_void(keeper))
+    };
+    if let Some(keeper) = space_keeper
+        .or_else(process_keeper)
+        .filter(|k| k.kind() == CapType::Start)
+    {
+        ipc::invoke_keeper(keeper, keeper_message, &registers)
+    }
+    let name = {
+        let scheduler = SCHEDULER.lock();
+        scheduler
+            .running()
+            .map(|index| scheduler.processes[index].name)
+            .unwrap_or("?")
+    };
+    crate::println!("holdfast: process {name} faulted: {report}; process stopped");
+    stop_current(ProcessState::Faulted(report))
+}
