@@ -796,8 +796,10 @@ fn a_superblock_write_that_missed_one_mirror_is_reported_as_stale() {
 
 #[test]
 fn an_abandoned_checkpoint_leaves_the_last_committed_one_and_the_next_commits() {
-    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
-    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    // Room for a checkpoint that writes a run of records to the log before it is abandoned.
+    let geometry = Geometry { page_count: 1000, log_block_count: 2048, ..GEOMETRY };
+    let device = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], geometry).unwrap();
     checkpoint_pages(&mut store, &[(3, 1, 0x31)]);
     migrate_all(&mut store);
     assert_eq!(store.abandon_checkpoint(), Err(StoreError::WrongPhase));
@@ -808,10 +810,12 @@ fn an_abandoned_checkpoint_leaves_the_last_committed_one_and_the_next_commits() 
         .journal_submit(&[JournalPage { id: ObjectId(4), version: Version(1), data: &page(0x41) }])
         .unwrap();
     assert_eq!(store.journal_write().unwrap(), Some(ticket));
-    // Enough pages that some reach the log before the abandon.
-    for id in 10..100 {
+    // Enough pages that a run of records reaches the log before the abandon.
+    let used_before = store.log_used_blocks();
+    for id in 10..700 {
         store.checkpoint_write_page(ObjectId(id), Version(1), &page(0x77)).unwrap();
     }
+    assert!(store.log_used_blocks() > used_before + 500, "records written");
     store.abandon_checkpoint().unwrap();
     assert_eq!(store.checkpoint_phase(), CheckpointPhase::Idle);
     assert_eq!((store.checkpoint_generation(), read_page(&mut store, 3)), (abandoned - 1, (1, 0x31)));
