@@ -1,32 +1,38 @@
-//! The invocation descriptor: how `rdi` packs what an `invoke` does (unchanged since ABI version 2).
-//!
-//! | bits    | field |
-//! |---------|-------|
-//! | 0..=3   | target capability register |
-//! | 4..=5   | kind: 0 call, 1 return, 2 send |
-//! | 8..=23  | capability registers sent, 4 bits each, first in bits 8..=11 |
-//! | 24..=26 | how many are sent (0..=4) |
-//! | 32..=47 | capability registers that receive, 4 bits each |
-//! | 48..=50 | how many receive (0..=4) |
-//! | 52..=55 | the register that receives the resume capability of a call |
-//! | 56      | set: a call's resume capability is received (into bits 52..=55) |
-//!
-//! Every other bit must be zero, so that a later ABI can give them a meaning.
+//! The invocation descriptor: how `rdi` packs what an `invoke` does. Its layout is
+//! described once, in `interface.toml` (`docs/interface.md` has the table and worked
+//! examples); the shifts and masks here are the generated
+//! [`descriptor_field`](crate::interface::descriptor_field) constants,
+//! and the const assertions below check what this decoder's arithmetic takes for granted.
 
-/// Set: the invoke receives a call's resume capability (bit 56).
-pub const RECEIVES_RESUME: u64 = 1 << 56;
-/// How many capability registers receive (bits 48..=50).
-pub const RECEIVE_COUNT: u64 = 0x7 << 48;
+use crate::interface::{descriptor_field as field, invocation_kind};
+
+/// Set: the invoke receives a call's resume capability.
+pub const RECEIVES_RESUME: u64 = field::RECEIVES_RESUME_MASK << field::RECEIVES_RESUME_SHIFT;
+/// How many capability registers receive.
+pub const RECEIVE_COUNT: u64 = field::RECEIVE_COUNT_MASK << field::RECEIVE_COUNT_SHIFT;
+
+// Register indices are nibbles and a list holds four (`Registers` packs them in a u16); a
+// count field holds 0..=7, of which `decode` refuses 5..=7 by adding 3 and shifting by 3;
+// the kinds index a table of four.
+const _: () = {
+    assert!(field::TARGET_MASK == 0xf && field::RESUME_REGISTER_MASK == 0xf);
+    assert!(field::SEND_REGISTERS_MASK == 0xffff && field::RECEIVE_REGISTERS_MASK == 0xffff);
+    assert!(field::SEND_COUNT_MASK == 0x7 && field::RECEIVE_COUNT_MASK == 0x7);
+    assert!(field::RECEIVES_RESUME_MASK == 1 && field::KIND_MASK == 0x3);
+    assert!(
+        invocation_kind::CALL == 0 && invocation_kind::RETURN == 1 && invocation_kind::SEND == 2
+    );
+};
 
 /// What an invocation does besides invoking its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// Invoke and wait for the reply, through a fresh resume capability.
-    Call = 0,
+    Call = invocation_kind::CALL as isize,
     /// Invoke (usually a resume capability), then wait for the next message.
-    Return = 1,
+    Return = invocation_kind::RETURN as isize,
     /// Invoke and go on without waiting.
-    Send = 2,
+    Send = invocation_kind::SEND as isize,
 }
 
 /// Up to four capability register indices, packed as in the descriptor (a nibble each):
@@ -86,33 +92,35 @@ pub struct MalformedDescriptor;
 impl Descriptor {
     #[inline]
     pub fn encode(&self) -> u64 {
-        u64::from(self.target & 0xf)
-            | (self.kind as u64) << 4
-            | u64::from(self.send.nibbles) << 8
-            | u64::from(self.send.count) << 24
-            | u64::from(self.receive.nibbles) << 32
-            | u64::from(self.receive.count) << 48
-            | self
-                .resume
-                .map_or(0, |register| u64::from(register & 0xf) << 52 | 1 << 56)
+        (u64::from(self.target) & field::TARGET_MASK) << field::TARGET_SHIFT
+            | (self.kind as u64) << field::KIND_SHIFT
+            | u64::from(self.send.nibbles) << field::SEND_REGISTERS_SHIFT
+            | u64::from(self.send.count) << field::SEND_COUNT_SHIFT
+            | u64::from(self.receive.nibbles) << field::RECEIVE_REGISTERS_SHIFT
+            | u64::from(self.receive.count) << field::RECEIVE_COUNT_SHIFT
+            | self.resume.map_or(0, |register| {
+                (u64::from(register) & field::RESUME_REGISTER_MASK) << field::RESUME_REGISTER_SHIFT
+                    | RECEIVES_RESUME
+            })
     }
 
     /// Every check is computed without a branch and tested once: the kernel decodes a
     /// descriptor (twice for IPC) on every invocation, and under TCG each branch ends a
     /// translation block.
     pub fn decode(word: u64) -> Result<Self, MalformedDescriptor> {
-        const DEFINED: u64 =
-            0xf | 0x3 << 4 | 0xffff << 8 | 0x7 << 24 | 0xffff << 32 | 0x7 << 48 | 0x1f << 52;
-        let field = |shift: u32, mask: u64| (word >> shift) & mask;
-        let kind = field(4, 0x3);
-        let (send_nibbles, send_count) = (field(8, 0xffff), field(24, 0x7));
-        let (receive_nibbles, receive_count) = (field(32, 0xffff), field(48, 0x7));
-        let (resume_register, has_resume) = (field(52, 0xf), field(56, 1));
+        let get = |shift: u32, mask: u64| (word >> shift) & mask;
+        let kind = get(field::KIND_SHIFT, field::KIND_MASK);
+        let send_nibbles = get(field::SEND_REGISTERS_SHIFT, field::SEND_REGISTERS_MASK);
+        let send_count = get(field::SEND_COUNT_SHIFT, field::SEND_COUNT_MASK);
+        let receive_nibbles = get(field::RECEIVE_REGISTERS_SHIFT, field::RECEIVE_REGISTERS_MASK);
+        let receive_count = get(field::RECEIVE_COUNT_SHIFT, field::RECEIVE_COUNT_MASK);
+        let resume_register = get(field::RESUME_REGISTER_SHIFT, field::RESUME_REGISTER_MASK);
+        let has_resume = get(field::RECEIVES_RESUME_SHIFT, field::RECEIVES_RESUME_MASK);
         // Nibbles beyond a count must be zero, like every unused bit; a count above four
         // shifts every nibble out, so it is refused by its own test. Each test is a word
         // that is nonzero when it fails, ORed into one: comparisons joined with `|` are
         // compiled into a branch each.
-        let malformed = (word & !DEFINED)
+        let malformed = (word & !field::DEFINED_BITS)
             | (kind + 1) >> 2 // kind 3
             | (send_count + 3) >> 3 // 5..=7
             | (receive_count + 3) >> 3
@@ -123,7 +131,7 @@ impl Descriptor {
             return Err(MalformedDescriptor);
         }
         Ok(Self {
-            target: field(0, 0xf) as u8,
+            target: get(field::TARGET_SHIFT, field::TARGET_MASK) as u8,
             // A table rather than a `match`: no branch (kind 3 was refused above).
             kind: [Kind::Call, Kind::Return, Kind::Send, Kind::Send][kind as usize & 3],
             send: Registers {

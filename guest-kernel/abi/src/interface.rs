@@ -5,9 +5,160 @@
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
-/// The ABI version this interface describes. [`crate::ABI_VERSION`] stays the version the
-/// running kernel speaks until the kernel implements this one.
+//! Which register carries what in and out of the `invoke` system call (entered with
+//! `syscall`); a register not listed is kept. Ring 3's `syscall` is generated from the
+//! same table (`holdfast_userlib::interface::system_call`).
+//!
+//! | register | in | out |
+//! |---|---|---|
+//! | `rdi` | The descriptor (below): the target capability register, the kind, the capabilities sent and where those received go. | kept |
+//! | `rsi` | The order code of a call or send; the reply code of a return. | kept |
+//! | `rax` | — | The result code: 0 for success, an object or invocation error (below), or the code a server replied with. A process that receives a call or send (a return that waits) gets the order code here. |
+//! | `rdx` | Word 0 sent. | Word 0 received. |
+//! | `r10` | Word 1 sent. | Word 1 received. |
+//! | `r8` | Word 2 sent. | Word 2 received. |
+//! | `r9` | Word 3 sent. | Word 3 received. |
+//! | `r12` | The address of the string sent. | The badge of the capability the process was invoked through (a server receiving a call or send); 0 for a reply. |
+//! | `r13` | The length of the string sent, at most 4096 bytes; 0: no string. | The length of the string received into the buffer (never more than its capacity: the rest is dropped). |
+//! | `r14` | The address of the buffer that receives a string. | kept |
+//! | `r15` | The capacity of that buffer in bytes; 0: no string is received. | kept |
+//! | `rcx` | — | Clobbered by the `syscall` instruction (it holds the return address). |
+//! | `r11` | — | Clobbered by the `syscall` instruction (it holds rflags). |
+
+/// The ABI version: the kernel prints it at boot and loads only programs whose ELF note
+/// names it.
 pub const ABI_VERSION: u32 = 3;
+
+/// Where the register of each role of `invoke` lies in the register file (the order of
+/// `process.read_registers`), in words: the kernel checks its register file against
+/// these at build time.
+pub mod register_file_index {
+    /// `rdi`.
+    pub const IN_DESCRIPTOR: usize = 5;
+    /// `rsi`.
+    pub const IN_CODE: usize = 4;
+    /// `rax`.
+    pub const OUT_RESULT: usize = 0;
+    /// `rdx`.
+    pub const IN_WORD0: usize = 3;
+    /// `rdx`.
+    pub const OUT_WORD0: usize = 3;
+    /// `r10`.
+    pub const IN_WORD1: usize = 9;
+    /// `r10`.
+    pub const OUT_WORD1: usize = 9;
+    /// `r8`.
+    pub const IN_WORD2: usize = 7;
+    /// `r8`.
+    pub const OUT_WORD2: usize = 7;
+    /// `r9`.
+    pub const IN_WORD3: usize = 8;
+    /// `r9`.
+    pub const OUT_WORD3: usize = 8;
+    /// `r12`.
+    pub const IN_STRING_ADDRESS: usize = 11;
+    /// `r12`.
+    pub const OUT_BADGE: usize = 11;
+    /// `r13`.
+    pub const IN_STRING_LENGTH: usize = 12;
+    /// `r13`.
+    pub const OUT_RECEIVED_LENGTH: usize = 12;
+    /// `r14`.
+    pub const IN_BUFFER_ADDRESS: usize = 13;
+    /// `r15`.
+    pub const IN_BUFFER_CAPACITY: usize = 14;
+}
+
+/// Where each field of the descriptor (`rdi`) lies: `*_SHIFT` is its lowest bit, `*_MASK`
+/// its mask once shifted down.
+pub mod descriptor_field {
+    /// Bits 0..=3: The capability register invoked.
+    pub const TARGET_SHIFT: u32 = 0;
+    pub const TARGET_MASK: u64 = 0xf;
+    /// Bits 4..=5: 0 call, 1 return, 2 send (the invocation kinds above); 3 is malformed.
+    pub const KIND_SHIFT: u32 = 4;
+    pub const KIND_MASK: u64 = 0x3;
+    /// Bits 8..=23: The capability registers sent, 4 bits each, the first in the lowest 4 bits. Those beyond `send_count` must be zero.
+    pub const SEND_REGISTERS_SHIFT: u32 = 8;
+    pub const SEND_REGISTERS_MASK: u64 = 0xffff;
+    /// Bits 24..=26: How many capabilities are sent, 0..=4; more is malformed.
+    pub const SEND_COUNT_SHIFT: u32 = 24;
+    pub const SEND_COUNT_MASK: u64 = 0x7;
+    /// Bits 32..=47: The capability registers that receive the capabilities of the message that comes back (a reply, or the next call or send), 4 bits each, the first in the lowest 4 bits. Those beyond `receive_count` must be zero. Only registers that get a capability change.
+    pub const RECEIVE_REGISTERS_SHIFT: u32 = 32;
+    pub const RECEIVE_REGISTERS_MASK: u64 = 0xffff;
+    /// Bits 48..=50: How many capability registers receive, 0..=4; more is malformed.
+    pub const RECEIVE_COUNT_SHIFT: u32 = 48;
+    pub const RECEIVE_COUNT_MASK: u64 = 0x7;
+    /// Bits 52..=55: The capability register that receives the resume capability of a call received, when `receives_resume` is set; must be zero when it is clear.
+    pub const RESUME_REGISTER_SHIFT: u32 = 52;
+    pub const RESUME_REGISTER_MASK: u64 = 0xf;
+    /// Bits 56..=56: Set: the message that comes back puts the caller's resume capability in `resume_register` (void if the message is no call, so that an old one cannot be mistaken for the current caller). Clear: no resume capability is received, and a server cannot reply to a call.
+    pub const RECEIVES_RESUME_SHIFT: u32 = 56;
+    pub const RECEIVES_RESUME_MASK: u64 = 0x1;
+    /// Every bit a field covers; a descriptor with any other bit set is malformed.
+    pub const DEFINED_BITS: u64 = 0x01f7_ffff_07ff_ff3f;
+}
+
+/// Values of the descriptor's `kind` field.
+pub mod invocation_kind {
+    /// Invoke, then wait for the reply, which comes through a fresh resume capability the target receives.
+    pub const CALL: u64 = 0;
+    /// Invoke (usually a resume capability, to reply), then wait for the next call or send; a void target just waits.
+    pub const RETURN: u64 = 1;
+    /// Invoke and go on without waiting; no resume capability is made.
+    pub const SEND: u64 = 2;
+}
+
+/// What keepers receive: the order code of the call says why, the words say where.
+pub mod keeper {
+    /// A CPU exception, or a page fault that no space keeper takes. The first capability is the process; replying to the resume capability restarts it from its registers (as the keeper may have changed them).
+    ///
+    /// - word 0: The exception vector.
+    /// - word 1: The error code, or 2^64-1 if the exception has none.
+    /// - word 2: The rip of the faulting instruction.
+    /// - word 3: The faulting address (page faults), else 0.
+    pub const EXCEPTION: u64 = 1;
+    /// A page fault the space tree could not resolve, sent to the keeper of the innermost keeper space on the path. The first capability is the process; replying restarts it.
+    ///
+    /// - word 0: The exception vector (14).
+    /// - word 1: The page fault's error code.
+    /// - word 2: The rip of the faulting instruction.
+    /// - word 3: The faulting address.
+    pub const SPACE_FAULT: u64 = 2;
+    /// The process's meter ran out. The first capability is the process; the keeper refills the meter (or not) and replies to restart it.
+    pub const METER_EXHAUSTED: u64 = 3;
+}
+
+/// The run state in a process's root node (slot 19, a number): its first word holds
+/// the code (bits 0..=7), flags (bits 8..=15) and a fault's vector (bits 16..=23).
+pub mod run_state {
+    /// The code's bits of the first word, shifted down.
+    pub const CODE_MASK: u64 = 0xff;
+    pub const CODE_SHIFT: u32 = 0;
+    /// Where a fault's vector lies in the first word.
+    pub const FAULT_VECTOR_SHIFT: u32 = 16;
+    /// Ready to run, or running.
+    pub const RUNNABLE: u64 = 1;
+    /// Waiting for a call or send (it returned, or never ran).
+    pub const AVAILABLE: u64 = 2;
+    /// Called, and waiting for the reply.
+    pub const WAITING_FOR_REPLY: u64 = 3;
+    /// Waiting to invoke again a process that was not available, or for input or a journal commit: a restart runs the invocation again.
+    pub const STALLED: u64 = 4;
+    /// Its meter ran out, and no keeper has refilled it.
+    pub const OUT_OF_TIME: u64 = 5;
+    /// Stopped (`process.stop`); the second word holds the exit code.
+    pub const STOPPED: u64 = 6;
+    /// Stopped by a fault no keeper resolved; the second word holds the rip, the flags say which of the error code and address the register slots hold.
+    pub const FAULTED: u64 = 7;
+    /// Flag (bit 8): Its keeper was called on its behalf: a reply restarts it from its registers.
+    pub const WAITING_FOR_KEEPER: u64 = 1 << 8;
+    /// Flag (bit 9): Faulted: the word after the 18 registers holds the fault's error code.
+    pub const FAULT_HAS_ERROR_CODE: u64 = 1 << 9;
+    /// Flag (bit 10): Faulted: the word after that holds the faulting address.
+    pub const FAULT_HAS_ADDRESS: u64 = 1 << 10;
+}
 
 /// Capability types.
 #[repr(u64)]

@@ -4,17 +4,11 @@
 //! [`ABI_VERSION`], which the kernel prints at boot and checks against every program it
 //! loads from the initial image.
 //!
-//! There is one system call, `invoke`, entered with the `syscall` instruction:
-//!
-//! | register | in | out |
-//! |---|---|---|
-//! | `rdi` | the [`descriptor`]: target capability register, call/return/send, capability registers sent and received | — |
-//! | `rsi` | order code (call, send) or reply code (return) | result code: 0 ok, an object error, or an [`InvocationError`] |
-//! | `rdx`, `r10`, `r8`, `r9` | words 0..=3 | words 0..=3 |
-//! | `r12`, `r13` | string address and length (at most [`INVOCATION_STRING_BYTES_MAX`]) | badge of the capability invoked; length of the string received |
-//! | `r14`, `r15` | receive buffer address and capacity | — |
-//!
-//! `rcx` and `r11` are clobbered by the instruction itself; every other register is kept.
+//! There is one system call, `invoke`, entered with the `syscall` instruction. Which register
+//! carries what, the [`descriptor`]'s bits in `rdi`, keeper messages and run states are
+//! described once, in `interface.toml`, with the capability types and their methods; the
+//! generated [`interface`] module and `docs/interface.md` hold them (results come back in
+//! `rax`).
 #![no_std]
 
 pub mod descriptor;
@@ -22,8 +16,9 @@ pub mod descriptor;
 /// `interface.toml` by `cargo run -p holdfast-interface-gen`.
 pub mod interface;
 
-/// Version of the kernel ABI (system call registers, capability types, orders, results).
-pub const ABI_VERSION: u32 = 3;
+/// Version of the kernel ABI (system call registers, capability types, orders, results),
+/// written once: `abi_version` in `interface.toml`.
+pub use interface::ABI_VERSION;
 
 /// Every ring-3 program carries an ELF note (in a `PT_NOTE` segment) naming the ABI version
 /// it was built against; the kernel refuses a program without it or with another version.
@@ -73,18 +68,10 @@ pub mod methods {
 }
 
 /// What keepers receive: the order code says why; the words say where.
-pub mod keeper {
-    /// A CPU exception (or a page fault no space keeper takes): words vector, error code
-    /// (`u64::MAX` if none), rip, faulting address. Capability 0 is the process; replying
-    /// to the resume capability restarts it from its registers.
-    pub const EXCEPTION: u64 = 1;
-    /// A page fault the space tree could not resolve, to the keeper of the innermost keeper
-    /// node on the path; words as for [`EXCEPTION`].
-    pub const SPACE_FAULT: u64 = 2;
-    /// The process's meter ran out: capability 0 is the process; the keeper refills the
-    /// meter (or not) and replies to restart it.
-    pub const METER_EXHAUSTED: u64 = 3;
-}
+pub use interface::keeper;
+
+/// The run state a process's root node holds (slot 19).
+pub use interface::run_state;
 
 pub use interface::InvocationError;
 

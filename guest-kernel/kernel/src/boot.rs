@@ -31,6 +31,9 @@ pub struct BootOptions {
     pub kernel_fault: Option<&'static str>,
     /// How often a checkpoint is taken when the disk holds a store.
     pub checkpoint_interval_ms: u64,
+    /// `holdfast.recover=truncate`: start a store whose log is damaged past repair from its
+    /// last intact point (the store refuses otherwise, naming what would be lost).
+    pub recover: holdfast_store::Recover,
 }
 
 impl BootOptions {
@@ -39,11 +42,13 @@ impl BootOptions {
             stay_up: false,
             kernel_fault: None,
             checkpoint_interval_ms: persistence::DEFAULT_INTERVAL_MS,
+            recover: holdfast_store::Recover::Refuse,
         };
         for word in command_line.split_ascii_whitespace() {
             match word.split_once('=') {
                 Some(("holdfast.after", "stay")) => options.stay_up = true,
                 Some(("holdfast.kernel-fault", kind)) => options.kernel_fault = Some(kind),
+                Some(("holdfast.recover", "truncate")) => options.recover = holdfast_store::Recover::Truncate,
                 Some(("holdfast.checkpoint-interval-ms", value)) => match value.parse() {
                     Ok(milliseconds) if milliseconds > 0 => {
                         options.checkpoint_interval_ms = milliseconds;
@@ -129,7 +134,7 @@ fn run(
             _ => None,
         })
         .collect();
-    let opened = persistence::open(disks);
+    let opened = persistence::open(disks, options.recover);
     // A restart serves as soon as it can: the timer's rate was checked when the system was
     // first built (its calibration is still printed, for the benchmarks' TSC conversion).
     selftest::timer_check(calibration, !matches!(opened, Ok(Opened::Checkpointed(_))));

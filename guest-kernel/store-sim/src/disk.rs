@@ -25,6 +25,54 @@ pub struct World {
     /// The machine stops just before this write or flush (1-based) is issued.
     pub crash_point: Option<u64>,
     pub crashed: bool,
+    /// Faults injected so far in this run (all disks, including replaced ones).
+    pub faults: FaultCounts,
+}
+
+/// Faults injected, by kind: what the simulator's summary counts, and what each fault mode
+/// must have injected for its runs to mean anything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Cached block writes that a crash tore (some sectors landed) or dropped.
+    pub torn_writes: u64,
+    pub dropped_writes: u64,
+    /// Silent faults: writes acknowledged and never stored, or stored at another block.
+    pub lost_writes: u64,
+    pub misdirected_writes: u64,
+    /// Bits flipped on the media.
+    pub rotted_blocks: u64,
+    /// Disks that vanished.
+    pub vanished_disks: u64,
+    /// Durable log records damaged on every copy (by the scenario).
+    pub log_records_damaged: u64,
+}
+
+impl core::ops::AddAssign for FaultCounts {
+    fn add_assign(&mut self, other: Self) {
+        self.torn_writes += other.torn_writes;
+        self.dropped_writes += other.dropped_writes;
+        self.lost_writes += other.lost_writes;
+        self.misdirected_writes += other.misdirected_writes;
+        self.rotted_blocks += other.rotted_blocks;
+        self.vanished_disks += other.vanished_disks;
+        self.log_records_damaged += other.log_records_damaged;
+    }
+}
+
+impl core::fmt::Display for FaultCounts {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "faults injected: {} torn and {} dropped cached writes, {} lost and {} misdirected writes, {} blocks rotted, {} disks vanished, {} durable log records damaged on every copy",
+            self.torn_writes,
+            self.dropped_writes,
+            self.lost_writes,
+            self.misdirected_writes,
+            self.rotted_blocks,
+            self.vanished_disks,
+            self.log_records_damaged
+        )
+    }
 }
 
 /// Silent faults of one disk, in per-mille per block write.
@@ -39,9 +87,9 @@ struct DiskState {
     pending: Vec<(u64, Box<[u8; BLOCK_SIZE]>)>,
     gone: bool,
     faults: SilentFaults,
+    /// The next block write gets this disk's silent fault whatever the odds.
+    fault_next_write: bool,
     rng: Rng,
-    lost_writes: u64,
-    misdirected_writes: u64,
 }
 
 /// A handle to a simulated disk; clones share the disk.
@@ -60,9 +108,8 @@ impl SimDisk {
                 pending: Vec::new(),
                 gone: false,
                 faults: SilentFaults::default(),
+                fault_next_write: false,
                 rng: Rng::new(seed),
-                lost_writes: 0,
-                misdirected_writes: 0,
             })),
         }
     }
@@ -71,9 +118,16 @@ impl SimDisk {
         self.state.borrow_mut().faults = faults;
     }
 
+    /// The next block write is lost or misdirected (as the disk's silent faults say), so
+    /// that a run injects at least one whatever its odds.
+    pub fn fault_next_write(&self) {
+        self.state.borrow_mut().fault_next_write = true;
+    }
+
     /// The disk disappears: every request fails with `Gone`.
     pub fn vanish(&self) {
         self.state.borrow_mut().gone = true;
+        self.world.borrow_mut().faults.vanished_disks += 1;
     }
 
     /// The disk comes back with whatever it held when it vanished (now stale).
@@ -86,17 +140,20 @@ impl SimDisk {
         let mut state = self.state.borrow_mut();
         let byte = block as usize * BLOCK_SIZE + (bit as usize / 8) % BLOCK_SIZE;
         state.media[byte] ^= 1 << (bit % 8);
+        self.world.borrow_mut().faults.rotted_blocks += 1;
     }
 
     /// The power fails: each pending block write lands whole, torn or not at all.
     pub fn crash(&self, rng: &mut Rng) {
         let mut state = self.state.borrow_mut();
         let pending = std::mem::take(&mut state.pending);
+        let mut world = self.world.borrow_mut();
         for (block, data) in pending {
             let start = block as usize * BLOCK_SIZE;
             match rng.below(10) {
                 0..=3 => state.media[start..start + BLOCK_SIZE].copy_from_slice(&data[..]),
                 4..=5 => {
+                    world.faults.torn_writes += 1;
                     for sector in 0..BLOCK_SIZE / SECTOR_SIZE {
                         if rng.chance(500) {
                             let offset = sector * SECTOR_SIZE;
@@ -105,15 +162,9 @@ impl SimDisk {
                         }
                     }
                 }
-                _ => {}
+                _ => world.faults.dropped_writes += 1,
             }
         }
-    }
-
-    /// (lost, misdirected) silent faults injected so far.
-    pub fn silent_fault_counts(&self) -> (u64, u64) {
-        let state = self.state.borrow();
-        (state.lost_writes, state.misdirected_writes)
     }
 
     /// Counts a write or flush; at the crash point the machine stops before it.
@@ -166,12 +217,17 @@ impl BlockDevice for SimDisk {
         for (index, chunk) in data.chunks_exact(BLOCK_SIZE).enumerate() {
             let mut block = first_block + index as u64;
             let faults = state.faults;
-            if state.rng.chance(faults.lost_write_per_mille) {
-                state.lost_writes += 1;
+            let forced = std::mem::take(&mut state.fault_next_write);
+            if (forced && faults.lost_write_per_mille > 0)
+                || state.rng.chance(faults.lost_write_per_mille)
+            {
+                self.world.borrow_mut().faults.lost_writes += 1;
                 continue;
             }
-            if state.rng.chance(faults.misdirected_write_per_mille) {
-                state.misdirected_writes += 1;
+            if (forced && faults.misdirected_write_per_mille > 0)
+                || state.rng.chance(faults.misdirected_write_per_mille)
+            {
+                self.world.borrow_mut().faults.misdirected_writes += 1;
                 block = state.rng.below(block_count);
             }
             let mut copy = Box::new([0u8; BLOCK_SIZE]);

@@ -10,12 +10,14 @@ use std::fmt;
 use std::rc::Rc;
 
 use holdfast_objects::{ObjectId, Version};
+use holdfast_store::format::log_record::{Expected, LogHeader, RecordKind};
+use holdfast_store::format::superblock::Superblock;
 use holdfast_store::{
-    BLOCK_SIZE, CheckpointPhase, Geometry, JournalPage, MigrationProgress, Region, Store,
-    StoreError,
+    BLOCK_SIZE, BlockDevice, CheckpointPhase, Geometry, JournalPage, MigrationProgress,
+    RecoveryNote, Recover, Region, Store, StoreError,
 };
 
-use crate::disk::{SilentFaults, SimDisk, World};
+use crate::disk::{FaultCounts, SilentFaults, SimDisk, World};
 use crate::model::{
     CommitStatus, JournalCommit, Model, Object, Stabilizing, State, node_image, page_image,
     stamp_of,
@@ -29,7 +31,7 @@ const LOG_BLOCK_COUNT: u64 = 160;
 /// checkpoint of every object always fits.
 const LOG_FILL_RATIO_FORCE_CHECKPOINT: f64 = 0.5;
 
-/// Which faults a seed injects besides crashes, chosen by `seed % 8`.
+/// Which faults a seed injects besides crashes, chosen by `seed % 9`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultMode {
     /// One disk; crashes with torn and lost cached writes only.
@@ -52,11 +54,16 @@ pub enum FaultMode {
     /// stale contents at a restart: it must be resilvered, not trusted; then mirror 0
     /// vanishes and the store must run from mirror 1 alone.
     StaleMirrorReturns,
+    /// Two mirrors; at the first restart whose log holds a record that a later record says
+    /// was durable, that record (header or a data block) is damaged on both: the open must
+    /// refuse, naming it among the records lost, or recover everything acknowledged; then
+    /// the operator's truncate must open and record the truncation. Never silently less.
+    MidLogDamage,
 }
 
 impl FaultMode {
     pub fn of_seed(seed: u64) -> Self {
-        match seed % 8 {
+        match seed % 9 {
             0 => Self::SingleDisk,
             1 => Self::Mirrored,
             2 => Self::MisdirectedWrites,
@@ -64,8 +71,33 @@ impl FaultMode {
             4 => Self::BitRotOneMirror,
             5 => Self::LostDiskReplaced,
             6 => Self::BitRotBothMirrors,
-            _ => Self::StaleMirrorReturns,
+            7 => Self::StaleMirrorReturns,
+            _ => Self::MidLogDamage,
         }
+    }
+
+    /// The fault counts of a seed's runs (all its crash points) show this mode's faults:
+    /// else the runs tested nothing of what the mode is for.
+    pub fn injected(self, faults: &FaultCounts) -> Result<(), String> {
+        let (injected, what) = match self {
+            Self::SingleDisk | Self::Mirrored => (
+                faults.torn_writes + faults.dropped_writes,
+                "torn or dropped cached writes",
+            ),
+            Self::MisdirectedWrites => (faults.misdirected_writes, "misdirected writes"),
+            Self::LostWrites => (faults.lost_writes, "lost writes"),
+            Self::BitRotOneMirror | Self::BitRotBothMirrors => {
+                (faults.rotted_blocks, "rotted blocks")
+            }
+            Self::LostDiskReplaced | Self::StaleMirrorReturns => {
+                (faults.vanished_disks, "vanished disks")
+            }
+            Self::MidLogDamage => (faults.log_records_damaged, "damaged log records"),
+        };
+        if injected == 0 {
+            return Err(format!("fault mode {self:?} injected no {what}"));
+        }
+        Ok(())
     }
 
     fn mirror_count(self) -> usize {
@@ -86,6 +118,9 @@ pub struct RunReport {
     pub checkpoints_committed: u64,
     pub journal_commits_acknowledged: u64,
     pub mirror_repairs: u64,
+    pub faults: FaultCounts,
+    /// Opens refused for mid-log damage, naming the damaged record among those lost.
+    pub log_damage_refused: u64,
 }
 
 /// A run that broke an invariant; `command` replays it.
@@ -158,6 +193,10 @@ struct Run {
     original_vanished: bool,
     /// A restart is due before the next step (a disk came back).
     pending_restart: bool,
+    /// The log was damaged on every copy (mid-log damage mode: once per run).
+    log_damaged: bool,
+    /// The open refused the damage and the truncated store was checked: the run ends.
+    ended: bool,
 }
 
 pub fn run(options: &Options) -> Result<RunReport, Failure> {
@@ -170,7 +209,7 @@ pub fn run(options: &Options) -> Result<RunReport, Failure> {
     let mut run = Run::new(options.seed, options.trace).map_err(fail)?;
     let mut step_count = options.step_count;
     let mut step = 0;
-    while step < step_count {
+    while step < step_count && !run.ended {
         step += 1;
         // A store may absorb a crash as a failed mirror and carry on; the machine is down all
         // the same.
@@ -195,8 +234,11 @@ pub fn run(options: &Options) -> Result<RunReport, Failure> {
             run.world.borrow_mut().crash_point = options.crash_point;
         }
     }
-    run.finish().map_err(|stop| fail(stop_message(stop)))?;
+    if !run.ended {
+        run.finish().map_err(|stop| fail(stop_message(stop)))?;
+    }
     run.report.device_requests_total = run.world.borrow().device_requests_total;
+    run.report.faults = run.world.borrow().faults;
     Ok(run.report)
 }
 
@@ -258,6 +300,8 @@ impl Run {
             replaced: false,
             original_vanished: false,
             pending_restart: false,
+            log_damaged: false,
+            ended: false,
         };
         run.trace(format_args!("seed {seed}: {mode:?}, geometry {geometry:?}"));
         Ok(run)
@@ -526,6 +570,14 @@ impl Run {
     }
 
     fn inject_faults(&mut self, step: usize, step_count: usize) {
+        // At least one silent fault in every run, whatever the odds give.
+        if step == 1 {
+            match self.mode {
+                FaultMode::MisdirectedWrites => self.disks[1].fault_next_write(),
+                FaultMode::LostWrites => self.disks[0].fault_next_write(),
+                _ => {}
+            }
+        }
         match self.mode {
             FaultMode::BitRotOneMirror if self.rng.chance(150) => {
                 let block = self.rng.below(
@@ -537,7 +589,7 @@ impl Run {
                 self.disks[0].rot(block, bit);
                 self.trace(format_args!("rot block {block} on mirror 0"));
             }
-            FaultMode::BitRotBothMirrors if self.rng.chance(60) => {
+            FaultMode::BitRotBothMirrors if self.rng.chance(60) || step == 1 => {
                 let layout = self.geometry.layout().expect("laid out at format");
                 let block = layout.page_ranges.data_first_block + self.rng.below(PAGE_COUNT);
                 for disk in &self.disks {
@@ -598,8 +650,13 @@ impl Run {
                     world.crash_point = None;
                 }
             }
-            let opened =
-                Store::open(self.disks.clone()).map_err(|error| self.stopped("open", error));
+            let damaged = self.damage_a_durable_log_record();
+            let opened = match Store::open(self.disks.clone()) {
+                Err(StoreError::LogDamaged(loss)) if !self.world.borrow().crashed => {
+                    return self.refused(damaged, loss);
+                }
+                result => result.map_err(|error| self.stopped("open", error)),
+            };
             let checked = opened.and_then(|store| {
                 self.store = Some(store);
                 self.check_recovered()
@@ -613,6 +670,126 @@ impl Run {
                 Err(failure) => return Err(failure),
             }
         }
+    }
+
+    /// In mid-log damage mode, at the first restart whose log holds a record that a later
+    /// record says was durable: damages that record (its header, or a data block) on every
+    /// disk. Returns its sequence number and the newest record claiming it.
+    fn damage_a_durable_log_record(&mut self) -> Option<(u64, u64)> {
+        if self.mode != FaultMode::MidLogDamage || self.log_damaged {
+            return None;
+        }
+        let layout = self.geometry.layout().expect("laid out at format");
+        let mut disk = self.disks[0].clone();
+        let mut superblock: Option<Superblock> = None;
+        for candidate in &self.disks {
+            let mut candidate = candidate.clone();
+            for slot in 0..2u64 {
+                let mut block = [0u8; BLOCK_SIZE];
+                if candidate.read(slot, &mut block).is_ok()
+                    && let Ok(found) = Superblock::decode(&block, slot)
+                    && superblock.is_none_or(|best| best.generation < found.generation)
+                {
+                    superblock = Some(found);
+                }
+            }
+        }
+        let superblock = superblock?;
+        let mut cursor = superblock.log_tail;
+        let mut records: Vec<LogHeader> = Vec::new();
+        let mut used_blocks = 0;
+        loop {
+            let expected = Expected {
+                store_id: self.geometry.store_id,
+                position: cursor.position,
+                sequence: cursor.sequence,
+                previous_header_checksum: cursor.previous_header_checksum,
+                log_block_count: LOG_BLOCK_COUNT,
+                node_pot_count: NODE_COUNT / 4,
+                page_count: PAGE_COUNT,
+            };
+            let mut block = [0u8; BLOCK_SIZE];
+            if disk
+                .read(layout.log_first_block + cursor.position, &mut block)
+                .is_err()
+            {
+                break;
+            }
+            let Ok(header) = LogHeader::decode(&block, &expected) else {
+                break;
+            };
+            used_blocks += header.block_count();
+            if used_blocks > LOG_BLOCK_COUNT - 1 {
+                break;
+            }
+            cursor.position = (cursor.position + header.block_count()) % LOG_BLOCK_COUNT;
+            cursor.sequence += 1;
+            cursor.previous_header_checksum = holdfast_store::format::sealed_checksum(&block);
+            records.push(header);
+        }
+        let claimed = records.iter().map(|header| header.durable_sequence_next).max()?;
+        let claimant = records
+            .iter()
+            .find(|header| header.durable_sequence_next == claimed)?
+            .sequence;
+        let damageable: Vec<&LogHeader> = records
+            .iter()
+            .filter(|header| header.sequence < claimed)
+            .collect();
+        if damageable.is_empty() {
+            return None;
+        }
+        let target = damageable[self.rng.below(damageable.len() as u64) as usize];
+        let mut block = layout.log_first_block + target.position;
+        if target.kind != RecordKind::Padding && target.data_block_count > 0 && self.rng.chance(500)
+        {
+            block += 1 + self.rng.below(u64::from(target.data_block_count));
+        }
+        for disk in &self.disks {
+            let bit = self.rng.next_u64();
+            disk.rot(block, bit);
+        }
+        self.log_damaged = true;
+        self.world.borrow_mut().faults.log_records_damaged += 1;
+        self.trace(format_args!(
+            "damage log record {} (block {block}) on every disk; record {claimant} says it was durable",
+            target.sequence
+        ));
+        Some((target.sequence, claimant))
+    }
+
+    /// The open refused for log damage: it must be the damage this run injected, named
+    /// among the records lost up to the one that claimed it; the operator's truncate must
+    /// then open the store and record what it discarded. The run ends there (the model does
+    /// not follow a truncated history).
+    fn refused(&mut self, damaged: Option<(u64, u64)>, loss: holdfast_store::LogLoss) -> Step<()> {
+        let Some((sequence, claimant)) = damaged else {
+            return Err(Stop::Fail(format!("open refused log damage nobody injected: {loss}")));
+        };
+        if loss.first_sequence != sequence || loss.last_sequence < claimant {
+            return Err(Stop::Fail(format!(
+                "damaged record {sequence} (claimed by {claimant}), but the open named: {loss}"
+            )));
+        }
+        self.report.log_damage_refused += 1;
+        self.trace(format_args!("open refused: {loss}"));
+        // The truncating open is the operator's next boot; crash points stop before it.
+        self.world.borrow_mut().crash_point = None;
+        let store = Store::open_with(self.disks.clone(), Recover::Truncate)
+            .map_err(|error| self.stopped("open with truncate", error))?;
+        let recorded = store.recovery_notes().iter().any(|note| {
+            matches!(note, RecoveryNote::Truncated(truncation)
+                if truncation.first_sequence == sequence && truncation.last_sequence == loss.last_sequence)
+        });
+        if !recorded {
+            return Err(Stop::Fail(format!(
+                "truncated open did not record the truncation: {:?}",
+                store.recovery_notes()
+            )));
+        }
+        self.store = Some(store);
+        self.ended = true;
+        Ok(())
     }
 
     fn check_recovered(&mut self) -> Step<()> {
@@ -661,6 +838,16 @@ impl Run {
         let Some(matched) = matched.cloned() else {
             return Err(Stop::Fail(describe_mismatch(&candidates, &observed)));
         };
+        // No run lets the mirrors run apart: a discarded history would be a false alarm
+        // (and a stale mirror's history passed off as a split brain).
+        if let Some(note) = self
+            .store()
+            .recovery_notes()
+            .iter()
+            .find(|note| matches!(note, RecoveryNote::HistoryDiscarded { .. }))
+        {
+            return Err(Stop::Fail(format!("no split brain was made, but: {note}")));
+        }
         let generation = self.store().checkpoint_generation();
         let mirrors = self.store().mirror_status().mirrors;
         // STORE_SIM_DEBUG=1 prints the store's inspection at every restart of a replay.

@@ -86,6 +86,28 @@ pub enum StoreError {
     JournalQueueFull,
     /// The store was opened with [`crate::Store::open_read_only`]: it writes nothing.
     ReadOnly,
+    /// A log record that was durable (a later record says so) is bad on every mirror:
+    /// starting from the records before it would lose the ones named. Opened with
+    /// [`crate::Recover::Truncate`], the store starts there and records it.
+    LogDamaged(LogLoss),
+}
+
+/// What a damaged log would lose if the store started from its last intact point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogLoss {
+    /// The device block of the first record no mirror holds whole.
+    pub block: u64,
+    /// The records lost: the damaged one up to the newest found after it.
+    pub first_sequence: u64,
+    pub last_sequence: u64,
+    /// Lowest and highest generation the lost records name (checkpoint data and commits:
+    /// their checkpoint; journal records: the snapshot their commits follow); the damaged
+    /// record's own is known only when its header survived.
+    pub generations: (u64, u64),
+    /// The newest checkpoint whose commit record is among the lost ones.
+    pub checkpoint_committed: Option<u64>,
+    /// The journal tickets (commits) of the lost journal records found, lowest and highest.
+    pub journal_tickets: Option<(u64, u64)>,
 }
 
 impl From<Corruption> for StoreError {
@@ -166,6 +188,32 @@ impl fmt::Display for StoreError {
                 f.write_str("journal queue full: write the queued commits first")
             }
             Self::ReadOnly => f.write_str("the store was opened read-only"),
+            Self::LogDamaged(loss) => write!(
+                f,
+                "{loss}; refusing to start (`--append holdfast.recover=truncate` starts from the last intact point and loses them)"
+            ),
         }
+    }
+}
+
+impl fmt::Display for LogLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "log record {} (block {}) is bad on every mirror and later records say it was durable: records {}..={} would be lost (generations {}..={}",
+            self.first_sequence,
+            self.block,
+            self.first_sequence,
+            self.last_sequence,
+            self.generations.0,
+            self.generations.1
+        )?;
+        if let Some(generation) = self.checkpoint_committed {
+            write!(f, ", the commit of checkpoint {generation}")?;
+        }
+        if let Some((first, last)) = self.journal_tickets {
+            write!(f, ", journal commits {first}..={last}")?;
+        }
+        f.write_str(")")
     }
 }

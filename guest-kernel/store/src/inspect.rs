@@ -4,10 +4,10 @@
 use alloc::vec::Vec;
 
 use crate::device::{BLOCK_SIZE, BlockDevice};
-use crate::error::{Check, Corruption, Region, StoreError};
+use crate::error::{Check, Corruption, LogLoss, Region, StoreError};
 use crate::format::home_table::HomeTable;
 use crate::format::log_record::{BlockKind, LogHeader, RecordKind};
-use crate::format::superblock::{LogCursor, Superblock};
+use crate::format::superblock::{LogCursor, LogTruncation, Superblock};
 use crate::format::{as_block, checksum, sealed_checksum, zeroed_block};
 use crate::geometry::{Geometry, Layout};
 use crate::home::{data_region, table_region};
@@ -99,6 +99,101 @@ pub struct Inspection {
     /// Superblock slots that open found bad or stale on a mirror it kept, and whether it
     /// repaired them (see [`Store::recovery_findings`]).
     pub recovery_findings: Vec<Finding>,
+    /// See [`Store::recovery_notes`].
+    pub recovery_notes: Vec<RecoveryNote>,
+}
+
+/// What recovery found in the log and between the mirrors ([`Store::recovery_notes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryNote {
+    /// Records no later record says were durable, so never acknowledged, that a crash left
+    /// whole on another mirror but not on this one: copied over at a read-write open. Not a
+    /// problem: the crash cut the newest writes.
+    TornTail {
+        mirror: usize,
+        first_sequence: u64,
+        last_sequence: u64,
+        remedy: Remedy,
+    },
+    /// A durable log record is bad on every mirror (found by a read-only open; a read-write
+    /// open refuses, or truncates when told to).
+    LogDamaged(LogLoss),
+    /// The mirrors ran apart (each was booted alone): the history with more superblock
+    /// writes was kept and this mirror's, from `diverged_generation` on, is discarded (the
+    /// mirror is resilvered from the kept one).
+    HistoryDiscarded {
+        mirror: usize,
+        diverged_generation: u64,
+        /// The discarded history's newest superblock generation, its boot count and the
+        /// newest checkpoint it had begun.
+        discarded_generation: u64,
+        discarded_boot_count: u64,
+        discarded_checkpoint_generation: u64,
+        /// The kept history's superblock generation.
+        kept_generation: u64,
+        remedy: Remedy,
+    },
+    /// The operator started the store from the last intact point of a damaged log
+    /// (`holdfast.recover=truncate`); recorded in the superblock for good.
+    Truncated(LogTruncation),
+}
+
+impl RecoveryNote {
+    /// Whether `holdfast store check` counts it as a problem (exit 1): damage that is not
+    /// repaired yet. A torn tail and a recorded truncation are notes.
+    pub fn is_problem(&self) -> bool {
+        match self {
+            Self::LogDamaged(_) => true,
+            Self::HistoryDiscarded { remedy, .. } => *remedy == Remedy::NextOpen,
+            Self::TornTail { .. } | Self::Truncated(_) => false,
+        }
+    }
+}
+
+impl core::fmt::Display for RecoveryNote {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::TornTail {
+                mirror,
+                first_sequence,
+                last_sequence,
+                remedy,
+            } => {
+                write!(
+                    f,
+                    "torn tail: log records {first_sequence}..={last_sequence}, never acknowledged, reached another mirror but not mirror {mirror} before a crash"
+                )?;
+                match remedy {
+                    Remedy::Repaired => f.write_str(" — copied to it at open"),
+                    Remedy::NextOpen => f.write_str(" — the next read-write open copies them"),
+                }
+            }
+            Self::LogDamaged(loss) => write!(f, "{loss}"),
+            Self::HistoryDiscarded {
+                mirror,
+                diverged_generation,
+                discarded_generation,
+                discarded_boot_count,
+                discarded_checkpoint_generation,
+                kept_generation,
+                remedy,
+            } => {
+                write!(
+                    f,
+                    "split brain: the mirrors ran apart at superblock generation {diverged_generation}; mirror {mirror}'s history (superblock generations {diverged_generation}..={discarded_generation}, boot {discarded_boot_count}, checkpoint {discarded_checkpoint_generation}) is discarded and the longer one (to generation {kept_generation}) kept"
+                )?;
+                match remedy {
+                    Remedy::Repaired => f.write_str(" — the mirror is resilvered from it"),
+                    Remedy::NextOpen => f.write_str(" — at the next read-write open"),
+                }
+            }
+            Self::Truncated(truncation) => write!(
+                f,
+                "log truncated at boot {} by holdfast.recover=truncate: records {}..={} were discarded",
+                truncation.boot_count, truncation.first_sequence, truncation.last_sequence
+            ),
+        }
+    }
 }
 
 /// What becomes of a bad copy that recovery or a check found.
@@ -148,6 +243,9 @@ pub struct CheckReport {
     /// Every problem found, up to [`CHECK_FINDINGS_MAX`].
     pub findings: Vec<Finding>,
     pub finding_count: u64,
+    /// What recovery said ([`Store::recovery_notes`]); those that are problems make the
+    /// report unclean.
+    pub notes: Vec<RecoveryNote>,
 }
 
 pub const CHECK_FINDINGS_MAX: usize = 64;
@@ -173,7 +271,7 @@ impl CheckReport {
     }
 
     pub fn is_clean(&self) -> bool {
-        self.finding_count == 0
+        self.finding_count == 0 && !self.notes.iter().any(RecoveryNote::is_problem)
     }
 }
 
@@ -245,6 +343,7 @@ impl<D: BlockDevice> Store<D> {
             journal_queued_commits: self.journal_queued_commits(),
             mirrors: self.mirror_status(),
             recovery_findings: self.recovery_findings.clone(),
+            recovery_notes: self.recovery_notes.clone(),
         }
     }
 
@@ -257,7 +356,10 @@ impl<D: BlockDevice> Store<D> {
     /// [`Store::open_read_only`] they are still on disk, so here (marked
     /// [`Remedy::NextOpen`]) as well as there.
     pub fn check(&mut self) -> Result<CheckReport, StoreError> {
-        let mut report = CheckReport::default();
+        let mut report = CheckReport {
+            notes: self.recovery_notes.clone(),
+            ..CheckReport::default()
+        };
         for mirror in self.mirrors.readable(0, self.layout.block_count) {
             report.mirrors_checked += 1;
             self.check_superblocks(mirror, &mut report);
@@ -321,16 +423,21 @@ impl<D: BlockDevice> Store<D> {
                 report.find(mirror, Region::LogHeader, device_block, Check::Bounds);
                 return;
             }
+            // A record not yet known durable that a mirror lacks is a torn tail: recovery
+            // noted it, and the next read-write open copies it.
+            let torn_tail = cursor.sequence >= self.durable_sequence_next;
             let header = match LogHeader::decode(&block, &expected) {
                 Ok(header) => header,
                 Err(check) => {
                     // The rest of the chain cannot be followed on this mirror.
-                    report.find(mirror, Region::LogHeader, device_block, check);
+                    if !torn_tail {
+                        report.find(mirror, Region::LogHeader, device_block, check);
+                    }
                     return;
                 }
             };
             report.log_records_checked += 1;
-            if header.kind != RecordKind::Padding {
+            if header.kind != RecordKind::Padding && !torn_tail {
                 for (index, entry) in header.entries.iter().enumerate() {
                     let data_block = device_block + 1 + index as u64;
                     let mut data = zeroed_block();
@@ -476,6 +583,9 @@ impl core::fmt::Display for Inspection {
                 "\nrecovery finding    mirror {}: {finding}",
                 finding.mirror
             )?;
+        }
+        for note in &self.recovery_notes {
+            write!(f, "\nrecovery note       {note}")?;
         }
         Ok(())
     }

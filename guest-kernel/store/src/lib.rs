@@ -37,13 +37,14 @@ pub mod scrub;
 mod store;
 
 pub use device::{BLOCK_SIZE, BlockDevice, DeviceError};
-pub use error::{Check, Corruption, Region, StoreError};
+pub use error::{Check, Corruption, LogLoss, Region, StoreError};
 pub use format::FORMAT_VERSION;
 pub use geometry::{Geometry, Layout, NODE_SIZE, NODES_PER_POT};
 #[cfg(test)]
 mod tests;
 
-pub use inspect::{CheckReport, Finding, Inspection, Remedy, StoreCounters};
+pub use inspect::{CheckReport, Finding, Inspection, RecoveryNote, Remedy, StoreCounters};
+pub use recovery::Recover;
 pub use journal::{JOURNAL_COMMIT_PAGES_MAX, JournalPage, JournalTicket};
 pub use mirror::MirrorState;
 pub use phase::{CheckpointPhase, MigrationProgress};

@@ -125,6 +125,8 @@ pub(crate) struct PlacedRecord {
 pub(crate) struct ScannedRecord {
     pub(crate) header: LogHeader,
     pub(crate) header_checksum: u32,
+    /// The mirrors that did not hold it whole (rewritten unless the store is read-only).
+    pub(crate) lacking: Vec<usize>,
 }
 
 impl<D: BlockDevice> Store<D> {
@@ -149,6 +151,7 @@ impl<D: BlockDevice> Store<D> {
             generation: 0,
             boot_count: self.superblock.boot_count,
             previous_header_checksum: cursor.previous_header_checksum,
+            durable_sequence_next: self.durable_sequence_next,
             data_block_count,
             commit: CommitSummary::default(),
             entries: Vec::new(),
@@ -382,16 +385,18 @@ impl<D: BlockDevice> Store<D> {
                 ScannedRecord {
                     header,
                     header_checksum,
+                    lacking: Vec::new(),
                 },
                 record,
             ));
         }
-        let Some((scanned, record)) = found else {
+        let Some((mut scanned, record)) = found else {
             return Ok(None);
         };
-        for index in lacking {
+        for &index in &lacking {
             self.mirrors.write_to(index, first_block, &record)?;
         }
+        scanned.lacking = lacking;
         Ok(Some(scanned))
     }
 }

@@ -14,7 +14,7 @@ use crate::format::log_record::BlockKind;
 use crate::format::superblock::{LogCursor, Superblock};
 use crate::format::{Block, zeroed_block};
 use crate::geometry::{Geometry, HomeRangeLayout, Layout, NODE_SIZE, NODES_PER_POT};
-use crate::inspect::Finding;
+use crate::inspect::{Finding, RecoveryNote};
 use crate::journal::JournalQueue;
 use crate::mirror::{MirrorSet, MirrorState};
 use crate::phase::Phase;
@@ -85,6 +85,12 @@ pub struct Store<D: BlockDevice> {
     pub(crate) totals: Totals,
     /// Superblock slots open found bad or stale on the mirrors it kept.
     pub(crate) recovery_findings: Vec<Finding>,
+    /// What else recovery has to say: a torn tail, damage it could not repair, a history it
+    /// discarded, a truncation recorded.
+    pub(crate) recovery_notes: Vec<RecoveryNote>,
+    /// Every record with a lower sequence number is on the media of every live mirror
+    /// (flushed); written into each new record header.
+    pub(crate) durable_sequence_next: u64,
 }
 
 /// Running totals behind [`crate::StoreCounters`].
@@ -129,6 +135,7 @@ impl<D: BlockDevice> Store<D> {
             block_count: layout.block_count,
             degraded_generation: 0,
             mirror_count: mirrors.mirrors.len() as u64,
+            truncation: Default::default(),
         };
         // Both slots valid from the start, so that any later damage to either is a finding.
         for generation in 0..2 {
@@ -161,6 +168,15 @@ impl<D: BlockDevice> Store<D> {
     /// damaged or a superblock write was cut off.
     pub fn recovery_findings(&self) -> &[Finding] {
         &self.recovery_findings
+    }
+
+    /// What recovery found beyond bad superblock slots, one line each for the console and
+    /// `holdfast store inspect|check`: a torn tail (records never acknowledged that reached
+    /// some mirrors only), log damage no mirror could repair (read-only opens only: a
+    /// read-write open refuses it unless told to truncate), a mirror's history discarded
+    /// after the mirrors ran apart, and the last truncation of the log.
+    pub fn recovery_notes(&self) -> &[RecoveryNote] {
+        &self.recovery_notes
     }
 
     /// Whether the store was opened with [`Store::open_read_only`].
@@ -271,7 +287,9 @@ impl<D: BlockDevice> Store<D> {
     /// a new one before returning, so that nothing is acknowledged while the failed mirror
     /// could still pass for current at the next open.
     pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        let head_sequence = self.head.sequence;
         self.mirrors.flush()?;
+        self.durable_sequence_next = head_sequence;
         if self.mirrors.failures_unrecorded {
             self.write_superblock(|_| {})?;
         }
@@ -307,7 +325,9 @@ impl<D: BlockDevice> Store<D> {
         let mut block = zeroed_block();
         superblock.encode(&mut block);
         self.mirrors.write(superblock.slot(), &block[..])?;
+        let head_sequence = self.head.sequence;
         self.mirrors.flush()?;
+        self.durable_sequence_next = head_sequence;
         self.superblock = superblock;
         Ok(())
     }

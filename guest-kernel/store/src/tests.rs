@@ -2,6 +2,7 @@
 //! campaigns are in holdfast-store-sim.
 
 use alloc::rc::Rc;
+use alloc::string::ToString;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 
@@ -873,4 +874,204 @@ fn a_full_journal_queue_refuses_until_it_is_written() {
     assert!(store.journal_write().unwrap().is_some());
     assert_eq!(store.journal_queued_commits(), 0);
     assert!(store.journal_submit(&one).is_ok());
+}
+
+/// Commits one page through the journal; returns where its record landed (position in the
+/// log, sequence).
+fn journal_page(store: &mut Store<MemoryDevice>, id: u64, version: u64, fill: u8) -> (u64, u64) {
+    let position = store.head.position;
+    let sequence = store.head.sequence;
+    store
+        .journal_submit(&[JournalPage {
+            id: ObjectId(id),
+            version: Version(version),
+            data: &page(fill),
+        }])
+        .unwrap();
+    store.journal_write().unwrap().unwrap();
+    (position, sequence)
+}
+
+fn log_loss(notes: &[RecoveryNote]) -> Option<LogLoss> {
+    notes.iter().find_map(|note| match note {
+        RecoveryNote::LogDamaged(loss) => Some(*loss),
+        _ => None,
+    })
+}
+
+/// One journal record in the middle of the log is bad on every copy (header on one test,
+/// a data block on the other): the records after it say it was durable, so the open is
+/// refused naming the records and commits that would be lost; `check` reports it; the
+/// operator's truncate starts from the last intact point and the superblock says so for
+/// good, without a false alarm at later opens.
+#[test]
+fn mid_log_damage_on_every_copy_is_refused_naming_the_loss_until_truncated() {
+    for damage_data in [false, true] {
+        let (first, second) = blank_mirrors();
+        let mut store =
+            Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap();
+        migrate_all(&mut store);
+        journal_page(&mut store, 7, 1, 0x11);
+        let (damaged_position, damaged_sequence) = journal_page(&mut store, 8, 1, 0x22);
+        journal_page(&mut store, 9, 1, 0x33);
+        let (_, last_sequence) = journal_page(&mut store, 7, 2, 0x44);
+        let log_first_block = store.layout().log_first_block;
+        drop(store);
+        let block = log_first_block + damaged_position + u64::from(damage_data);
+        first.flip_bit(block);
+        second.flip_bit(block);
+        let mirrors = || alloc::vec![first.clone(), second.clone()];
+        let Err(StoreError::LogDamaged(loss)) = Store::open(mirrors()) else {
+            panic!("mid-log damage must refuse the open");
+        };
+        assert_eq!(
+            (loss.block, loss.first_sequence, loss.last_sequence),
+            (log_first_block + damaged_position, damaged_sequence, last_sequence)
+        );
+        // The damaged record's own commit is named when its header survived.
+        let first_ticket = if damage_data { 2 } else { 3 };
+        assert_eq!(loss.journal_tickets, Some((first_ticket, 4)), "{loss}");
+        let message = StoreError::LogDamaged(loss).to_string();
+        assert!(message.contains("holdfast.recover=truncate"), "{message}");
+        // The read-only check reports it as a problem.
+        let mut checked = Store::open_read_only(mirrors()).unwrap();
+        assert_eq!(log_loss(checked.recovery_notes()), Some(loss));
+        assert!(!checked.check().unwrap().is_clean());
+        drop(checked);
+        let mut store = Store::open_with(mirrors(), Recover::Truncate).unwrap();
+        assert_eq!(read_page(&mut store, 7), (1, 0x11), "the last intact point");
+        assert_eq!(read_page(&mut store, 9), (0, 0));
+        let truncation = RecoveryNote::Truncated(format::superblock::LogTruncation {
+            boot_count: store.inspect().boot_count,
+            first_sequence: damaged_sequence,
+            last_sequence,
+        });
+        assert_eq!(store.recovery_notes(), &[truncation]);
+        let report = store.check().unwrap();
+        assert!(report.is_clean(), "{report:?}");
+        // New records over the discarded ones, a crash, and opens that find no damage.
+        journal_page(&mut store, 9, 2, 0x55);
+        drop(store);
+        let mut store = Store::open(mirrors()).unwrap();
+        assert_eq!(read_page(&mut store, 9), (2, 0x55));
+        assert_eq!(store.recovery_notes(), &[truncation]);
+        assert!(store.inspect().to_string().contains("log truncated at boot"));
+    }
+}
+
+/// The same with a checkpoint: its data record is bad on the only disk and its commit
+/// record follows. Restarting from the checkpoint before would be silent loss.
+#[test]
+fn damage_under_a_committed_checkpoint_names_its_commit() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    migrate_all(&mut store);
+    let data_position = store.head.position;
+    let generation = checkpoint_pages(&mut store, &[(3, 2, 0x34)]);
+    let log_first_block = store.layout().log_first_block;
+    drop(store);
+    device.flip_bit(log_first_block + data_position);
+    let Err(StoreError::LogDamaged(loss)) = Store::open(alloc::vec![device.clone()]) else {
+        panic!("a checkpoint with a damaged data record must not be dropped silently");
+    };
+    assert_eq!(loss.checkpoint_committed, Some(generation), "{loss}");
+}
+
+/// The newest record, never flushed, torn on the only disk, is a torn tail: dropped, the
+/// open goes on.
+#[test]
+fn a_torn_newest_record_is_a_torn_tail_not_damage() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    migrate_all(&mut store);
+    journal_page(&mut store, 7, 1, 0x11);
+    let (position, _) = journal_page(&mut store, 8, 1, 0x22);
+    let log_first_block = store.layout().log_first_block;
+    drop(store);
+    device.flip_bit(log_first_block + position);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(read_page(&mut store, 7), (1, 0x11));
+    assert_eq!(read_page(&mut store, 8), (0, 0));
+}
+
+/// A crash left the newest journal record (never acknowledged) on the first mirror only:
+/// `check` notes a torn tail and calls the store clean, and an open copies the record.
+#[test]
+fn a_newest_record_on_one_mirror_only_is_a_torn_tail_note_not_a_problem() {
+    let (first, second) = blank_mirrors();
+    let mut store = Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap();
+    migrate_all(&mut store);
+    journal_page(&mut store, 7, 1, 0x11);
+    let before = second.contents();
+    let (_, sequence) = journal_page(&mut store, 8, 1, 0x22);
+    drop(store);
+    // The second mirror's media never got the last write.
+    let log_first_block = GEOMETRY.layout().unwrap().log_first_block;
+    for block in log_first_block..log_first_block + 4 {
+        second.set_block(block, &before[block as usize * BLOCK_SIZE..(block as usize + 1) * BLOCK_SIZE]);
+    }
+    let mirrors = || alloc::vec![first.clone(), second.clone()];
+    let mut checked = Store::open_read_only(mirrors()).unwrap();
+    let report = checked.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    let torn_tail = RecoveryNote::TornTail {
+        mirror: 1,
+        first_sequence: sequence,
+        last_sequence: sequence,
+        remedy: Remedy::NextOpen,
+    };
+    assert_eq!(report.notes, [torn_tail]);
+    drop(checked);
+    let mut store = Store::open(mirrors()).unwrap();
+    assert_eq!(read_page(&mut store, 8), (1, 0x22));
+    assert!(store.check().unwrap().is_clean());
+    drop(store);
+    let mut store = Store::open(alloc::vec![second]).unwrap();
+    assert_eq!(read_page(&mut store, 8), (1, 0x22), "copied at open");
+}
+
+/// Each mirror booted alone and ran on (split brain): the longer history wins, and the
+/// other is named as discarded from the generation where they parted, not passed off as
+/// bad copies; the loser is copied anew.
+#[test]
+fn mirrors_that_ran_apart_report_the_discarded_history() {
+    let (first, second) = blank_mirrors();
+    drop(Store::format(alloc::vec![first.clone(), second.clone()], GEOMETRY).unwrap());
+    let mut store = Store::open(alloc::vec![first.clone()]).unwrap();
+    checkpoint_pages(&mut store, &[(3, 1, 0x33)]);
+    migrate_all(&mut store);
+    checkpoint_pages(&mut store, &[(3, 2, 0x34)]);
+    migrate_all(&mut store);
+    let kept_generation = store.inspect().superblock_generation;
+    drop(store);
+    let mut store = Store::open(alloc::vec![second.clone()]).unwrap();
+    checkpoint_pages(&mut store, &[(4, 1, 0x44)]);
+    let discarded_generation = store.inspect().superblock_generation;
+    drop(store);
+    assert!(discarded_generation < kept_generation);
+    let mirrors = || alloc::vec![first.clone(), second.clone()];
+    let mut checked = Store::open_read_only(mirrors()).unwrap();
+    let report = checked.check().unwrap();
+    assert!(!report.is_clean(), "{report:?}");
+    drop(checked);
+    let mut store = Store::open(mirrors()).unwrap();
+    let [RecoveryNote::HistoryDiscarded {
+        mirror: 1,
+        discarded_generation: found_discarded,
+        kept_generation: found_kept,
+        remedy: Remedy::Repaired,
+        ..
+    }] = store.recovery_notes()
+    else {
+        panic!("{:?}", store.recovery_notes());
+    };
+    assert_eq!((*found_discarded, *found_kept), (discarded_generation, kept_generation));
+    assert!(store.inspect().to_string().contains("split brain"));
+    assert_eq!(
+        store.mirror_status().mirrors[1],
+        MirrorState::Resilvering { copied_blocks: 0 }
+    );
+    assert_eq!(read_page(&mut store, 3), (2, 0x34));
+    assert_eq!(read_page(&mut store, 4), (0, 0));
 }

@@ -2,6 +2,10 @@
 //! the generators rely on (unique names and codes, known references, what fits in the
 //! registers of one invocation) is checked here, once.
 
+use crate::invoke::{
+    DescriptorExample, DescriptorField, InvocationKind, Invoke, KeeperMessage, Register, RunState,
+    RunStateFlag, RunStateLayout,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -17,6 +21,27 @@ pub const CAPABILITIES_MAX: usize = 4;
 #[serde(deny_unknown_fields)]
 pub struct Description {
     pub abi_version: u32,
+    /// A process's registers in the order of `process.read_registers`.
+    #[serde(default)]
+    pub register_file: Vec<String>,
+    /// Which register carries what in and out of `invoke`.
+    #[serde(rename = "register", default)]
+    pub registers: Vec<Register>,
+    #[serde(rename = "invocation_kind", default)]
+    pub invocation_kinds: Vec<InvocationKind>,
+    /// The descriptor's bit layout.
+    #[serde(rename = "descriptor_field", default)]
+    pub descriptor_fields: Vec<DescriptorField>,
+    /// Descriptors worked out in the reference, from their meaning.
+    #[serde(rename = "descriptor_example", default)]
+    pub descriptor_examples: Vec<DescriptorExample>,
+    #[serde(rename = "keeper_message", default)]
+    pub keeper_messages: Vec<KeeperMessage>,
+    pub run_state_layout: Option<RunStateLayout>,
+    #[serde(rename = "run_state", default)]
+    pub run_states: Vec<RunState>,
+    #[serde(rename = "run_state_flag", default)]
+    pub run_state_flags: Vec<RunStateFlag>,
     #[serde(rename = "invocation_error", default)]
     pub invocation_errors: Vec<InvocationError>,
     #[serde(rename = "object_error", default)]
@@ -196,7 +221,24 @@ impl Description {
             })
     }
 
+    /// The system call: registers, invocation kinds and the descriptor's layout.
+    pub fn invoke(&self) -> Invoke<'_> {
+        Invoke {
+            register_file: &self.register_file,
+            registers: &self.registers,
+            kinds: &self.invocation_kinds,
+            fields: &self.descriptor_fields,
+        }
+    }
+
     fn validate(&self) -> Result<(), String> {
+        self.invoke().validate(&self.descriptor_examples)?;
+        crate::invoke::validate_keepers_and_run_states(
+            &self.keeper_messages,
+            self.run_state_layout.as_ref(),
+            &self.run_states,
+            &self.run_state_flags,
+        )?;
         let mut error_names = BTreeMap::new();
         let mut invocation_offsets = BTreeMap::new();
         for error in &self.invocation_errors {
@@ -389,7 +431,7 @@ fn kind_name(kind: Kind) -> &'static str {
 }
 
 /// Records `key` for `entry`, or says which entry already has it.
-fn unique<K: Ord + Clone + std::fmt::Display>(
+pub(crate) fn unique<K: Ord + Clone + std::fmt::Display>(
     seen: &mut BTreeMap<K, String>,
     key: &K,
     entry: &str,
@@ -452,6 +494,44 @@ mod tests {
     /// A small valid description; each test breaks it in one place.
     const VALID: &str = r#"
 abi_version = 2
+register_file = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip", "rsp", "rflags"]
+register = [
+    { name = "rdi", in = "descriptor", in_doc = "D." },
+    { name = "rsi", in = "code", in_doc = "C." },
+    { name = "rax", out = "result", out_doc = "R." },
+    { name = "rdx", in = "word0", out = "word0", in_doc = "W.", out_doc = "W." },
+    { name = "r10", in = "word1", out = "word1", in_doc = "W.", out_doc = "W." },
+    { name = "r8", in = "word2", out = "word2", in_doc = "W.", out_doc = "W." },
+    { name = "r9", in = "word3", out = "word3", in_doc = "W.", out_doc = "W." },
+    { name = "r12", in = "string_address", out = "badge", in_doc = "S.", out_doc = "B." },
+    { name = "r13", in = "string_length", out = "received_length", in_doc = "S.", out_doc = "L." },
+    { name = "r14", in = "buffer_address", in_doc = "B." },
+    { name = "r15", in = "buffer_capacity", in_doc = "B." },
+    { name = "rcx", out = "clobbered", out_doc = "C." },
+    { name = "r11", out = "clobbered", out_doc = "C." },
+]
+invocation_kind = [
+    { name = "call", value = 0, doc = "C." },
+    { name = "return", value = 1, doc = "R." },
+    { name = "send", value = 2, doc = "S." },
+]
+descriptor_field = [
+    { name = "target", first_bit = 0, bits = 4, doc = "T." },
+    { name = "kind", first_bit = 4, bits = 2, doc = "K." },
+    { name = "send_registers", first_bit = 8, bits = 16, doc = "S." },
+    { name = "send_count", first_bit = 24, bits = 3, doc = "S." },
+    { name = "receive_registers", first_bit = 32, bits = 16, doc = "R." },
+    { name = "receive_count", first_bit = 48, bits = 3, doc = "R." },
+    { name = "resume_register", first_bit = 52, bits = 4, doc = "R." },
+    { name = "receives_resume", first_bit = 56, bits = 1, doc = "R." },
+]
+descriptor_example = [
+    { doc = "E.", target = 12, kind = "return", receive = [9], resume = 12 },
+]
+keeper_message = [{ name = "exception", code = 1, doc = "E.", words = ["V."] }]
+run_state_layout = { code_bits = [0, 7], flag_bits = [8, 15], fault_vector_bits = [16, 23] }
+run_state = [{ name = "runnable", code = 1, doc = "R." }]
+run_state_flag = [{ name = "waiting_for_keeper", bit = 8, doc = "W." }]
 
 [[invocation_error]]
 name = "void"
@@ -626,6 +706,74 @@ dispatch = false
                 "dispatch = false\n[[type.method]]\nname = \"call\"\norder = 1\ndoc = \"C.\""
             ),
             "type `start`: has methods but `dispatch = false` (its invocations are not decoded)"
+        );
+    }
+
+    #[test]
+    fn the_example_encodes_by_the_described_layout() {
+        let description = Description::parse(VALID).expect("valid");
+        let invoke = description.invoke();
+        // Target 12, kind 1, one register received (9), resume into 12.
+        assert_eq!(
+            invoke.encode(&description.descriptor_examples[0]),
+            0x1c1_0009_0000_001c
+        );
+        assert_eq!(invoke.defined_bits(), 0x1f7_ffff_07ff_ff3f);
+    }
+
+    #[test]
+    fn the_system_call_description_is_checked() {
+        assert_eq!(
+            error_after("first_bit = 52, bits = 4", "first_bit = 50, bits = 4"),
+            "descriptor field `resume_register`: overlaps another field"
+        );
+        assert_eq!(
+            error_after(
+                "{ name = \"receives_resume\", first_bit = 56, bits = 1, doc = \"R.\" },",
+                ""
+            ),
+            "descriptor field `receives_resume` is missing"
+        );
+        assert_eq!(
+            error_after("first_bit = 24, bits = 3", "first_bit = 24, bits = 2"),
+            "descriptor field `send_count`: cannot count 4 capabilities"
+        );
+        assert_eq!(
+            error_after(
+                "{ name = \"rax\", out = \"result\", out_doc = \"R.\" },",
+                ""
+            ),
+            "no register carries role out `result`"
+        );
+        assert_eq!(
+            error_after(
+                "name = \"rcx\", out = \"clobbered\"",
+                "name = \"rcx\", out = \"badge\""
+            ),
+            "register `rcx`: role out badge is already used by register `r12`"
+        );
+        assert_eq!(
+            error_after(
+                "{ name = \"rsi\", in = \"code\"",
+                "{ name = \"rsp\", in = \"code\""
+            ),
+            "register `rsp`: not a general register a program can set"
+        );
+        assert_eq!(
+            error_after("resume = 12 }", "resume = 16 }"),
+            "descriptor example 1: 16 is not a capability register"
+        );
+        assert_eq!(
+            error_after("kind = \"return\", receive", "kind = \"reply\", receive"),
+            "descriptor example 1: unknown kind `reply`"
+        );
+        assert_eq!(
+            error_after("keeper\", bit = 8,", "keeper\", bit = 16,"),
+            "run state flag `waiting_for_keeper`: bit 16 is outside flag_bits [8, 15]"
+        );
+        assert_eq!(
+            error_after("code = 1, doc = \"R.\"", "code = 256, doc = \"R.\""),
+            "run state `runnable`: code 256 is not in 1..=255"
         );
     }
 

@@ -15,14 +15,30 @@ pub fn generate(description: &Description, header: &str) -> String {
         description.abi_version
     )
     .unwrap();
+    out += "//! Which register carries what in and out of the `invoke` system call (entered with\n\
+            //! `syscall`); a register not listed is kept. Ring 3's `syscall` is generated from the\n\
+            //! same table (`holdfast_userlib::interface::system_call`).\n//!\n\
+            //! | register | in | out |\n//! |---|---|---|\n";
+    for register in &description.registers {
+        writeln!(
+            out,
+            "//! | `{}` | {} | {} |",
+            register.name,
+            register.in_doc.as_deref().unwrap_or("—"),
+            register.out_doc.as_deref().unwrap_or("kept")
+        )
+        .unwrap();
+    }
+    out += "\n";
     writeln!(
         out,
-        "/// The ABI version this interface describes. [`crate::ABI_VERSION`] stays the version the\n\
-         /// running kernel speaks until the kernel implements this one.\n\
+        "/// The ABI version: the kernel prints it at boot and loads only programs whose ELF note\n\
+         /// names it.\n\
          pub const ABI_VERSION: u32 = {};\n",
         description.abi_version
     )
     .unwrap();
+    system_call(&mut out, description);
 
     out += "/// Capability types.\n";
     out += "#[repr(u64)]\n#[derive(Clone, Copy, Debug, PartialEq, Eq)]\npub enum Type {\n";
@@ -307,5 +323,134 @@ fn code_literal(code: u64) -> String {
             (code >> 16) & 0xffff,
             code & 0xffff
         )
+    }
+}
+
+/// The descriptor's layout, the invocation kinds, keeper message codes and run states.
+fn system_call(out: &mut String, description: &Description) {
+    let invoke = description.invoke();
+    *out += "/// Where the register of each role of `invoke` lies in the register file (the order of\n\
+            /// `process.read_registers`), in words: the kernel checks its register file against\n\
+            /// these at build time.\npub mod register_file_index {\n";
+    for register in &description.registers {
+        let index = invoke.register_file_index(&register.name);
+        for (direction, role) in [("IN", &register.input), ("OUT", &register.output)] {
+            if let Some(role) = role
+                && role != crate::invoke::CLOBBERED
+            {
+                writeln!(
+                    out,
+                    "/// `{}`.\npub const {direction}_{}: usize = {index};",
+                    register.name,
+                    role.to_ascii_uppercase()
+                )
+                .unwrap();
+            }
+        }
+    }
+    *out += "}\n\n";
+
+    *out += "/// Where each field of the descriptor (`rdi`) lies: `*_SHIFT` is its lowest bit, `*_MASK`\n\
+            /// its mask once shifted down.\npub mod descriptor_field {\n";
+    for field in &description.descriptor_fields {
+        let name = field.name.to_ascii_uppercase();
+        writeln!(
+            out,
+            "/// Bits {}..={}: {}\npub const {name}_SHIFT: u32 = {};\npub const {name}_MASK: u64 = {:#x};",
+            field.first_bit,
+            field.last_bit(),
+            field.doc,
+            field.first_bit,
+            field.mask()
+        )
+        .unwrap();
+    }
+    writeln!(
+        out,
+        "/// Every bit a field covers; a descriptor with any other bit set is malformed.\n\
+         pub const DEFINED_BITS: u64 = {};\n}}\n",
+        crate::markdown::hex_grouped(invoke.defined_bits())
+    )
+    .unwrap();
+
+    *out += "/// Values of the descriptor's `kind` field.\npub mod invocation_kind {\n";
+    for kind in &description.invocation_kinds {
+        writeln!(
+            out,
+            "/// {}\npub const {}: u64 = {};",
+            kind.doc,
+            kind.name.to_ascii_uppercase(),
+            kind.value
+        )
+        .unwrap();
+    }
+    *out += "}\n\n";
+
+    *out += "/// What keepers receive: the order code of the call says why, the words say where.\n\
+            pub mod keeper {\n";
+    for message in &description.keeper_messages {
+        let words: String = message
+            .words
+            .iter()
+            .enumerate()
+            .map(|(index, word)| format!("\n/// - word {index}: {word}"))
+            .collect();
+        let words = if words.is_empty() {
+            words
+        } else {
+            format!("\n///{words}")
+        };
+        writeln!(
+            out,
+            "/// {}{words}\npub const {}: u64 = {};",
+            message.doc,
+            message.name.to_ascii_uppercase(),
+            message.code
+        )
+        .unwrap();
+    }
+    *out += "}\n\n";
+
+    if let Some(layout) = &description.run_state_layout {
+        let [code_first, code_last] = layout.code_bits;
+        writeln!(
+            out,
+            "/// The run state in a process's root node (slot 19, a number): its first word holds\n\
+             /// the code (bits {code_first}..={code_last}), flags (bits {}..={}) and a fault's vector \
+             (bits {}..={}).\npub mod run_state {{\n\
+             /// The code's bits of the first word, shifted down.\n\
+             pub const CODE_MASK: u64 = {:#x};\npub const CODE_SHIFT: u32 = {code_first};\n\
+             /// Where a fault's vector lies in the first word.\n\
+             pub const FAULT_VECTOR_SHIFT: u32 = {};",
+            layout.flag_bits[0],
+            layout.flag_bits[1],
+            layout.fault_vector_bits[0],
+            layout.fault_vector_bits[1],
+            u64::MAX >> (63 - (code_last - code_first)),
+            layout.fault_vector_bits[0],
+        )
+        .unwrap();
+        for state in &description.run_states {
+            writeln!(
+                out,
+                "/// {}\npub const {}: u64 = {};",
+                state.doc,
+                state.name.to_ascii_uppercase(),
+                state.code
+            )
+            .unwrap();
+        }
+        for flag in &description.run_state_flags {
+            writeln!(
+                out,
+                "/// Flag (bit {}): {}\npub const {}: u64 = 1 << {};",
+                flag.bit,
+                flag.doc,
+                flag.name.to_ascii_uppercase(),
+                flag.bit
+            )
+            .unwrap();
+        }
+        *out += "}\n\n";
     }
 }

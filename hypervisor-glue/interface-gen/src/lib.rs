@@ -1,8 +1,10 @@
 //! Generates, from the one interface description `guest-kernel/abi/interface.toml`, the
-//! kernel's request decoding, the ring-3 stubs and the reference documentation, so that the
-//! three cannot disagree.
+//! kernel's request decoding and the descriptor's layout, the ring-3 stubs and `syscall`,
+//! and the reference documentation with its worked descriptor examples, so that the three
+//! cannot disagree.
 
 pub mod description;
+pub mod invoke;
 mod kernel_rust;
 mod markdown;
 mod userlib_rust;

@@ -2,6 +2,7 @@
 //! `crate::syscall::invoke`.
 
 use crate::description::{Description, Kind, Method, Value, camel_case};
+use crate::invoke;
 use std::fmt::Write;
 
 pub fn generate(description: &Description, header: &str) -> String {
@@ -12,6 +13,7 @@ pub fn generate(description: &Description, header: &str) -> String {
             //! goes to the capability register the caller names, a string result into the\n\
             //! buffer it lends.\n\n\
             use crate::syscall::{CapReg, Error, Invocation, invoke};\n\n";
+    system_call(&mut out, description);
     for method in &description.common_methods {
         stub(
             &mut out,
@@ -246,4 +248,83 @@ fn lowercase_first(text: &str) -> String {
         Some(first) => first.to_ascii_lowercase().to_string() + characters.as_str(),
         None => String::new(),
     }
+}
+
+/// `system_call`: the `syscall` instruction with its registers as the description assigns
+/// them, so that ring 3 cannot put a value in another register than the kernel reads.
+fn system_call(out: &mut String, description: &Description) {
+    let input = |role: &str| match role {
+        "descriptor" => "descriptor",
+        "code" => "code",
+        "word0" => "word0",
+        "word1" => "word1",
+        "word2" => "word2",
+        "word3" => "word3",
+        "string_address" => "string.as_ptr() as u64",
+        "string_length" => "string.len() as u64",
+        "buffer_address" => "buffer.as_mut_ptr() as u64",
+        "buffer_capacity" => "buffer.len() as u64",
+        _ => unreachable!("validated role in `{role}`"),
+    };
+    let output = |role: &str| match role {
+        "result" => "result",
+        "word0" => "word0",
+        "word1" => "word1",
+        "word2" => "word2",
+        "word3" => "word3",
+        "badge" => "badge",
+        "received_length" => "received_length",
+        invoke::CLOBBERED => "_",
+        _ => unreachable!("validated role out `{role}`"),
+    };
+    let mut operands = String::new();
+    for register in &description.registers {
+        let name = &register.name;
+        let operand = match (register.input.as_deref(), register.output.as_deref()) {
+            (Some(role_in), Some(role_out)) => {
+                format!(
+                    "inout(\"{name}\") {} => {},",
+                    input(role_in),
+                    output(role_out)
+                )
+            }
+            (Some(role_in), None) => format!("in(\"{name}\") {},", input(role_in)),
+            (None, Some(role_out)) => format!("lateout(\"{name}\") {},", output(role_out)),
+            (None, None) => continue,
+        };
+        // rustfmt leaves the inside of `asm!` as it is: indent it here.
+        operands += "    ";
+        operands += &operand;
+        operands += "\n";
+    }
+    writeln!(
+        out,
+        "/// The `invoke` system call: `descriptor` and `code` (the order or reply code), the\n\
+         /// words, the string sent and the buffer that receives one, each in the register\n\
+         /// `docs/interface.md` names. Always inlined: an invocation's `syscall` stays on its\n\
+         /// caller's code page.\n\
+         #[inline(always)]\n\
+         pub fn system_call(descriptor: u64, code: u64, words: [u64; 4], string: &[u8], buffer: &mut [u8]) -> crate::Reply {{\n\
+         let (result, badge, received_length): (u64, u64, u64);\n\
+         let [mut word0, mut word1, mut word2, mut word3] = words;\n\
+         // SAFETY: `syscall` enters the kernel, which reads the registers named here as inputs\n\
+         // and writes only those named as outputs (the CPU clobbers rcx and r11); it writes\n\
+         // memory only within `buffer`, borrowed mutably for the call, and reads only\n\
+         // `string`, which is borrowed.\n\
+         unsafe {{\n\
+         core::arch::asm!(\n\
+         \x20   \"syscall\",\n\
+         {operands}\
+         \x20   options(nostack),\n\
+         );\n\
+         }}\n\
+         crate::Reply {{\n\
+         code: result,\n\
+         words: [word0, word1, word2, word3],\n\
+         badge,\n\
+         string_length: received_length as usize,\n\
+         }}\n\
+         }}\n"
+    )
+    .unwrap();
 }

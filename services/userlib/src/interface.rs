@@ -8,6 +8,51 @@
 
 use crate::syscall::{CapReg, Error, Invocation, invoke};
 
+/// The `invoke` system call: `descriptor` and `code` (the order or reply code), the
+/// words, the string sent and the buffer that receives one, each in the register
+/// `docs/interface.md` names. Always inlined: an invocation's `syscall` stays on its
+/// caller's code page.
+#[inline(always)]
+pub fn system_call(
+    descriptor: u64,
+    code: u64,
+    words: [u64; 4],
+    string: &[u8],
+    buffer: &mut [u8],
+) -> crate::Reply {
+    let (result, badge, received_length): (u64, u64, u64);
+    let [mut word0, mut word1, mut word2, mut word3] = words;
+    // SAFETY: `syscall` enters the kernel, which reads the registers named here as inputs
+    // and writes only those named as outputs (the CPU clobbers rcx and r11); it writes
+    // memory only within `buffer`, borrowed mutably for the call, and reads only
+    // `string`, which is borrowed.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            in("rdi") descriptor,
+            in("rsi") code,
+            lateout("rax") result,
+            inout("rdx") word0 => word0,
+            inout("r10") word1 => word1,
+            inout("r8") word2 => word2,
+            inout("r9") word3 => word3,
+            inout("r12") string.as_ptr() as u64 => badge,
+            inout("r13") string.len() as u64 => received_length,
+            in("r14") buffer.as_mut_ptr() as u64,
+            in("r15") buffer.len() as u64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    crate::Reply {
+        code: result,
+        words: [word0, word1, word2, word3],
+        badge,
+        string_length: received_length as usize,
+    }
+}
+
 /// What [`identify`] returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IdentifyResults {

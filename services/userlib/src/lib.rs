@@ -40,7 +40,7 @@ impl Reply {
     }
 }
 
-/// One invocation, as the kernel sees it: see `holdfast_abi` for the registers.
+/// One invocation, as the kernel sees it: `docs/interface.md` names its registers.
 #[derive(Clone, Copy)]
 pub struct Invocation<'a> {
     pub descriptor: Descriptor,
@@ -135,40 +135,11 @@ impl<'a> Invocation<'a> {
         self.invoke_raw(self.descriptor.encode(), buffer)
     }
 
-    /// As [`Self::invoke`] with `rdi` given as is (tests of malformed descriptors).
+    /// As [`Self::invoke`] with `rdi` given as is (tests of malformed descriptors). The
+    /// registers are those of the generated [`interface::system_call`].
     #[inline]
     pub fn invoke_raw(&self, descriptor: u64, buffer: &mut [u8]) -> Reply {
-        let (code, badge, string_length): (u64, u64, u64);
-        let [mut word0, mut word1, mut word2, mut word3] = self.words;
-        // SAFETY: `syscall` enters the kernel, which reads the registers named here and
-        // writes rax, rdx, r10, r8, r9, r12 and r13 (declared as outputs), and the CPU
-        // clobbers rcx and r11. The kernel writes memory only within `buffer` (r14, r15),
-        // which we borrow mutably for the call, and reads only the string, which we borrow.
-        unsafe {
-            core::arch::asm!(
-                "syscall",
-                in("rdi") descriptor,
-                inout("rsi") self.order => _,
-                inout("rdx") word0,
-                inout("r10") word1,
-                inout("r8") word2,
-                inout("r9") word3,
-                inout("r12") self.string.as_ptr() as u64 => badge,
-                inout("r13") self.string.len() as u64 => string_length,
-                in("r14") buffer.as_mut_ptr() as u64,
-                in("r15") buffer.len() as u64,
-                lateout("rax") code,
-                lateout("rcx") _,
-                lateout("r11") _,
-                options(nostack),
-            );
-        }
-        Reply {
-            code,
-            words: [word0, word1, word2, word3],
-            badge,
-            string_length: string_length as usize,
-        }
+        interface::system_call(descriptor, self.order, self.words, self.string, buffer)
     }
 }
 
@@ -248,13 +219,14 @@ macro_rules! entry {
         core::arch::global_asm!(
             ".pushsection .note.holdfast, \"a\", @note",
             ".balign 4",
-            ".long 9",  // name size: "Holdfast\0"
+            ".long {name_size}", // "Holdfast\0"
             ".long 4",  // descriptor size
             ".long {note_type}",
             ".asciz \"Holdfast\"",
             ".balign 4",
             ".long {abi_version}",
             ".popsection",
+            name_size = const $crate::abi::note::NAME.len(),
             note_type = const $crate::abi::note::TYPE_ABI_VERSION,
             abi_version = const $crate::abi::ABI_VERSION,
         );

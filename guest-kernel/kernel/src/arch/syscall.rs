@@ -62,6 +62,28 @@ impl UserRegisters {
 
 const _: () = assert!(core::mem::size_of::<UserRegisters>() == 18 * 8);
 
+// The invocation path reads and writes each role of `invoke` in the register `interface.toml`
+// names for it (`UserRegisters` is laid out in the register file's order, as
+// `process.read_registers` returns it): a description that moved a role fails here until
+// the kernel moves with it.
+const _: () = {
+    use core::mem::offset_of;
+    use holdfast_abi::interface::register_file_index as role;
+    assert!(offset_of!(UserRegisters, rdi) == 8 * role::IN_DESCRIPTOR);
+    assert!(offset_of!(UserRegisters, rsi) == 8 * role::IN_CODE);
+    assert!(offset_of!(UserRegisters, rax) == 8 * role::OUT_RESULT);
+    assert!(offset_of!(UserRegisters, rdx) == 8 * role::IN_WORD0 && role::IN_WORD0 == role::OUT_WORD0);
+    assert!(offset_of!(UserRegisters, r10) == 8 * role::IN_WORD1 && role::IN_WORD1 == role::OUT_WORD1);
+    assert!(offset_of!(UserRegisters, r8) == 8 * role::IN_WORD2 && role::IN_WORD2 == role::OUT_WORD2);
+    assert!(offset_of!(UserRegisters, r9) == 8 * role::IN_WORD3 && role::IN_WORD3 == role::OUT_WORD3);
+    assert!(offset_of!(UserRegisters, r12) == 8 * role::IN_STRING_ADDRESS);
+    assert!(offset_of!(UserRegisters, r12) == 8 * role::OUT_BADGE);
+    assert!(offset_of!(UserRegisters, r13) == 8 * role::IN_STRING_LENGTH);
+    assert!(offset_of!(UserRegisters, r13) == 8 * role::OUT_RECEIVED_LENGTH);
+    assert!(offset_of!(UserRegisters, r14) == 8 * role::IN_BUFFER_ADDRESS);
+    assert!(offset_of!(UserRegisters, r15) == 8 * role::IN_BUFFER_CAPACITY);
+};
+
 /// User code and stack selectors (GDT entries 4 and 3 with RPL 3); `gdt::init` lays the
 /// table out so, and [`init`] checks it.
 const USER_CODE_SELECTOR: u64 = 0x23;

@@ -155,6 +155,10 @@ static WATCH: Mutex<Option<Watch>> = Mutex::new(None);
 pub fn opened(store: &Store<Block>) {
     let status = describe(&store.mirror_status());
     println!("holdfast: store: {status}");
+    // A torn tail copied, a split brain's discarded history, a truncation of the log.
+    for note in store.recovery_notes() {
+        println!("holdfast: store: {note}");
+    }
     *WATCH.lock() = Some(Watch {
         status,
         // Repairs made by recovery and the restart are reported at the first step.

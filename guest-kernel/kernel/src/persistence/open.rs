@@ -38,14 +38,14 @@ pub enum Opened {
 /// beside the store is resilvered, a foreign one refused and left untouched) and prints the
 /// mirror status. No store on any disk is not an error (the system runs without persistence
 /// and says so); a damaged store is, and nothing is started on it.
-pub fn open(disks: Vec<Block>) -> Result<Opened, String> {
+pub fn open(disks: Vec<Block>, recover: holdfast_store::Recover) -> Result<Opened, String> {
     let disks = match mirror_disks::select(disks) {
         Ok(disks) => disks,
         Err(why) => return Ok(Opened::NoStore(why)),
     };
     // `select` kept only disks of the store (or damaged ones, or a blank beside the store):
     // any error now is the store's.
-    let store = Store::open(disks).map_err(|error| error.to_string())?;
+    let store = Store::open_with(disks, recover).map_err(|error| error.to_string())?;
     mirror_disks::opened(&store);
     Ok(if store.checkpoint_generation() == 0 { Opened::Fresh(store) } else { Opened::Checkpointed(store) })
 }

@@ -14,23 +14,11 @@ use crate::objects::Objects;
 use crate::space;
 use super::table::{Process, ProcessState, SCHEDULER};
 
-/// The run state in a root node's status slot: a number whose first word holds a code
-/// (bits 0..8), flags (bits 8..16) and a fault's vector (bits 16..24), and whose second word
-/// holds the exit code or the fault's rip. The register slots hold the 18 user registers in
-/// `UserRegisters` order, then a fault's error code and address, then the invocation count.
-mod status {
-    pub const RUNNABLE: u64 = 1;
-    pub const AVAILABLE: u64 = 2;
-    pub const WAITING_FOR_REPLY: u64 = 3;
-    pub const STALLED: u64 = 4;
-    pub const OUT_OF_TIME: u64 = 5;
-    pub const STOPPED: u64 = 6;
-    pub const FAULTED: u64 = 7;
-    pub const WAITING_FOR_KEEPER: u64 = 1 << 8;
-    pub const FAULT_HAS_ERROR_CODE: u64 = 1 << 9;
-    pub const FAULT_HAS_ADDRESS: u64 = 1 << 10;
-    pub const FAULT_VECTOR_SHIFT: u32 = 16;
-}
+// The run state in a root node's status slot: a number whose first word holds a code,
+// flags and a fault's vector (`interface.toml` lays them out), and whose second word holds
+// the exit code or the fault's rip. The register slots hold the 18 user registers in
+// `UserRegisters` order, then a fault's error code and address, then the invocation count.
+use holdfast_abi::run_state as status;
 
 const REGISTER_COUNT: usize = 18;
 
@@ -142,7 +130,7 @@ pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Res
             let slot = register_words_slot(index);
             pair.copy_from_slice(&number(slot));
         }
-        let state = match code & 0xff {
+        let state = match code & status::CODE_MASK {
             status::RUNNABLE | status::STALLED => ProcessState::Runnable,
             status::AVAILABLE => ProcessState::Available,
             status::WAITING_FOR_REPLY => ProcessState::WaitingForReply,

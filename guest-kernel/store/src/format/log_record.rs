@@ -93,6 +93,10 @@ pub struct LogHeader {
     pub generation: u64,
     pub boot_count: u64,
     pub previous_header_checksum: u32,
+    /// Every record with a lower sequence number was flushed before this one was written (so
+    /// it may have been acknowledged). A record the recovery scan cannot read is a torn tail
+    /// (never acknowledged) unless a later record claims it here; then it is damage.
+    pub durable_sequence_next: u64,
     /// Blocks after the header that belong to this record (data, or skipped by padding).
     pub data_block_count: u32,
     pub commit: CommitSummary,
@@ -127,6 +131,7 @@ impl LogHeader {
         put_u64(block, 32, self.generation);
         put_u64(block, 40, self.boot_count);
         put_u32(block, 48, self.previous_header_checksum);
+        put_u64(block, 88, self.durable_sequence_next);
         put_u32(block, 52, self.data_block_count);
         put_u32(block, 56, self.entries.len() as u32);
         put_u64(block, 64, self.commit.first_sequence);
@@ -172,6 +177,8 @@ impl LogHeader {
             .is_some_and(|end| end <= expected.log_block_count);
         if entry_count != entries_expected
             || get_u64(block, 32) >= super::COUNTER_MAX
+            || get_u64(block, 40) >= super::COUNTER_MAX
+            || get_u64(block, 88) > expected.sequence
             || entry_count > LOG_RECORD_DATA_BLOCKS_MAX
             || !data_blocks_fit
             || (kind == RecordKind::CheckpointCommit && data_block_count != 0)
@@ -213,6 +220,7 @@ impl LogHeader {
             generation: get_u64(block, 32),
             boot_count: get_u64(block, 40),
             previous_header_checksum: expected.previous_header_checksum,
+            durable_sequence_next: get_u64(block, 88),
             data_block_count,
             commit: CommitSummary {
                 first_sequence: get_u64(block, 64),
@@ -221,6 +229,22 @@ impl LogHeader {
             },
             entries,
         })
+    }
+}
+
+impl LogHeader {
+    /// Decodes a header found at `expected.position` whatever its sequence number and link:
+    /// what recovery uses to look past a record it could not read.
+    pub fn decode_unchained(block: &Block, expected: &Expected) -> Result<Self, Check> {
+        let expected = Expected {
+            sequence: get_u64(block, 16),
+            previous_header_checksum: get_u32(block, 48),
+            ..*expected
+        };
+        if expected.sequence >= super::COUNTER_MAX {
+            return Err(Check::Bounds);
+        }
+        Self::decode(block, &expected)
     }
 }
 
@@ -248,6 +272,7 @@ mod tests {
             generation: 3,
             boot_count: 1,
             previous_header_checksum: 0x1234,
+            durable_sequence_next: 5,
             data_block_count: entry_count as u32,
             commit: CommitSummary::default(),
             entries: (0..entry_count as u64)
@@ -366,6 +391,19 @@ mod tests {
         assert_eq!(
             LogHeader::decode(&generation_overflows, &EXPECTED),
             Err(Check::Bounds)
+        );
+        let claims_itself_durable = resealed(&header, |block| put_u64(block, 88, 8));
+        assert_eq!(
+            LogHeader::decode(&claims_itself_durable, &EXPECTED),
+            Err(Check::Bounds)
+        );
+        let unchained = resealed(&header, |block| {
+            put_u64(block, 16, 9);
+            put_u32(block, 48, 0);
+        });
+        assert_eq!(
+            LogHeader::decode_unchained(&unchained, &EXPECTED).map(|found| found.sequence),
+            Ok(9)
         );
         let ticket_overflows = resealed(&header, |block| {
             put_u64(block, ENTRIES_OFFSET + 16, u64::MAX)

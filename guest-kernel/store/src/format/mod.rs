@@ -13,8 +13,10 @@ use crate::device::BLOCK_SIZE;
 use crate::error::Check;
 
 /// Bumped whenever a record's layout or the checksum changes; a store of another version is
-/// refused, not misread. Version 2: XXH64-based checksums instead of CRC32C.
-pub const FORMAT_VERSION: u32 = 2;
+/// refused, not misread. Version 2: XXH64-based checksums instead of CRC32C. Version 3: log
+/// headers say which records were durable when they were written, and the superblock
+/// records a truncation of the log.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Generations, sequence numbers, tickets and boot counts read from disk must stay below
 /// this: a crafted record near `u64::MAX` would otherwise overflow the next increment. At a

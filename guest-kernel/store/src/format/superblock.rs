@@ -43,6 +43,21 @@ pub struct Superblock {
     pub degraded_generation: u64,
     /// How many mirrors the store has (1 or 2): opened with fewer devices, it runs degraded.
     pub mirror_count: u64,
+    /// The last time the operator started the store from the last intact point of a damaged
+    /// log (`holdfast.recover=truncate`); all zero if never.
+    pub truncation: LogTruncation,
+}
+
+/// Records discarded at an open that truncated the log at damage no mirror could repair:
+/// kept in every later superblock so that `inspect`, `check` and the boot say so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct LogTruncation {
+    /// The boot count of the open that truncated (0: never truncated). Log records of
+    /// earlier boots beyond the head are the discarded ones, never evidence of damage.
+    pub boot_count: u64,
+    /// The first record discarded (the damaged one) and the newest one found after it.
+    pub first_sequence: u64,
+    pub last_sequence: u64,
 }
 
 const FORMAT_VERSION_OFFSET: usize = 4;
@@ -71,6 +86,9 @@ impl Superblock {
         put_u64(block, 104, self.block_count);
         put_u64(block, 112, self.degraded_generation);
         put_u64(block, 120, self.mirror_count);
+        put_u64(block, 160, self.truncation.boot_count);
+        put_u64(block, 168, self.truncation.first_sequence);
+        put_u64(block, 176, self.truncation.last_sequence);
         seal(block);
     }
 
@@ -98,6 +116,11 @@ impl Superblock {
             block_count: get_u64(block, 104),
             degraded_generation: get_u64(block, 112),
             mirror_count: get_u64(block, 120),
+            truncation: LogTruncation {
+                boot_count: get_u64(block, 160),
+                first_sequence: get_u64(block, 168),
+                last_sequence: get_u64(block, 176),
+            },
         };
         if superblock.slot() != slot {
             return Err(Check::Position);
@@ -110,6 +133,8 @@ impl Superblock {
             || superblock.home_generation > superblock.snapshot_generation
             || superblock.degraded_generation > superblock.generation
             || !(1..=2).contains(&superblock.mirror_count)
+            || superblock.truncation.boot_count > superblock.boot_count
+            || superblock.truncation.first_sequence > superblock.truncation.last_sequence
             || [
                 superblock.generation,
                 superblock.snapshot_generation,
@@ -153,6 +178,11 @@ mod tests {
             block_count: geometry.layout().unwrap().block_count,
             degraded_generation: 4,
             mirror_count: 2,
+            truncation: LogTruncation {
+                boot_count: 2,
+                first_sequence: 90,
+                last_sequence: 95,
+            },
         }
     }
 
@@ -242,6 +272,12 @@ mod tests {
         );
         let mut superblock = sample();
         superblock.mirror_count = 3;
+        assert_eq!(
+            Superblock::decode(&encoded(&superblock), 1),
+            Err(Check::Bounds)
+        );
+        let mut superblock = sample();
+        superblock.truncation.boot_count = 3;
         assert_eq!(
             Superblock::decode(&encoded(&superblock), 1),
             Err(Check::Bounds)

@@ -166,14 +166,22 @@ fn check(images: &StoreImages) -> Result<ExitCode, Failure> {
     let report = store
         .check()
         .map_err(|error| Failure::input(format!("{}: {error}", named(&images.images))))?;
+    let problem_notes = report.notes.iter().filter(|note| note.is_problem()).count() as u64;
     println!(
         "{}: {} mirror(s), {} blocks, {} log records checked; {} problem(s)",
         named(&images.images),
         report.mirrors_checked,
         report.blocks_checked,
         report.log_records_checked,
-        report.finding_count
+        report.finding_count + problem_notes
     );
+    // Recovery's word first: damage it could not repair and discarded histories are
+    // problems; a torn tail (a crash cut writes never acknowledged) and a recorded
+    // truncation are notes.
+    for note in &report.notes {
+        let kind = if note.is_problem() { "problem" } else { "note" };
+        println!("{kind}: {note}");
+    }
     for finding in &report.findings {
         println!(
             "mirror {} ({}): {finding}",
