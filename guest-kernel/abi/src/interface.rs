@@ -316,6 +316,8 @@ pub enum ObjectError {
     NoRight = 6,
     /// The kernel service has nothing to act on here: no store on this system, or no control channel.
     Unavailable = 7,
+    /// The kernel has no memory left for what the method would add (a process's tables) beyond the reserve it keeps for loading pages: nothing was made. Every other limit grows with the system.
+    Exhausted = 8,
 }
 
 impl ObjectError {
@@ -332,6 +334,7 @@ impl ObjectError {
             5 => Self::OutOfRange,
             6 => Self::NoRight,
             7 => Self::Unavailable,
+            8 => Self::Exhausted,
             _ => return None,
         })
     }
@@ -349,6 +352,9 @@ impl ObjectError {
             }
             Self::Unavailable => {
                 "The kernel service has nothing to act on here: no store on this system, or no control channel."
+            }
+            Self::Exhausted => {
+                "The kernel has no memory left for what the method would add (a process's tables) beyond the reserve it keeps for loading pages: nothing was made. Every other limit grows with the system."
             }
         }
     }
@@ -513,7 +519,7 @@ pub mod node {
         pub const MAKE_INDIRECTOR: u64 = 6;
         /// Returns a meter capability of this node.
         pub const MAKE_METER: u64 = 7;
-        /// Returns a process capability of this node, the process's root.
+        /// Returns a process capability of this node, the process's root, and adds the process (stopped) to the kernel's table if it is not there; every process is in each checkpoint, however many there are.
         pub const MAKE_PROCESS: u64 = 8;
     }
 
@@ -555,7 +561,7 @@ pub mod node {
         },
         /// Returns a meter capability of this node.
         MakeMeter,
-        /// Returns a process capability of this node, the process's root.
+        /// Returns a process capability of this node, the process's root, and adds the process (stopped) to the kernel's table if it is not there; every process is in each checkpoint, however many there are.
         MakeProcess,
     }
 
@@ -941,6 +947,8 @@ pub mod checkpoint {
         pub const TAKE: u64 = 3;
         /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
         pub const COUNTERS: u64 = 4;
+        /// Says whether checkpoints are failing. A failed checkpoint is retried at the next interval; while `since_commit` is not 0, nothing done since the last committed checkpoint is persisted but the journal's commits. (A store that can no longer be written stops the system instead.)
+        pub const FAILURES: u64 = 5;
     }
 
     /// An invocation of a checkpoint capability, decoded and with its arguments checked
@@ -961,6 +969,8 @@ pub mod checkpoint {
         Take,
         /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
         Counters,
+        /// Says whether checkpoints are failing. A failed checkpoint is retried at the next interval; while `since_commit` is not 0, nothing done since the last committed checkpoint is persisted but the journal's commits. (A store that can no longer be written stops the system instead.)
+        Failures,
     }
 
     impl Request {
@@ -978,6 +988,7 @@ pub mod checkpoint {
                 order::STATUS => Ok(Self::Status),
                 order::TAKE => Ok(Self::Take),
                 order::COUNTERS => Ok(Self::Counters),
+                order::FAILURES => Ok(Self::Failures),
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

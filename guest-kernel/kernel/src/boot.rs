@@ -67,6 +67,12 @@ impl BootOptions {
                     Ok(milliseconds) if milliseconds > 0 => drivers::set_answer_time_limit_ms(milliseconds),
                     _ => println!("holdfast: ignoring {word}: not a positive number of milliseconds"),
                 },
+                // Test scaffolding (hypervisor-glue/holdfast/tests/persistence.rs):
+                // checkpoint G fails once, to show that a failed checkpoint is retried.
+                Some(("holdfast.test-checkpoint-failure", value)) => match value.parse() {
+                    Ok(generation) => persistence::inject_failure(generation),
+                    _ => println!("holdfast: ignoring {word}: not a checkpoint generation"),
+                },
                 _ => {}
             }
         }
@@ -160,7 +166,8 @@ fn run(
             persistence::attach(store, options.checkpoint_interval_ms, ipc::journal_durable);
             match persistence::restore() {
                 Ok(count) => println!(
-                    "holdfast: restarted from checkpoint {generation}: {count} processes"
+                    "holdfast: restarted from checkpoint {generation}: {count} processes, boot {}",
+                    persistence::boot_count()
                 ),
                 Err(error) => {
                     println!("selftest: store: restart from checkpoint {generation}: {error} [{}]", check(false));

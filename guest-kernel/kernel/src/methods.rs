@@ -238,6 +238,14 @@ fn node_method(
         }
         node::Request::MakeMeter => ok_capability(made_from_node(objects, CapType::Meter)?),
         node::Request::MakeProcess => {
+            writable(&target)?;
+            // The one limit on processes: memory for their tables (a checkpoint takes any
+            // number). Refused here, not a heap exhausted later. Room is made first: it may
+            // evict nodes, this one too, which the lookup below loads again (a process's
+            // root node, once it is one, stays).
+            if !crate::process::is_adopted(target.object()) && !persistence::room_for_process(objects) {
+                return Err(ObjectError::Exhausted);
+            }
             let process = made_from_node(objects, CapType::Process)?;
             crate::process::adopt(process);
             ok_capability(process)

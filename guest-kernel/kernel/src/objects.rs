@@ -101,6 +101,14 @@ impl Objects {
         self.next_page_id = page;
     }
 
+    /// A page id set aside, never a page of the cache: for the checkpoint directory's pages
+    /// ([`crate::checkpoint`]), which no program may name.
+    pub fn reserve_page_id(&mut self) -> ObjectId {
+        let id = ObjectId(self.next_page_id);
+        self.next_page_id += 1;
+        id
+    }
+
     /// A new empty node; returns a capability of `kind` to it.
     pub fn create_node(&mut self, kind: CapType) -> Capability {
         let id = ObjectId(self.next_node_id);

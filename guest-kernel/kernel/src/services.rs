@@ -41,6 +41,7 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
                 .and_then(|()| store::set_interval(milliseconds).ok_or(unavailable))
                 .map(|()| [0; 4]),
             Ok(checkpoint::Request::Status) => store::status().ok_or(unavailable),
+            Ok(checkpoint::Request::Failures) => store::failures().ok_or(unavailable),
             Ok(checkpoint::Request::Take) => writable(&target)
                 .and_then(|()| store::request_now().ok_or(unavailable))
                 .map(|()| [0; 4]),

@@ -103,9 +103,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                     }
                     let access = page_access(error_code, writable, page.may_execute());
                     if access == Some(space::Access::Write) {
-                        if let Err(error) = persistence::limit_dirty_pages(&mut objects) {
-                            crate::println!("holdfast: checkpoint failed: {error}");
-                        }
+                        persistence::limit_dirty_pages(&mut objects);
                         persistence::before_page_write(&objects.cache, page.object());
                     }
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());

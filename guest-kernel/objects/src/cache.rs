@@ -381,6 +381,19 @@ impl<F> ObjectCache<F> {
         core::mem::take(self.dirty_pages.get_mut())
     }
 
+    /// A snapshot was abandoned (its checkpoint failed and is taken again later): its
+    /// `nodes` and `pages` are dirty again, so that the next snapshot holds them, whether or
+    /// not they were stored meanwhile. Every one of them is still here: dirty objects are
+    /// never evicted, nor stored ones before their checkpoint ends.
+    pub fn snapshot_abandoned(&mut self, nodes: &[ObjectId], pages: &[ObjectId]) {
+        for &id in nodes {
+            self.mark_node_dirty(id);
+        }
+        for &id in pages {
+            self.mark_page_dirty(id);
+        }
+    }
+
     /// Page `id`'s version, if the page is here.
     pub fn page_version(&self, id: ObjectId) -> Option<Version> {
         self.page_entry(id).map(|(_, version)| version)
@@ -737,6 +750,21 @@ mod tests {
             Ok(start),
             "a strong path fetches as is"
         );
+    }
+
+    #[test]
+    fn an_abandoned_snapshot_is_dirty_again_whether_stored_or_not() {
+        let (mut cache, _, _) = cache_with_node_and_page();
+        cache.insert_page(ObjectId(2), Version(0), [0; 8]).unwrap();
+        let nodes: alloc::vec::Vec<ObjectId> = cache.take_dirty_nodes().iter().map(|node| node.id).collect();
+        let pages = cache.take_dirty_pages();
+        cache.page_stored(ObjectId(1));
+        assert_eq!((cache.dirty_page_count(), cache.take_dirty_nodes().len()), (0, 0));
+        cache.snapshot_abandoned(&nodes, &pages);
+        assert_eq!(cache.take_dirty_nodes().len(), 1);
+        let mut again = cache.take_dirty_pages();
+        again.sort();
+        assert_eq!(again, [ObjectId(1), ObjectId(2)]);
     }
 
     #[test]

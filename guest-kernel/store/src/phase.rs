@@ -249,6 +249,22 @@ impl<D: BlockDevice> Store<D> {
         Ok(generation)
     }
 
+    /// Gives up the checkpoint being stabilized, after a failure the caller will retry: the
+    /// store is as its last commit left it. What this checkpoint wrote stays in the log
+    /// without a commit record, which recovery ignores (a commit covers only records of its
+    /// own generation), until the next checkpoint's migration frees it; the next checkpoint
+    /// takes the next generation, so journal commits made meanwhile stay ordered between
+    /// the last committed snapshot and the next.
+    pub fn abandon_checkpoint(&mut self) -> Result<(), StoreError> {
+        match self.phase {
+            Phase::Stabilizing(_) => {
+                self.phase = Phase::Idle;
+                Ok(())
+            }
+            _ => Err(StoreError::WrongPhase),
+        }
+    }
+
     /// The directory once a checkpoint's blocks `pending` join it: of each block's copies,
     /// the newest (a later copy of this checkpoint, or a journal commit made after the
     /// snapshot, which stays newer than the snapshot's copy).

@@ -795,6 +795,87 @@ fn a_superblock_write_that_missed_one_mirror_is_reported_as_stale() {
     assert!(store.check().unwrap().is_clean());
 }
 
+#[test]
+fn an_abandoned_checkpoint_leaves_the_last_committed_one_and_the_next_commits() {
+    // Room for a checkpoint that writes a run of records to the log before it is abandoned.
+    let geometry = Geometry { page_count: 1000, log_block_count: 2048, ..GEOMETRY };
+    let device = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], geometry).unwrap();
+    checkpoint_pages(&mut store, &[(3, 1, 0x31)]);
+    migrate_all(&mut store);
+    assert_eq!(store.abandon_checkpoint(), Err(StoreError::WrongPhase));
+    let abandoned = store.begin_checkpoint().unwrap();
+    store.checkpoint_write_page(ObjectId(3), Version(2), &page(0x32)).unwrap();
+    // A journal commit made while the abandoned checkpoint was stabilized stays.
+    let ticket = store
+        .journal_submit(&[JournalPage { id: ObjectId(4), version: Version(1), data: &page(0x41) }])
+        .unwrap();
+    assert_eq!(store.journal_write().unwrap(), Some(ticket));
+    // Enough pages that a run of records reaches the log before the abandon.
+    let used_before = store.log_used_blocks();
+    for id in 10..700 {
+        store.checkpoint_write_page(ObjectId(id), Version(1), &page(0x77)).unwrap();
+    }
+    assert!(store.log_used_blocks() > used_before + 500, "records written");
+    store.abandon_checkpoint().unwrap();
+    assert_eq!(store.checkpoint_phase(), CheckpointPhase::Idle);
+    assert_eq!((store.checkpoint_generation(), read_page(&mut store, 3)), (abandoned - 1, (1, 0x31)));
+    assert_eq!(read_page(&mut store, 50), (0, 0));
+    drop(store);
+    let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
+    assert_eq!((store.checkpoint_generation(), read_page(&mut store, 3)), (abandoned - 1, (1, 0x31)));
+    assert_eq!((read_page(&mut store, 4), read_page(&mut store, 50)), ((1, 0x41), (0, 0)));
+    migrate_all(&mut store);
+    // The retry takes the next generation and commits.
+    assert_eq!(checkpoint_pages(&mut store, &[(3, 2, 0x32)]), abandoned + 1);
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(store.checkpoint_generation(), abandoned + 1);
+    assert_eq!((read_page(&mut store, 3), read_page(&mut store, 4)), ((2, 0x32), (1, 0x41)));
+}
+
+#[test]
+fn a_commit_larger_than_a_record_is_refused_and_nothing_is_queued() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
+    let data = page(0x11);
+    let pages: Vec<JournalPage<'_>> = (0..=JOURNAL_COMMIT_PAGES_MAX as u64)
+        .map(|id| JournalPage { id: ObjectId(id), version: Version(1), data: &data })
+        .collect();
+    assert_eq!(
+        store.journal_submit(&pages),
+        Err(StoreError::CommitTooLarge { pages: JOURNAL_COMMIT_PAGES_MAX + 1, pages_max: JOURNAL_COMMIT_PAGES_MAX })
+    );
+    assert_eq!(store.journal_queued_commits(), 0);
+    // One page fewer fits.
+    assert!(store.journal_submit(&pages[..JOURNAL_COMMIT_PAGES_MAX]).is_ok());
+    assert_eq!(store.journal_queued_commits(), 1);
+}
+
+#[test]
+fn a_full_journal_queue_refuses_until_it_is_written() {
+    // A log that holds the whole queue.
+    let geometry = Geometry { log_block_count: 2048, ..GEOMETRY };
+    let device = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], geometry).unwrap();
+    migrate_all(&mut store);
+    let data = page(0x22);
+    let commit: Vec<JournalPage<'_>> = (0..JOURNAL_COMMIT_PAGES_MAX as u64)
+        .map(|id| JournalPage { id: ObjectId(id), version: Version(1), data: &data })
+        .collect();
+    let full = crate::journal::JOURNAL_QUEUE_PAGES_MAX / JOURNAL_COMMIT_PAGES_MAX;
+    for _ in 0..full {
+        store.journal_submit(&commit).unwrap();
+    }
+    let one = [JournalPage { id: ObjectId(1), version: Version(2), data: &data }];
+    assert_eq!(store.journal_submit(&one), Err(StoreError::JournalQueueFull));
+    assert_eq!(store.journal_queued_commits(), full, "the refused commit is not queued");
+    // Once written, the queue takes commits again.
+    assert!(store.journal_write().unwrap().is_some());
+    assert_eq!(store.journal_queued_commits(), 0);
+    assert!(store.journal_submit(&one).is_ok());
+}
+
 /// Commits one page through the journal; returns where its record landed (position in the
 /// log, sequence).
 fn journal_page(store: &mut Store<MemoryDevice>, id: u64, version: u64, fill: u8) -> (u64, u64) {

@@ -52,7 +52,10 @@ fn checkpoints_are_controlled_and_counted_from_the_host() {
     assert_eq!(status_field(&status, "interval-ms"), 5000, "the default interval: {status}");
     assert_eq!(status_field(&status, "degraded"), 0, "{status}");
 
-    // A day: from here on only the request and the log's filling make checkpoints.
+    assert_eq!(status_field(&status, "failures-since-commit"), 0, "{status}");
+
+    // A day: from here on only the request and the log's filling make checkpoints (the
+    // request alone: checkpoint_now_puts_what_was_done_just_before_on_disk).
     assert_eq!(holdfast_ok(&["checkpoint", "interval", &name, "86400000"]), format!("{name}: interval-ms 86400000\n"));
     let before = status_field(&holdfast_ok(&["checkpoint", "status", &name]), "generation");
     assert_eq!(holdfast_ok(&["checkpoint", "now", &name]), format!("{name}: checkpoint requested\n"));
@@ -87,6 +90,7 @@ fn checkpoints_are_controlled_and_counted_from_the_host() {
     assert!(value("holdfast_journal_writes_total") > 0.0, "{counters}");
     assert!(value("holdfast_journal_commit_seconds_count") > 0.0, "{counters}");
     assert!(value("holdfast_checkpoint_snapshot_pause_seconds") > 0.0, "{counters}");
+    assert_eq!(value("holdfast_checkpoint_failures_total"), 0.0, "{counters}");
     for metric in [
         "holdfast_checkpoint_objects_written_total",
         "holdfast_checkpoint_stabilization_seconds",
@@ -107,5 +111,78 @@ fn checkpoints_are_controlled_and_counted_from_the_host() {
     assert_eq!(missing.status, Some(2), "{}", missing.transcript());
     assert!(missing.stderr.starts_with("holdfast: no VM named 'no-such-vm' is running"), "{}", missing.transcript());
 
+    assert_eq!(run_holdfast(&["vm", "kill", &name]).status, Some(0));
+}
+
+/// `checkpoint now` must take a checkpoint, not merely answer: with the interval a day and
+/// no journal to fill the log (services/persist-manifest.toml), only the request can make
+/// checkpoint 2, and the counter's progress up to the request is on disk only if it did —
+/// a kill right after it and a restart show the counter at least where it was.
+#[test]
+fn checkpoint_now_puts_what_was_done_just_before_on_disk() {
+    let manifest = source_dir().join("services/persist-manifest.toml");
+    let image_dir = build_image("persist-image", Some(&manifest));
+    let directory = scratch_dir("checkpoint-now");
+    let store = directory.join("store.img");
+    let store_path = store.to_str().expect("UTF-8 path");
+    assert_eq!(run_holdfast(&["store", "format", "--size-mib", "16", "--force", store_path]).status, Some(0));
+    let name = format!("checkpoint-now-{}", std::process::id());
+    let boot = || {
+        spawn_reading_lines(
+            holdfast()
+                .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "300", "--disk", store_path])
+                .args(["--append", "holdfast.checkpoint-interval-ms=86400000"])
+                .arg("--image-dir")
+                .arg(&image_dir),
+        )
+    };
+    let count = |line: &str| line.strip_prefix("persist-counter: ")?.parse::<u64>().ok();
+    let vm = boot();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    let mut next_line = || {
+        let line = vm.lines.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        let line = line.unwrap_or_else(|_| panic!("nothing awaited within 120 s:\n{}", seen.join("\n")));
+        seen.push(line.clone());
+        line
+    };
+    // The first checkpoint (at once), then three counts after it: what only a later
+    // checkpoint can hold.
+    while !next_line().starts_with("holdfast: checkpoint 1 committed") {}
+    let mut counts = Vec::new();
+    while counts.len() < 3 {
+        counts.extend(count(&next_line()));
+    }
+    let before = *counts.last().expect("three counts");
+    let status = holdfast_ok(&["checkpoint", "status", &name]);
+    assert_eq!(status_field(&status, "generation"), 1, "{status}");
+    assert_eq!(holdfast_ok(&["checkpoint", "now", &name]), format!("{name}: checkpoint requested\n"));
+    let deadline_commit = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = holdfast_ok(&["checkpoint", "status", &name]);
+        if status_field(&status, "generation") >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline_commit, "'checkpoint now' took no checkpoint within 60 s: {status}");
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(run_holdfast(&["vm", "kill", &name]).status, Some(0));
+    drop(vm);
+
+    let vm = boot();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    let first = loop {
+        let line = vm.lines.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        let line = line.unwrap_or_else(|_| panic!("no count after the restart within 120 s:\n{}", seen.join("\n")));
+        seen.push(line.clone());
+        if let Some(restarted) = line.strip_prefix("holdfast: restarted from checkpoint ") {
+            assert!(restarted.starts_with("2:"), "{line}");
+        }
+        if let Some(count) = count(&line) {
+            break count;
+        }
+    };
+    assert!(first >= before, "restarted at count {first}, behind {before}, printed before 'checkpoint now':\n{}", seen.join("\n"));
     assert_eq!(run_holdfast(&["vm", "kill", &name]).status, Some(0));
 }

@@ -7,12 +7,12 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use support::{KillOnDrop, assert_one_line_error, build_image, holdfast, image_dir, run_holdfast, scratch_dir, source_dir};
+use support::{KillOnDrop, SmallFileSystem, assert_one_line_error, build_image, holdfast, image_dir, run_holdfast, scratch_dir, source_dir};
 
 const INPUT_ERROR: i32 = 2;
 
@@ -153,39 +153,6 @@ fn a_long_format_shows_progress() {
     );
     assert!(run.stdout.contains("geometry"), "{}", run.transcript());
     std::fs::remove_file(&image).unwrap();
-}
-
-/// A mount of a small tmpfs, for a host file system that fills up; unmounted when dropped.
-struct SmallFileSystem {
-    mount_point: PathBuf,
-}
-
-impl SmallFileSystem {
-    /// Mounts one, or says why it cannot (the test needs root and a kernel that lets it
-    /// mount).
-    fn mount(mount_point: PathBuf, size_mib: u32) -> Result<Self, String> {
-        std::fs::create_dir_all(&mount_point).map_err(|error| error.to_string())?;
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}M"), "tmpfs"])
-            .arg(&mount_point)
-            .status()
-            .map_err(|error| error.to_string())?;
-        if status.success() { Ok(Self { mount_point }) } else { Err(format!("mount exited with {status}")) }
-    }
-
-    /// Fills what is left of it with a file of zeros.
-    fn fill(&self) {
-        let filler = self.mount_point.join("filler");
-        let mut file = std::fs::File::create(&filler).unwrap();
-        let zeros = vec![0u8; 4096];
-        while std::io::Write::write_all(&mut file, &zeros).is_ok() {}
-    }
-}
-
-impl Drop for SmallFileSystem {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount_point).status();
-    }
 }
 
 /// `holdfast run` with its stdout and stderr lines both sent, as they come, to one channel.

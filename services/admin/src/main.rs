@@ -4,7 +4,7 @@
 //!
 //! | request | reply |
 //! |---|---|
-//! | `checkpoint status` | `ok generation <g> interval-ms <ms> log-fill-permille <p> degraded <0/1>` |
+//! | `checkpoint status` | `ok generation <g> interval-ms <ms> log-fill-permille <p> degraded <0/1> failures-since-commit <n>` |
 //! | `checkpoint interval <ms>` | `ok interval-ms <ms>` |
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
 //! | `counters` | `<name> <value>` lines in the Prometheus text format, then `ok` |
@@ -69,12 +69,17 @@ fn parse_number(text: &[u8]) -> Option<u64> {
 fn answer(request: &[u8], reply: &mut Reply) {
     let mut words = request.split(|&byte| byte == b' ').filter(|word| !word.is_empty());
     match (words.next(), words.next(), words.next(), words.next()) {
-        (Some(b"checkpoint"), Some(b"status"), None, None) => match checkpoint::status(CHECKPOINT) {
-            Ok(status) => {
+        // `failures-since-commit` above 0: checkpoints are failing (and retried at each
+        // interval), so nothing since generation <g> is persisted but journal commits.
+        (Some(b"checkpoint"), Some(b"status"), None, None) => match checkpoint::status(CHECKPOINT)
+            .and_then(|status| Ok((status, checkpoint::failures(CHECKPOINT)?)))
+        {
+            Ok((status, failures)) => {
                 reply.push(b"ok generation ").number(status.generation);
                 reply.push(b" interval-ms ").number(status.milliseconds);
                 reply.push(b" log-fill-permille ").number(status.log_fill_permille);
-                reply.push(b" degraded ").number(status.degraded).push(b"\n");
+                reply.push(b" degraded ").number(status.degraded);
+                reply.push(b" failures-since-commit ").number(failures.since_commit).push(b"\n");
             }
             Err(error) => {
                 reply.failed(error);

@@ -17,8 +17,8 @@
 //! checkpoint.
 //!
 //! It notices a restart by the clock's boot count changing, then reads the page again and
-//! prints `journal-writer <k>: restarted, page holds <n>`: what survived, for the test to
-//! check. Lines printed between the checkpoint and the crash are printed again after the
+//! prints `journal-writer <k>: restarted, page holds <n> at boot <b>`: what survived, for
+//! the test to check. Lines printed between the checkpoint and the crash are printed again after the
 //! restart, and so may that line be, with what the page held in the boot before (the
 //! checkpoint caught the program printing it); the line printed in this boot comes last.
 //!
@@ -57,6 +57,21 @@ fn report(identity: u64, what: &str, value: u64) {
     ]);
 }
 
+/// Prints `journal-writer <k>: restarted, page holds <n> at boot <b>`: the boot tells this
+/// boot's line from one printed again after a restart.
+fn report_restart(identity: u64, in_page: u64, boot: u64) {
+    let (mut identity_digits, mut value_digits, mut boot_digits) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+    user::print_parts(&[
+        b"journal-writer ",
+        user::decimal(identity, &mut identity_digits),
+        b": restarted, page holds ",
+        user::decimal(in_page, &mut value_digits),
+        b" at boot ",
+        user::decimal(boot, &mut boot_digits),
+        b"\n",
+    ]);
+}
+
 /// The newest number in the page: its largest slot.
 fn newest() -> Option<u64> {
     let mut bytes = [0u8; PAGE_BYTES];
@@ -86,7 +101,7 @@ fn main() -> u64 {
                 return 1;
             };
             if boot.is_some() {
-                report(identity, "restarted, page holds ", in_page);
+                report_restart(identity, in_page, now_boot);
             }
             // The page holds `next - 1` at least: it was written before the checkpoint
             // that holds these registers, which holds the page too.

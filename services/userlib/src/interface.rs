@@ -286,11 +286,11 @@ pub mod node {
         Ok(())
     }
 
-    /// Returns a process capability of this node, the process's root.
+    /// Returns a process capability of this node, the process's root, and adds the process (stopped) to the kernel's table if it is not there; every process is in each checkpoint, however many there are.
     ///
     /// - `into`: the capability register that receives the process capability.
     ///
-    /// Errors: `read_only`; and invocation errors.
+    /// Errors: `read_only`, `exhausted`; and invocation errors.
     pub fn make_process(node: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
             receive: &[into],
@@ -713,6 +713,29 @@ pub mod checkpoint {
         })
         .check()?;
         Ok(received.string_length)
+    }
+
+    /// What [`failures`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct FailuresResults {
+        /// Checkpoints failed since the last one committed.
+        pub since_commit: u64,
+        /// Checkpoints (and journal writes) failed since boot.
+        pub total: u64,
+    }
+
+    /// Says whether checkpoints are failing. A failed checkpoint is retried at the next interval; while `since_commit` is not 0, nothing done since the last committed checkpoint is persisted but the journal's commits. (A store that can no longer be written stops the system instead.)
+    ///
+    /// - returns `since_commit`: Checkpoints failed since the last one committed.
+    /// - returns `total`: Checkpoints (and journal writes) failed since boot.
+    ///
+    /// Errors: `unavailable`; and invocation errors.
+    pub fn failures(checkpoint: CapReg) -> Result<FailuresResults, Error> {
+        let received = invoke(Invocation::call(checkpoint, order::FAILURES)).check()?;
+        Ok(FailuresResults {
+            since_commit: received.words[0],
+            total: received.words[1],
+        })
     }
 }
 

@@ -15,21 +15,24 @@
 //!
 //! A checkpoint is due at the end of the interval, when the log is 65 % full, and when the
 //! dirty pages near what the log can take. Each step also writes queued journal commits
-//! (`journal`), resilvers the mirrors (`mirror_disks`) and scrubs (`scrub`).
+//! (`journal`), resilvers the mirrors (`mirror_disks`) and scrubs (`scrub`). A checkpoint
+//! that fails is abandoned, counted, printed and taken again at the next interval
+//! (`failure`).
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
-use alloc::string::{String, ToString};
+use alloc::string::ToString;
 use alloc::vec::Vec;
 use holdfast_objects::cache::NodeSnapshot;
-use holdfast_objects::directory::{DIRECTORY_BYTES, Directory, DirectoryProcess};
+use holdfast_objects::directory::{self, Directory, DirectoryBlock, DirectoryProcess};
 use holdfast_objects::{ObjectCache, ObjectId, Version};
-use holdfast_store::{CheckpointPhase, StoreError};
+use holdfast_store::CheckpointPhase;
 
 use crate::arch::{self, timer};
 use crate::memory::PAGE_BYTES;
 use crate::objects::{Frame, OBJECTS, Objects};
 use crate::{println, process};
+use super::failure::{Failure, INJECTED_FAILURE_GENERATION};
 use super::{DIRECTORY_PAGE, PERSISTENCE, Persistence, mirror_disks, with_store};
 
 /// Objects written (or log blocks migrated) per step: bounds the time a step holds the
@@ -47,12 +50,15 @@ pub(super) struct Stabilization {
     generation: u64,
     snapshot_tsc: u64,
     snapshot_pause_us: u64,
-    directory: Option<Box<[u8; DIRECTORY_BYTES]>>,
+    /// The directory's blocks and their pages, stored first.
+    directory: Vec<(ObjectId, Box<DirectoryBlock>)>,
     nodes: Vec<NodeSnapshot>,
+    /// Every node of the snapshot, to make dirty again if the checkpoint is abandoned.
+    pub(super) node_ids: Vec<ObjectId>,
     /// The snapshot's pages, stored in order from `next_page` on. A page not yet stored
     /// whose frame still holds the snapshot's contents is stored from its frame; one written
     /// since has its snapshot contents and version in `copies`.
-    pages: Vec<ObjectId>,
+    pub(super) pages: Vec<ObjectId>,
     next_page: usize,
     copies: BTreeMap<ObjectId, (Version, Box<[u8; PAGE_BYTES]>)>,
     node_count: usize,
@@ -61,15 +67,19 @@ pub(super) struct Stabilization {
 
 /// A page is about to become dirty in a fault (the world is stopped and the scheduler
 /// free): if the dirty pages would outgrow what the log can take, a checkpoint comes first.
-pub fn limit_dirty_pages(objects: &mut Objects) -> Result<(), String> {
+/// If it fails, the failure is handled as any other ([`Persistence::failed`]) and the page
+/// is written all the same.
+pub fn limit_dirty_pages(objects: &mut Objects) {
     let mut guard = PERSISTENCE.lock();
-    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
-        return Ok(());
+    let Some(persistence) = guard.as_mut() else {
+        return;
     };
-    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() {
-        return Ok(());
+    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() || persistence.retry_pending() {
+        return;
     }
-    persistence.checkpoint_now(objects)
+    if let Err(failure) = persistence.checkpoint_now(objects) {
+        persistence.failed(objects, failure);
+    }
 }
 
 pub(super) fn interval_ticks(interval_ms: u64) -> u64 {
@@ -100,8 +110,8 @@ pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
     {
         let mut persistence = PERSISTENCE.lock();
         let stabilization = persistence.as_mut().and_then(|persistence| persistence.stabilization.as_mut());
-        // A page stays in the snapshot only while it is stabilized (or after a checkpoint
-        // failed, when nothing is stored any more).
+        // A page stays in the snapshot only while it is stabilized: an abandoned snapshot's
+        // pages are dirty in the new epoch.
         if let Some(stabilization) = stabilization {
             stabilization.copies.insert(id, (version, Box::new(*frame.bytes())));
         }
@@ -116,18 +126,15 @@ pub fn step(idle: bool) -> bool {
     let freed = crate::space::free_retired_tables(1);
     let mut objects = OBJECTS.lock();
     let mut guard = PERSISTENCE.lock();
-    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
+    let Some(persistence) = guard.as_mut() else {
         return freed;
     };
     let result = persistence.step(&mut objects, idle);
     match result {
         Ok(worked) => worked || freed,
-        Err(error) => {
-            // The store is left as its last commit made it, and a restart comes back to
-            // that; this run goes on without persistence rather than stop serving.
-            println!("holdfast: checkpoint failed: {error}; no further checkpoints this run");
-            persistence.failed = true;
-            false
+        Err(failure) => {
+            persistence.failed(&mut objects, failure);
+            true
         }
     }
 }
@@ -141,7 +148,7 @@ impl Persistence {
         (log_blocks - self.store.log_used_blocks()) * 3 / 4
     }
 
-    fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, String> {
+    fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, Failure> {
         // Queued journal commits first: their processes wait for them, and nothing else
         // here is waited for (a scrub step before them added its reads to every commit).
         let mut worked = false;
@@ -153,11 +160,14 @@ impl Persistence {
         // work, repairs and status changes reported.
         worked |= mirror_disks::step(&mut self.store);
         worked |= self.scrub_if_due(idle, worked);
+        if self.retry_pending() {
+            return Ok(worked);
+        }
         if self.stabilization.is_some() {
             return self.stabilize_step(objects).map(|()| true);
         }
         if let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
-            self.store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?;
+            self.store.migrate_step(STEP_OBJECTS)?;
             return Ok(true);
         }
         let due = timer::ticks() >= self.next_snapshot_tick
@@ -172,12 +182,12 @@ impl Persistence {
 
     /// A whole checkpoint, now: finishes the migration before it, snapshots, stabilizes
     /// and commits. For memory pressure: afterwards every page is clean.
-    pub(super) fn checkpoint_now(&mut self, objects: &mut Objects) -> Result<(), String> {
+    pub(super) fn checkpoint_now(&mut self, objects: &mut Objects) -> Result<(), Failure> {
         while self.stabilization.is_some() {
             self.stabilize_step(objects)?;
         }
         while let CheckpointPhase::Migrating { .. } = self.store.checkpoint_phase() {
-            self.store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?;
+            self.store.migrate_step(STEP_OBJECTS)?;
         }
         self.snapshot(objects)?;
         while self.stabilization.is_some() {
@@ -186,24 +196,36 @@ impl Persistence {
         Ok(())
     }
 
-    fn snapshot(&mut self, objects: &mut Objects) -> Result<(), String> {
+    fn snapshot(&mut self, objects: &mut Objects) -> Result<(), Failure> {
         let started = arch::read_tsc();
-        process::check_consistency(objects).map_err(|error| alloc::format!("consistency check: {error}"))?;
+        process::check_consistency(objects).map_err(|error| Failure::retry(alloc::format!("consistency check: {error}")))?;
         process::write_back(objects);
         process::drop_all_translations(objects);
+        let processes: Vec<DirectoryProcess> = process::roots_and_names()
+            .into_iter()
+            .map(|(root, name)| DirectoryProcess { root, name: name.to_string() })
+            .collect();
+        // The directory's pages beyond page 0: ids set aside the first time they are needed
+        // (before the next page id is recorded), never handed to a program.
+        let pages_needed = directory::block_count(processes.len()) - 1;
+        while self.directory_pages.len() < pages_needed {
+            self.directory_pages.push(objects.reserve_page_id());
+        }
         let (next_node_id, next_page_id) = objects.next_ids();
-        let directory = Directory {
-            next_node_id,
-            next_page_id,
-            processes: process::roots_and_names()
-                .into_iter()
-                .map(|(root, name)| DirectoryProcess { root, name: name.to_string() })
-                .collect(),
-        };
-        let directory = directory.encode().map_err(|error| error.to_string())?;
+        if next_page_id > self.store.geometry().page_count {
+            return Err(Failure::retry(alloc::format!(
+                "the checkpoint directory's pages reach page id {}; the store holds {} pages",
+                next_page_id - 1,
+                self.store.geometry().page_count - 1
+            )));
+        }
+        let directory = Directory { next_node_id, next_page_id, processes }
+            .encode(&self.directory_pages)
+            .map_err(|error| Failure::retry(error.to_string()))?;
+        let directory = core::iter::once(DIRECTORY_PAGE).chain(self.directory_pages.iter().copied()).zip(directory).collect();
+        let generation = self.store.begin_checkpoint()?;
         let nodes = objects.cache.take_dirty_nodes();
         let pages = objects.cache.take_dirty_pages();
-        let generation = self.store.begin_checkpoint().map_err(|error| error.to_string())?;
         let snapshot_tsc = arch::read_tsc();
         let snapshot_pause_us = timer::tsc_to_microseconds(snapshot_tsc - started);
         let counters = &mut self.kernel_counters;
@@ -213,7 +235,8 @@ impl Persistence {
             generation,
             snapshot_tsc,
             snapshot_pause_us,
-            directory: Some(Box::new(directory)),
+            directory,
+            node_ids: nodes.iter().map(|node| node.id).collect(),
             node_count: nodes.len(),
             page_count: pages.len(),
             nodes,
@@ -225,39 +248,52 @@ impl Persistence {
         Ok(())
     }
 
-    pub(super) fn stabilize_step(&mut self, objects: &Objects) -> Result<(), String> {
+    pub(super) fn stabilize_step(&mut self, objects: &Objects) -> Result<(), Failure> {
         let stabilization = self.stabilization.as_mut().expect("called while stabilizing");
-        let store_error = |error: StoreError| error.to_string();
         let mut budget = STEP_OBJECTS;
-        if let Some(directory) = stabilization.directory.take() {
-            self.store.checkpoint_write_page(DIRECTORY_PAGE, Version(0), &directory).map_err(store_error)?;
+        while budget > 0
+            && let Some((page, block)) = stabilization.directory.pop()
+        {
+            self.store.checkpoint_write_page(page, Version(0), &block)?;
             budget -= 1;
         }
         while budget > 0
             && let Some(node) = stabilization.nodes.pop()
         {
-            self.store.checkpoint_write_node(node.id, node.version, &node.image).map_err(store_error)?;
+            self.store.checkpoint_write_node(node.id, node.version, &node.image)?;
             budget -= 1;
         }
         while budget > 0
             && let Some(&id) = stabilization.pages.get(stabilization.next_page)
         {
             if let Some((version, bytes)) = stabilization.copies.remove(&id) {
-                self.store.checkpoint_write_page(id, version, &bytes).map_err(store_error)?;
+                self.store.checkpoint_write_page(id, version, &bytes)?;
             } else {
                 // Not written since the snapshot, so neither evicted: dirty pages stay.
                 let frame = objects.cache.page_frame(id).expect("a page of the snapshot is resident");
                 let version = objects.cache.page_version(id).expect("pages are never removed");
-                self.store.checkpoint_write_page(id, version, frame.bytes()).map_err(store_error)?;
+                self.store.checkpoint_write_page(id, version, frame.bytes())?;
             }
             objects.cache.page_stored(id);
             stabilization.next_page += 1;
             budget -= 1;
         }
-        if !stabilization.nodes.is_empty() || stabilization.next_page < stabilization.pages.len() {
+        if !stabilization.directory.is_empty()
+            || !stabilization.nodes.is_empty()
+            || stabilization.next_page < stabilization.pages.len()
+        {
             return Ok(());
         }
-        let generation = self.store.commit_checkpoint().map_err(store_error)?;
+        if INJECTED_FAILURE_GENERATION
+            .compare_exchange(stabilization.generation, 0, core::sync::atomic::Ordering::Relaxed, core::sync::atomic::Ordering::Relaxed)
+            .is_ok()
+        {
+            // Every object is written and its page marked stored: the abandon must make
+            // them all dirty again.
+            let generation = stabilization.generation;
+            return Err(Failure::retry(alloc::format!("failure injected at commit of checkpoint {generation} (holdfast.test-checkpoint-failure)")));
+        }
+        let generation = self.store.commit_checkpoint()?;
         debug_assert_eq!(generation, stabilization.generation);
         let stabilization_us = timer::tsc_to_microseconds(arch::read_tsc() - stabilization.snapshot_tsc);
         self.store.note_checkpoint_stabilization_seconds(stabilization_us as f64 / 1e6);
@@ -269,6 +305,11 @@ impl Persistence {
             stabilization_us / 1000
         );
         self.stabilization = None;
+        if self.failures_since_commit > 0 {
+            println!("holdfast: checkpoints persist again after {} failed", self.failures_since_commit);
+            self.failures_since_commit = 0;
+        }
         Ok(())
     }
+
 }

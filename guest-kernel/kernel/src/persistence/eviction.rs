@@ -5,7 +5,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use holdfast_objects::ObjectId;
 
-use crate::memory;
+use crate::memory::{self, PAGE_BYTES};
 use crate::objects::Objects;
 use crate::process;
 use super::PERSISTENCE;
@@ -15,6 +15,21 @@ use super::PERSISTENCE;
 fn heap_free_target_bytes() -> usize {
     (memory::heap_bytes() / 8).max(4 << 20)
 }
+
+/// Whether the heap has room for another process's tables beyond the reserve kept for page
+/// loads and copies on write, once clean pages are evicted if a store holds them.
+pub fn room_for_process(objects: &mut Objects) -> bool {
+    let room = || memory::heap_free_bytes() >= heap_free_target_bytes() + PROCESS_BYTES;
+    if room() {
+        return true;
+    }
+    // Without room, nothing is made: the failure to make room is the refusal.
+    let _ = make_room(objects, &[]);
+    room()
+}
+
+/// A process's kernel memory: its top page table and its entry in the table, rounded up.
+const PROCESS_BYTES: usize = 2 * PAGE_BYTES;
 
 /// Pages evicted at once: each eviction drops every translation, so it is done in batches.
 const EVICTION_BATCH_PAGES: usize = 512;
@@ -31,16 +46,20 @@ pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String>
         return Ok(());
     }
     let mut guard = PERSISTENCE.lock();
-    let Some(persistence) = guard.as_mut().filter(|persistence| !persistence.failed) else {
+    let Some(persistence) = guard.as_mut() else {
         return Ok(());
     };
-    // A checkpoint's pages stay until stored.
+    // A checkpoint's pages stay until stored (or, if it fails, dirty again).
     while persistence.stabilization.is_some() {
-        persistence.stabilize_step(objects)?;
+        if let Err(failure) = persistence.stabilize_step(objects) {
+            persistence.failed(objects, failure);
+        }
     }
     let mut victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
-    if victims.len() < EVICTION_BATCH_PAGES / 2 {
-        persistence.checkpoint_now(objects)?;
+    if victims.len() < EVICTION_BATCH_PAGES / 2 && !persistence.retry_pending() {
+        if let Err(failure) = persistence.checkpoint_now(objects) {
+            persistence.failed(objects, failure);
+        }
         victims = objects.cache.eviction_candidates(EVICTION_BATCH_PAGES, keep);
     }
     // Root nodes stay: the snapshot and the journal read them with the store held, when no

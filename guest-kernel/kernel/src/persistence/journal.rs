@@ -2,14 +2,13 @@
 //! commit waits for a step while other processes can run, and is written at once on its
 //! invoker's path otherwise, [`journal_commit`]).
 
-use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use holdfast_objects::ObjectCache;
-use holdfast_store::StoreError;
 
 use crate::arch::{self, timer};
 use crate::objects::{Frame, Objects};
 use crate::{println, process};
+use super::failure::Failure;
 use super::{PERSISTENCE, Persistence};
 
 /// The log fill above which journal commits wait for the forced checkpoint's migration to
@@ -35,22 +34,19 @@ pub enum JournalCommit {
 /// disk write (group commit).
 pub fn journal_commit(objects: &mut Objects, pages: &[holdfast_objects::Capability]) -> Option<JournalCommit> {
     let mut guard = PERSISTENCE.lock();
-    let persistence = guard.as_mut().filter(|persistence| !persistence.failed)?;
+    let persistence = guard.as_mut()?;
     let ticket = persistence.journal_submit(&objects.cache, pages)?;
     if process::others_runnable() || !persistence.journal_may_write() {
         return Some(JournalCommit::Queued(ticket));
     }
     match persistence.journal_write(objects) {
         Ok(Some(durable)) if durable >= ticket => Some(JournalCommit::Durable(ticket)),
-        // Not reached (the commit was queued), but a commit not known to be on disk must
-        // not be acknowledged: it waits like any other.
+        // Not known to be on disk, so not acknowledged: it stays queued and waits like any
+        // other, for the write a later step retries.
         Ok(_) => Some(JournalCommit::Queued(ticket)),
-        Err(error) => {
-            // As a failed step: the store stays as its last flush left it (this commit is not
-            // acknowledged), and this run goes on without persistence.
-            println!("holdfast: journal write failed: {error}; no further commits or checkpoints this run");
-            persistence.failed = true;
-            None
+        Err(failure) => {
+            persistence.failed(objects, failure);
+            Some(JournalCommit::Queued(ticket))
         }
     }
 }
@@ -71,11 +67,10 @@ impl Persistence {
                 self.journal_submitted_tsc.insert(ticket.0, arch::read_tsc());
                 Some(ticket.0)
             }
-            // Hundreds of commits waiting (one per process at most): refused, the store is fine.
-            Err(StoreError::JournalQueueFull) => None,
+            // Hundreds of commits waiting (one per process at most), or a page the store has
+            // no room for: this commit is refused; nothing was written, the store is fine.
             Err(error) => {
-                println!("holdfast: journal commit failed: {error}; no further commits or checkpoints this run");
-                self.failed = true;
+                println!("holdfast: journal commit refused: {error}");
                 None
             }
         }
@@ -89,8 +84,8 @@ impl Persistence {
 
     /// Writes every queued journal commit in one group and lets its processes run on;
     /// returns the newest ticket now durable, `None` if nothing was queued.
-    pub(super) fn journal_write(&mut self, objects: &mut Objects) -> Result<Option<u64>, String> {
-        let Some(durable) = self.store.journal_write().map_err(|error| error.to_string())? else {
+    pub(super) fn journal_write(&mut self, objects: &mut Objects) -> Result<Option<u64>, Failure> {
+        let Some(durable) = self.store.journal_write()? else {
             return Ok(None);
         };
         let now = arch::read_tsc();

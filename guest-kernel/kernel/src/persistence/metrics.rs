@@ -14,9 +14,16 @@ pub(super) struct KernelCounters {
     pub(super) journal_commit_seconds_count: u64,
     /// Disk writes of journal commits: fewer than the commits when they share them.
     pub(super) journal_writes_total: u64,
+    /// Checkpoints (and journal writes) that failed and were retried.
+    pub(super) checkpoint_failures_total: u64,
     pub(super) evicted_pages_total: u64,
     pub(super) evicted_nodes_total: u64,
     pub(super) loaded_nodes_total: u64,
+}
+
+/// Checkpoints failed since the last commit, and in all since boot.
+pub fn failures() -> Option<[u64; 4]> {
+    with_store(|persistence| [persistence.failures_since_commit, persistence.kernel_counters.checkpoint_failures_total, 0, 0])
 }
 
 /// Newest committed generation, interval, log fill in thousandths, degraded (0 or 1).
@@ -44,6 +51,8 @@ pub fn counters_text() -> Option<String> {
             ("holdfast_journal_commit_seconds_sum", kernel.journal_commit_seconds_sum),
             ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
             ("holdfast_journal_writes_total", kernel.journal_writes_total as f64),
+            ("holdfast_checkpoint_failures_total", kernel.checkpoint_failures_total as f64),
+            ("holdfast_checkpoint_failures_since_commit", persistence.failures_since_commit as f64),
             ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
             ("holdfast_evicted_nodes_total", kernel.evicted_nodes_total as f64),
             ("holdfast_loaded_nodes_total", kernel.loaded_nodes_total as f64),

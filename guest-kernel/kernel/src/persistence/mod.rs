@@ -13,7 +13,9 @@
 //! - [`eviction`]: clean pages and nodes evicted when memory runs short;
 //! - [`scrub`]: when the home blocks are scrubbed;
 //! - [`mirror_disks`]: which disks are the store's mirrors, their status and resilvering;
-//! - [`metrics`]: the `checkpoint status` words and the counters in Prometheus text.
+//! - [`metrics`]: the `checkpoint status` words and the counters in Prometheus text;
+//! - [`failure`]: failed checkpoint work retried, counted and shown, a lost store stopping
+//!   the system.
 
 use alloc::collections::BTreeMap;
 use holdfast_objects::ObjectId;
@@ -28,6 +30,7 @@ use crate::objects::Objects;
 
 pub mod checkpoint;
 pub mod eviction;
+pub mod failure;
 pub mod journal;
 pub mod metrics;
 pub mod mirror_disks;
@@ -36,6 +39,8 @@ pub mod restore;
 pub mod scrub;
 
 pub use checkpoint::*;
+pub use eviction::room_for_process;
+pub use failure::inject_failure;
 pub use journal::*;
 pub use metrics::*;
 pub use open::*;
@@ -46,7 +51,8 @@ use metrics::KernelCounters;
 
 const _: () = assert!(NODE_IMAGE_BYTES == NODE_SIZE && DIRECTORY_BYTES == PAGE_BYTES);
 
-/// The checkpoint directory's page id: object ids start at 1.
+/// The checkpoint directory's first page: object ids start at 1. Its other pages have ids
+/// of their own, set aside when the directory grows ([`Persistence::directory_pages`]).
 const DIRECTORY_PAGE: ObjectId = ObjectId(0);
 
 pub struct Persistence {
@@ -62,8 +68,12 @@ pub struct Persistence {
     scrub: Option<holdfast_store::ScrubCursor>,
     /// Timer ticks with processes running since the last scrub step.
     ticks_since_scrub: u32,
-    /// Set when a checkpoint failed: the store is no longer written, and the system says so.
-    failed: bool,
+    /// The directory's pages after page 0, in chain order: set aside once, used again by
+    /// every checkpoint, more set aside as the processes grow.
+    directory_pages: alloc::vec::Vec<ObjectId>,
+    /// Checkpoints failed since the last commit: nothing since that commit is persisted
+    /// (but the journal's commits) while this is not zero. `checkpoint status` says it.
+    failures_since_commit: u64,
     /// Called with the newest durable journal ticket after a group is written: the
     /// invocation path wakes the committers waiting for it (registered by [`attach`]).
     on_journal_durable: fn(&mut Objects, u64),
@@ -71,9 +81,7 @@ pub struct Persistence {
 
 static PERSISTENCE: Mutex<Option<Persistence>> = Mutex::new(None);
 
-/// The store, unless there is none or it failed: what the checkpoint and journal
-/// capabilities act on.
+/// The store, unless there is none: what the checkpoint and journal capabilities act on.
 fn with_store<T>(with: impl FnOnce(&mut Persistence) -> T) -> Option<T> {
-    let mut guard = PERSISTENCE.lock();
-    guard.as_mut().filter(|persistence| !persistence.failed).map(with)
+    PERSISTENCE.lock().as_mut().map(with)
 }

@@ -71,7 +71,8 @@ pub fn attach(store: Store<Block>, interval_ms: u64, on_journal_durable: fn(&mut
         kernel_counters: KernelCounters::default(),
         scrub: Some(holdfast_store::ScrubCursor::default()),
         ticks_since_scrub: 0,
-        failed: false,
+        directory_pages: alloc::vec::Vec::new(),
+        failures_since_commit: 0,
         on_journal_durable,
     });
 }

@@ -5,7 +5,7 @@ use alloc::boxed::Box;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use holdfast_objects::cache::StoredNode;
-use holdfast_objects::directory::{Directory, DirectoryProcess};
+use holdfast_objects::directory::{DirectoryProcess, DirectoryReader};
 use holdfast_objects::restart::{self, StoreBounds};
 use holdfast_objects::{Node, ObjectId, Version};
 
@@ -24,11 +24,18 @@ pub fn restore() -> Result<usize, String> {
     let store = &mut guard.as_mut().expect("attached first").store;
     let mut block = Box::new([0u8; PAGE_BYTES]);
     store.read_page(DIRECTORY_PAGE, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
-    let directory = Directory::decode(&block).map_err(|error| failed("checkpoint directory", &error))?;
+    let mut reader = DirectoryReader::new(&block, store.geometry().page_count)
+        .map_err(|error| failed("checkpoint directory", &error))?;
+    while let Some(page) = reader.next_page() {
+        store.read_page(page, &mut block).map_err(|error| failed("reading the checkpoint directory", &error))?;
+        reader.add(&block).map_err(|error| failed("checkpoint directory", &error))?;
+    }
+    let (directory, directory_pages) = reader.finish().map_err(|error| failed("checkpoint directory", &error))?;
     // Its next ids size the object tables: checked against the store first, as ring-3 input.
     let geometry = store.geometry();
     let bounds = StoreBounds { node_count: geometry.node_count, page_count: geometry.page_count };
     restart::check_directory(&directory, bounds).map_err(|error| error.to_string())?;
+    guard.as_mut().expect("attached first").directory_pages = directory_pages;
     let mut objects = OBJECTS.lock();
     objects.cache.know_stored_nodes(directory.next_node_id);
     objects.cache.know_stored_pages(directory.next_page_id);

@@ -149,6 +149,11 @@ pub fn others_runnable() -> bool {
         .any(|(index, process)| index != current && process.state == ProcessState::Runnable)
 }
 
+/// Whether the process whose root node is `root` is in the table.
+pub fn is_adopted(root: ObjectId) -> bool {
+    SCHEDULER.lock().index_of(root).is_some()
+}
+
 /// Adds the process whose root node `root` names to the table, stopped, if it is not
 /// there: `node.make_process` made it, and `process.start` will run it.
 pub fn adopt(root: Capability) {

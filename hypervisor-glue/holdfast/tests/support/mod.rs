@@ -182,3 +182,36 @@ pub fn assert_one_line_error(run: &Run, status: i32, expected: &str) {
     assert_eq!(run.status, Some(status), "{}", run.transcript());
     assert_eq!(run.stderr, format!("{expected}\n"), "{}", run.transcript());
 }
+
+/// A mount of a small tmpfs, for a host file system that fills up; unmounted when dropped.
+pub struct SmallFileSystem {
+    pub mount_point: PathBuf,
+}
+
+impl SmallFileSystem {
+    /// Mounts one, or says why it cannot (the test needs root and a kernel that lets it
+    /// mount).
+    pub fn mount(mount_point: PathBuf, size_mib: u32) -> Result<Self, String> {
+        std::fs::create_dir_all(&mount_point).map_err(|error| error.to_string())?;
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}M"), "tmpfs"])
+            .arg(&mount_point)
+            .status()
+            .map_err(|error| error.to_string())?;
+        if status.success() { Ok(Self { mount_point }) } else { Err(format!("mount exited with {status}")) }
+    }
+
+    /// Fills what is left of it with a file of zeros.
+    pub fn fill(&self) {
+        let filler = self.mount_point.join("filler");
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let zeros = vec![0u8; 4096];
+        while std::io::Write::write_all(&mut file, &zeros).is_ok() {}
+    }
+}
+
+impl Drop for SmallFileSystem {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount_point).status();
+    }
+}
