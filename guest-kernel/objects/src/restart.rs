@@ -274,7 +274,7 @@ pub fn read_named_process_root(name: &str, root: ObjectId, node: &Node) -> Resul
 mod tests {
     use super::*;
     use crate::Capability;
-    use crate::directory::{DIRECTORY_BYTES, DirectoryProcess};
+    use crate::directory::{DirectoryProcess, DirectoryReader};
     use crate::image::NODE_IMAGE_BYTES;
     use crate::Version;
     use alloc::string::ToString;
@@ -288,8 +288,8 @@ mod tests {
             .map(|(index, &root)| DirectoryProcess { root: ObjectId(root), name: alloc::format!("p{index}") })
             .collect();
         // Through its block, as a restart reads it: the format takes these values.
-        let block: [u8; DIRECTORY_BYTES] = Directory { next_node_id, next_page_id, processes }.encode().unwrap();
-        Directory::decode(&block).unwrap()
+        let blocks = Directory { next_node_id, next_page_id, processes }.encode(&[]).unwrap();
+        DirectoryReader::new(&blocks[0], BOUNDS.page_count).unwrap().finish().unwrap().0
     }
 
     #[test]

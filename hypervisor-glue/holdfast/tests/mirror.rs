@@ -692,7 +692,7 @@ fn a_disk_that_stops_answering_is_given_up_and_the_system_goes_on_degraded() {
 
 #[test]
 fn a_root_node_with_a_kernel_rip_restarts_that_process_faulted_naming_it() {
-    use holdfast_objects::directory::Directory;
+    use holdfast_objects::directory::DirectoryReader;
     use holdfast_objects::restart::register_words_slot;
     use holdfast_objects::{Capability, Node, ObjectId};
 
@@ -708,7 +708,9 @@ fn a_root_node_with_a_kernel_rip_restarts_that_process_faulted_naming_it() {
     let mut store = Store::open(vec![open(&a), open(&b)]).expect("the images hold a store");
     let mut block = [0u8; BLOCK_SIZE];
     store.read_page(ObjectId(0), &mut block).expect("the checkpoint directory");
-    let process = Directory::decode(&block).expect("a directory").processes.remove(0);
+    let reader = DirectoryReader::new(&block, store.geometry().page_count).expect("a directory");
+    // The test's system has a few processes: one block, no continuation to read.
+    let process = reader.finish().expect("a one-block directory").0.processes.remove(0);
     let (version, image) = store.read_node(process.root).expect("the root node");
     let (mut node, resume_version) = Node::decode(&image).expect("a node image");
     let [r15, _] = node.get(register_words_slot(7)).number_words().expect("registers");
