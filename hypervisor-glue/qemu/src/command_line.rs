@@ -122,10 +122,16 @@ impl VmSpec {
             // on AMD hosts whose KVM emulates it ("failed to set MSR 0x10a") and aborts.
             // Holdfast does not read it.
             Accelerator::Kvm => arguments.add(["-accel", "kvm", "-cpu", "host,-arch-capabilities"]),
-            // TCG's default model (qemu64) lacks SSE4.2, whose `crc32` instruction the
-            // kernel uses to check the initial image at boot (about 30 times faster under
-            // TCG than its table-driven fallback).
-            Accelerator::Tcg => arguments.add(["-accel", "tcg", "-cpu", "qemu64,+sse4.2"]),
+            // TCG's default model (qemu64) with what x86-64-v2 adds: SSE4.2, whose `crc32`
+            // instruction the kernel uses to check the initial image at boot, and the
+            // features software assumes come with it (the Linux peer's busybox uses SSSE3
+            // once it sees SSE4.2, and died of #UD with SSE4.2 alone).
+            Accelerator::Tcg => arguments.add([
+                "-accel",
+                "tcg",
+                "-cpu",
+                "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt",
+            ]),
         }
         arguments.add(["-m".to_owned(), self.memory_mib.to_string()]);
         // signal=off: a ^C on the serial console is a byte for the guest, not a QEMU exit.
@@ -272,7 +278,11 @@ mod tests {
         assert!(contains_pair(&words, "-append", "holdfast.after=stay"));
         assert!(contains_pair(&words, "-machine", "q35"));
         assert!(contains_pair(&words, "-accel", "tcg"));
-        assert!(contains_pair(&words, "-cpu", "qemu64,+sse4.2"));
+        assert!(contains_pair(
+            &words,
+            "-cpu",
+            "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt"
+        ));
         assert!(contains_pair(
             &words,
             "-device",
