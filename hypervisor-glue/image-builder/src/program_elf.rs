@@ -230,7 +230,10 @@ mod tests {
         let stripped_file = elf::ElfBytes::<LittleEndian>::minimal_parse(&stripped[..]).unwrap();
         assert!(stripped_file.section_headers().is_none());
         let segments: Vec<_> = file.segments().unwrap().iter().collect();
-        assert_eq!(stripped_file.segments().unwrap().iter().collect::<Vec<_>>(), segments);
+        assert_eq!(
+            stripped_file.segments().unwrap().iter().collect::<Vec<_>>(),
+            segments
+        );
         for segment in segments {
             let range = segment.p_offset as usize..(segment.p_offset + segment.p_filesz) as usize;
             assert_eq!(stripped[range.clone()], bytes[range]);

@@ -123,7 +123,8 @@ impl VmSpec {
             // Holdfast does not read it.
             Accelerator::Kvm => arguments.add(["-accel", "kvm", "-cpu", "host,-arch-capabilities"]),
             // TCG's default model (qemu64) with what x86-64-v2 adds: SSE4.2, whose `crc32`
-            // instruction the kernel uses to check the initial image at boot, and the
+            // instruction the kernel uses to check the initial image at boot (so that TCG
+            // runs the path hardware and KVM take), and the
             // features software assumes come with it (the Linux peer's busybox uses SSSE3
             // once it sees SSE4.2, and died of #UD with SSE4.2 alone).
             Accelerator::Tcg => arguments.add([
