@@ -112,7 +112,7 @@ mod crc32_instruction {
             ABSENT => false,
             _ => {
                 // Leaf 1 exists on every x86-64 CPU.
-                #[allow(unused_unsafe)] // `__cpuid` is safe from Rust 1.94 on
+                #[allow(unused_unsafe)] // `__cpuid` is a safe function in newer Rust
                 // SAFETY: CPUID is available on every x86-64 CPU and only reads.
                 let ecx = unsafe { __cpuid(1) }.ecx;
                 let present = ecx & (1 << 20) != 0;
