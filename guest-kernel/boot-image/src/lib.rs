@@ -47,11 +47,115 @@ pub const ENTRY_NAME_BYTES: usize = 32;
 pub const ENTRY_COUNT_MAX: u32 = 256;
 pub const PAYLOAD_ALIGN: usize = 4096;
 
-const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+/// The table-driven CRC-32C, for CPUs without SSE4.2.
+static CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 
 /// CRC-32C (Castagnoli), the checksum of every Holdfast record.
 pub fn crc32c(bytes: &[u8]) -> u32 {
-    CRC32C.checksum(bytes)
+    let mut digest = Crc32cDigest::new();
+    digest.update(bytes);
+    digest.finalize()
+}
+
+/// A CRC-32C over bytes given in pieces. With SSE4.2 it uses the `crc32` instruction
+/// (8 bytes an instruction); without, the `crc` crate's tables (a table load a byte or
+/// two). The kernel checks the whole initial image at boot. Under QEMU's TCG the two were
+/// measured alike (a 13.3 MB image: 0.80 s with the instruction, 0.69 s with the tables, on
+/// a loaded host: TCG emulates `crc32` a byte at a time); on hardware and under KVM the
+/// instruction is the fast one.
+pub(crate) enum Crc32cDigest {
+    /// The CRC register as the `crc32` instruction keeps it: inverted, not yet finalized.
+    Instruction(u32),
+    Table(crc::Digest<'static, u32>),
+}
+
+impl Crc32cDigest {
+    pub(crate) fn new() -> Self {
+        if crc32_instruction::available() {
+            Self::Instruction(!0)
+        } else {
+            Self::Table(CRC32C.digest())
+        }
+    }
+
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Self::Instruction(register) => *register = crc32_instruction::update(*register, bytes),
+            Self::Table(digest) => digest.update(bytes),
+        }
+    }
+
+    pub(crate) fn finalize(self) -> u32 {
+        match self {
+            Self::Instruction(register) => !register,
+            Self::Table(digest) => digest.finalize(),
+        }
+    }
+}
+
+/// The SSE4.2 `crc32` instruction, which computes CRC-32C (an integer instruction: the
+/// soft-float kernel target may use it), chosen at run time after a CPUID check.
+#[cfg(target_arch = "x86_64")]
+mod crc32_instruction {
+    use core::arch::x86_64::{__cpuid, _mm_crc32_u8, _mm_crc32_u64};
+    use core::sync::atomic::{AtomicU8, Ordering};
+
+    const UNKNOWN: u8 = 0;
+    const ABSENT: u8 = 1;
+    const PRESENT: u8 = 2;
+    static SSE42: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+    /// Whether this CPU has SSE4.2 (CPUID leaf 1, ECX bit 20); asked once.
+    pub(crate) fn available() -> bool {
+        match SSE42.load(Ordering::Relaxed) {
+            PRESENT => true,
+            ABSENT => false,
+            _ => {
+                // Leaf 1 exists on every x86-64 CPU.
+                #[allow(unused_unsafe)] // `__cpuid` is a safe function in newer Rust
+                // SAFETY: CPUID is available on every x86-64 CPU and only reads.
+                let ecx = unsafe { __cpuid(1) }.ecx;
+                let present = ecx & (1 << 20) != 0;
+                SSE42.store(if present { PRESENT } else { ABSENT }, Ordering::Relaxed);
+                present
+            }
+        }
+    }
+
+    /// Feeds `bytes` through the CRC register. Panics without SSE4.2 (callers ask
+    /// [`available`] first): the instruction would fault.
+    pub(crate) fn update(register: u32, bytes: &[u8]) -> u32 {
+        assert!(available(), "the crc32 instruction needs SSE4.2");
+        // SAFETY: SSE4.2, the only feature `update_sse42` is compiled for, was just found
+        // in CPUID.
+        unsafe { update_sse42(register, bytes) }
+    }
+
+    #[target_feature(enable = "sse4.2")]
+    fn update_sse42(register: u32, bytes: &[u8]) -> u32 {
+        let (words, tail) = bytes.as_chunks::<8>();
+        let mut register = u64::from(register);
+        for word in words {
+            register = _mm_crc32_u64(register, u64::from_le_bytes(*word));
+        }
+        let mut register = register as u32;
+        for &byte in tail {
+            register = _mm_crc32_u8(register, byte);
+        }
+        register
+    }
+}
+
+/// Other architectures use the tables.
+#[cfg(not(target_arch = "x86_64"))]
+mod crc32_instruction {
+    pub(crate) fn available() -> bool {
+        false
+    }
+
+    pub(crate) fn update(_register: u32, _bytes: &[u8]) -> u32 {
+        unreachable!("no crc32 instruction on this architecture")
+    }
 }
 
 #[repr(u32)]
@@ -172,7 +276,7 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
 }
 
 fn header_checksum(header_and_table: &[u8]) -> u32 {
-    let mut digest = CRC32C.digest();
+    let mut digest = Crc32cDigest::new();
     digest.update(&header_and_table[..24]);
     digest.update(&[0; 4]);
     digest.update(&header_and_table[28..]);
@@ -516,6 +620,61 @@ mod tests {
                 .system_table()
                 .is_none()
         );
+    }
+
+    /// The `crc32` instruction and the tables give the same CRC-32C, for random data of
+    /// every length up to 300 bytes and some long ones, starting at every alignment, fed
+    /// whole and in two pieces; and both give the published check value.
+    #[test]
+    fn the_crc32_instruction_and_the_tables_agree() {
+        assert!(
+            std::is_x86_feature_detected!("sse4.2"),
+            "this test needs an x86-64 host with SSE4.2"
+        );
+        assert!(crc32_instruction::available());
+        let instruction = |pieces: &[&[u8]]| {
+            let mut register = !0;
+            for piece in pieces {
+                register = crc32_instruction::update(register, piece);
+            }
+            !register
+        };
+        let table = |pieces: &[&[u8]]| {
+            let mut digest = CRC32C.digest();
+            for piece in pieces {
+                digest.update(piece);
+            }
+            digest.finalize()
+        };
+        assert_eq!(instruction(&[b"123456789"]), 0xE306_9283);
+        assert_eq!(table(&[b"123456789"]), 0xE306_9283);
+        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let buffer: Vec<u8> = (0..70_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let lengths = (0..=300).chain([1021, 4096, 4099, 65_536]);
+        for length in lengths {
+            for start in 0..8 {
+                let bytes = &buffer[start..start + length];
+                assert_eq!(
+                    instruction(&[bytes]),
+                    table(&[bytes]),
+                    "length {length} at offset {start}"
+                );
+                let (head, tail) = bytes.split_at(length / 3);
+                assert_eq!(
+                    instruction(&[head, tail]),
+                    table(&[bytes]),
+                    "length {length} at offset {start} in two pieces"
+                );
+            }
+        }
     }
 
     #[test]

@@ -394,7 +394,7 @@ pub struct SystemTable<'a> {
 }
 
 fn table_checksum(bytes: &[u8]) -> u32 {
-    let mut digest = crate::CRC32C.digest();
+    let mut digest = crate::Crc32cDigest::new();
     digest.update(&bytes[..12]);
     digest.update(&[0; 4]);
     digest.update(&bytes[16..]);

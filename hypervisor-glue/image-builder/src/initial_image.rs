@@ -9,7 +9,7 @@ use holdfast_boot_image::system_table::{self, Meter, Node, Page, Process, System
 use holdfast_boot_image::{EntryKind, ImageBuilder, SYSTEM_TABLE_ENTRY_NAME};
 
 use crate::manifest::{Manifest, ManifestError};
-use crate::program_elf::check_program_elf;
+use crate::program_elf::{check_program_elf, strip_program_elf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum InitialImageError {
@@ -64,12 +64,14 @@ pub fn make_initial_image(
                         path: path.clone(),
                         source,
                     })?;
-                check_program_elf(&payload).map_err(|problem| {
-                    manifest.error(
-                        format!("{entry} program '{}'", process.program),
-                        format!("'{}': {problem}", path.display()),
-                    )
-                })?;
+                let payload = check_program_elf(&payload)
+                    .and_then(|()| strip_program_elf(&payload))
+                    .map_err(|problem| {
+                        manifest.error(
+                            format!("{entry} program '{}'", process.program),
+                            format!("'{}': {problem}", path.display()),
+                        )
+                    })?;
                 builder
                     .add(&process.program, EntryKind::Program, &payload)
                     .map_err(|error| InitialImageError::Format {

@@ -110,6 +110,48 @@ fn check_writable_xor_executable(file: &elf::ElfBytes<LittleEndian>) -> Result<(
     Ok(())
 }
 
+/// The program as it goes into the initial image: the bytes up to the end of the last
+/// segment or header the loader reads, each at its offset and unchanged, with the section
+/// headers and what only they describe (debug information, symbols: most of a release
+/// build's file, which keeps `debug = 1`) left out, as `objcopy --strip-sections` does. The
+/// kernel loads programs by their program headers alone and checks every byte of the image
+/// at boot, so the smaller image boots faster; the unstripped file stays in the guest
+/// build's target directory for debugging. `bytes` must have passed [`check_program_elf`].
+pub fn strip_program_elf(bytes: &[u8]) -> Result<Vec<u8>, ProgramElfError> {
+    let damaged = |reason: &str| ProgramElfError::Damaged {
+        reason: reason.to_owned(),
+    };
+    let file = elf::ElfBytes::<LittleEndian>::minimal_parse(bytes).map_err(|error| {
+        ProgramElfError::Damaged {
+            reason: error.to_string(),
+        }
+    })?;
+    let header = &file.ehdr;
+    let program_headers_end = header
+        .e_phoff
+        .checked_add(u64::from(header.e_phnum) * u64::from(header.e_phentsize))
+        .ok_or_else(|| damaged("program header table past the end of the address space"))?;
+    let mut end = program_headers_end.max(u64::from(header.e_ehsize));
+    // Empty segments too: a bss segment's offset lies past the data before it, and the
+    // kernel's loader (like others) wants every segment's range inside the file.
+    for segment in file.segments().into_iter().flatten() {
+        let segment_end = segment
+            .p_offset
+            .checked_add(segment.p_filesz)
+            .ok_or_else(|| damaged("segment past the end of the address space"))?;
+        end = end.max(segment_end);
+    }
+    let end = usize::try_from(end)
+        .ok()
+        .filter(|&end| end <= bytes.len())
+        .ok_or_else(|| damaged("a segment lies outside the file"))?;
+    let mut stripped = bytes[..end].to_vec();
+    // No section headers: e_shoff, e_shentsize, e_shnum and e_shstrndx all zero.
+    stripped[40..48].fill(0);
+    stripped[58..64].fill(0);
+    Ok(stripped)
+}
+
 /// The version in the program's ABI note, found as the kernel finds it.
 fn abi_version_of(file: &elf::ElfBytes<LittleEndian>) -> Option<u32> {
     file.segments()?
@@ -184,6 +226,64 @@ mod tests {
             Some(abi::ABI_VERSION),
         ))
         .unwrap();
+    }
+
+    /// A program with a non-loadable section after its segments, described by a section
+    /// header table, as the debug sections of a release build are.
+    fn program_with_debug_section() -> (Vec<u8>, usize) {
+        let mut bytes = test_program_elf(elf::abi::EM_X86_64, Some(abi::ABI_VERSION));
+        let segments_end = bytes.len();
+        let debug_offset = segments_end as u64;
+        bytes.extend_from_slice(&[0xdb; 3000]);
+        let section_headers_offset = bytes.len() as u64;
+        bytes.extend_from_slice(&[0; 64]);
+        let mut debug = [0u8; 64];
+        debug[4..8].copy_from_slice(&elf::abi::SHT_PROGBITS.to_le_bytes());
+        debug[24..32].copy_from_slice(&debug_offset.to_le_bytes());
+        debug[32..40].copy_from_slice(&3000u64.to_le_bytes());
+        bytes.extend_from_slice(&debug);
+        bytes[40..48].copy_from_slice(&section_headers_offset.to_le_bytes());
+        bytes[58..60].copy_from_slice(&64u16.to_le_bytes());
+        bytes[60..62].copy_from_slice(&2u16.to_le_bytes());
+        (bytes, segments_end)
+    }
+
+    #[test]
+    fn stripping_keeps_the_segments_and_drops_the_sections() {
+        let (bytes, segments_end) = program_with_debug_section();
+        let file = elf::ElfBytes::<LittleEndian>::minimal_parse(&bytes[..]).unwrap();
+        assert_eq!(file.section_headers().unwrap().len(), 2);
+        check_program_elf(&bytes).unwrap();
+
+        let stripped = strip_program_elf(&bytes).unwrap();
+        assert_eq!(stripped.len(), segments_end);
+        check_program_elf(&stripped).unwrap();
+        let stripped_file = elf::ElfBytes::<LittleEndian>::minimal_parse(&stripped[..]).unwrap();
+        assert!(stripped_file.section_headers().is_none());
+        let segments: Vec<_> = file.segments().unwrap().iter().collect();
+        assert_eq!(
+            stripped_file.segments().unwrap().iter().collect::<Vec<_>>(),
+            segments
+        );
+        for segment in segments {
+            let range = segment.p_offset as usize..(segment.p_offset + segment.p_filesz) as usize;
+            assert_eq!(stripped[range.clone()], bytes[range]);
+        }
+        // Only the section header fields of the ELF header changed.
+        assert_eq!(stripped[..40], bytes[..40]);
+        assert_eq!(stripped[48..58], bytes[48..58]);
+        assert_eq!(stripped[64..], bytes[64..segments_end]);
+    }
+
+    #[test]
+    fn stripping_refuses_a_segment_outside_the_file() {
+        let mut bytes = test_program_elf(elf::abi::EM_X86_64, Some(abi::ABI_VERSION));
+        let file_size_at = 64 + 32;
+        bytes[file_size_at..file_size_at + 8].copy_from_slice(&10_000u64.to_le_bytes());
+        assert_eq!(
+            strip_program_elf(&bytes).unwrap_err().to_string(),
+            "a damaged ELF file: a segment lies outside the file"
+        );
     }
 
     #[test]

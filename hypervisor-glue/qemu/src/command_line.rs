@@ -15,8 +15,12 @@ pub const DEFAULT_MEMORY_MIB: u32 = 256;
 /// The MAC address of the guest's virtio-net device (QEMU's customary first address).
 pub const GUEST_MAC_ADDRESS: &str = "52:54:00:12:34:56";
 
-/// The CPU model under TCG: QEMU's default plus what the kernel's W^X needs.
-pub const TCG_CPU_MODEL: &str = "qemu64,+smep,+smap";
+/// The CPU model under TCG: QEMU's default (qemu64), plus SMEP and SMAP, which the kernel's
+/// W^X needs (it refuses to run without them), plus what x86-64-v2 adds: SSE4.2, whose
+/// `crc32` instruction the kernel uses to check the initial image at boot (so that TCG runs
+/// the path hardware and KVM take), and the features software assumes come with it (the
+/// Linux peer's busybox uses SSSE3 once it sees SSE4.2, and died of #UD with SSE4.2 alone).
+pub const TCG_CPU_MODEL: &str = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+smep,+smap";
 
 /// How the kernel gets into memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,8 +133,6 @@ impl VmSpec {
             // on AMD hosts whose KVM emulates it ("failed to set MSR 0x10a") and aborts.
             // Holdfast does not read it.
             Accelerator::Kvm => arguments.add(["-accel", "kvm", "-cpu", "host,-arch-capabilities"]),
-            // QEMU's default model (qemu64) has NX but neither SMEP nor SMAP, which the
-            // kernel's W^X needs (it refuses to run without them); TCG emulates both.
             // The Linux peers of the benchmarks run on the same model.
             Accelerator::Tcg => arguments.add(["-accel", "tcg", "-cpu", TCG_CPU_MODEL]),
         }
@@ -289,7 +291,7 @@ mod tests {
         assert!(contains_pair(&words, "-append", "holdfast.after=stay"));
         assert!(contains_pair(&words, "-machine", "q35"));
         assert!(contains_pair(&words, "-accel", "tcg"));
-        assert!(contains_pair(&words, "-cpu", "qemu64,+smep,+smap"));
+        assert!(contains_pair(&words, "-cpu", TCG_CPU_MODEL));
         assert!(contains_pair(
             &words,
             "-device",
