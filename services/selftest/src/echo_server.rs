@@ -8,7 +8,9 @@
 //! first, so that a caller meanwhile finds it busy; `REPLY_TWICE` replies, then tries the
 //! same resume capability again and reports a failure unless the kernel refuses;
 //! `TIMESTAMP` replies with word 0 the TSC read right after the message arrived (for
-//! `bench-micro`'s one-way IPC). Anything else gets reply code 99. It never stops: the self-test expects it to end available.
+//! `bench-micro`'s one-way IPC); `CONSOLE` replies with its own console capability
+//! (register 0, which no caller can change, unlike register 12: `hostile` calls this
+//! server too). Anything else gets reply code 99. It never stops: the self-test expects it to end available.
 #![no_std]
 #![no_main]
 
@@ -18,6 +20,7 @@ pub const ECHO: u64 = 1;
 pub const SLOW: u64 = 2;
 pub const REPLY_TWICE: u64 = 3;
 pub const TIMESTAMP: u64 = 5;
+pub const CONSOLE: u64 = 6;
 const RESUME: u8 = 15;
 const NOTHING: u8 = 14;
 
@@ -74,6 +77,7 @@ fn main() -> u64 {
                 Invocation::return_to(NOTHING, 0, [0; 4])
             }
             TIMESTAMP => Invocation::return_to(RESUME, 0, [received_at, 0, 0, 0]),
+            CONSOLE => Invocation::return_to(RESUME, 0, echo).sending(&[user::CONSOLE]),
             _ => Invocation::return_to(RESUME, 99, [0; 4]),
         };
         message = reply

@@ -15,6 +15,7 @@ use holdfast_userlib::{self as user, Invocation};
 const ECHO: u64 = 1;
 const SLOW: u64 = 2;
 const REPLY_TWICE: u64 = 3;
+const CONSOLE_BACK: u64 = 6;
 const SERVER: u8 = 2;
 const SERVER_NO_CALL: u8 = 3;
 const FORWARDER: u8 = 4;
@@ -60,10 +61,11 @@ fn main() -> u64 {
         reply.code == 0 && holds_console(RECEIVED),
     );
 
-    // The server's register 12 still holds the console, which every echo sends back: a
-    // call of words only that asks for capabilities gets it (the fast path leaves such a
-    // reply to the general one).
-    let reply = Invocation::call(SERVER, ECHO, [0; 4])
+    // A call of words only that asks for capabilities gets the one the reply carries (the
+    // fast path leaves such a call and reply to the general one). The server sends its own
+    // console: what its register 12 holds depends on who called it last, and `hostile`
+    // calls it too.
+    let reply = Invocation::call(SERVER, CONSOLE_BACK, [0; 4])
         .receiving(&[RECEIVED_AGAIN])
         .invoke(&mut []);
     checks.check(
