@@ -119,7 +119,16 @@ pub struct Block {
     interrupts: bool,
     /// The device left a request unanswered past the time limit: it is not used again.
     given_up: bool,
+    /// What a synchronous request's header, status and read data go through
+    /// ([`Block::request_and_wait`]): allocated once at start-up and grown only by a larger
+    /// read than any before. A buffer allocated per request (2.25 MiB for a checkpoint run)
+    /// failed to allocate in a guest paging under memory pressure, and the kernel panicked.
+    bounce: Vec<u8>,
 }
+
+/// The data a synchronous read returns at most without growing [`Block::bounce`]: the
+/// store reads runs of up to 64 blocks (migration, the scrub) and log records of up to 72.
+const BOUNCE_DATA_BYTES: usize = 72 * BLOCK_SIZE;
 
 fn request_header(request: u32, sector: u64) -> Box<[u8; 16]> {
     let mut header = Box::new([0u8; 16]);
@@ -169,6 +178,7 @@ impl Block {
             failed_in_flight: None,
             interrupts: false,
             given_up: false,
+            bounce: vec![0u8; HEADER_BYTES + BOUNCE_DATA_BYTES + 1],
         })
     }
 
@@ -358,25 +368,31 @@ impl Block {
     }
 
     /// A request that waits for its answer, after every request in flight. What the device
-    /// reads and writes is on the heap, in one buffer laid out as header, data, status, so
-    /// that a request left unanswered can be leaked whole (the device might still write
-    /// into it) while the caller's buffer goes back to the caller.
+    /// writes (the status, and a read's data) goes through [`Block::bounce`] on the heap, so
+    /// that a request left unanswered can be leaked whole (the device might still write into
+    /// it) while the caller's buffer goes back to the caller. A write's data is given to the
+    /// device in place: it only reads it, and a read after the disk was given up harms
+    /// nothing (a checkpoint run is 2.25 MiB, too much to copy per write).
     fn request_and_wait(&mut self, request: u32, sector: u64, data_out: Option<&[u8]>, data_in: Option<&mut [u8]>) -> Result<(), DeviceError> {
         self.complete_all();
         self.check_not_given_up()?;
-        let data_bytes = data_out.map_or(0, <[u8]>::len) + data_in.as_deref().map_or(0, <[u8]>::len);
-        let mut buffer = vec![0u8; HEADER_BYTES + data_bytes + 1].into_boxed_slice();
-        buffer[..HEADER_BYTES].copy_from_slice(&request_header(request, sector)[..]);
-        if let Some(data) = data_out {
-            buffer[HEADER_BYTES..HEADER_BYTES + data.len()].copy_from_slice(data);
+        let data_in_bytes = data_in.as_deref().map_or(0, <[u8]>::len);
+        let needed = HEADER_BYTES + data_in_bytes + 1;
+        if self.bounce.len() < needed {
+            self.bounce = vec![0u8; needed];
         }
-        buffer[HEADER_BYTES + data_bytes] = STATUS_UNSET;
-        let (header, rest) = buffer.split_at_mut(HEADER_BYTES);
-        let (data, status) = rest.split_at_mut(data_bytes);
-        let result = match (data_out.is_some(), data_in.is_some()) {
-            (true, _) => self.add_wait_pop(&[&*header, &*data], &mut [status]),
-            (false, true) => self.add_wait_pop(&[&*header], &mut [data, status]),
-            (false, false) => self.add_wait_pop(&[&*header], &mut [status]),
+        // Taken out of `self` while the device holds it, and put back once it has answered.
+        let mut buffer = core::mem::take(&mut self.bounce);
+        buffer[..HEADER_BYTES].copy_from_slice(&request_header(request, sector)[..]);
+        buffer[HEADER_BYTES + data_in_bytes] = STATUS_UNSET;
+        // Exactly this request's bytes: the device writes the status into the last byte of
+        // what it is given to write.
+        let (header, rest) = buffer[..needed].split_at_mut(HEADER_BYTES);
+        let (data, status) = rest.split_at_mut(data_in_bytes);
+        let result = match (data_out, data_in.is_some()) {
+            (Some(data_out), _) => self.add_wait_pop(&[&*header, data_out], &mut [status]),
+            (None, true) => self.add_wait_pop(&[&*header], &mut [data, status]),
+            (None, false) => self.add_wait_pop(&[&*header], &mut [status]),
         };
         let status = status[0];
         match result {
@@ -385,12 +401,19 @@ impl Block {
                 self.give_up();
                 Err(DeviceError::Gone)
             }
-            Err(Waited::Queue) => Err(DeviceError::Gone),
-            Ok(()) if status != STATUS_OK => Err(status_error(status)),
+            Err(Waited::Queue) => {
+                self.bounce = buffer;
+                Err(DeviceError::Gone)
+            }
+            Ok(()) if status != STATUS_OK => {
+                self.bounce = buffer;
+                Err(status_error(status))
+            }
             Ok(()) => {
                 if let Some(data_in) = data_in {
-                    data_in.copy_from_slice(&buffer[HEADER_BYTES..HEADER_BYTES + data_bytes]);
+                    data_in.copy_from_slice(&buffer[HEADER_BYTES..HEADER_BYTES + data_in_bytes]);
                 }
+                self.bounce = buffer;
                 Ok(())
             }
         }
@@ -401,8 +424,9 @@ impl Block {
     fn add_wait_pop<'a>(&mut self, inputs: &'a [&'a [u8]], outputs: &'a mut [&'a mut [u8]]) -> Result<(), Waited> {
         // SAFETY: the buffers are borrowed until this function returns, and it returns
         // either once the device has answered and the token is popped (or `add` failed,
-        // leaving nothing with the device), or unanswered, after which the caller leaks
-        // them: the device never uses them after they are freed.
+        // leaving nothing with the device), or unanswered, after which the caller leaks the
+        // outputs: the device never writes memory after it is freed. An input it might
+        // still read after an unanswered return only goes to a disk that is given up.
         let token = unsafe { self.queue.add(inputs, outputs) }.map_err(|_| Waited::Queue)?;
         if self.queue.should_notify() {
             self.transport.notify(0);
