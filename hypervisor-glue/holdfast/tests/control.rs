@@ -166,13 +166,7 @@ fn checkpoint_now_puts_what_was_done_just_before_on_disk() {
         assert!(Instant::now() < deadline_commit, "'checkpoint now' took no checkpoint within 60 s: {status}");
         thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(run_holdfast(&["vm", "kill", &name]).status, Some(0));
-    // The killed VM's `holdfast run` ends once its QEMU is gone: only then are the VM's
-    // name (its QMP socket) and the disk (QEMU's lock on it) free for the restart. Dropping
-    // it at once raced the dying QEMU, and the restart found both taken.
-    let mut killed = vm.child;
-    let ended = killed.0.wait().expect("the killed VM's holdfast run ends");
-    assert!(!ended.success(), "a killed VM is not a success: {ended}");
+    support::kill_and_wait(&name, vm);
 
     let vm = boot();
     let deadline = Instant::now() + Duration::from_secs(120);

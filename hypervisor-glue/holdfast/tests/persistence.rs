@@ -45,10 +45,6 @@ fn run_vm(name: &str, image_dir: &Path, disk: &str, append: &str, memory_mib: &s
     )
 }
 
-fn kill(name: &str, vm: LineReader) {
-    assert_eq!(run_holdfast(&["vm", "kill", name]).status, Some(0));
-    drop(vm);
-}
 
 /// The many-processes manifest: `process-maker` (services/selftest/src/process_maker.rs)
 /// and a tree of `leaves` empty nodes for it to make processes of, three levels of 32.
@@ -112,7 +108,7 @@ fn ten_thousand_processes_are_checkpointed_and_all_come_back_after_a_kill() {
         committed(line).filter(|_| commits == 2)
     });
     eprintln!("{PROCESSES} processes made and checkpoint {generation} committed in {:?}", started.elapsed());
-    kill(&name, vm);
+    support::kill_and_wait(&name, vm);
 
     let restarted = Instant::now();
     let vm = run_vm(&name, &image_dir, store, append, "512");
@@ -130,7 +126,7 @@ fn ten_thousand_processes_are_checkpointed_and_all_come_back_after_a_kill() {
     // And the system goes on checkpointing them.
     wait_for(&vm.lines, &mut seen, limit, &bad, committed);
     eprintln!("restarted with {count} processes in {:?}", restarted.elapsed());
-    kill(&name, vm);
+    support::kill_and_wait(&name, vm);
 }
 
 /// The one limit left on processes is memory for their tables: in a 48 MiB guest the
@@ -163,7 +159,7 @@ fn make_process_is_refused_when_memory_runs_out_and_checkpoints_go_on() {
         (commits == 2).then_some(())
     });
     eprintln!("{made} processes made in a 48 MiB guest before make_process was refused");
-    kill(&name, vm);
+    support::kill_and_wait(&name, vm);
 }
 
 /// The fields of a `checkpoint status` line.
@@ -229,7 +225,7 @@ fn a_failed_checkpoint_is_counted_shown_and_retried_at_the_next_interval() {
     assert_eq!(counter(&name, "holdfast_checkpoint_failures_total"), 1.0);
     // The journal commits acknowledged before the kill must survive it.
     let acknowledged: Vec<String> = seen.iter().filter(|line| line.contains(": acknowledged ")).cloned().collect();
-    kill(&name, vm);
+    support::kill_and_wait(&name, vm);
 
     // Checkpoint 3 holds what checkpoint 2 had written when it failed: its pages were made
     // dirty again. The counter's registers and pages agree, and the writers' pages hold
@@ -262,7 +258,7 @@ fn a_failed_checkpoint_is_counted_shown_and_retried_at_the_next_interval() {
         assert!(held >= last, "writer {writer}: acknowledged {last}, the page holds {held}");
     }
     wait_for(&vm.lines, &mut seen, limit, &bad, |line| line.starts_with("persist-counter: ").then_some(()));
-    kill(&name, vm);
+    support::kill_and_wait(&name, vm);
 }
 
 /// A store that can no longer be written stops the system, loudly, rather than let it run

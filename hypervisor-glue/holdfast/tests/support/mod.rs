@@ -149,6 +149,18 @@ pub struct LineReader {
     pub reader: std::thread::JoinHandle<()>,
 }
 
+/// Kills the VM `name` (`holdfast vm kill`, a crash) and waits for its `holdfast run` to
+/// end, which it does once its QEMU is gone: only then are the VM's name (its QMP socket)
+/// and its disks (QEMU's locks on them) free for a restart. Dropping the run at once raced
+/// the dying QEMU, and a restart on a loaded host found both taken and printed nothing.
+pub fn kill_and_wait(name: &str, vm: LineReader) {
+    let kill = run_holdfast(&["vm", "kill", name]);
+    assert_eq!(kill.status, Some(0), "holdfast vm kill failed\n{}", kill.transcript());
+    let mut run = vm.child;
+    let ended = run.0.wait().expect("the killed VM's holdfast run ends");
+    assert!(!ended.success(), "a killed VM is not a success: {ended}");
+}
+
 pub fn spawn_reading_lines(command: &mut Command) -> LineReader {
     use std::io::{BufRead, BufReader};
     let mut child = KillOnDrop(
