@@ -76,20 +76,30 @@ fn many_processes_manifest(leaves: usize) -> String {
     manifest
 }
 
+/// Lines that end a many-processes test at once.
+const MANY_PROCESSES_BAD: [&str; 5] = ["MISMATCH", "kernel panic", "checkpoint failed", "STORE LOST", "selftest: store:"];
+
+/// The image of `process-maker` with a tree for `processes` processes, and a fresh store
+/// for it in the scratch directory `test_name` (256 MiB: the root nodes and the tree need
+/// more nodes than a small store has).
+fn many_processes_system(test_name: &str, processes: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+    let directory = scratch_dir(test_name);
+    let manifest = directory.join("many-processes.toml");
+    std::fs::write(&manifest, many_processes_manifest(processes)).expect("write the manifest");
+    let image_dir = build_image("many-processes-image", Some(&manifest));
+    let store = directory.join("store.img");
+    let format = run_holdfast(&["store", "format", "--size-mib", "256", "--force", store.to_str().expect("UTF-8 path")]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    (image_dir, store)
+}
+
 #[test]
 fn ten_thousand_processes_are_checkpointed_and_all_come_back_after_a_kill() {
     const PROCESSES: usize = 10_000;
-    let directory = scratch_dir("many-processes");
-    let manifest = directory.join("many-processes.toml");
-    std::fs::write(&manifest, many_processes_manifest(PROCESSES)).expect("write the manifest");
-    let image_dir = build_image("many-processes-image", Some(&manifest));
-    let store = directory.join("store.img");
+    let (image_dir, store) = many_processes_system("many-processes", PROCESSES);
     let store = store.to_str().expect("UTF-8 path");
-    // 10,000 root nodes and the tree need more nodes than a small store has.
-    let format = run_holdfast(&["store", "format", "--size-mib", "256", "--force", store]);
-    assert_eq!(format.status, Some(0), "{}", format.transcript());
     let name = format!("many-processes-{}", std::process::id());
-    let bad = ["MISMATCH", "kernel panic", "checkpoint failed", "STORE LOST", "selftest: store:"];
+    let bad = MANY_PROCESSES_BAD;
     let append = "holdfast.checkpoint-interval-ms=1000";
 
     let started = Instant::now();
@@ -144,16 +154,10 @@ fn make_process_is_refused_when_memory_runs_out_and_checkpoints_go_on() {
         return;
     }
     const PROCESSES: usize = 10_000;
-    let directory = scratch_dir("exhausted");
-    let manifest = directory.join("many-processes.toml");
-    std::fs::write(&manifest, many_processes_manifest(PROCESSES)).expect("write the manifest");
-    let image_dir = build_image("many-processes-image", Some(&manifest));
-    let store = directory.join("store.img");
+    let (image_dir, store) = many_processes_system("exhausted", PROCESSES);
     let store = store.to_str().expect("UTF-8 path");
-    let format = run_holdfast(&["store", "format", "--size-mib", "256", "--force", store]);
-    assert_eq!(format.status, Some(0), "{}", format.transcript());
     let name = format!("exhausted-{}", std::process::id());
-    let bad = ["MISMATCH", "kernel panic", "checkpoint failed", "STORE LOST", "selftest: store:"];
+    let bad = MANY_PROCESSES_BAD;
     let vm = run_vm(&name, &image_dir, store, "holdfast.checkpoint-interval-ms=1000", "48");
     let mut seen = Vec::new();
     let limit = Duration::from_secs(300);
