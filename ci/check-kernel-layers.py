@@ -39,7 +39,7 @@ LAYERS = [
     ["idle", "selftest", "traps"],
     ["ipc", "services", "methods"],
     ["user_memory"],
-    ["persistence", "control", "initial_system"],
+    ["persistence", "control", "initial_system", "network"],
     ["process"],
     ["objects", "space", "bootinfo", "message"],
     ["drivers"],

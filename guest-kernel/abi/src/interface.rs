@@ -194,6 +194,8 @@ pub enum Type {
     Journal = 13,
     /// The control channel: a serial line on which the host's `holdfast` sends requests and reads replies.
     Control = 14,
+    /// The virtio-net device, raw Ethernet frames in and out; held only by the network service. Its interrupts become messages (`notify`). After a restart from the store the device is fresh: every method's last result word, `boot`, says which start of the system this device belongs to (the clock's `boot`), so a holder that sees it change knows its old connections are gone; the kernel also sends one `restarted` notification to each process holding this capability in a capability register once it restores the system, through nothing but its own registers: as a send with order `holdfast_abi::network_notification::ORDER`, badge 2^64-1.
+    NetworkDevice = 15,
 }
 
 impl Type {
@@ -218,6 +220,7 @@ impl Type {
             12 => Self::Checkpoint,
             13 => Self::Journal,
             14 => Self::Control,
+            15 => Self::NetworkDevice,
             _ => return None,
         })
     }
@@ -240,6 +243,7 @@ impl Type {
             Self::Checkpoint => "checkpoint",
             Self::Journal => "journal",
             Self::Control => "control",
+            Self::NetworkDevice => "network_device",
         }
     }
 }
@@ -1106,6 +1110,66 @@ pub mod control {
                     Ok(Self::Read { length })
                 }
                 order::WRITE => Ok(Self::Write),
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// The virtio-net device, raw Ethernet frames in and out; held only by the network service. Its interrupts become messages (`notify`). After a restart from the store the device is fresh: every method's last result word, `boot`, says which start of the system this device belongs to (the clock's `boot`), so a holder that sees it change knows its old connections are gone; the kernel also sends one `restarted` notification to each process holding this capability in a capability register once it restores the system, through nothing but its own registers: as a send with order `holdfast_abi::network_notification::ORDER`, badge 2^64-1.
+pub mod network_device {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Queues one Ethernet frame (without FCS) for transmission. Transmissions still in flight are collected first; if all the device's transmit buffers stay busy for 10 ms the frame is refused with `exhausted` (the holder's protocol retransmits).
+        pub const SEND: u64 = 1;
+        /// Returns the oldest frame received and not yet returned, or an empty string when none is waiting: it never waits.
+        pub const RECEIVE: u64 = 2;
+        /// Returns the device's MAC address.
+        pub const MAC_ADDRESS: u64 = 3;
+        /// Arms one notification: the kernel sends one message through `target` (a send: order `holdfast_abi::network_notification::ORDER`, word 0 the reason — 1 a frame arrived, 2 the deadline passed, 3 the system restarted — word 1 `boot`) as soon as a frame is waiting or the clock passes `deadline_us`, whichever comes first; then it is disarmed until `notify` is called again. A frame already waiting fires it at once. If the target process is busy, the message waits in the kernel (one per device, never more) and is delivered when the process is next available. A later `notify` replaces an armed one.
+        pub const NOTIFY: u64 = 4;
+    }
+
+    /// An invocation of a network_device capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Queues one Ethernet frame (without FCS) for transmission. Transmissions still in flight are collected first; if all the device's transmit buffers stay busy for 10 ms the frame is refused with `exhausted` (the holder's protocol retransmits).
+        Send,
+        /// Returns the oldest frame received and not yet returned, or an empty string when none is waiting: it never waits.
+        Receive,
+        /// Returns the device's MAC address.
+        MacAddress,
+        /// Arms one notification: the kernel sends one message through `target` (a send: order `holdfast_abi::network_notification::ORDER`, word 0 the reason — 1 a frame arrived, 2 the deadline passed, 3 the system restarted — word 1 `boot`) as soon as a frame is waiting or the clock passes `deadline_us`, whichever comes first; then it is disarmed until `notify` is called again. A frame already waiting fires it at once. If the target process is busy, the message waits in the kernel (one per device, never more) and is delivered when the process is next available. A later `notify` replaces an armed one.
+        Notify {
+            /// Microseconds since this boot (the clock's `now` / 1000); 2^64-1: no deadline.
+            deadline_us: u64,
+        },
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::SEND => Ok(Self::Send),
+                order::RECEIVE => Ok(Self::Receive),
+                order::MAC_ADDRESS => Ok(Self::MacAddress),
+                order::NOTIFY => {
+                    let deadline_us = message.words[0];
+                    // `target` must be a start; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::Notify { deadline_us })
+                }
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

@@ -79,6 +79,25 @@ pub use interface::run_state;
 
 pub use interface::InvocationError;
 
+/// The message `network_device.notify` arms (interface.toml, type `network_device`): a send
+/// with this order code, word 0 the reason, word 1 the device's `boot`.
+pub mod network_notification {
+    /// The order code of a notification.
+    pub const ORDER: u64 = 0x6e6f_7469_6679; // "notify"
+    /// The badge of the notification the kernel sends after a restart, through nothing but
+    /// the holder's registers; a holder arms `notify` with a start capability of the same
+    /// badge, so that every notification arrives alike.
+    pub const RESTART_BADGE: u64 = u64::MAX;
+    /// Word 0: a frame is waiting.
+    pub const REASON_FRAME: u64 = 1;
+    /// Word 0: the deadline passed.
+    pub const REASON_DEADLINE: u64 = 2;
+    /// Word 0: the system restarted from its store; the device is fresh.
+    pub const REASON_RESTARTED: u64 = 3;
+    /// `notify`'s deadline that never passes.
+    pub const NO_DEADLINE: u64 = u64::MAX;
+}
+
 /// How the guest tells the host it is done: QEMU's `isa-debug-exit` device at this port
 /// makes QEMU exit with status `(value << 1) | 1`.
 pub mod exit {

@@ -77,6 +77,7 @@ pub mod type_code {
     pub const CHECKPOINT: u8 = 12;
     pub const JOURNAL: u8 = 13;
     pub const CONTROL: u8 = 14;
+    pub const NETWORK_DEVICE: u8 = 15;
 }
 
 /// A capability's rights: a set of restrictions on what it may do.
@@ -122,6 +123,7 @@ pub enum Target {
     Checkpoint,
     Journal,
     Control,
+    NetworkDevice,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -580,7 +582,8 @@ impl<'a> SystemTable<'a> {
             | type_code::CLOCK
             | type_code::CHECKPOINT
             | type_code::JOURNAL
-            | type_code::CONTROL => (false, false, false, false),
+            | type_code::CONTROL
+            | type_code::NETWORK_DEVICE => (false, false, false, false),
             type_code::NUMBER => (false, true, true, false),
             type_code::PAGE | type_code::NODE | type_code::PROCESS | type_code::METER => {
                 (true, false, false, false)
@@ -634,6 +637,7 @@ impl<'a> SystemTable<'a> {
             type_code::CHECKPOINT => Target::Checkpoint,
             type_code::JOURNAL => Target::Journal,
             type_code::CONTROL => Target::Control,
+            type_code::NETWORK_DEVICE => Target::NetworkDevice,
             _ => Target::Void,
         };
         Ok(Capability {
@@ -706,6 +710,7 @@ fn encode_capability(capability: &Capability) -> [u8; CAPABILITY_BYTES] {
         Target::Checkpoint => (type_code::CHECKPOINT, 0, 0, 0, 0),
         Target::Journal => (type_code::JOURNAL, 0, 0, 0, 0),
         Target::Control => (type_code::CONTROL, 0, 0, 0, 0),
+        Target::NetworkDevice => (type_code::NETWORK_DEVICE, 0, 0, 0, 0),
     };
     let mut bytes = [0u8; CAPABILITY_BYTES];
     bytes[0] = code;

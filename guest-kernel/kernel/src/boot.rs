@@ -14,7 +14,7 @@ use crate::arch::{self, timer};
 use crate::bootinfo::{self, BootInformation};
 use crate::persistence::{self, Opened};
 use crate::selftest::{self, check, finish};
-use crate::{console, control, drivers, idle, initial_system, ipc, memory, println, process, space, traps};
+use crate::{console, control, drivers, idle, initial_system, ipc, memory, network, println, process, space, traps};
 
 /// Called from `start64_low` (`arch::boot`) on the kernel stack: the kernel's entry, by
 /// symbol, so that `arch` names nothing above it.
@@ -104,6 +104,7 @@ pub fn kernel_main(boot_magic: u32, boot_information_physical: u64) -> ! {
     arch::idt::init(arch::idt::UserModeHandlers {
         timer: traps::timer_in_user_mode,
         fault: traps::fault_in_user_mode,
+        network: traps::network_in_user_mode,
     });
     arch::syscall::init(ipc::system_call);
     let kernel_end_physical = memory::virtual_to_physical(arch::boot::kernel_end_address());
@@ -144,6 +145,9 @@ fn run(
     } else {
         println!("selftest: devices: not exercised (no holdfast.device-selftest): only the store's disks are written, no packet is sent");
     }
+    if let drivers::Device::Ready(net) = devices.net {
+        network::install(net);
+    }
     let disks = devices
         .blocks
         .into_iter()
@@ -165,10 +169,13 @@ fn run(
             let generation = store.checkpoint_generation();
             persistence::attach(store, options.checkpoint_interval_ms, ipc::journal_durable);
             match persistence::restore() {
-                Ok(count) => println!(
-                    "holdfast: restarted from checkpoint {generation}: {count} processes, boot {}",
-                    persistence::boot_count()
-                ),
+                Ok(count) => {
+                    println!(
+                        "holdfast: restarted from checkpoint {generation}: {count} processes, boot {}",
+                        persistence::boot_count()
+                    );
+                    ipc::network_restarted();
+                }
                 Err(error) => {
                     println!("selftest: store: restart from checkpoint {generation}: {error} [{}]", check(false));
                     finish()

@@ -8,6 +8,7 @@ use crate::{control, persistence, process};
 pub fn idle() -> ! {
     loop {
         control::wake_readers();
+        crate::ipc::network_notify();
         if process::any_runnable() {
             process::switch_to_next()
         }

@@ -54,6 +54,7 @@ fn capability(objects: &Objects, made: &Made, capability: &table::Capability) ->
         Target::Checkpoint => Capability::new(CapType::Checkpoint, ObjectId(0), Version(0)),
         Target::Journal => Capability::new(CapType::Journal, ObjectId(0), Version(0)),
         Target::Control => Capability::new(CapType::Control, ObjectId(0), Version(0)),
+        Target::NetworkDevice => Capability::new(CapType::NetworkDevice, ObjectId(0), Version(0)),
     };
     let rights = Rights::from_bits(capability.rights.0).expect("the table checks rights");
     made_capability.restricted(rights)

@@ -15,7 +15,7 @@ use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, Slot};
 
 use crate::arch::syscall::UserRegisters;
-use crate::{methods, services};
+use crate::{methods, network, persistence, services};
 use crate::objects::{OBJECTS, Objects};
 use crate::process::{self, ProcessState, SCHEDULER};
 use crate::message::{KeeperMessage, Message, MessageString};
@@ -257,7 +257,7 @@ fn invoke_general(
             become_available_and_switch(invoker, registers)
         }
         CapType::Void => return Err(InvocationError::Void),
-        CapType::Checkpoint | CapType::Journal | CapType::Control => {
+        CapType::Checkpoint | CapType::Journal | CapType::Control | CapType::NetworkDevice => {
             let outcome = services::invoke(&mut objects, target, &message);
             let mut reply = match outcome {
                 services::Outcome::Reply(reply) => reply,
@@ -503,6 +503,10 @@ fn become_available_and_switch(invoker: usize, registers: &UserRegisters) -> ! {
         scheduler.processes[invoker].registers.copy_from(registers);
         make_available(&mut scheduler, invoker);
     }
+    // The network service waiting again is the moment its pending notification can go.
+    if network::has_pending() {
+        network_notify();
+    }
     process::switch_to_next()
 }
 
@@ -565,6 +569,59 @@ pub fn journal_durable(objects: &mut Objects, ticket: u64) {
             let mut reply = Message::reply(0, [waiting, 0, 0, 0]);
             deliver(objects, &process.root, &mut process.registers, descriptor.as_ref(), &mut reply);
             process.state = ProcessState::Runnable;
+        }
+    }
+}
+
+/// Fires the network device's armed notification if its time has come, and delivers every
+/// pending one whose target is available (as a send: no resume capability); the others stay
+/// pending. Called where no lock is held: the idle loop, ring 3's timer and the device's
+/// interrupt in ring 3, and a process becoming available.
+pub fn network_notify() {
+    network::check_events();
+    if !network::has_pending() {
+        return;
+    }
+    let mut objects = OBJECTS.lock();
+    let mut scheduler = SCHEDULER.lock();
+    for (target, reason) in network::take_pending() {
+        let live = objects.cache.live_or_void(target);
+        // A revoked target, or a process no longer in the table, takes nothing.
+        if live.kind() != CapType::Start {
+            continue;
+        }
+        let Some(receiver) = scheduler.index_of(live.object()) else {
+            continue;
+        };
+        if scheduler.processes[receiver].state != ProcessState::Available {
+            network::put_back((target, reason));
+            continue;
+        }
+        let mut message = Message {
+            code: abi::network_notification::ORDER,
+            words: [reason, persistence::boot_count(), 0, 0],
+            string: MessageString::EMPTY,
+            capabilities: ArrayVec::new(),
+            badge: live.badge(),
+            resume: None,
+        };
+        wake_with(&mut objects, &mut scheduler, receiver, &mut message);
+    }
+}
+
+/// The system was restored from its store: each process holding the network device in a
+/// capability register gets a `restarted` notice (through a start capability the kernel
+/// makes, badge `network_notification::RESTART_BADGE`), since what it had armed is gone.
+pub fn network_restarted() {
+    let objects = OBJECTS.lock();
+    let roots: alloc::vec::Vec<Capability> = SCHEDULER.lock().processes.iter().map(|process| process.root).collect();
+    for root in roots {
+        let holds = objects.cache.node(&root).is_ok_and(|node| {
+            (0..abi::CAPABILITY_REGISTER_COUNT as u8)
+                .any(|index| node.get(register_slot(index)).kind() == CapType::NetworkDevice)
+        });
+        if let (true, Some(start)) = (holds, objects.cache.node_capability(CapType::Start, root.object())) {
+            network::restart_notice(start.with_badge(abi::network_notification::RESTART_BADGE));
         }
     }
 }

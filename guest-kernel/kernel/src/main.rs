@@ -28,6 +28,7 @@ mod initial_system;
 mod ipc;
 mod memory;
 mod message;
+mod network;
 mod methods;
 mod objects;
 mod persistence;

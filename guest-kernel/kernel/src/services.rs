@@ -1,16 +1,17 @@
-//! The kernel services that are not objects on the store: checkpoint control, the journal
-//! and the control channel (DESIGN.md: kernel services). Each capability names the service
+//! The kernel services that are not objects on the store: checkpoint control, the journal,
+//! the control channel and the network device (DESIGN.md: kernel services). Each capability names the service
 //! alone; holding it is the authority to use it.
 
 use alloc::vec::Vec;
-use holdfast_abi::interface::{ObjectError, checkpoint, control, journal};
+use holdfast_abi::interface::{ObjectError, checkpoint, control, journal, network_device};
 use holdfast_objects::{CapType, Capability};
 
 use crate::message::Message;
 use crate::methods::{self, writable};
 use crate::objects::Objects;
+use crate::drivers::SendError;
 use crate::user_memory::{self, GuardedWriteError};
-use crate::{control as channel, persistence as store};
+use crate::{control as channel, network, persistence as store};
 
 /// How an invocation of a service ends.
 // Returned once per invocation and taken apart at once: boxing the reply would allocate.
@@ -59,7 +60,8 @@ fn journal_pieces(mut string: &[u8]) -> Option<Vec<(u64, &[u8])>> {
     Some(pieces)
 }
 
-/// Runs `message.code` on the service `target` names (checkpoint, journal or control).
+/// Runs `message.code` on the service `target` names (checkpoint, journal, control or the
+/// network device).
 pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> Outcome {
     let header = message.header();
     let identify = methods::identity(&target);
@@ -140,6 +142,58 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
             }
             Err(error) => reply(Err(error)),
         },
+        CapType::NetworkDevice if !network::present() => reply(Err(unavailable)),
+        CapType::NetworkDevice => network_device(target, message),
         _ => unreachable!("only services come here"),
+    }
+}
+
+/// The network device's methods. Every result ends with `boot`, the system's start the
+/// device belongs to, so that its holder sees a restart in any answer.
+fn network_device(target: Capability, message: &Message) -> Outcome {
+    let boot = store::boot_count();
+    let unavailable = ObjectError::Unavailable;
+    match network_device::Request::decode(&message.header()) {
+        Ok(network_device::Request::Identify) => reply(Ok(methods::identity(&target))),
+        Ok(network_device::Request::Send) => reply(match network::send(&message.string) {
+            Some(Ok(())) => Ok([boot, 0, 0, 0]),
+            Some(Err(SendError::Length)) => Err(ObjectError::OutOfRange),
+            Some(Err(SendError::Busy)) => Err(ObjectError::Exhausted),
+            Some(Err(SendError::Device(why))) => {
+                crate::println!("holdfast: virtio-net: {why}");
+                Err(unavailable)
+            }
+            None => Err(unavailable),
+        }),
+        Ok(network_device::Request::Receive) => match network::receive() {
+            Some(Ok(frame)) => {
+                let frame = frame.unwrap_or_default();
+                let mut message = Message::reply(0, [frame.len() as u64, boot, 0, 0]);
+                message.string = frame.into();
+                Outcome::Reply(message)
+            }
+            Some(Err(why)) => {
+                crate::println!("holdfast: virtio-net: {why}");
+                reply(Err(unavailable))
+            }
+            None => reply(Err(unavailable)),
+        },
+        Ok(network_device::Request::MacAddress) => reply(
+            network::mac_address()
+                .map(|mac| {
+                    let word = mac.iter().rev().fold(0u64, |word, &byte| word << 8 | u64::from(byte));
+                    [word, boot, 0, 0]
+                })
+                .ok_or(unavailable),
+        ),
+        Ok(network_device::Request::Notify { deadline_us }) => {
+            let notified = message.capabilities[0];
+            if notified.kind() != CapType::Start {
+                return reply(Err(ObjectError::WrongType));
+            }
+            network::arm(notified, deadline_us);
+            reply(Ok([boot, 0, 0, 0]))
+        }
+        Err(error) => reply(Err(error)),
     }
 }

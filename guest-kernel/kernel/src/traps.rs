@@ -29,6 +29,7 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
     };
     // With no process running, this is the moment for background work.
     crate::control::wake_readers();
+    ipc::network_notify();
     persistence::step(false);
     if let Some(meter) = charge_meter(&root) {
         let keeper = {
@@ -52,6 +53,18 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
         let current = scheduler.current();
         scheduler.processes[current].state = ProcessState::OutOfTime;
     }
+    switch_to_next()
+}
+
+/// The network device interrupted ring 3: a frame came. Its notification goes out now (the
+/// service may be waiting for it), then the next runnable process goes on.
+pub fn network_in_user_mode(registers: UserRegisters) -> ! {
+    {
+        let mut scheduler = SCHEDULER.lock();
+        let current = scheduler.current();
+        scheduler.processes[current].registers = registers;
+    }
+    ipc::network_notify();
     switch_to_next()
 }
 

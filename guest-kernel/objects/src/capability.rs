@@ -38,10 +38,12 @@ pub enum CapType {
     Journal = codes::Journal as u8,
     /// The control channel to the host.
     Control = codes::Control as u8,
+    /// The virtio-net device: frames in and out, interrupts as messages.
+    NetworkDevice = codes::NetworkDevice as u8,
 }
 
 impl CapType {
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Void,
         Self::Number,
         Self::Page,
@@ -57,6 +59,7 @@ impl CapType {
         Self::Checkpoint,
         Self::Journal,
         Self::Control,
+        Self::NetworkDevice,
     ];
 
     pub fn from_code(code: u8) -> Option<Self> {
@@ -76,7 +79,8 @@ impl CapType {
             | Self::Clock
             | Self::Checkpoint
             | Self::Journal
-            | Self::Control => None,
+            | Self::Control
+            | Self::NetworkDevice => None,
         }
     }
 

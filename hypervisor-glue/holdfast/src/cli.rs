@@ -175,8 +175,15 @@ pub struct RunArguments {
     #[arg(long, value_name = "N=CONFIG")]
     pub disk_blkdebug: Vec<String>,
     /// Connect a virtio-net device to this TCP endpoint (QEMU -netdev stream)
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "tp1_port")]
     pub net_connect: Option<NetConnect>,
+    /// Put the guest on QEMU user-mode networking and forward 127.0.0.1:PORT on the host to
+    /// the guest's TCP port 7100 (10.0.2.15, the network service's address; nothing else is
+    /// bound, and the guest reaches nothing outside QEMU). Without PORT, or with 0, a free
+    /// port is chosen at start and printed on stderr (`holdfast: tp1 port 127.0.0.1:N`),
+    /// so that several appliances can run side by side; a PORT already taken fails the start
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "0")]
+    pub tp1_port: Option<u16>,
     /// Accelerator
     #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
     pub accel: AccelArgument,

@@ -134,6 +134,7 @@ struct CapabilityEntry {
     checkpoint: Option<NoObject>,
     journal: Option<NoObject>,
     control: Option<NoObject>,
+    network_device: Option<NoObject>,
     own_process: Option<NoObject>,
     process: Option<String>,
     start: Option<String>,
@@ -157,7 +158,7 @@ enum Right {
     NoCall,
 }
 
-const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, own-process, process, start, node, space, page, meter, number, indirector";
+const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, indirector";
 
 /// The entries' names, by kind, to resolve references.
 struct Names<'a> {
@@ -427,6 +428,7 @@ fn resolve_capability(
     add("checkpoint", written.checkpoint.is_some());
     add("journal", written.journal.is_some());
     add("control", written.control.is_some());
+    add("network-device", written.network_device.is_some());
     add("own-process", written.own_process.is_some());
     add("process", written.process.is_some());
     add("start", written.start.is_some());
@@ -464,6 +466,7 @@ fn resolve_capability(
         "checkpoint" => Target::Checkpoint,
         "journal" => Target::Journal,
         "control" => Target::Control,
+        "network-device" => Target::NetworkDevice,
         "own-process" => {
             let process = own_process
                 .ok_or("own-process is only for a process's registers (a node has no owner)")?;
@@ -764,7 +767,7 @@ mod tests {
     fn unknown_capability_kind() {
         assert_eq!(
             message(&with_register("{ consol = {} }")),
-            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `indirector`, `badge`, `height`, `rights`"
+            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `network-device`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `indirector`, `badge`, `height`, `rights`"
         );
     }
 
@@ -780,7 +783,7 @@ mod tests {
     fn no_capability_kind() {
         assert_eq!(
             message(&with_register("{ badge = 3 }")),
-            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, checkpoint, journal, control, own-process, process, start, node, space, page, meter, number, indirector)"
+            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, indirector)"
         );
     }
 

@@ -38,6 +38,11 @@ pub enum Boot {
     Disk { boot_disk: PathBuf },
 }
 
+/// The guest's address on QEMU's user-mode network (its network service's static address).
+pub const GUEST_ADDRESS: &str = "10.0.2.15";
+/// The guest TCP port the host's `--tp1-port` is forwarded to.
+pub const GUEST_TP1_PORT: u16 = 7100;
+
 /// A TCP endpoint the guest's virtio-net device connects to (QEMU's `-netdev stream`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetConnect {
@@ -87,6 +92,10 @@ pub struct VmSpec {
     /// I/O passes through QEMU's error-injecting `blkdebug` driver.
     pub blkdebug: Vec<(usize, PathBuf)>,
     pub net_connect: Option<NetConnect>,
+    /// QEMU user-mode networking with this host port on 127.0.0.1 forwarded to the guest's
+    /// TCP port [`GUEST_TP1_PORT`] at [`GUEST_ADDRESS`] (`holdfast run --tp1-port`). The
+    /// guest reaches nothing outside QEMU (`restrict=on`).
+    pub tp1_port: Option<u16>,
     pub accelerator: Accelerator,
     pub memory_mib: u32,
     /// Where QEMU listens for QMP clients, if anywhere.
@@ -107,6 +116,7 @@ impl VmSpec {
             disks: Vec::new(),
             blkdebug: Vec::new(),
             net_connect: None,
+            tp1_port: None,
             accelerator,
             memory_mib: DEFAULT_MEMORY_MIB,
             qmp_socket: None,
@@ -206,6 +216,18 @@ impl VmSpec {
             arguments.add([
                 "-device".to_owned(),
                 format!("virtio-blk-pci,drive=disk{index}"),
+            ]);
+        }
+        if let Some(port) = self.tp1_port {
+            arguments.add([
+                "-netdev".to_owned(),
+                // Only 127.0.0.1 on the host; `restrict=on` keeps the guest from reaching
+                // anything but the forward.
+                format!(
+                    "user,id=net0,restrict=on,net=10.0.2.0/24,host=10.0.2.2,hostfwd=tcp:127.0.0.1:{port}-{GUEST_ADDRESS}:{GUEST_TP1_PORT}"
+                ),
+                "-device".to_owned(),
+                format!("virtio-net-pci,netdev=net0,mac={GUEST_MAC_ADDRESS},romfile="),
             ]);
         }
         if let Some(NetConnect { host, port }) = &self.net_connect {
@@ -359,6 +381,28 @@ mod tests {
             &words,
             "-chardev",
             "socket,id=qmp,server=on,wait=off,path=/run/q.sock"
+        ));
+    }
+
+    #[test]
+    fn tp1_port_is_a_user_network_forward_on_loopback_only() {
+        let mut spec = VmSpec::new(
+            Boot::Disk {
+                boot_disk: "b".into(),
+            },
+            Accelerator::Tcg,
+        );
+        spec.tp1_port = Some(47100);
+        let words = words(&spec);
+        assert!(contains_pair(
+            &words,
+            "-netdev",
+            "user,id=net0,restrict=on,net=10.0.2.0/24,host=10.0.2.2,hostfwd=tcp:127.0.0.1:47100-10.0.2.15:7100"
+        ));
+        assert!(contains_pair(
+            &words,
+            "-device",
+            "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56,romfile="
         ));
     }
 

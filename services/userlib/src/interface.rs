@@ -834,3 +834,98 @@ pub mod control {
         Ok(())
     }
 }
+
+/// The virtio-net device, raw Ethernet frames in and out; held only by the network service. Its interrupts become messages (`notify`). After a restart from the store the device is fresh: every method's last result word, `boot`, says which start of the system this device belongs to (the clock's `boot`), so a holder that sees it change knows its old connections are gone; the kernel also sends one `restarted` notification to each process holding this capability in a capability register once it restores the system, through nothing but its own registers: as a send with order `holdfast_abi::network_notification::ORDER`, badge 2^64-1.
+pub mod network_device {
+    use crate::abi::interface::network_device::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Queues one Ethernet frame (without FCS) for transmission. Transmissions still in flight are collected first; if all the device's transmit buffers stay busy for 10 ms the frame is refused with `exhausted` (the holder's protocol retransmits).
+    ///
+    /// - `frame`: The frame: destination, source, EtherType, payload; 14..=1514 bytes.
+    ///
+    /// Returns the system's start this device belongs to.
+    ///
+    /// Errors: `out_of_range`, `unavailable`, `exhausted`; and invocation errors.
+    pub fn send(network_device: CapReg, frame: &[u8]) -> Result<u64, Error> {
+        let received = invoke(Invocation {
+            string: frame,
+            ..Invocation::call(network_device, order::SEND)
+        })
+        .check()?;
+        Ok(received.words[0])
+    }
+
+    /// What [`receive`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct ReceiveResults {
+        /// The frame's length in bytes, 0 if none was waiting.
+        pub length: u64,
+        /// The system's start this device belongs to.
+        pub boot: u64,
+        /// Bytes of `frame` received.
+        pub frame_length: usize,
+    }
+
+    /// Returns the oldest frame received and not yet returned, or an empty string when none is waiting: it never waits.
+    ///
+    /// - `frame`: receives the frame (without FCS).
+    /// - returns `length`: The frame's length in bytes, 0 if none was waiting.
+    /// - returns `boot`: The system's start this device belongs to.
+    /// - returns `frame_length`: Bytes of `frame` received.
+    ///
+    /// Errors: `unavailable`; and invocation errors.
+    pub fn receive(network_device: CapReg, frame: &mut [u8]) -> Result<ReceiveResults, Error> {
+        let received = invoke(Invocation {
+            buffer: frame,
+            ..Invocation::call(network_device, order::RECEIVE)
+        })
+        .check()?;
+        Ok(ReceiveResults {
+            length: received.words[0],
+            boot: received.words[1],
+            frame_length: received.string_length,
+        })
+    }
+
+    /// What [`mac_address`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct MacAddressResults {
+        /// The six bytes of the address, the first in the lowest byte.
+        pub mac: u64,
+        /// The system's start this device belongs to.
+        pub boot: u64,
+    }
+
+    /// Returns the device's MAC address.
+    ///
+    /// - returns `mac`: The six bytes of the address, the first in the lowest byte.
+    /// - returns `boot`: The system's start this device belongs to.
+    ///
+    /// Errors: `unavailable`; and invocation errors.
+    pub fn mac_address(network_device: CapReg) -> Result<MacAddressResults, Error> {
+        let received = invoke(Invocation::call(network_device, order::MAC_ADDRESS)).check()?;
+        Ok(MacAddressResults {
+            mac: received.words[0],
+            boot: received.words[1],
+        })
+    }
+
+    /// Arms one notification: the kernel sends one message through `target` (a send: order `holdfast_abi::network_notification::ORDER`, word 0 the reason — 1 a frame arrived, 2 the deadline passed, 3 the system restarted — word 1 `boot`) as soon as a frame is waiting or the clock passes `deadline_us`, whichever comes first; then it is disarmed until `notify` is called again. A frame already waiting fires it at once. If the target process is busy, the message waits in the kernel (one per device, never more) and is delivered when the process is next available. A later `notify` replaces an armed one.
+    ///
+    /// - `target`: Where the notification goes. Type start.
+    /// - `deadline_us`: Microseconds since this boot (the clock's `now` / 1000); 2^64-1: no deadline.
+    ///
+    /// Returns the system's start this device belongs to.
+    ///
+    /// Errors: `wrong_type`, `unavailable`; and invocation errors.
+    pub fn notify(network_device: CapReg, target: CapReg, deadline_us: u64) -> Result<u64, Error> {
+        let received = invoke(Invocation {
+            words: [deadline_us, 0, 0, 0],
+            send: &[target],
+            ..Invocation::call(network_device, order::NOTIFY)
+        })
+        .check()?;
+        Ok(received.words[0])
+    }
+}

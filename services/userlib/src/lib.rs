@@ -16,6 +16,7 @@ pub mod syscall;
 pub use holdfast_abi as abi;
 
 pub mod check;
+pub mod net;
 pub mod space;
 
 pub const CONSOLE: u8 = 0;

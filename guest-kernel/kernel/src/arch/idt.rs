@@ -20,6 +20,8 @@ use super::timer::{APIC_ERROR_VECTOR, SPURIOUS_VECTOR, TIMER_VECTOR};
 /// The disks' completions (MSI-X): above the timer's priority class (vector / 16), so that
 /// a disk waited for inside the timer's handler (a checkpoint step) still wakes the CPU.
 pub const BLOCK_VECTOR: u8 = 48;
+/// The network device's received frames (MSI-X): the same class as the disks'.
+pub const NET_VECTOR: u8 = 49;
 const DOUBLE_FAULT_VECTOR: u8 = 8;
 const PAGE_FAULT_VECTOR: u8 = 14;
 
@@ -246,6 +248,19 @@ pub struct UserModeHandlers {
     pub timer: fn(UserRegisters) -> !,
     /// An exception in ring 3.
     pub fault: fn(FaultReport, UserRegisters) -> !,
+    /// The network device's interrupt came while ring 3 ran (the registers it was
+    /// running with): the layer above delivers what it brought at once.
+    pub network: fn(UserRegisters) -> !,
+}
+
+/// Set by the network device's interrupt, taken by the layer above
+/// ([`take_network_interrupt`]): an interrupt in the kernel (a halt in the idle loop or in
+/// a disk wait) only records it, as the kernel may hold locks there.
+static NETWORK_INTERRUPTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the network device interrupted since the last call.
+pub fn take_network_interrupt() -> bool {
+    NETWORK_INTERRUPTED.swap(false, core::sync::atomic::Ordering::Relaxed)
 }
 
 static USER_MODE_HANDLERS: Once<UserModeHandlers> = Once::new();
@@ -267,6 +282,13 @@ extern "C" fn interrupt_dispatch(frame: &mut TrapFrame) {
         // Only wakes a driver halted for its disk (`drivers::block`), which then looks at
         // its queue itself.
         BLOCK_VECTOR => super::timer::end_of_interrupt(),
+        NET_VECTOR => {
+            NETWORK_INTERRUPTED.store(true, core::sync::atomic::Ordering::Relaxed);
+            super::timer::end_of_interrupt();
+            if frame.is_from_user_mode() {
+                (user_mode_handlers().network)(frame.user_registers());
+            }
+        }
         APIC_ERROR_VECTOR => {
             crate::println!("holdfast: local APIC error interrupt");
             super::timer::end_of_interrupt();

@@ -21,7 +21,7 @@ use virtio_drivers::transport::pci::bus::DeviceFunction;
 
 use crate::println;
 pub use block::{Block, set_answer_time_limit_ms};
-pub use net::Net;
+pub use net::{Net, SendError};
 
 /// A device the kernel looked for.
 pub enum Device<T> {
@@ -54,7 +54,7 @@ pub fn probe() -> Devices {
     {
         let status = match device_type {
             DeviceType::Block => attach_disk(&mut devices.blocks, location, transport),
-            DeviceType::Network => attach(&mut devices.net, location, transport, Net::new),
+            DeviceType::Network => attach_net(&mut devices.net, location, transport),
             _ => String::from("not driven"),
         };
         println!("holdfast: pci {location}: virtio {device_type:?}, {status}");
@@ -79,6 +79,20 @@ fn attach_disk(
         }
     }
     if index == 0 { status } else { format!("{status} (disk {index})") }
+}
+
+/// Starts the driver of the first network device, its receptions routed to
+/// [`crate::arch::idt::NET_VECTOR`] (or polled, if they cannot be).
+fn attach_net(slot: &mut Device<Net>, location: DeviceFunction, transport: Result<PciTransport, String>) -> String {
+    let was_absent = matches!(slot, Device::Absent);
+    let mut status = attach(slot, location, transport, Net::new);
+    if let (true, Device::Ready(net)) = (was_absent, slot) {
+        match pci::route_queue_interrupt(location, crate::arch::idt::NET_VECTOR) {
+            Ok(()) => net.use_interrupts(),
+            Err(why) => status = format!("{status}, polled ({why})"),
+        }
+    }
+    status
 }
 
 /// Starts the driver of a device of a type not seen yet, records it (or why there is

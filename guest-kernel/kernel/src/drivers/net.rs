@@ -1,10 +1,13 @@
-//! The virtio-net driver: raw Ethernet frames in and out, polled. The kernel's network
-//! stack (a ring-3 service) and the replication link will sit on this.
+//! The virtio-net driver: raw Ethernet frames in and out. The ring-3 network service sits
+//! on this through the kernel's `network_device` capability (`crate::network`).
 //!
 //! We use the crate's `VirtIONetRaw` (the buffer-managing `VirtIONet` needs its `alloc`
 //! feature) and own the buffers here: a ring of receive buffers always posted to the
-//! device, and one transmit buffer. Waits are bounded by the TSC, never endless: a device
-//! whose peer is gone must not hang the kernel.
+//! device, and a few transmit buffers. A received frame raises the device's MSI-X interrupt
+//! when [`super::pci::route_queue_interrupt`] could route it ([`Net::use_interrupts`]): the
+//! receive queue is virtqueue 0, the only one routed, so transmissions complete silently
+//! and are collected at the next send. Waits are bounded by the TSC, never endless: a
+//! device whose peer is gone must not hang the kernel.
 
 use alloc::boxed::Box;
 use alloc::format;
@@ -19,6 +22,15 @@ use crate::arch::{self, timer};
 
 const QUEUE_SIZE: usize = 16;
 const RECEIVE_BUFFERS: usize = 8;
+/// Frames in flight to the device at most (one descriptor each, beside the receive
+/// queue's): a burst of TCP segments leaves without waiting for each.
+const TRANSMIT_BUFFERS: usize = 8;
+/// How long a send waits for a transmit buffer when all are in flight, before refusing.
+const TRANSMIT_WAIT_MICROSECONDS: u64 = 10_000;
+/// The longest frame sent: an Ethernet header and a 1500-byte payload.
+const FRAME_BYTES_MAX: usize = 1514;
+/// The shortest: an Ethernet header.
+const FRAME_BYTES_MIN: usize = 14;
 /// Room for the virtio-net header and a 1514-byte frame.
 const BUFFER_BYTES: usize = 2048;
 
@@ -38,9 +50,19 @@ pub struct Net {
     /// Buffers posted to the receive queue, with the token the device will complete them
     /// under. Never touched while posted (the boxes may move, their contents do not).
     receiving: Vec<(u16, Box<[u8]>)>,
-    /// The transmit buffer, and the token of the transmission that still owns it.
-    transmit: Box<[u8]>,
-    transmitting: Option<u16>,
+    /// The transmit buffers, each with the token of the transmission that still owns it.
+    transmit: Vec<(Box<[u8]>, Option<u16>)>,
+}
+
+/// Why a frame was not sent.
+#[derive(Debug)]
+pub enum SendError {
+    /// Shorter than an Ethernet header or longer than [`FRAME_BYTES_MAX`].
+    Length,
+    /// Every transmit buffer stayed in flight for [`TRANSMIT_WAIT_MICROSECONDS`].
+    Busy,
+    /// The device refused the request (a broken queue).
+    Device(String),
 }
 
 impl Net {
@@ -50,8 +72,9 @@ impl Net {
         let mut net = Self {
             device,
             receiving: Vec::with_capacity(RECEIVE_BUFFERS),
-            transmit: vec![0; BUFFER_BYTES].into_boxed_slice(),
-            transmitting: None,
+            transmit: (0..TRANSMIT_BUFFERS)
+                .map(|_| (vec![0; BUFFER_BYTES].into_boxed_slice(), None))
+                .collect(),
         };
         for _ in 0..RECEIVE_BUFFERS {
             net.post_receive(vec![0; BUFFER_BYTES].into_boxed_slice())?;
@@ -72,43 +95,61 @@ impl Net {
         Ok(())
     }
 
-    /// Whether the transmit buffer is free, collecting a finished transmission.
-    fn transmit_free(&mut self) -> Result<bool, String> {
-        let Some(token) = self.transmitting else {
-            return Ok(true);
-        };
-        if self.device.poll_transmit() != Some(token) {
-            return Ok(false);
-        }
-        self.transmitting = None;
-        // SAFETY: the same buffer that `transmit_begin` was given under this token.
-        unsafe { self.device.transmit_complete(token, &self.transmit) }
-            .map_err(|error| format!("completing a transmission: {error}"))?;
-        Ok(true)
+    /// Receptions raise the interrupt routed to the receive queue from now on.
+    pub fn use_interrupts(&mut self) {
+        self.device.enable_interrupts();
     }
 
-    /// Queues one Ethernet frame (without FCS) for transmission; fails if the previous one
-    /// has not left yet.
-    pub fn send(&mut self, frame: &[u8]) -> Result<(), String> {
-        if !self.transmit_free()? {
-            return Err(String::from("the previous frame has not been transmitted"));
+    /// Whether a received frame is waiting (for [`Self::poll`]).
+    pub fn has_frame(&self) -> bool {
+        self.device.poll_receive().is_some()
+    }
+
+    /// Collects every finished transmission; returns the index of a free transmit buffer.
+    fn transmit_free(&mut self) -> Result<Option<usize>, String> {
+        while let Some(token) = self.device.poll_transmit() {
+            let index = self
+                .transmit
+                .iter()
+                .position(|&(_, owner)| owner == Some(token))
+                .ok_or_else(|| format!("the device completed unknown transmit token {token}"))?;
+            let (buffer, owner) = &mut self.transmit[index];
+            *owner = None;
+            // SAFETY: the same buffer that `transmit_begin` was given under this token.
+            unsafe { self.device.transmit_complete(token, buffer) }
+                .map_err(|error| format!("completing a transmission: {error}"))?;
         }
+        Ok(self.transmit.iter().position(|(_, owner)| owner.is_none()))
+    }
+
+    /// Queues one Ethernet frame (without FCS) for transmission, waiting up to
+    /// [`TRANSMIT_WAIT_MICROSECONDS`] for a transmit buffer if all are in flight.
+    pub fn send(&mut self, frame: &[u8]) -> Result<(), SendError> {
+        if !(FRAME_BYTES_MIN..=FRAME_BYTES_MAX).contains(&frame.len()) {
+            return Err(SendError::Length);
+        }
+        let start = arch::read_tsc();
+        let wait_ticks = TRANSMIT_WAIT_MICROSECONDS * (timer::tsc_hz() / 1_000_000).max(1);
+        let index = loop {
+            if let Some(index) = self.transmit_free().map_err(SendError::Device)? {
+                break index;
+            }
+            if arch::read_tsc() - start > wait_ticks {
+                return Err(SendError::Busy);
+            }
+            core::hint::spin_loop();
+        };
         let header = self
             .device
-            .fill_buffer_header(&mut self.transmit)
-            .map_err(|error| format!("{error}"))?;
-        if header + frame.len() > self.transmit.len() {
-            return Err(format!("frame of {} bytes is too long", frame.len()));
-        }
-        self.transmit[header..header + frame.len()].copy_from_slice(frame);
-        // SAFETY: the transmit buffer is not accessed until `transmit_free` sees the device
-        // complete this token; `device` is dropped before the buffer.
-        let token = unsafe {
-            self.device
-                .transmit_begin(&self.transmit[..header + frame.len()])
-        }
-        .map_err(|error| format!("transmitting: {error}"))?;
-        self.transmitting = Some(token);
+            .fill_buffer_header(&mut self.transmit[index].0)
+            .map_err(|error| SendError::Device(format!("{error}")))?;
+        let (buffer, owner) = &mut self.transmit[index];
+        buffer[header..header + frame.len()].copy_from_slice(frame);
+        // SAFETY: the buffer is not accessed until `transmit_free` sees the device complete
+        // this token; `device` is dropped before the buffers.
+        let token = unsafe { self.device.transmit_begin(&buffer[..header + frame.len()]) }
+            .map_err(|error| SendError::Device(format!("transmitting: {error}")))?;
+        *owner = Some(token);
         Ok(())
     }
 
@@ -168,8 +209,8 @@ impl Net {
             if now >= deadline {
                 break;
             }
-            if now >= next_ping && self.transmit_free()? {
-                self.send(&ping)?;
+            if now >= next_ping && self.transmit_free()?.is_some() {
+                self.send(&ping).map_err(|error| format!("sending the ping: {error:?}"))?;
                 pings += 1;
                 next_ping = now + PING_INTERVAL_MILLISECONDS * ticks_per_ms;
             }
@@ -179,7 +220,7 @@ impl Net {
                 None => core::hint::spin_loop(),
             }
         }
-        if pings == 0 || !self.transmit_free()? {
+        if pings == 0 {
             return Err(String::from(
                 "the ping was never transmitted (the device kept it)",
             ));

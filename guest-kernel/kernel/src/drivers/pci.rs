@@ -145,7 +145,9 @@ const MSIX_FUNCTION_MASK: u32 = 1 << 30;
 /// it answers instead of spinning. Why: a spinning vCPU is a busy host thread, which the
 /// host runs only in its turn once the device has answered (and which competes with
 /// QEMU's own I/O threads meanwhile); a halted one is woken as soon as the answer comes.
-/// Nothing changes if this fails: the driver polls as before.
+/// Nothing changes if this fails: the driver polls as before. virtio-net's virtqueue 0 is
+/// its receive queue: a frame received interrupts (its transmit queue, 1, keeps no vector
+/// and completes silently).
 pub fn route_queue_interrupt(location: DeviceFunction, vector: u8) -> Result<(), String> {
     let access = PortConfigurationAccess;
     let root = PciRoot::new(PortConfigurationAccess);

@@ -75,6 +75,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         disks: arguments.disks.clone(),
         blkdebug: blkdebug_disks(&arguments)?,
         net_connect: arguments.net_connect.clone(),
+        tp1_port: tp1_port(arguments.tp1_port)?,
         accelerator,
         memory_mib: arguments.memory_mib,
         qmp_socket: Some(qmp_socket.path.clone()),
@@ -361,4 +362,26 @@ mod tests {
             Some(Duration::from_secs(7))
         );
     }
+}
+
+/// The host port `--tp1-port` forwards: the one given, or (0 or none given) a free one on
+/// 127.0.0.1, printed so that a client can find it.
+fn tp1_port(asked: Option<u16>) -> Result<Option<u16>, Failure> {
+    let Some(asked) = asked else {
+        return Ok(None);
+    };
+    let port = if asked != 0 {
+        asked
+    } else {
+        // The kernel's choice of a free port; released at once for QEMU to take (another
+        // program could take it first: QEMU then fails to start, and says so).
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?;
+        listener
+            .local_addr()
+            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?
+            .port()
+    };
+    eprintln!("holdfast: tp1 port 127.0.0.1:{port}");
+    Ok(Some(port))
 }

@@ -1,0 +1,129 @@
+//! The network service's client interface (`services/net`, documented in
+//! `docs/net-service.md`): TCP through capabilities. The service's start capability
+//! (badge 0) opens listeners; a listener's capability waits for events, sends and closes.
+//!
+//! The orders, the event layout and the error codes are here once, for the service and its
+//! clients alike.
+
+use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+/// Orders of the service's start capability (badge 0).
+pub mod order {
+    /// `listen`: word 0 the TCP port; replies with a listener capability (the first
+    /// capability received).
+    pub const LISTEN: u64 = 1;
+    /// `wait` (a listener): replies with events once there are some.
+    pub const WAIT: u64 = 2;
+    /// `send` (a listener): word 0 a connection, the string the bytes.
+    pub const SEND: u64 = 3;
+    /// `close` (a listener): word 0 a connection.
+    pub const CLOSE: u64 = 4;
+}
+
+/// The service's reply codes besides 0 (success). They start at 100, clear of the kernel's
+/// object errors (1..=8), which a client may also see (a void capability, say).
+pub mod error {
+    /// The order is not one this capability takes.
+    pub const BAD_ORDER: u64 = 100;
+    /// The port is 0 or above 65535.
+    pub const BAD_PORT: u64 = 101;
+    /// A listener on this port exists already.
+    pub const PORT_IN_USE: u64 = 102;
+    /// The service holds as many listeners as it can.
+    pub const TOO_MANY_LISTENERS: u64 = 103;
+    /// No open connection of this listener has this id (never opened, closed by the
+    /// client, or closed or reset by the peer).
+    pub const UNKNOWN_CONNECTION: u64 = 104;
+    /// A `wait` on this listener is already waiting: one at a time.
+    pub const WAIT_PENDING: u64 = 105;
+    /// The service could not make the listener's capability or keep the caller's resume
+    /// capability (a kernel refusal).
+    pub const INTERNAL: u64 = 106;
+    /// `wait`'s buffer (word 0) is shorter than an event header and a byte.
+    pub const BUFFER_TOO_SMALL: u64 = 107;
+}
+
+/// The kinds of event a `wait` returns.
+pub mod event {
+    /// A connection was accepted; no data.
+    pub const OPENED: u8 = 1;
+    /// Bytes arrived on a connection.
+    pub const DATA: u8 = 2;
+    /// The peer closed the connection, or it was reset (also after a restart of the system,
+    /// for every connection that was open); its id is unknown from now on.
+    pub const CLOSED: u8 = 3;
+    /// Bytes of an event's header: u32 connection, u8 kind, u8 0, u16 data length.
+    pub const HEADER_BYTES: usize = 8;
+}
+
+/// The longest string a `wait` returns (the invocation string's limit).
+pub const WAIT_BYTES_MAX: usize = crate::abi::INVOCATION_STRING_BYTES_MAX;
+
+/// One event of a `wait`'s reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event<'a> {
+    pub connection: u32,
+    pub kind: u8,
+    pub data: &'a [u8],
+}
+
+/// The events in a `wait`'s reply, in order; stops at a malformed tail.
+pub fn events(reply: &[u8]) -> impl Iterator<Item = Event<'_>> {
+    let mut rest = reply;
+    core::iter::from_fn(move || {
+        let header = rest.get(..event::HEADER_BYTES)?;
+        let connection = u32::from_le_bytes(header[..4].try_into().ok()?);
+        let kind = header[4];
+        let length = usize::from(u16::from_le_bytes([header[6], header[7]]));
+        let data = rest.get(event::HEADER_BYTES..event::HEADER_BYTES + length)?;
+        rest = &rest[event::HEADER_BYTES + length..];
+        Some(Event { connection, kind, data })
+    })
+}
+
+/// Opens a listener on `port` through the service's start capability `service`; the
+/// listener's capability lands in `into`.
+pub fn listen(service: CapReg, port: u16, into: CapReg) -> Result<(), Error> {
+    invoke(Invocation {
+        words: [u64::from(port), 0, 0, 0],
+        receive: &[into],
+        ..Invocation::call(service, order::LISTEN)
+    })
+    .check()?;
+    Ok(())
+}
+
+/// Waits for events on `listener`; they land in `buffer` (as many as fit). Returns the
+/// length of the reply (see [`events`]).
+pub fn wait(listener: CapReg, buffer: &mut [u8]) -> Result<usize, Error> {
+    let capacity = buffer.len().min(WAIT_BYTES_MAX) as u64;
+    let received = invoke(Invocation {
+        words: [capacity, 0, 0, 0],
+        buffer,
+        ..Invocation::call(listener, order::WAIT)
+    })
+    .check()?;
+    Ok(received.string_length)
+}
+
+/// Sends `bytes` on `connection`; returns how many the service took (fewer when its send
+/// buffer is full: send the rest later).
+pub fn send(listener: CapReg, connection: u32, bytes: &[u8]) -> Result<usize, Error> {
+    let received = invoke(Invocation {
+        words: [u64::from(connection), 0, 0, 0],
+        string: bytes,
+        ..Invocation::call(listener, order::SEND)
+    })
+    .check()?;
+    Ok(received.words[0] as usize)
+}
+
+/// Closes `connection` (a FIN to the peer, once what was sent has gone).
+pub fn close(listener: CapReg, connection: u32) -> Result<(), Error> {
+    invoke(Invocation {
+        words: [u64::from(connection), 0, 0, 0],
+        ..Invocation::call(listener, order::CLOSE)
+    })
+    .check()?;
+    Ok(())
+}
