@@ -155,7 +155,11 @@ pub struct BufferTooSmall {
 
 impl core::fmt::Display for BufferTooSmall {
     fn fmt(&self, formatter: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(formatter, "output buffer too small: {} bytes needed", self.needed_bytes)
+        write!(
+            formatter,
+            "output buffer too small: {} bytes needed",
+            self.needed_bytes
+        )
     }
 }
 

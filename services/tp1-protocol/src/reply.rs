@@ -59,11 +59,18 @@ pub enum ReplyPayload<'a> {
     /// empty payload, as for `load`.)
     Error(Status),
     Transaction(TransactionResult),
-    Balance { balance: i64 },
+    Balance {
+        balance: i64,
+    },
     /// `branches[b]` is branch `b`'s; the scale is `branches.len()` (at most [`SCALE_MAX`]).
-    Summary { totals: SummaryTotals, branches: &'a [BranchSums] },
+    Summary {
+        totals: SummaryTotals,
+        branches: &'a [BranchSums],
+    },
     /// At most [`HISTORY_COUNT_MAX`] records, in history order.
-    History { records: &'a [HistoryRecord] },
+    History {
+        records: &'a [HistoryRecord],
+    },
     /// `load` finished.
     Loaded,
 }
@@ -89,7 +96,10 @@ pub enum ReplyError {
     UnknownStatus(u8),
     NonZeroFlags(u16),
     /// A refusal came with a payload, or an `ok` with a payload of the wrong length.
-    PayloadLength { expected_bytes: usize, actual_bytes: usize },
+    PayloadLength {
+        expected_bytes: usize,
+        actual_bytes: usize,
+    },
     /// The reply is a refusal, so it has no payload to read.
     Refused(Status),
     /// `summary`'s scale is above [`SCALE_MAX`].
@@ -97,7 +107,9 @@ pub enum ReplyError {
     /// `history`'s count is above [`HISTORY_COUNT_MAX`].
     CountOutOfRange(u32),
     /// A history record's padding is not zero.
-    BadHistoryRecord { position: u32 },
+    BadHistoryRecord {
+        position: u32,
+    },
 }
 
 impl core::fmt::Display for ReplyError {
@@ -107,7 +119,10 @@ impl core::fmt::Display for ReplyError {
             ReplyError::BadVersion(version) => write!(formatter, "reply version {version}"),
             ReplyError::UnknownStatus(code) => write!(formatter, "unknown reply status {code}"),
             ReplyError::NonZeroFlags(flags) => write!(formatter, "reply flags {flags:#06x}"),
-            ReplyError::PayloadLength { expected_bytes, actual_bytes } => write!(
+            ReplyError::PayloadLength {
+                expected_bytes,
+                actual_bytes,
+            } => write!(
                 formatter,
                 "reply payload of {actual_bytes} bytes where {expected_bytes} were expected"
             ),
@@ -145,7 +160,8 @@ impl<'a> Reply<'a> {
         if version != VERSION {
             return Err(ReplyError::BadVersion(version));
         }
-        let status = Status::from_code(status_code).ok_or(ReplyError::UnknownStatus(status_code))?;
+        let status =
+            Status::from_code(status_code).ok_or(ReplyError::UnknownStatus(status_code))?;
         if flags != 0 {
             return Err(ReplyError::NonZeroFlags(flags));
         }
@@ -156,7 +172,11 @@ impl<'a> Reply<'a> {
                 actual_bytes: payload.len(),
             });
         }
-        Ok(Reply { request_id, status, payload })
+        Ok(Reply {
+            request_id,
+            status,
+            payload,
+        })
     }
 
     /// The raw payload.
@@ -219,7 +239,11 @@ impl<'a> Reply<'a> {
             branches_total: reader.i64().ok_or(short)?,
             history_total: reader.i64().ok_or(short)?,
         };
-        Ok(SummaryReply { scale, totals, branches: reader.rest() })
+        Ok(SummaryReply {
+            scale,
+            totals,
+            branches: reader.rest(),
+        })
     }
 
     /// The reply to `history`.
@@ -227,7 +251,9 @@ impl<'a> Reply<'a> {
         if self.status != Status::Ok {
             return Err(ReplyError::Refused(self.status));
         }
-        let count = Reader::new(self.payload).u32().ok_or(ReplyError::TooShort)?;
+        let count = Reader::new(self.payload)
+            .u32()
+            .ok_or(ReplyError::TooShort)?;
         if count > HISTORY_COUNT_MAX {
             return Err(ReplyError::CountOutOfRange(count));
         }
@@ -236,8 +262,13 @@ impl<'a> Reply<'a> {
         let reader = self.ok_payload(expected_bytes)?;
         let records = &reader.rest()[4..];
         for (position, record) in records.chunks_exact(HistoryRecord::BYTES).enumerate() {
-            if record[HistoryRecord::BYTES - 6..].iter().any(|&byte| byte != 0) {
-                return Err(ReplyError::BadHistoryRecord { position: position as u32 });
+            if record[HistoryRecord::BYTES - 6..]
+                .iter()
+                .any(|&byte| byte != 0)
+            {
+                return Err(ReplyError::BadHistoryRecord {
+                    position: position as u32,
+                });
             }
         }
         Ok(HistoryReply { records })
@@ -271,7 +302,9 @@ impl<'a> Reply<'a> {
         debug_assert!(body_bytes <= REPLY_BODY_BYTES_MAX as usize);
         let frame_bytes = LENGTH_PREFIX_BYTES + body_bytes;
         let Some(out) = out.get_mut(..frame_bytes) else {
-            return Err(ReplyEncodeError::BufferTooSmall { needed_bytes: frame_bytes });
+            return Err(ReplyEncodeError::BufferTooSmall {
+                needed_bytes: frame_bytes,
+            });
         };
         let status = match payload {
             ReplyPayload::Error(status) => *status,
@@ -380,7 +413,10 @@ mod tests {
 
     #[test]
     fn a_transaction_reply_has_the_documented_layout_and_round_trips() {
-        let result = TransactionResult { account_balance: -5, history_index: 77 };
+        let result = TransactionResult {
+            account_balance: -5,
+            history_index: 77,
+        };
         let frame = encode(9, &ReplyPayload::Transaction(result));
         assert_eq!(frame.len(), 4 + 12 + 16);
         assert_eq!(&frame[4..8], &[1, 0, 0, 0]);
@@ -390,7 +426,10 @@ mod tests {
         let reply = Reply::decode(&frame[4..]).unwrap();
         assert_eq!((reply.request_id, reply.status), (9, Status::Ok));
         assert_eq!(reply.transaction(), Ok(result));
-        assert!(matches!(reply.balance(), Err(ReplyError::PayloadLength { .. })));
+        assert!(matches!(
+            reply.balance(),
+            Err(ReplyError::PayloadLength { .. })
+        ));
     }
 
     #[test]
@@ -399,7 +438,10 @@ mod tests {
         assert_eq!(frame.len(), 16);
         let reply = Reply::decode(&frame[4..]).unwrap();
         assert_eq!(reply.status, Status::BadToken);
-        assert_eq!(reply.transaction(), Err(ReplyError::Refused(Status::BadToken)));
+        assert_eq!(
+            reply.transaction(),
+            Err(ReplyError::Refused(Status::BadToken))
+        );
         let mut with_payload = frame[4..].to_vec();
         with_payload.push(0);
         assert!(matches!(
@@ -413,8 +455,18 @@ mod tests {
     #[test]
     fn summary_round_trips() {
         let branches = [
-            BranchSums { accounts: 1, tellers: 2, branch: 3, history: 4 },
-            BranchSums { accounts: -1, tellers: -2, branch: -3, history: -4 },
+            BranchSums {
+                accounts: 1,
+                tellers: 2,
+                branch: 3,
+                history: 4,
+            },
+            BranchSums {
+                accounts: -1,
+                tellers: -2,
+                branch: -3,
+                history: -4,
+            },
         ];
         let totals = SummaryTotals {
             history_count: 10,
@@ -423,7 +475,13 @@ mod tests {
             branches_total: 13,
             history_total: 14,
         };
-        let frame = encode(5, &ReplyPayload::Summary { totals, branches: &branches });
+        let frame = encode(
+            5,
+            &ReplyPayload::Summary {
+                totals,
+                branches: &branches,
+            },
+        );
         assert_eq!(frame.len(), 4 + 12 + 44 + 64);
         let reply = Reply::decode(&frame[4..]).unwrap();
         let summary = reply.summary().unwrap();
@@ -433,7 +491,14 @@ mod tests {
         let eleven = [BranchSums::default(); 11];
         let mut out = [0u8; 1024];
         assert_eq!(
-            Reply::encode(&mut out, 0, &ReplyPayload::Summary { totals, branches: &eleven }),
+            Reply::encode(
+                &mut out,
+                0,
+                &ReplyPayload::Summary {
+                    totals,
+                    branches: &eleven
+                }
+            ),
             Err(ReplyEncodeError::TooManyBranches)
         );
     }
@@ -483,9 +548,15 @@ mod tests {
         assert_eq!(Reply::decode(&bad).err(), Some(ReplyError::BadVersion(2)));
         let mut bad = body.to_vec();
         bad[1] = 9;
-        assert_eq!(Reply::decode(&bad).err(), Some(ReplyError::UnknownStatus(9)));
+        assert_eq!(
+            Reply::decode(&bad).err(),
+            Some(ReplyError::UnknownStatus(9))
+        );
         let mut bad = body.to_vec();
         bad[3] = 1;
-        assert_eq!(Reply::decode(&bad).err(), Some(ReplyError::NonZeroFlags(0x100)));
+        assert_eq!(
+            Reply::decode(&bad).err(),
+            Some(ReplyError::NonZeroFlags(0x100))
+        );
     }
 }

@@ -118,14 +118,22 @@ impl Transaction {
 pub enum Operation {
     Transaction(Transaction),
     /// An account's balance (`bad_argument` if the account is beyond the loaded scale).
-    Balance { account: u32 },
+    Balance {
+        account: u32,
+    },
     /// Totals and per-branch sums (see [`crate::SummaryReply`]).
     Summary,
     /// Up to `count_max` (at most [`HISTORY_COUNT_MAX`]) history records from `from_index`;
     /// fewer (maybe none) at the end of history.
-    History { from_index: u64, count_max: u32 },
+    History {
+        from_index: u64,
+        count_max: u32,
+    },
     /// Make fresh TPC-B data at `scale` (1..=[`SCALE_MAX`]): balances 0, history empty.
-    Load { scale: u32, replace: bool },
+    Load {
+        scale: u32,
+        replace: bool,
+    },
 }
 
 impl Operation {
@@ -216,7 +224,9 @@ impl Request {
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, BufferTooSmall> {
         let frame_bytes = self.frame_bytes();
         let Some(out) = out.get_mut(..frame_bytes) else {
-            return Err(BufferTooSmall { needed_bytes: frame_bytes });
+            return Err(BufferTooSmall {
+                needed_bytes: frame_bytes,
+            });
         };
         let mut flags = 0;
         if self.admin_token {
@@ -243,7 +253,10 @@ impl Request {
             }
             Operation::Balance { account } => writer.u32(account),
             Operation::Summary => {}
-            Operation::History { from_index, count_max } => {
+            Operation::History {
+                from_index,
+                count_max,
+            } => {
                 writer.u64(from_index);
                 writer.u32(count_max);
             }
@@ -263,7 +276,9 @@ fn decode_payload(opcode: Opcode, flags: u16, reader: &mut Reader<'_>) -> Option
             account: reader.u32()?,
             delta: reader.i64()?,
         }),
-        Opcode::Balance => Operation::Balance { account: reader.u32()? },
+        Opcode::Balance => Operation::Balance {
+            account: reader.u32()?,
+        },
         Opcode::Summary => Operation::Summary,
         Opcode::History => Operation::History {
             from_index: reader.u64()?,
@@ -329,9 +344,18 @@ mod tests {
         let operations = [
             Operation::Balance { account: 7 },
             Operation::Summary,
-            Operation::History { from_index: u64::MAX, count_max: 64 },
-            Operation::Load { scale: 10, replace: true },
-            Operation::Load { scale: 1, replace: false },
+            Operation::History {
+                from_index: u64::MAX,
+                count_max: 64,
+            },
+            Operation::Load {
+                scale: 10,
+                replace: true,
+            },
+            Operation::Load {
+                scale: 1,
+                replace: false,
+            },
         ];
         for operation in operations {
             let request = Request {
@@ -360,11 +384,18 @@ mod tests {
             copy
         };
         let id = 0x0102_0304_0506_0708;
-        let error = |status| RequestError { request_id: id, status };
+        let error = |status| RequestError {
+            request_id: id,
+            status,
+        };
         assert_eq!(refused(&with(0, 2)), error(Status::BadVersion));
         assert_eq!(refused(&with(1, 0)), error(Status::BadOpcode));
         assert_eq!(refused(&with(1, 6)), error(Status::BadOpcode));
-        assert_eq!(refused(&with(2, 1)), error(Status::BadArgument), "replace on a transaction");
+        assert_eq!(
+            refused(&with(2, 1)),
+            error(Status::BadArgument),
+            "replace on a transaction"
+        );
         assert_eq!(refused(&with(3, 0x80)), error(Status::BadArgument));
         assert_eq!(refused(&body[..63]), error(Status::BadLength));
         assert_eq!(refused(&body[..24]), error(Status::BadLength));
@@ -373,7 +404,10 @@ mod tests {
         assert_eq!(refused(&longer), error(Status::BadLength));
         assert_eq!(
             refused(&body[..11]),
-            RequestError { request_id: 0, status: Status::BadLength }
+            RequestError {
+                request_id: 0,
+                status: Status::BadLength
+            }
         );
         for delta in [1_000_000, -1_000_000, i64::MAX, i64::MIN] {
             let (frame, length) = encode(&transaction_request(delta));
@@ -384,9 +418,18 @@ mod tests {
     #[test]
     fn out_of_range_payloads_are_bad_arguments() {
         for operation in [
-            Operation::History { from_index: 0, count_max: 65 },
-            Operation::Load { scale: 0, replace: false },
-            Operation::Load { scale: 11, replace: false },
+            Operation::History {
+                from_index: 0,
+                count_max: 65,
+            },
+            Operation::Load {
+                scale: 0,
+                replace: false,
+            },
+            Operation::Load {
+                scale: 11,
+                replace: false,
+            },
         ] {
             let request = Request {
                 request_id: 3,
@@ -397,7 +440,10 @@ mod tests {
             let (frame, length) = encode(&request);
             assert_eq!(
                 Request::decode(&frame[4..length]).unwrap_err(),
-                RequestError { request_id: 3, status: Status::BadArgument }
+                RequestError {
+                    request_id: 3,
+                    status: Status::BadArgument
+                }
             );
         }
     }
@@ -416,7 +462,10 @@ mod tests {
         assert_eq!(at(0, 10, 0).check_range(1), Err(Status::BadArgument));
         assert_eq!(at(0, 0, 100_000).check_range(1), Err(Status::BadArgument));
         assert_eq!(at(9, 99, 999_999).check_range(10), Ok(()));
-        assert_eq!(at(u32::MAX, 0, 0).check_range(u32::MAX), Err(Status::BadArgument));
+        assert_eq!(
+            at(u32::MAX, 0, 0).check_range(u32::MAX),
+            Err(Status::BadArgument)
+        );
     }
 
     #[test]

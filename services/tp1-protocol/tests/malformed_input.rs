@@ -36,10 +36,18 @@ fn valid_request(random: &mut Random) -> Vec<u8> {
             account: random.below(1_000_000) as u32,
             delta: random.below(1_999_999) as i64 - 999_999,
         }),
-        1 => Operation::Balance { account: random.next() as u32 },
+        1 => Operation::Balance {
+            account: random.next() as u32,
+        },
         2 => Operation::Summary,
-        3 => Operation::History { from_index: random.next(), count_max: random.below(65) as u32 },
-        _ => Operation::Load { scale: 1 + random.below(10) as u32, replace: random.below(2) == 0 },
+        3 => Operation::History {
+            from_index: random.next(),
+            count_max: random.below(65) as u32,
+        },
+        _ => Operation::Load {
+            scale: 1 + random.below(10) as u32,
+            replace: random.below(2) == 0,
+        },
     };
     let request = Request {
         request_id: random.next(),
@@ -109,7 +117,10 @@ fn random_streams_never_panic_and_bad_lengths_end_the_stream() {
         }
     }
     // Random lengths are almost never in 24..=1024 (about 1 in 4 million).
-    assert!(failed_streams > 15_000, "only {failed_streams} streams failed framing");
+    assert!(
+        failed_streams > 15_000,
+        "only {failed_streams} streams failed framing"
+    );
 }
 
 #[test]
@@ -128,7 +139,9 @@ fn valid_streams_with_one_byte_changed_decode_or_are_refused() {
         let position = random.below(stream.len() as u64) as usize;
         stream[position] ^= 1 << random.below(8);
         let (decoded, refused, failed) = decode_stream(&stream, &mut random);
-        let in_prefix = prefix_positions.iter().any(|prefix| prefix.contains(&position));
+        let in_prefix = prefix_positions
+            .iter()
+            .any(|prefix| prefix.contains(&position));
         if !in_prefix {
             // A changed body byte touches one request: it still decodes (a token or an id
             // changed) or is refused; framing is untouched.
@@ -152,7 +165,10 @@ fn truncated_and_oversized_bodies_are_refused_with_bad_length() {
         let mut longer = body.to_vec();
         let extra_bytes = 1 + random.below(900) as usize;
         longer.extend(random.bytes(extra_bytes));
-        assert_eq!(Request::decode(&longer).unwrap_err().status, Status::BadLength);
+        assert_eq!(
+            Request::decode(&longer).unwrap_err().status,
+            Status::BadLength
+        );
     }
 }
 
@@ -160,7 +176,8 @@ fn truncated_and_oversized_bodies_are_refused_with_bad_length() {
 fn random_history_records_decode_or_are_refused() {
     let mut random = Random(13);
     for _ in 0..100_000 {
-        let bytes: [u8; HistoryRecord::BYTES] = random.bytes(HistoryRecord::BYTES).try_into().unwrap();
+        let bytes: [u8; HistoryRecord::BYTES] =
+            random.bytes(HistoryRecord::BYTES).try_into().unwrap();
         if let Ok(record) = HistoryRecord::decode(&bytes) {
             assert_eq!(record.encode(), bytes);
         }
