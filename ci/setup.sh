@@ -6,12 +6,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Debian packages: QEMU; GRUB and the ISO tools grub-mkrescue uses (the GRUB boot disk);
 # the Linux kernel and busybox the benchmarks compare against; gcc and glibc's libc.a
-# (libc6-dev, which gcc only recommends) for the micro benchmark's static Linux program.
+# (libc6-dev, which gcc only recommends) for the micro benchmark's static Linux program;
+# PostgreSQL 15, the TP1 peer (tests/tp1_postgres.rs starts private clusters with its
+# initdb and pg_ctl from /usr/lib/postgresql/15/bin; the package's own cluster is not used).
 packages=(
     qemu-system-x86 qemu-utils
     grub-pc-bin grub-common xorriso mtools
     linux-image-cloud-amd64 busybox-static
     gcc libc6-dev
+    postgresql-15
 )
 missing=()
 for package in "${packages[@]}"; do

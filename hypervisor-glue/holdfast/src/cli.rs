@@ -47,6 +47,165 @@ pub enum Command {
     /// its control channel; the VM's system must run the admin service.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
+    /// TP1 (TPC-B) transactions against the Holdfast TP1 service or PostgreSQL: load the
+    /// data, run load on it and measure, check that nothing was lost or applied twice.
+    #[command(subcommand, after_help = TP1_HELP)]
+    Tp1(Tp1Command),
+}
+
+const TP1_HELP: &str = "\
+Both targets get the same transactions (TPC-B: a branch and a teller uniformly, the account \
+85 % from the teller's branch, a delta in ±999,999, a random 128-bit transaction id from \
+the seed). The Holdfast target speaks the TP1 wire protocol (docs/tp1-protocol.md) to \
+--address; the PostgreSQL target runs pgbench's tpcb-like SQL (prepared statements) on \
+pgbench's tables, with a unique transaction-id column on pgbench_history so that a retried \
+id returns its first result. Only 127.0.0.1 (or a local Unix socket for --pg) is reached.
+
+`run` records every transaction id it sends, and every acknowledgement, in a ledger under \
+--state-dir; `load` empties it; `check` compares it with the target's history.";
+
+/// Which system `holdfast tp1` drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Tp1TargetKind {
+    /// The Holdfast TP1 service, over its wire protocol (needs --address and --token)
+    Holdfast,
+    /// PostgreSQL, with pgbench's TPC-B tables and SQL (needs --pg)
+    Postgres,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Tp1Command {
+    /// Make fresh TPC-B data (per scale unit 1 branch, 10 tellers, 100,000 accounts, every
+    /// balance 0, history empty) and empty the ledger. Holdfast needs an admin token.
+    #[command(
+        after_help = "Exit status: 0 loaded, 2 a usage error, 3 the target failed or refused."
+    )]
+    Load(Tp1LoadArguments),
+    /// Send transactions for a duration, closed loop (default) or open loop (--rate); print a
+    /// progress line each second on stderr and a report (or --json) on stdout.
+    #[command(after_help = TP1_RUN_HELP)]
+    Run(Tp1RunArguments),
+    /// Compare the target's data with itself and with the ledger: every acknowledged id in
+    /// history exactly once and at its acknowledged index, every history id sent, accounts =
+    /// tellers = branches = Σ history deltas in total and per branch. Prints what differs.
+    #[command(
+        after_help = "Exit status: 0 no difference, 1 differences (each printed), 2 a usage error, 3 the target could not be read."
+    )]
+    Check(Tp1CheckArguments),
+}
+
+const TP1_RUN_HELP: &str = "\
+Closed loop: each client keeps --pipeline transactions in flight (1 by default) and sends \
+the next when one is acknowledged; latency is from send to acknowledgement. Open loop \
+(--rate R): transaction k of client i has an intended send time of (k × clients + i) / R \
+seconds after the start; it is sent then, or as soon as the client has fewer than \
+--pipeline in flight, and its latency is measured from the intended time, so a target that \
+falls behind shows it in its latency (no coordinated omission). Intended times that pass \
+with the pipeline full to the end are counted as not sent. A lost connection is made again \
+and its transactions retried with the same ids, until --drain seconds after the run; those \
+still waiting then count as unfinished. The same --seed gives the same transactions, and so \
+the same ids: a repeated run retries the ids that an earlier one sent.
+
+Exit status: 0 the run finished (whatever the target refused), 2 a usage error, 3 the target \
+could not be reached or the ledger not written.";
+
+#[derive(Debug, Args)]
+pub struct Tp1TargetArguments {
+    /// The system to drive
+    #[arg(long, value_enum, default_value_t = Tp1TargetKind::Holdfast)]
+    pub target: Tp1TargetKind,
+    /// The TP1 service's forwarded port on the host (a loopback address only; for
+    /// --target holdfast)
+    #[arg(long, value_name = "127.0.0.1:PORT")]
+    pub address: Option<std::net::SocketAddr>,
+    /// The token every request carries, 32 hexadecimal digits (for --target holdfast;
+    /// `load` needs an admin token)
+    #[arg(long, value_name = "HEX")]
+    pub token: Option<String>,
+    /// PostgreSQL connection string, URL or key=value (for --target postgres), e.g.
+    /// postgresql://postgres@127.0.0.1:5432/postgres; its host must be 127.0.0.1, ::1,
+    /// localhost or a Unix socket directory
+    #[arg(long, value_name = "URL")]
+    pub pg: Option<String>,
+    /// Where the ledger of sent and acknowledged transaction ids is kept [default:
+    /// tp1/<target> in the state directory ($HOLDFAST_STATE_DIR, else
+    /// $XDG_STATE_HOME/holdfast, else ~/.local/state/holdfast)]
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct Tp1LoadArguments {
+    #[command(flatten)]
+    pub target: Tp1TargetArguments,
+    /// Scale: branches (each with 10 tellers and 100,000 accounts)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub scale: u32,
+    /// Replace data that exists (else the load is refused)
+    #[arg(long)]
+    pub replace: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct Tp1RunArguments {
+    #[command(flatten)]
+    pub target: Tp1TargetArguments,
+    /// Client connections
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub clients: u32,
+    /// Open loop at R transactions per second in all (spread evenly over the clients);
+    /// without it, closed loop
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Transactions in flight per client connection at most (Holdfast pipelines; PostgreSQL
+    /// runs one transaction at a time per connection, so only 1)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub pipeline: u32,
+    /// How long to start new transactions, in seconds (a number, or with s or m: 30s, 2m)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// After the run, how long transactions in flight (and reconnects to a restarting
+    /// target) may still take before they count as unfinished
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub drain: std::time::Duration,
+    /// Seed of the transactions and their ids [default: a random one, printed in the report]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Print the report as one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// No progress line each second
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct Tp1CheckArguments {
+    #[command(flatten)]
+    pub target: Tp1TargetArguments,
+    /// Print the findings as one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `30`, `30s`, `2m`, `0.5s`: seconds unless the suffix says minutes.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit_seconds) = match text.strip_suffix('m') {
+        Some(minutes) => (minutes, 60.0),
+        None => (text.strip_suffix('s').unwrap_or(text), 1.0),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (30, 30s, 2m)"))?;
+    let seconds = value * unit_seconds;
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!(
+            "{text:?}: a duration is more than 0 and at most a day"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 #[derive(Debug, Subcommand)]
@@ -369,6 +528,18 @@ fn subcommand_path(arguments: impl Iterator<Item = String>) -> String {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn durations_parse_in_seconds_or_minutes() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("1h").is_err());
+    }
 
     #[test]
     fn command_line_definition_is_consistent() {

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::Bench(command) => commands::bench::run(command),
         Command::Store(command) => commands::store::run(command),
         Command::Checkpoint(command) => commands::checkpoint::run(command),
+        Command::Tp1(command) => commands::tp1::run(command),
     };
     match result {
         Ok(code) => code,

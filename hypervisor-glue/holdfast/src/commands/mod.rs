@@ -7,4 +7,5 @@ pub mod control;
 pub mod image;
 pub mod run;
 pub mod store;
+pub mod tp1;
 pub mod vm;

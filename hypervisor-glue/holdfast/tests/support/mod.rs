@@ -3,6 +3,8 @@
 // Each test crate uses only some of these helpers.
 #![allow(dead_code)]
 
+pub mod postgres;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
