@@ -27,7 +27,7 @@ fn for_each_piece(
     mut with: impl FnMut(*mut u8, usize),
 ) -> Result<(), BadAddress> {
     let space = objects.cache.node(root).map_err(|_| BadAddress)?.get(process_root::SPACE);
-    let pages = pages_of(&objects.cache, space, (address, length), for_writing)?;
+    let pages = pages_of(&objects.cache, space, (address, length), (for_writing, true))?;
     let ids: Vec<_> = pages.iter().map(|(page, _)| page.object()).collect();
     objects.ensure_resident(&ids, make_room).map_err(|_| BadAddress)?;
     let cache = &objects.cache;
@@ -52,15 +52,16 @@ fn for_each_piece(
 }
 
 /// The pages under `[address, address + length)` of `space` and how many bytes of the range
-/// each holds, or `BadAddress` if a part is not mapped (writable, for a write).
+/// each holds, or `BadAddress` if a part is not mapped (writable, for a write). A process's
+/// space is read only in the user half; any other space wherever it holds pages.
 fn pages_of(
     cache: &ObjectCache<Frame>,
     space: Capability,
     (address, length): (u64, u64),
-    for_writing: bool,
+    (for_writing, process_space): (bool, bool),
 ) -> Result<Vec<(Capability, usize)>, BadAddress> {
     let end = address.checked_add(length).ok_or(BadAddress)?;
-    if length > 0 && (address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END) {
+    if process_space && length > 0 && (address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END) {
         return Err(BadAddress);
     }
     // Resolve every page first, so that a write fails before changing anything.
@@ -148,11 +149,11 @@ pub fn guarded_write(
         return Err(GuardedWriteError::BadAddress);
     }
     let bad = |_| GuardedWriteError::BadAddress;
-    let guard_page = pages_of(&objects.cache, space, (guard_address, 8), false).map_err(bad)?[0].0;
+    let guard_page = pages_of(&objects.cache, space, (guard_address, 8), (false, false)).map_err(bad)?[0].0;
     let mut pieces_pages = Vec::with_capacity(pieces.len());
     let mut pages: Vec<Capability> = Vec::new();
     for &(address, bytes) in pieces {
-        let found = pages_of(&objects.cache, space, (address, bytes.len() as u64), true).map_err(bad)?;
+        let found = pages_of(&objects.cache, space, (address, bytes.len() as u64), (true, false)).map_err(bad)?;
         for (page, _) in &found {
             if !pages.iter().any(|known| known.object() == page.object()) {
                 pages.push(*page);

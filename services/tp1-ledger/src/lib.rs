@@ -30,6 +30,7 @@ extern crate std;
 
 #[cfg(test)]
 mod tests;
+pub mod tokens;
 
 pub const PAGE_BYTES: usize = 4096;
 /// A branch, teller or account row (TPC-B's 100 bytes): the balance, then filler.
