@@ -44,12 +44,16 @@ struct Faults {
     drop_reply_every: Option<u64>,
     /// Apply a retried transaction id again (the bug `check` must catch).
     apply_retries_again: bool,
+    /// Once this many transactions are applied, stall the connection that brings the next
+    /// request for this long (a pause such as a slow journal flush).
+    stall: Option<(u64, Duration)>,
 }
 
 struct ReferenceServer {
     data: Mutex<Option<Data>>,
     faults: Faults,
     transactions: AtomicU64,
+    stalled: std::sync::atomic::AtomicBool,
 }
 
 impl ReferenceServer {
@@ -225,6 +229,7 @@ async fn start(faults: Faults) -> (std::net::SocketAddr, Arc<ReferenceServer>) {
         data: Mutex::new(None),
         faults,
         transactions: AtomicU64::new(0),
+        stalled: std::sync::atomic::AtomicBool::new(false),
     });
     let serving = Arc::clone(&server);
     tokio::spawn(async move {
@@ -248,6 +253,12 @@ async fn start(faults: Faults) -> (std::net::SocketAddr, Arc<ReferenceServer>) {
                     }
                     let mut input = &buffer[..received];
                     while let Ok(Some(body)) = decoder.decode(&mut input) {
+                        if let Some((after, pause)) = server.faults.stall
+                            && server.transactions.load(Ordering::Relaxed) >= after
+                            && !server.stalled.swap(true, Ordering::Relaxed)
+                        {
+                            tokio::time::sleep(pause).await;
+                        }
                         let (frame, close) = server.answer(body);
                         if close {
                             // Applied, never acknowledged: the client must retry the id.
@@ -388,6 +399,7 @@ fn check_catches_a_server_that_applies_retries_again_and_a_changed_account() {
         let faults = Faults {
             drop_reply_every: Some(25),
             apply_retries_again: true,
+            ..Faults::default()
         };
         let fixture = loaded("twice", faults).await;
         let report = fixture.run(options(2, 1, None, 4)).await;
@@ -411,6 +423,40 @@ fn check_catches_a_server_that_applies_retries_again_and_a_changed_account() {
         let text = check.render();
         assert!(text.contains("branch 1: accounts sum to"), "{text}");
         assert!(text.contains("DIFFERS: totals are not equal"), "{text}");
+    });
+}
+
+#[test]
+fn open_loop_latency_counts_a_stall_from_each_intended_send_time() {
+    // A half-second stall after 50 transactions, one client, one in flight.
+    let stall = Some((50, Duration::from_millis(500)));
+    runtime().block_on(async {
+        // Open loop at 200/s: about 100 intended sends fall in the stall, and each one's
+        // latency runs from its intended time, so a tenth of all samples exceed 250 ms.
+        let fixture = loaded(
+            "stall-open",
+            Faults {
+                stall,
+                ..Faults::default()
+            },
+        )
+        .await;
+        let open = fixture.run(options(1, 1, Some(200.0), 6)).await;
+        assert!(open.latency.p90_us > 250_000, "{}", open.render());
+        assert!(open.latency.max_us >= 450_000, "{}", open.render());
+        // Closed loop through the same stall: one transaction waits, the rest are not
+        // sent meanwhile, so only one sample is slow (the view coordinated omission gives).
+        let fixture = loaded(
+            "stall-closed",
+            Faults {
+                stall,
+                ..Faults::default()
+            },
+        )
+        .await;
+        let closed = fixture.run(options(1, 1, None, 7)).await;
+        assert!(closed.latency.max_us >= 450_000, "{}", closed.render());
+        assert!(closed.latency.p99_us < 100_000, "{}", closed.render());
     });
 }
 

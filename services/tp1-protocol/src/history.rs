@@ -1,5 +1,5 @@
-//! The history record: 50 bytes, the same in the TP1 service's pages and in `history`
-//! replies, so that a reply is a copy of what was committed.
+//! The history record as `history` replies carry it: 50 bytes. (The TP1 service keeps
+//! its own layout in its pages and converts.)
 
 use crate::bytes::{Reader, Writer};
 use crate::request::TransactionId;
