@@ -92,6 +92,25 @@ pub enum Tp1Command {
         after_help = "Exit status: 0 no difference, 1 differences (each printed), 2 a usage error, 3 the target could not be read."
     )]
     Check(Tp1CheckArguments),
+    /// Mint a token for the TP1 service of a running appliance (`holdfast run --name VM` with
+    /// the TP1 manifest): its admin service draws 128 bits from RDRAND, commits them to the
+    /// tokens page through the journal, and the token is printed (32 hexadecimal digits).
+    /// Minting a NAME again revokes its old token.
+    #[command(
+        after_help = "Exit status: 0 minted, 2 a usage error or no such VM, 3 the appliance refused (its reason is printed)."
+    )]
+    Token(Tp1TokenArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct Tp1TokenArguments {
+    /// The VM's name (`holdfast run --name`)
+    pub vm: String,
+    /// Who the token is for: 1 to 32 printable characters without spaces
+    pub name: String,
+    /// An admin token, which may also `load`
+    #[arg(long)]
+    pub admin: bool,
 }
 
 const TP1_RUN_HELP: &str = "\

@@ -19,8 +19,9 @@ pub const GUEST_MAC_ADDRESS: &str = "52:54:00:12:34:56";
 /// W^X needs (it refuses to run without them), plus what x86-64-v2 adds: SSE4.2, whose
 /// `crc32` instruction the kernel uses to check the initial image at boot (so that TCG runs
 /// the path hardware and KVM take), and the features software assumes come with it (the
-/// Linux peer's busybox uses SSSE3 once it sees SSE4.2, and died of #UD with SSE4.2 alone).
-pub const TCG_CPU_MODEL: &str = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+smep,+smap";
+/// Linux peer's busybox uses SSSE3 once it sees SSE4.2, and died of #UD with SSE4.2 alone);
+/// and RDRAND, from which the admin service mints the TP1 service's tokens.
+pub const TCG_CPU_MODEL: &str = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+smep,+smap,+rdrand";
 
 /// How the kernel gets into memory.
 #[derive(Clone, Debug, PartialEq, Eq)]

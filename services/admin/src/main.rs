@@ -8,17 +8,27 @@
 //! | `checkpoint interval <ms>` | `ok interval-ms <ms>` |
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
 //! | `counters` | `<name> <value>` lines in the Prometheus text format, then `ok` |
+//! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
 //!
-//! Capability registers: 0 console, 1 control channel, 2 checkpoint control.
+//! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
+//! appliance with the TP1 service, 3 its tokens page, 4 the journal, 5 a space whose first
+//! page is the tokens page (the journal's guarded `write` writes through it).
 #![no_std]
 #![no_main]
 
 use holdfast_userlib as user;
-use user::interface::{checkpoint, control};
+use holdfast_tp1_ledger::tokens;
+use user::interface::{checkpoint, control, journal, page};
 use user::syscall::{CapReg, Error};
 
 const CONTROL: CapReg = CapReg::new(1);
 const CHECKPOINT: CapReg = CapReg::new(2);
+const TOKENS_PAGE: CapReg = CapReg::new(3);
+const JOURNAL: CapReg = CapReg::new(4);
+const TOKENS_SPACE: CapReg = CapReg::new(5);
+/// Attempts at a token write whose guard moved (a restart between reading the page and
+/// writing it) before giving up.
+const MINT_ATTEMPTS_MAX: usize = 4;
 /// The longest request line; longer ones are refused whole.
 const LINE_BYTES_MAX: usize = 256;
 
@@ -122,10 +132,88 @@ fn answer(request: &[u8], reply: &mut Reply) {
                 }
             }
         }
+        (Some(b"tp1"), Some(b"token"), Some(name), kind) => {
+            let kind = match kind {
+                None => Some(tokens::Kind::Client),
+                Some(b"admin") => Some(tokens::Kind::Admin),
+                Some(_) => None,
+            };
+            match kind.ok_or("the token's kind is 'admin' or nothing").and_then(|kind| mint(name, kind)) {
+                Ok(token) => {
+                    reply.push(b"ok token ");
+                    for byte in token {
+                        const HEX: &[u8; 16] = b"0123456789abcdef";
+                        reply.push(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
+                    }
+                    reply.push(b"\n");
+                }
+                Err(what) => {
+                    reply.error(what.as_bytes());
+                }
+            }
+        }
         _ => {
-            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters)");
+            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin])");
         }
     }
+}
+
+/// 128 bits from the CPU's random number generator (RDRAND), which ring 3 may use: the
+/// token is a password capability, so it must not be guessable from anything else.
+fn random_token() -> Result<[u8; 16], &'static str> {
+    use core::arch::x86_64::{__cpuid, _rdrand64_step};
+    let has_rdrand = __cpuid(1).ecx & (1 << 30) != 0;
+    if !has_rdrand {
+        return Err("no entropy source: the CPU has no RDRAND");
+    }
+    let mut token = [0u8; 16];
+    for half in token.chunks_exact_mut(8) {
+        let mut value = 0u64;
+        // Intel's advice: retry a few times; a CPU that keeps failing is broken.
+        // SAFETY: CPUID said RDRAND is there.
+        let ready = (0..10).any(|_| unsafe { rdrand64(&mut value) } == 1);
+        if !ready {
+            return Err("RDRAND gave no random number");
+        }
+        half.copy_from_slice(&value.to_le_bytes());
+    }
+    return Ok(token);
+
+    /// # Safety
+    /// The CPU must have RDRAND (CPUID leaf 1, ECX bit 30).
+    #[target_feature(enable = "rdrand")]
+    unsafe fn rdrand64(value: &mut u64) -> i32 {
+        _rdrand64_step(value)
+    }
+}
+
+/// Mints a token for `name` into the tokens page, committed through the journal's guarded
+/// write: a restart between reading the page and writing it moves the guard, and the write
+/// is made again from the page as it then is, so no token minted meanwhile is overwritten.
+fn mint(name: &[u8], kind: tokens::Kind) -> Result<[u8; 16], &'static str> {
+    let token = random_token()?;
+    for _ in 0..MINT_ATTEMPTS_MAX {
+        let mut page = [0u8; tokens::PAGE_BYTES];
+        if page::read(TOKENS_PAGE, 0, tokens::PAGE_BYTES as u64, &mut page).is_err() {
+            return Err("no TP1 tokens page on this appliance");
+        }
+        let pieces = tokens::mint(&page, name, kind, token).map_err(|error| match error {
+            tokens::MintError::BadName => "a token's name is 1 to 32 printable characters without spaces",
+            tokens::MintError::Full => "every token entry is in use (mint an existing name again to replace its token)",
+        })?;
+        let mut bytes = [0u8; 2 * (10 + 64)];
+        for ((offset, data), piece) in pieces.iter().zip(bytes.chunks_exact_mut(10 + 64)) {
+            piece[..8].copy_from_slice(&offset.to_le_bytes());
+            piece[8..10].copy_from_slice(&(data.len() as u16).to_le_bytes());
+            piece[10..].copy_from_slice(data);
+        }
+        match journal::write(JOURNAL, TOKENS_SPACE, tokens::GUARD_OFFSET, tokens::guard(&page), &bytes) {
+            Ok(_) => return Ok(token),
+            Err(Error::Object(user::abi::methods::ObjectError::Changed)) => continue,
+            Err(_) => return Err("the tokens page could not be committed through the journal"),
+        }
+    }
+    Err("the tokens page kept changing under the write")
 }
 
 fn main() -> u64 {

@@ -18,10 +18,14 @@ use crate::failure::{Failure, exit_status};
 use crate::paths;
 
 pub fn run(command: Tp1Command) -> Result<ExitCode, Failure> {
+    if let Tp1Command::Token(arguments) = &command {
+        return mint_token(arguments);
+    }
     let arguments = match &command {
         Tp1Command::Load(arguments) => &arguments.target,
         Tp1Command::Run(arguments) => &arguments.target,
         Tp1Command::Check(arguments) => &arguments.target,
+        Tp1Command::Token(_) => unreachable!("answered above"),
     };
     match arguments.target {
         Tp1TargetKind::Holdfast => {
@@ -145,5 +149,25 @@ fn with_target<T: Target>(
                 ExitCode::from(exit_status::GUEST_FAILED)
             })
         }
+        Tp1Command::Token(_) => unreachable!("answered in `run`"),
+    }
+}
+
+/// `holdfast tp1 token VM NAME [--admin]`: asks the appliance's admin service to mint one.
+fn mint_token(arguments: &crate::cli::Tp1TokenArguments) -> Result<ExitCode, Failure> {
+    let name = &arguments.name;
+    if name.is_empty() || name.len() > 32 || !name.bytes().all(|byte| byte.is_ascii_graphic()) {
+        return Err(Failure::input(format!(
+            "'{name}' is not a token name: use 1 to 32 printable characters without spaces"
+        )));
+    }
+    let request = format!("tp1 token {name}{}", if arguments.admin { " admin" } else { "" });
+    let reply = super::control::request(&arguments.vm, &request)?;
+    match reply.trim_end().strip_prefix("ok token ") {
+        Some(token) if Token::from_hex(token).is_some() => {
+            println!("{token}");
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => Err(Failure::other(format!("{}: the appliance answered '{}'", arguments.vm, reply.trim_end()))),
     }
 }

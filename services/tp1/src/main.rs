@@ -1,0 +1,580 @@
+//! The TP1 service: TPC-B (DebitCredit) transactions from TCP clients, in the wire protocol
+//! of docs/tp1-protocol.md, on port 7100 through the network service's capabilities.
+//!
+//! The database is one region of this program's pages (services/tp1-ledger): the program
+//! reads it, but changes it only through the journal's guarded `write`, so that a restart,
+//! which brings back its registers as the last checkpoint caught them and the region as it
+//! was last committed, never applies a transaction twice (the ledger crate says why).
+//!
+//! One loop: wait for the network's events; decode the requests that arrived on every
+//! connection; answer reads at once; put the transactions of all connections into batches,
+//! each one guarded write (one journal commit, one disk write and flush shared by up to 64
+//! transactions: group commit); reply to each only once its batch is durable. While a batch
+//! is being written, requests pile up in the network service, and the next wait hands them
+//! over together: the busier the clients, the larger the batches.
+//!
+//! Every request carries a token (a 128-bit password capability) that the admin service
+//! minted into the tokens page (`holdfast tp1 token`); a wrong one is refused with
+//! `bad_token` after a comparison with every valid token that takes the same time whatever
+//! the bytes.
+//!
+//! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0),
+//! 4 the journal, 5 the clock, 6 the tokens page (read-only); 3 receives its listener and 7
+//! its own space.
+#![no_std]
+#![no_main]
+
+use holdfast_tp1_ledger::{self as ledger, Added, Batch, Index, Ledger, Refusal, Table, tokens};
+use holdfast_tp1_protocol::{
+    self as protocol, BranchSums, HistoryRecord, Operation, Reply, ReplyPayload, Request,
+    RequestFrameDecoder, Status, SummaryTotals, Token, TransactionResult, request::TransactionId,
+};
+use holdfast_userlib::{self as user, net};
+use user::abi::methods::ObjectError;
+use user::interface::{clock, journal, page, process};
+use user::syscall::{CapReg, Error};
+
+const OWN_PROCESS: CapReg = CapReg::new(1);
+const NETWORK: CapReg = CapReg::new(2);
+const LISTENER: CapReg = CapReg::new(3);
+const JOURNAL: CapReg = CapReg::new(4);
+const CLOCK: CapReg = CapReg::new(5);
+const TOKENS: CapReg = CapReg::new(6);
+const SPACE: CapReg = CapReg::new(7);
+const PORT: u16 = 7100;
+
+/// Connections served at once; one more evicts the one whose partial frame is oldest
+/// (a slowloris client), else is closed at once.
+const CONNECTIONS_MAX: usize = 128;
+/// Reply bytes a connection may have waiting for the network service to take; a client
+/// that sends requests without reading replies is closed when it overflows.
+const OUT_BYTES: usize = 16 * 1024;
+/// Transactions waiting for a batch: beyond it, `busy`.
+const PENDING_MAX: usize = 1024;
+/// A partial frame older than this may be evicted for a new connection.
+const PARTWAY_EVICT_US: u64 = 1_000_000;
+/// Attempts at one batch whose guard moved (a restart between computing and writing it).
+const WRITE_ATTEMPTS_MAX: usize = 4;
+
+#[repr(C, align(4096))]
+struct Region([u8; ledger::REGION_BYTES as usize]);
+
+/// The database (see the module comment): written only by the kernel, through the journal.
+static mut REGION: Region = Region([0; ledger::REGION_BYTES as usize]);
+
+/// The id index: derived from the history (checkpointed, not journaled).
+static mut INDEX_TAGS: [u64; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
+static mut INDEX_POSITIONS: [u32; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
+static mut INDEX_COVERED: u64 = 0;
+
+static mut STATE: State = State::new();
+
+struct Connection {
+    /// The network service's id for it; 0 when the slot is free.
+    id: u32,
+    decoder: RequestFrameDecoder,
+    /// When its current partial frame began (see [`PARTWAY_EVICT_US`]).
+    partway_since_us: u64,
+    out: [u8; OUT_BYTES],
+    out_length: usize,
+    /// Close once its replies are out (it sent a frame it could not be framed from).
+    closing: bool,
+}
+
+impl Connection {
+    const FREE: Connection = Connection {
+        id: 0,
+        decoder: RequestFrameDecoder::for_requests(),
+        partway_since_us: 0,
+        out: [0; OUT_BYTES],
+        out_length: 0,
+        closing: false,
+    };
+}
+
+#[derive(Clone, Copy)]
+struct Pending {
+    slot: u16,
+    connection: u32,
+    request_id: u64,
+    transaction: ledger::Transaction,
+}
+
+struct State {
+    connections: [Connection; CONNECTIONS_MAX],
+    pending: [Pending; PENDING_MAX],
+    pending_count: usize,
+    client_tokens: [[u8; 16]; tokens::ENTRIES_MAX],
+    client_token_count: usize,
+    admin_tokens: [[u8; 16]; tokens::ENTRIES_MAX],
+    admin_token_count: usize,
+    index_key: [u64; 2],
+    events: [u8; net::WAIT_BYTES_MAX],
+    now_us: u64,
+}
+
+impl State {
+    const fn new() -> Self {
+        const NONE: Pending = Pending {
+            slot: 0,
+            connection: 0,
+            request_id: 0,
+            transaction: ledger::Transaction { id: [0; 16], branch: 0, teller: 0, account: 0, delta: 0 },
+        };
+        Self {
+            connections: [Connection::FREE; CONNECTIONS_MAX],
+            pending: [NONE; PENDING_MAX],
+            pending_count: 0,
+            client_tokens: [[0; 16]; tokens::ENTRIES_MAX],
+            client_token_count: 0,
+            admin_tokens: [[0; 16]; tokens::ENTRIES_MAX],
+            admin_token_count: 0,
+            index_key: [0; 2],
+            events: [0; net::WAIT_BYTES_MAX],
+            now_us: 0,
+        }
+    }
+}
+
+fn region_address() -> u64 {
+    core::ptr::addr_of!(REGION) as u64
+}
+
+/// A view of the database. Made afresh after every invocation and never held across one:
+/// the kernel changes the region during the journal's `write`.
+fn ledger_view() -> Ledger<'static> {
+    // SAFETY: REGION is only ever written by the kernel, during this program's own journal
+    // invocations, none of which happens while the view lives (see above).
+    Ledger::new(unsafe { &*core::ptr::addr_of!(REGION.0) })
+}
+
+fn index() -> Index<'static> {
+    // SAFETY: one thread; the index's statics are used only through the one `Index` made
+    // here at a time, which never outlives the call that made it.
+    unsafe {
+        Index::new(
+            &mut *core::ptr::addr_of_mut!(INDEX_TAGS),
+            &mut *core::ptr::addr_of_mut!(INDEX_POSITIONS),
+            &mut *core::ptr::addr_of_mut!(INDEX_COVERED),
+            (*core::ptr::addr_of!(STATE)).index_key,
+        )
+    }
+}
+
+fn report(what: &[u8], code: u64) {
+    let mut digits = [0u8; 20];
+    user::print_parts(&[b"tp1: ", what, b" failed: code ", user::decimal(code, &mut digits), b"\n"]);
+}
+
+fn error_code(error: Error) -> u64 {
+    match error {
+        Error::Invocation(error) => error as u64,
+        Error::Object(error) => error as u64,
+        Error::Reply(code) => code,
+    }
+}
+
+/// 128 bits from RDRAND, for the index's hash key.
+fn random_key() -> Option<[u64; 2]> {
+    use core::arch::x86_64::{__cpuid, _rdrand64_step};
+    if __cpuid(1).ecx & (1 << 30) == 0 {
+        return None;
+    }
+    /// # Safety
+    /// The CPU must have RDRAND (CPUID leaf 1, ECX bit 30).
+    #[target_feature(enable = "rdrand")]
+    unsafe fn rdrand64(value: &mut u64) -> i32 {
+        _rdrand64_step(value)
+    }
+    let mut key = [0u64; 2];
+    for word in &mut key {
+        // SAFETY: CPUID said RDRAND is there.
+        if !(0..10).any(|_| unsafe { rdrand64(word) } == 1) {
+            return None;
+        }
+    }
+    Some(key)
+}
+
+impl State {
+    /// Reads the tokens page again: a token minted or revoked since counts from now.
+    fn refresh_tokens(&mut self) {
+        let mut page_bytes = [0u8; tokens::PAGE_BYTES];
+        let read = page::read(TOKENS, 0, tokens::PAGE_BYTES as u64, &mut page_bytes);
+        if read.is_err() {
+            page_bytes = [0; tokens::PAGE_BYTES];
+        }
+        self.client_token_count = tokens::valid(&page_bytes, tokens::Kind::Client, &mut self.client_tokens);
+        self.admin_token_count = tokens::valid(&page_bytes, tokens::Kind::Admin, &mut self.admin_tokens);
+    }
+
+    /// Whether `token` is valid (an admin token where `admin` is asked for; an admin token
+    /// is a client token too). The same comparisons, every valid token each, whatever the
+    /// outcome.
+    fn token_valid(&self, token: &Token, admin: bool) -> bool {
+        let as_tokens = |list: &[[u8; 16]]| -> [Token; tokens::ENTRIES_MAX] {
+            let mut out = [Token([0; 16]); tokens::ENTRIES_MAX];
+            for (slot, bytes) in out.iter_mut().zip(list) {
+                *slot = Token(*bytes);
+            }
+            out
+        };
+        let admins = as_tokens(&self.admin_tokens[..self.admin_token_count]);
+        let clients = as_tokens(&self.client_tokens[..self.client_token_count]);
+        let admin_match = protocol::token_index_constant_time(token, &admins[..self.admin_token_count]).is_some();
+        let client_match = protocol::token_index_constant_time(token, &clients[..self.client_token_count]).is_some();
+        admin_match || (!admin && client_match)
+    }
+
+    fn slot_of(&self, connection: u32) -> Option<usize> {
+        self.connections.iter().position(|slot| slot.id == connection && connection != 0)
+    }
+
+    fn open(&mut self, connection: u32) {
+        let free = self.connections.iter().position(|slot| slot.id == 0).or_else(|| {
+            // Full: evict the connection whose partial frame is oldest, if old enough.
+            let (slot, oldest) = self
+                .connections
+                .iter()
+                .enumerate()
+                .filter(|(_, slot)| slot.decoder.is_partway())
+                .min_by_key(|(_, slot)| slot.partway_since_us)?;
+            (self.now_us.saturating_sub(oldest.partway_since_us) > PARTWAY_EVICT_US).then_some(slot)
+        });
+        let Some(slot) = free else {
+            let _ = net::close(LISTENER, connection);
+            return;
+        };
+        if self.connections[slot].id != 0 {
+            let _ = net::close(LISTENER, self.connections[slot].id);
+        }
+        let fresh = &mut self.connections[slot];
+        fresh.id = connection;
+        fresh.decoder = RequestFrameDecoder::for_requests();
+        fresh.out_length = 0;
+        fresh.closing = false;
+    }
+
+    fn closed(&mut self, connection: u32) {
+        if let Some(slot) = self.slot_of(connection) {
+            self.connections[slot].id = 0;
+        }
+        let _ = net::close(LISTENER, connection);
+    }
+
+    /// Queues a reply frame on `slot`'s connection, if it is still `connection`.
+    fn reply(&mut self, slot: usize, connection: u32, request_id: u64, payload: &ReplyPayload<'_>) {
+        if self.connections[slot].id != connection || connection == 0 {
+            return;
+        }
+        for attempt in 0..2 {
+            let target = &mut self.connections[slot];
+            match Reply::encode(&mut target.out[target.out_length..], request_id, payload) {
+                Ok(length) => {
+                    target.out_length += length;
+                    return;
+                }
+                // Full: hand what waits to the network service and try once more.
+                Err(_) if attempt == 0 => flush(target),
+                // It does not read its replies: close it rather than let it hold memory.
+                Err(_) => {
+                    let _ = net::close(LISTENER, connection);
+                    target.id = 0;
+                }
+            }
+        }
+    }
+
+    fn data(&mut self, connection: u32, mut input: &[u8]) {
+        let Some(slot) = self.slot_of(connection) else {
+            return;
+        };
+        let mut body = [0u8; protocol::REQUEST_BODY_BYTES_MAX as usize];
+        while !input.is_empty() && self.connections[slot].id == connection && !self.connections[slot].closing {
+            let was_partway = self.connections[slot].decoder.is_partway();
+            let decoded = match self.connections[slot].decoder.decode(&mut input) {
+                Ok(Some(frame)) => {
+                    body[..frame.len()].copy_from_slice(frame);
+                    Ok(Some(frame.len()))
+                }
+                Ok(None) => Ok(None),
+                Err(error) => Err(error),
+            };
+            match decoded {
+                Ok(Some(length)) => self.request(slot, connection, &body[..length]),
+                Ok(None) => {
+                    if !was_partway {
+                        self.connections[slot].partway_since_us = self.now_us;
+                    }
+                }
+                Err(_) => {
+                    self.reply(slot, connection, 0, &ReplyPayload::Error(Status::BadLength));
+                    self.connections[slot].closing = true;
+                }
+            }
+        }
+    }
+
+    fn request(&mut self, slot: usize, connection: u32, body: &[u8]) {
+        let request = match Request::decode(body) {
+            Ok(request) => request,
+            Err(refused) => {
+                return self.reply(slot, connection, refused.request_id, &ReplyPayload::Error(refused.status));
+            }
+        };
+        let id = request.request_id;
+        let needs_admin = matches!(request.operation, Operation::Load { .. });
+        if !self.token_valid(&request.token, request.admin_token || needs_admin) || (needs_admin && !request.admin_token) {
+            return self.reply(slot, connection, id, &ReplyPayload::Error(Status::BadToken));
+        }
+        let view = ledger_view();
+        let scale = view.scale();
+        match request.operation {
+            Operation::Transaction(transaction) => {
+                if self.pending_count == PENDING_MAX {
+                    return self.reply(slot, connection, id, &ReplyPayload::Error(Status::Busy));
+                }
+                self.pending[self.pending_count] = Pending {
+                    slot: slot as u16,
+                    connection,
+                    request_id: id,
+                    transaction: ledger::Transaction {
+                        id: transaction.transaction_id.0,
+                        branch: transaction.branch,
+                        teller: transaction.teller,
+                        account: transaction.account,
+                        delta: transaction.delta,
+                    },
+                };
+                self.pending_count += 1;
+            }
+            Operation::Balance { account } => {
+                let payload = match (scale, view.rows().2) {
+                    (0, _) => ReplyPayload::Error(Status::NotLoaded),
+                    (_, accounts) if account >= accounts => ReplyPayload::Error(Status::BadArgument),
+                    _ => ReplyPayload::Balance { balance: view.balance(Table::Accounts, account) },
+                };
+                self.reply(slot, connection, id, &payload);
+            }
+            Operation::Summary => {
+                if scale == 0 {
+                    return self.reply(slot, connection, id, &ReplyPayload::Error(Status::NotLoaded));
+                }
+                let sums = view.summary();
+                let mut branches = [BranchSums::default(); protocol::SCALE_MAX as usize];
+                let mut totals = SummaryTotals { history_count: view.history_count(), ..SummaryTotals::default() };
+                for (out, sums) in branches.iter_mut().zip(&sums).take(scale as usize) {
+                    *out = BranchSums { accounts: sums.accounts, tellers: sums.tellers, branch: sums.branch, history: sums.history };
+                    totals.accounts_total += sums.accounts;
+                    totals.tellers_total += sums.tellers;
+                    totals.branches_total += sums.branch;
+                    totals.history_total += sums.history;
+                }
+                let payload = ReplyPayload::Summary { totals, branches: &branches[..scale as usize] };
+                self.reply(slot, connection, id, &payload);
+            }
+            Operation::History { from_index, count_max } => {
+                let end = view.history_count().min(from_index.saturating_add(u64::from(count_max)));
+                let mut records = [HistoryRecord {
+                    transaction_id: TransactionId([0; 16]),
+                    branch: 0,
+                    teller: 0,
+                    account: 0,
+                    delta: 0,
+                    time_us: 0,
+                }; protocol::HISTORY_COUNT_MAX as usize];
+                let mut count = 0;
+                for index in from_index..end {
+                    let record = view.history(index);
+                    records[count] = HistoryRecord {
+                        transaction_id: TransactionId(record.id),
+                        branch: record.branch,
+                        teller: record.teller,
+                        account: record.account,
+                        delta: record.delta,
+                        time_us: record.time_us as i64,
+                    };
+                    count += 1;
+                }
+                self.reply(slot, connection, id, &ReplyPayload::History { records: &records[..count] });
+            }
+            Operation::Load { scale: wanted, replace: _ } => {
+                // Replacing loaded data is refused (busy): a store holds one database;
+                // format a fresh store for a fresh one.
+                let payload = match ledger::load(&view, wanted, region_address()) {
+                    Err(refusal) => ReplyPayload::Error(status_of(refusal)),
+                    Ok(write) => match journal::write(
+                        JOURNAL,
+                        SPACE,
+                        region_address() + write.guard_offset,
+                        write.guard_expected,
+                        write.pieces(),
+                    ) {
+                        Ok(_) => ReplyPayload::Loaded,
+                        Err(Error::Object(ObjectError::Changed)) => ReplyPayload::Error(Status::Busy),
+                        Err(error) => {
+                            report(b"journal write (load)", error_code(error));
+                            ReplyPayload::Error(Status::Internal)
+                        }
+                    },
+                };
+                self.reply(slot, connection, id, &payload);
+            }
+        }
+    }
+
+    /// Runs the pending transactions in batches, each one guarded write, and queues their
+    /// replies once each batch is durable.
+    fn run_pending(&mut self) {
+        let mut start = 0;
+        let mut attempts = 0;
+        while start < self.pending_count {
+            let mut outcomes = [Err(Status::Internal); 64];
+            let mut taken = 0;
+            let write = {
+                let view = ledger_view();
+                let mut index = index();
+                index.catch_up(&view);
+                let mut batch = Batch::new(&view, self.now_us);
+                for pending in &self.pending[start..self.pending_count] {
+                    let outcome = match index.find(&view, &pending.transaction.id) {
+                        Some(outcome) => Ok(outcome),
+                        None => match batch.add(&view, &pending.transaction) {
+                            Ok(Added::Applied(outcome) | Added::Repeated(outcome)) => Ok(outcome),
+                            Ok(Added::Full) => break,
+                            Err(refusal) => Err(status_of(refusal)),
+                        },
+                    };
+                    outcomes[taken] = outcome.map(|outcome| TransactionResult {
+                        account_balance: outcome.balance,
+                        history_index: outcome.history_index,
+                    });
+                    taken += 1;
+                    if taken == outcomes.len() {
+                        break;
+                    }
+                }
+                (!batch.is_empty()).then(|| batch.write(region_address()))
+            };
+            if let Some(write) = write {
+                let written = journal::write(
+                    JOURNAL,
+                    SPACE,
+                    region_address() + write.guard_offset,
+                    write.guard_expected,
+                    write.pieces(),
+                );
+                match written {
+                    Ok(_) => {}
+                    // A restart brought back this computation from before commits made
+                    // after it: compute the batch again from the region as it is.
+                    Err(Error::Object(ObjectError::Changed)) if attempts < WRITE_ATTEMPTS_MAX => {
+                        attempts += 1;
+                        continue;
+                    }
+                    Err(error) => {
+                        report(b"journal write", error_code(error));
+                        outcomes[..taken].fill(Err(Status::Internal));
+                    }
+                }
+            }
+            attempts = 0;
+            for (position, outcome) in (start..start + taken).zip(outcomes) {
+                let pending = self.pending[position];
+                let payload = match outcome {
+                    Ok(result) => ReplyPayload::Transaction(result),
+                    Err(status) => ReplyPayload::Error(status),
+                };
+                self.reply(usize::from(pending.slot), pending.connection, pending.request_id, &payload);
+            }
+            start += taken;
+        }
+        self.pending_count = 0;
+    }
+
+    /// Hands each connection's waiting replies to the network service.
+    fn flush(&mut self) {
+        for connection in &mut self.connections {
+            flush(connection);
+        }
+    }
+}
+
+/// Hands `connection`'s waiting replies to the network service, as much as it takes; closes
+/// it once they are out if it is closing.
+fn flush(connection: &mut Connection) {
+    if connection.id == 0 {
+        return;
+    }
+    let mut sent = 0;
+    while sent < connection.out_length {
+        let end = connection.out_length.min(sent + net::WAIT_BYTES_MAX);
+        match net::send(LISTENER, connection.id, &connection.out[sent..end]) {
+            Ok(0) => break,
+            Ok(taken) => sent += taken,
+            Err(_) => {
+                connection.id = 0;
+                break;
+            }
+        }
+    }
+    connection.out.copy_within(sent..connection.out_length, 0);
+    connection.out_length -= sent;
+    if connection.id != 0 && connection.closing && connection.out_length == 0 {
+        let _ = net::close(LISTENER, connection.id);
+        connection.id = 0;
+    }
+}
+
+fn status_of(refusal: Refusal) -> Status {
+    match refusal {
+        Refusal::NotLoaded => Status::NotLoaded,
+        Refusal::BadArgument => Status::BadArgument,
+        Refusal::Busy => Status::Busy,
+    }
+}
+
+fn main() -> u64 {
+    // SAFETY: `main` runs once, on the program's only thread: the only reference.
+    let state = unsafe { &mut *core::ptr::addr_of_mut!(STATE) };
+    if let Err(error) = process::fetch_space(OWN_PROCESS, SPACE) {
+        report(b"fetch_space", error_code(error));
+        return 1;
+    }
+    if state.index_key == [0, 0] {
+        let Some(key) = random_key() else {
+            user::print("tp1: no entropy source (RDRAND) for the index's key; stopping\n");
+            return 1;
+        };
+        state.index_key = key;
+    }
+    if let Err(error) = net::listen(NETWORK, PORT, LISTENER) {
+        report(b"listen on 7100", error_code(error));
+        return 1;
+    }
+    user::print("tp1: serving on 7100\n");
+    loop {
+        let length = match net::wait(LISTENER, &mut state.events) {
+            Ok(length) => length,
+            Err(error) => {
+                report(b"wait", error_code(error));
+                return 1;
+            }
+        };
+        state.now_us = clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000);
+        state.refresh_tokens();
+        let events = state.events;
+        for event in net::events(&events[..length]) {
+            match event.kind {
+                net::event::OPENED => state.open(event.connection),
+                net::event::DATA => state.data(event.connection, event.data),
+                net::event::CLOSED => state.closed(event.connection),
+                _ => {}
+            }
+        }
+        state.run_pending();
+        state.flush();
+    }
+}
+
+user::entry!(main);
