@@ -1,0 +1,411 @@
+//! The TP1 appliance end to end (services/tp1-manifest.toml: the network service, the TP1
+//! service, the admin service) under TCG, driven only from 127.0.0.1 through
+//! `holdfast run --tp1-port`:
+//!
+//! - tokens minted by `holdfast tp1 token`; `load` needs an admin token and loads once;
+//!   `holdfast tp1 run` and `check` pass;
+//! - a fuzzer sends at least 100,000 malformed or unauthorised requests (seeded: it prints
+//!   its seed, `HOLDFAST_TP1_FUZZ_SEED=N` repeats one) over several connections, each
+//!   answered with the status it deserves, frames that cannot be framed answered and the
+//!   connection closed, slowloris clients sitting on partial frames; then the database is
+//!   exactly as it was and the service still commits;
+//! - QEMU is SIGKILLed at uniformly random moments under load (`HOLDFAST_TP1_KILLS`, 50 by
+//!   default; 1,000 on demand) and restarted; the generator reconnects and retries its
+//!   transactions with the same ids; `check` passes after every ten kills and at the end:
+//!   every acknowledged transaction is in history once, none was applied twice, and the
+//!   sums agree.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
+
+use holdfast_tp1_protocol::request::{FLAG_ADMIN_TOKEN, Operation, Transaction, TransactionId};
+use holdfast_tp1_protocol::{ReplyFrameDecoder, Reply, Request, Status, Token};
+use support::*;
+
+const KILLS_DEFAULT: usize = 50;
+const FUZZ_REQUESTS_MIN: usize = 100_000;
+const STORE_MIB: &str = "2048";
+/// Stands for "any status but ok" among the statuses the fuzzer expects.
+const ANY_REFUSAL: Status = Status::Internal;
+const MEMORY_MIB: &str = "512";
+
+/// xorshift64*: reproducible from a printed seed.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+
+    fn bytes<const N: usize>(&mut self) -> [u8; N] {
+        std::array::from_fn(|_| self.next() as u8)
+    }
+}
+
+fn seed_from(variable: &str) -> u64 {
+    std::env::var(variable).ok().and_then(|value| value.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_nanos() as u64 | 1
+    })
+}
+
+/// A free TCP port on 127.0.0.1 for the appliance's forward.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0").local_addr().expect("bound").port()
+}
+
+struct Appliance {
+    name: String,
+    image_dir: PathBuf,
+    store: PathBuf,
+    port: u16,
+    vm: Option<LineReader>,
+}
+
+impl Appliance {
+    fn new(test: &str) -> Self {
+        let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
+        let directory = scratch_dir(test);
+        let store = directory.join("store.img");
+        let format = run_holdfast(&["store", "format", "--size-mib", STORE_MIB, store.to_str().expect("UTF-8 path")]);
+        assert_eq!(format.status, Some(0), "{}", format.transcript());
+        Self { name: format!("{test}-{}", std::process::id()), image_dir, store, port: free_port(), vm: None }
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Boots (or restarts from the store) and waits until the TP1 service is reachable: on
+    /// the first boot its own line, on a restart the network service's.
+    fn start(&mut self) {
+        let port = self.port.to_string();
+        let vm = spawn_reading_lines(
+            holdfast()
+                .args(["run", "--name", &self.name, "--accel", "tcg", "--memory-mib", MEMORY_MIB, "--tp1-port", &port])
+                .arg("--disk")
+                .arg(&self.store)
+                .arg("--image-dir")
+                .arg(&self.image_dir),
+        );
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut seen = Vec::new();
+        loop {
+            match vm.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => {
+                    let ready = line == "tp1: serving on 7100" || line.starts_with("net: the system restarted");
+                    for bad in ["kernel panic", "STORE LOST", "MISMATCH", "tp1: "] {
+                        assert!(!line.starts_with(bad) || ready, "{line}\n{}", seen.join("\n"));
+                    }
+                    seen.push(line);
+                    if ready {
+                        break;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                    panic!("the appliance did not serve within 180 s:\n{}", seen.join("\n"))
+                }
+            }
+        }
+        self.vm = Some(vm);
+    }
+
+    fn kill(&mut self) {
+        kill_and_wait(&self.name, self.vm.take().expect("running"));
+    }
+
+    fn tp1(&self, arguments: &[&str], token: &str, ledger: &std::path::Path) -> Run {
+        let address = self.address();
+        let mut command = holdfast();
+        command.arg("tp1").args(arguments).args(["--address", &address, "--token", token]);
+        command.arg("--state-dir").arg(ledger);
+        run_command(&mut command)
+    }
+}
+
+impl Drop for Appliance {
+    fn drop(&mut self) {
+        if let Some(vm) = self.vm.take() {
+            // A failed test shows the console's last lines, where the guest says what it saw.
+            if std::thread::panicking() {
+                let lines: Vec<String> = vm.lines.try_iter().collect();
+                let tail = &lines[lines.len().saturating_sub(40)..];
+                eprintln!("the appliance's console, last lines:\n{}", tail.join("\n"));
+            }
+            let _ = run_holdfast(&["vm", "kill", &self.name]);
+            drop(vm);
+        }
+    }
+}
+
+fn mint(appliance: &Appliance, name: &str, admin: bool) -> String {
+    let mut arguments = vec!["tp1", "token", &appliance.name, name];
+    if admin {
+        arguments.push("--admin");
+    }
+    let minted = run_holdfast(&arguments);
+    assert_eq!(minted.status, Some(0), "{}", minted.transcript());
+    let token = minted.stdout.trim().to_owned();
+    assert!(Token::from_hex(&token).is_some(), "not a token: {token:?}");
+    token
+}
+
+/// One request's frame, with the fields the fuzzer then spoils.
+fn frame(request_id: u64, token: [u8; 16], operation: Operation, flags: u16) -> Vec<u8> {
+    let request = Request { request_id, token: Token(token), admin_token: flags & FLAG_ADMIN_TOKEN != 0, operation };
+    let mut out = vec![0u8; 2048];
+    let length = request.encode(&mut out).expect("a request fits 2 KiB");
+    out.truncate(length);
+    out
+}
+
+/// A malformed or unauthorised request and the status it must get, or `None` for one that
+/// cannot be framed (an error reply with request id 0, then the connection is closed).
+fn spoiled(random: &mut Random, request_id: u64, client_token: [u8; 16]) -> (Vec<u8>, Option<Status>) {
+    let transaction = |random: &mut Random, account: u32, delta: i64| {
+        Operation::Transaction(Transaction {
+            transaction_id: TransactionId(random.bytes()),
+            branch: 0,
+            teller: random.below(10) as u32,
+            account,
+            delta,
+        })
+    };
+    match random.below(100) {
+        // A valid transaction under a wrong token.
+        0..=24 => {
+            let mut wrong = client_token;
+            wrong[random.below(16) as usize] ^= 1 << random.below(8);
+            let account = random.below(100_000) as u32;
+            (frame(request_id, wrong, transaction(random, account, 5), 0), Some(Status::BadToken))
+        }
+        25..=34 => {
+            let mut bytes = frame(request_id, client_token, Operation::Summary, 0);
+            bytes[4] = 2 + random.below(254) as u8;
+            (bytes, Some(Status::BadVersion))
+        }
+        35..=44 => {
+            let mut bytes = frame(request_id, client_token, Operation::Summary, 0);
+            bytes[5] = [0, 6, 7, 200, 255][random.below(5) as usize];
+            (bytes, Some(Status::BadOpcode))
+        }
+        // A body whose length is not its opcode's.
+        45..=54 => {
+            let mut bytes = frame(request_id, client_token, Operation::Balance { account: 1 }, 0);
+            let extra = 1 + random.below(100) as usize;
+            bytes.extend(std::iter::repeat_n(0u8, extra));
+            let length = (bytes.len() - 4) as u32;
+            bytes[..4].copy_from_slice(&length.to_le_bytes());
+            (bytes, Some(Status::BadLength))
+        }
+        // Accounts, tellers and branches beyond scale 1, with a valid token.
+        55..=69 => {
+            let account = 100_000 + random.below(900_000) as u32;
+            (frame(request_id, client_token, transaction(random, account, 7), 0), Some(Status::BadArgument))
+        }
+        // Flags no opcode defines.
+        70..=74 => {
+            let mut bytes = frame(request_id, client_token, Operation::Summary, 0);
+            bytes[6] = 0x80;
+            (bytes, Some(Status::BadArgument))
+        }
+        // `load` with a client token (claiming to be an admin's, or not).
+        75..=84 => {
+            let flags = if random.below(2) == 0 { FLAG_ADMIN_TOKEN } else { 0 };
+            (frame(request_id, client_token, Operation::Load { scale: 1, replace: true }, flags), Some(Status::BadToken))
+        }
+        // Random bytes after the header of a well-formed frame, under a random token:
+        // refused (as a bad argument or a bad token, whichever the service finds first).
+        85..=98 => {
+            let mut bytes = frame(request_id, random.bytes(), transaction(random, 3, 1), 0);
+            for byte in &mut bytes[32..] {
+                *byte = random.next() as u8;
+            }
+            (bytes, Some(ANY_REFUSAL))
+        }
+        // A length no request has: too short or too long.
+        _ => {
+            let length: u32 = if random.below(2) == 0 { random.below(24) as u32 } else { 1025 + random.below(1 << 20) as u32 };
+            (length.to_le_bytes().to_vec(), None)
+        }
+    }
+}
+
+/// One fuzzing connection: sends `count` spoiled requests in pipelined batches and checks
+/// each reply. Returns how many requests were sent.
+fn fuzz_connection(address: &str, client_token: [u8; 16], seed: u64, count: usize) -> usize {
+    let mut random = Random(seed);
+    let mut sent = 0;
+    let mut stream = None;
+    while sent < count {
+        let connection: &mut TcpStream = stream.get_or_insert_with(|| {
+            let connection = TcpStream::connect(address).expect("connect to the TP1 service");
+            connection.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+            connection
+        });
+        // A batch, in flight together; the batch ends at a frame that cannot be framed.
+        let mut expected = Vec::new();
+        let mut bytes = Vec::new();
+        let mut closes = false;
+        while expected.len() < 64 && sent < count {
+            let request_id = sent as u64 + 1;
+            let (frame, status) = spoiled(&mut random, request_id, client_token);
+            bytes.extend_from_slice(&frame);
+            sent += 1;
+            match status {
+                Some(status) => expected.push((request_id, status)),
+                None => {
+                    expected.push((0, Status::BadLength));
+                    closes = true;
+                    break;
+                }
+            }
+        }
+        connection.write_all(&bytes).expect("send a batch");
+        let mut decoder = Box::new(ReplyFrameDecoder::for_replies());
+        let mut replies = Vec::new();
+        let mut buffer = [0u8; 8192];
+        while replies.len() < expected.len() {
+            let read = connection.read(&mut buffer).expect("read replies");
+            assert!(read > 0, "the service closed the connection after {} of {} replies", replies.len(), expected.len());
+            let mut input = &buffer[..read];
+            while let Some(body) = decoder.decode(&mut input).expect("replies are well framed") {
+                let reply = Reply::decode(body).expect("a reply");
+                replies.push((reply.request_id, reply.status));
+            }
+        }
+        replies.sort_by_key(|&(id, _)| id);
+        expected.sort_by_key(|&(id, _)| id);
+        for (reply, wanted) in replies.iter_mut().zip(&expected) {
+            if wanted.1 == ANY_REFUSAL && reply.1 != Status::Ok {
+                reply.1 = ANY_REFUSAL;
+            }
+        }
+        assert_eq!(replies, expected, "seed {seed}: replies differ from the statuses expected");
+        if closes {
+            // The service closes it after the error reply.
+            let mut rest = [0u8; 16];
+            assert_eq!(connection.read(&mut rest).unwrap_or(0), 0, "a connection that could not be framed stays open");
+            stream = None;
+        }
+    }
+    sent
+}
+
+/// `summary`'s totals and history count, as a checker sees them.
+fn summary(appliance: &Appliance, token: &str, ledger: &std::path::Path) -> String {
+    let check = appliance.tp1(&["check"], token, ledger);
+    assert_eq!(check.status, Some(0), "check failed\n{}", check.transcript());
+    check.stdout.lines().next().expect("check's first line").to_owned()
+}
+
+#[test]
+fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
+    let mut appliance = Appliance::new("tp1");
+    appliance.start();
+    let ledger = scratch_dir("tp1-ledger");
+
+    // Tokens, and a load that needs an admin's.
+    let admin = mint(&appliance, "root", true);
+    let client = mint(&appliance, "alice", false);
+    let bad_name = run_holdfast(&["tp1", "token", &appliance.name, "has space"]);
+    assert_eq!(bad_name.status, Some(2), "{}", bad_name.transcript());
+    let refused = appliance.tp1(&["load", "--scale", "1"], &client, &ledger);
+    assert_eq!(refused.status, Some(3), "a client token loaded\n{}", refused.transcript());
+    let loaded = appliance.tp1(&["load", "--scale", "1"], &admin, &ledger);
+    assert_eq!(loaded.status, Some(0), "{}", loaded.transcript());
+    let again = appliance.tp1(&["load", "--scale", "1", "--replace"], &admin, &ledger);
+    assert_eq!(again.status, Some(3), "a loaded database loaded again\n{}", again.transcript());
+
+    let run = appliance.tp1(&["run", "--clients", "8", "--duration", "5", "--quiet"], &client, &ledger);
+    assert_eq!(run.status, Some(0), "{}", run.transcript());
+    assert!(run.stdout.contains(" 0 refused, 0 failed"), "{}", run.stdout);
+    let before_fuzz = summary(&appliance, &client, &ledger);
+
+    // The fuzzer, on four connections at once, beside two slowloris clients.
+    let seed = seed_from("HOLDFAST_TP1_FUZZ_SEED");
+    println!("tp1 fuzz: seed {seed} (HOLDFAST_TP1_FUZZ_SEED={seed} repeats it)");
+    let client_token = Token::from_hex(&client).expect("a token").0;
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut slowloris = TcpStream::connect(appliance.address()).expect("connect");
+        slowloris.write_all(&[60, 0, 0]).expect("a partial length");
+        slow.push(slowloris);
+    }
+    let started = Instant::now();
+    let connections = 4;
+    let sent: usize = std::thread::scope(|scope| {
+        let address = appliance.address();
+        let workers: Vec<_> = (0..connections)
+            .map(|index| {
+                let address = address.clone();
+                scope.spawn(move || {
+                    fuzz_connection(&address, client_token, seed.wrapping_add(index), FUZZ_REQUESTS_MIN / connections as usize)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|worker| worker.join().expect("a fuzzing connection")).sum()
+    });
+    println!("tp1 fuzz: {sent} requests in {:.1} s", started.elapsed().as_secs_f64());
+    assert!(sent >= FUZZ_REQUESTS_MIN);
+    drop(slow);
+    assert_eq!(summary(&appliance, &client, &ledger), before_fuzz, "the fuzz changed the database");
+    let after = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &client, &ledger);
+    assert_eq!(after.status, Some(0), "the service no longer commits after the fuzz\n{}", after.transcript());
+
+    // Kills at uniformly random moments under load.
+    let kills = std::env::var("HOLDFAST_TP1_KILLS").ok().and_then(|value| value.parse().ok()).unwrap_or(KILLS_DEFAULT);
+    let seed = seed_from("HOLDFAST_TP1_KILL_SEED");
+    println!("tp1 kills: {kills}, seed {seed} (HOLDFAST_TP1_KILL_SEED={seed} repeats the moments)");
+    let mut random = Random(seed);
+    let started = Instant::now();
+    for kill in 1..=kills {
+        let address = appliance.address();
+        let mut generator = KillOnDrop(
+            holdfast()
+                .args(["tp1", "run", "--clients", "8", "--duration", "4", "--drain", "120"])
+                .args(["--address", &address, "--token", &client, "--seed", &random.next().to_string()])
+                .arg("--state-dir")
+                .arg(&ledger)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("start the generator"),
+        );
+        // Its progress lines (stderr): the first says the load is on; the kill comes at a
+        // uniformly random moment of the three seconds after it.
+        let progress = std::io::BufReader::new(generator.0.stderr.take().expect("piped"));
+        let (sender, lines) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in progress.lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let first = lines.recv_timeout(Duration::from_secs(60));
+        assert!(first.as_deref().is_ok_and(|line| line.starts_with("tp1 ")), "kill {kill}: no load: {first:?}");
+        std::thread::sleep(Duration::from_micros(random.below(3_000_000)));
+        appliance.kill();
+        appliance.start();
+        let ended = generator.0.wait().expect("the generator ends");
+        reader.join().expect("the progress reader");
+        let said: Vec<String> = lines.try_iter().collect();
+        assert!(ended.success(), "kill {kill}: the generator failed: {ended}\n{}", said.join("\n"));
+        if kill % 10 == 0 || kill == kills {
+            let line = summary(&appliance, &client, &ledger);
+            println!("tp1 kills: {kill} in {:.0} s; {line}", started.elapsed().as_secs_f64());
+        }
+    }
+    appliance.kill();
+}
