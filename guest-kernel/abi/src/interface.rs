@@ -322,6 +322,8 @@ pub enum ObjectError {
     Unavailable = 7,
     /// The kernel has no memory left for what the method would add (a process's tables) beyond the reserve it keeps for loading pages: nothing was made. Every other limit grows with the system.
     Exhausted = 8,
+    /// The guard word of a journal `write` no longer holds the value expected: nothing was written or committed.
+    Changed = 9,
 }
 
 impl ObjectError {
@@ -339,6 +341,7 @@ impl ObjectError {
             6 => Self::NoRight,
             7 => Self::Unavailable,
             8 => Self::Exhausted,
+            9 => Self::Changed,
             _ => return None,
         })
     }
@@ -359,6 +362,9 @@ impl ObjectError {
             }
             Self::Exhausted => {
                 "The kernel has no memory left for what the method would add (a process's tables) beyond the reserve it keeps for loading pages: nothing was made. Every other limit grows with the system."
+            }
+            Self::Changed => {
+                "The guard word of a journal `write` no longer holds the value expected: nothing was written or committed."
             }
         }
     }
@@ -1009,6 +1015,8 @@ pub mod journal {
         pub const IDENTIFY: u64 = 0;
         /// Commits the pages sent, as they are now, and returns once they are on disk; commits made meanwhile share the disk write (group commit).
         pub const COMMIT: u64 = 1;
+        /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages.
+        pub const WRITE: u64 = 2;
     }
 
     /// An invocation of a journal capability, decoded and with its arguments checked
@@ -1020,6 +1028,13 @@ pub mod journal {
         Identify,
         /// Commits the pages sent, as they are now, and returns once they are on disk; commits made meanwhile share the disk write (group commit).
         Commit,
+        /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages.
+        Write {
+            /// The address of the guard: a little-endian word, 8-byte aligned, in `space`.
+            guard_address: u64,
+            /// What the guard must hold for anything to be written.
+            guard_expected: u64,
+        },
     }
 
     impl Request {
@@ -1033,6 +1048,18 @@ pub mod journal {
                         return Err(ObjectError::WrongType);
                     }
                     Ok(Self::Commit)
+                }
+                order::WRITE => {
+                    let guard_address = message.words[0];
+                    let guard_expected = message.words[1];
+                    // `space` must be a space; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::Write {
+                        guard_address,
+                        guard_expected,
+                    })
                 }
                 _ => Err(ObjectError::InvalidOrder),
             }

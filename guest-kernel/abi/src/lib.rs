@@ -35,6 +35,10 @@ pub const CAPABILITY_REGISTER_COUNT: usize = 16;
 /// Longest string an invocation may carry, in bytes.
 pub const INVOCATION_STRING_BYTES_MAX: usize = 4096;
 
+/// The most distinct pages one journal `write` may touch: one log record holds a commit, and
+/// the kernel checks at build time that this fits the store's record.
+pub const JOURNAL_WRITE_PAGES_MAX: usize = 64;
+
 /// Lowest and highest+1 addresses of a ring-3 address space (the lower canonical half).
 pub const USER_ADDRESS_MIN: u64 = 0x0000_0000_0040_0000;
 pub const USER_ADDRESS_END: u64 = 0x0000_8000_0000_0000;

@@ -10,6 +10,7 @@ use crate::message::Message;
 use crate::methods::{self, writable};
 use crate::objects::Objects;
 use crate::drivers::SendError;
+use crate::user_memory::{self, GuardedWriteError};
 use crate::{control as channel, network, persistence as store};
 
 /// How an invocation of a service ends.
@@ -28,6 +29,35 @@ fn reply(result: Result<[u64; 4], ObjectError>) -> Outcome {
         Ok(words) => Message::reply(0, words),
         Err(error) => Message::reply(error as u64, [0; 4]),
     })
+}
+
+/// Commits `pages` through the journal: at once if the commit was written on this path,
+/// else the invoker waits until it is durable.
+fn commit(objects: &mut Objects, pages: &[Capability]) -> Outcome {
+    match store::journal_commit(objects, pages) {
+        // The reply a waiting committer gets (`process::journal_durable`).
+        Some(store::JournalCommit::Durable(ticket)) => reply(Ok([ticket, 0, 0, 0])),
+        Some(store::JournalCommit::Queued(ticket)) => Outcome::WaitUntilDurable(ticket),
+        None => reply(Err(ObjectError::Unavailable)),
+    }
+}
+
+/// A journal `write`'s pieces (interface.toml): each a little-endian u64 address, a u16
+/// length and that many bytes; `None` if the string does not divide into them exactly.
+fn journal_pieces(mut string: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    let mut pieces = Vec::new();
+    while !string.is_empty() {
+        let (address, rest) = string.split_first_chunk::<8>()?;
+        let (length, rest) = rest.split_first_chunk::<2>()?;
+        let length = usize::from(u16::from_le_bytes(*length));
+        if rest.len() < length {
+            return None;
+        }
+        let (bytes, rest) = rest.split_at(length);
+        pieces.push((u64::from_le_bytes(*address), bytes));
+        string = rest;
+    }
+    Some(pieces)
 }
 
 /// Runs `message.code` on the service `target` names (checkpoint, journal, control or the
@@ -74,11 +104,20 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
                 if objects.ensure_resident(&ids, true).is_err() {
                     return reply(Err(unavailable));
                 }
-                match store::journal_commit(objects, &pages) {
-                    // The reply a waiting committer gets (`process::journal_durable`).
-                    Some(store::JournalCommit::Durable(ticket)) => reply(Ok([ticket, 0, 0, 0])),
-                    Some(store::JournalCommit::Queued(ticket)) => Outcome::WaitUntilDurable(ticket),
-                    None => reply(Err(unavailable)),
+                commit(objects, &pages)
+            }
+            Ok(journal::Request::Write { guard_address, guard_expected }) => {
+                let space = message.capabilities[0];
+                if space.kind() != CapType::Space {
+                    return reply(Err(ObjectError::WrongType));
+                }
+                let Some(pieces) = journal_pieces(&message.string) else {
+                    return reply(Err(ObjectError::OutOfRange));
+                };
+                match user_memory::guarded_write(objects, space, (guard_address, guard_expected), &pieces) {
+                    Ok(pages) => commit(objects, &pages),
+                    Err(GuardedWriteError::Changed) => reply(Err(ObjectError::Changed)),
+                    Err(GuardedWriteError::BadAddress) => reply(Err(ObjectError::OutOfRange)),
                 }
             }
             Err(error) => reply(Err(error)),

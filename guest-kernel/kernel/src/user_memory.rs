@@ -26,7 +26,8 @@ fn for_each_piece(
     make_room: bool,
     mut with: impl FnMut(*mut u8, usize),
 ) -> Result<(), BadAddress> {
-    let pages = pages_of(&objects.cache, root, (address, length), for_writing)?;
+    let space = objects.cache.node(root).map_err(|_| BadAddress)?.get(process_root::SPACE);
+    let pages = pages_of(&objects.cache, space, (address, length), for_writing)?;
     let ids: Vec<_> = pages.iter().map(|(page, _)| page.object()).collect();
     objects.ensure_resident(&ids, make_room).map_err(|_| BadAddress)?;
     let cache = &objects.cache;
@@ -50,11 +51,11 @@ fn for_each_piece(
     Ok(())
 }
 
-/// The pages under `[address, address + length)` of `root`'s space and how many bytes of
-/// the range each holds, or `BadAddress` if a part is not mapped (writable, for a write).
+/// The pages under `[address, address + length)` of `space` and how many bytes of the range
+/// each holds, or `BadAddress` if a part is not mapped (writable, for a write).
 fn pages_of(
     cache: &ObjectCache<Frame>,
-    root: &Capability,
+    space: Capability,
     (address, length): (u64, u64),
     for_writing: bool,
 ) -> Result<Vec<(Capability, usize)>, BadAddress> {
@@ -62,10 +63,6 @@ fn pages_of(
     if length > 0 && (address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END) {
         return Err(BadAddress);
     }
-    let space = cache
-        .node(root)
-        .map_err(|_| BadAddress)?
-        .get(process_root::SPACE);
     // Resolve every page first, so that a write fails before changing anything.
     let mut pages = Vec::new();
     let mut at = address;
@@ -123,4 +120,78 @@ pub fn write(
             rest = after;
         },
     )
+}
+
+/// Why a journal `write` wrote nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardedWriteError {
+    /// A piece or the guard is not mapped (writable, for a piece) in the space, the guard is
+    /// not 8-byte aligned, or the pieces touch more pages than one commit holds.
+    BadAddress,
+    /// The guard word does not hold the value expected.
+    Changed,
+}
+
+/// The journal's `write` (services.rs): if the word at `guard.0` of `space` holds `guard.1`,
+/// writes each `(address, bytes)` piece into `space` and returns the page capabilities
+/// written, once each, for the commit; otherwise writes nothing. Runs under the object cache
+/// lock, which no checkpoint step can take meanwhile: the check, the writes and the commit
+/// that follows are one step as far as any checkpoint can see.
+pub fn guarded_write(
+    objects: &mut Objects,
+    space: Capability,
+    guard: (u64, u64),
+    pieces: &[(u64, &[u8])],
+) -> Result<Vec<Capability>, GuardedWriteError> {
+    let (guard_address, guard_expected) = guard;
+    if guard_address % 8 != 0 {
+        return Err(GuardedWriteError::BadAddress);
+    }
+    let bad = |_| GuardedWriteError::BadAddress;
+    let guard_page = pages_of(&objects.cache, space, (guard_address, 8), false).map_err(bad)?[0].0;
+    let mut pieces_pages = Vec::with_capacity(pieces.len());
+    let mut pages: Vec<Capability> = Vec::new();
+    for &(address, bytes) in pieces {
+        let found = pages_of(&objects.cache, space, (address, bytes.len() as u64), true).map_err(bad)?;
+        for (page, _) in &found {
+            if !pages.iter().any(|known| known.object() == page.object()) {
+                pages.push(*page);
+            }
+        }
+        pieces_pages.push(found);
+    }
+    if pages.len() > abi::JOURNAL_WRITE_PAGES_MAX {
+        return Err(GuardedWriteError::BadAddress);
+    }
+    let mut ids: Vec<_> = pages.iter().map(Capability::object).collect();
+    ids.push(guard_page.object());
+    objects.ensure_resident(&ids, true).map_err(|_| GuardedWriteError::BadAddress)?;
+
+    let cache = &objects.cache;
+    let guard_frame = cache.page(&guard_page).map_err(|_| GuardedWriteError::BadAddress)?;
+    let guard_offset = (guard_address % PAGE_BYTES as u64) as usize;
+    let guard_bytes: [u8; 8] = guard_frame.bytes()[guard_offset..guard_offset + 8].try_into().expect("8 bytes");
+    if u64::from_le_bytes(guard_bytes) != guard_expected {
+        return Err(GuardedWriteError::Changed);
+    }
+    for page in &pages {
+        crate::persistence::before_page_write(cache, page.object());
+    }
+    for (&(address, bytes), found) in pieces.iter().zip(&pieces_pages) {
+        let mut at = address;
+        let mut rest = bytes;
+        for &(page, count) in found {
+            let frame = cache.page(&page).map_err(|_| GuardedWriteError::BadAddress)?.physical();
+            let offset = (at % PAGE_BYTES as u64) as usize;
+            let (piece, after) = rest.split_at(count);
+            let base = memory::physical_to_virtual(frame.start_address().as_u64()) as *mut u8;
+            // SAFETY: `base` is a resident object page's frame in the direct map, writable
+            // through `space` (`pages_of` checked), and `offset + count <= 4096`; the kernel
+            // holds no other reference into it while it holds the object cache.
+            unsafe { core::ptr::copy_nonoverlapping(piece.as_ptr(), base.add(offset), count) };
+            at += count as u64;
+            rest = after;
+        }
+    }
+    Ok(pages)
 }

@@ -39,13 +39,20 @@ fn checkpoints_are_controlled_and_counted_from_the_host() {
             .arg(&image_dir),
     );
     let receiver = &vm.lines;
-    // The first checkpoint is taken at once; the admin service serves after it.
+    // The first checkpoint is taken at once; the admin service serves after it. The
+    // journal's guarded write is checked from ring 3 meanwhile (services/selftest/src/journal_guard.rs).
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !receiver
-        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        .expect("the first checkpoint commits within 120 s")
-        .starts_with("holdfast: checkpoint 1 committed")
-    {}
+    let (mut committed, mut guard_line) = (false, None);
+    while !committed || guard_line.is_none() {
+        let line = receiver
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the first checkpoint commits, and journal-guard reports, within 120 s");
+        committed |= line.starts_with("holdfast: checkpoint 1 committed");
+        if line.starts_with("journal-guard: ") {
+            guard_line = Some(line);
+        }
+    }
+    assert_eq!(guard_line.as_deref(), Some("journal-guard: ok"));
 
     let status = holdfast_ok(&["checkpoint", "status", &name]);
     assert!(status.starts_with(&format!("{name}: generation ")), "{status}");

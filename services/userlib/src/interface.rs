@@ -768,6 +768,33 @@ pub mod journal {
         .check()?;
         Ok(received.words[0])
     }
+
+    /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages.
+    ///
+    /// - `space`: The address space the addresses are in; every piece must be writable through it. Type space.
+    /// - `guard_address`: The address of the guard: a little-endian word, 8-byte aligned, in `space`.
+    /// - `guard_expected`: What the guard must hold for anything to be written.
+    /// - `pieces`: The pieces written, in order.
+    ///
+    /// Returns the commit's number: commits become durable in this order.
+    ///
+    /// Errors: `wrong_type`, `out_of_range`, `unavailable`, `changed`; and invocation errors.
+    pub fn write(
+        journal: CapReg,
+        space: CapReg,
+        guard_address: u64,
+        guard_expected: u64,
+        pieces: &[u8],
+    ) -> Result<u64, Error> {
+        let received = invoke(Invocation {
+            words: [guard_address, guard_expected, 0, 0],
+            string: pieces,
+            send: &[space],
+            ..Invocation::call(journal, order::WRITE)
+        })
+        .check()?;
+        Ok(received.words[0])
+    }
 }
 
 /// The control channel: a serial line on which the host's `holdfast` sends requests and reads replies.

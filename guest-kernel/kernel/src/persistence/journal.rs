@@ -15,6 +15,9 @@ use super::{PERSISTENCE, Persistence};
 /// free the log: what is left is for the checkpoint itself.
 const JOURNAL_LOG_FILL_MAX: f64 = 0.8;
 
+// A journal `write` (interface.toml) is one commit, which one log record must hold.
+const _: () = assert!(holdfast_abi::JOURNAL_WRITE_PAGES_MAX <= holdfast_store::JOURNAL_COMMIT_PAGES_MAX);
+
 /// Where a journal commit stands when its invocation returns.
 pub enum JournalCommit {
     /// On disk, flushed: the invoker gets its reply at once.

@@ -1,0 +1,275 @@
+use super::*;
+use std::collections::{HashMap, HashSet};
+use std::vec;
+use std::vec::Vec;
+
+/// Where the tests pretend the region is mapped.
+const REGION_ADDRESS: u64 = 0x1000_0000;
+
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+
+    fn transaction(&mut self, scale: u32) -> Transaction {
+        let branch = self.below(u64::from(scale)) as u32;
+        let teller = branch * TELLERS_PER_BRANCH + self.below(u64::from(TELLERS_PER_BRANCH)) as u32;
+        let account = self.below(u64::from(scale * ACCOUNTS_PER_BRANCH)) as u32;
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.next().to_le_bytes());
+        id[8..].copy_from_slice(&self.next().to_le_bytes());
+        let delta = self.below(2 * DELTA_MAX as u64 + 1) as i64 - DELTA_MAX;
+        Transaction { id, branch, teller, account, delta }
+    }
+}
+
+/// A region, its index's memory, and the service's loop reduced to what the ledger does.
+struct Service {
+    region: Vec<u8>,
+    tags: Vec<u64>,
+    positions: Vec<u32>,
+    covered: u64,
+}
+
+impl Service {
+    fn new() -> Self {
+        Self {
+            region: vec![0; REGION_BYTES as usize],
+            tags: vec![0; INDEX_SLOTS],
+            positions: vec![0; INDEX_SLOTS],
+            covered: 0,
+        }
+    }
+
+    fn load(&mut self, scale: u32) -> Result<(), Refusal> {
+        let write = load(&Ledger::new(&self.region), scale, REGION_ADDRESS)?;
+        apply(&mut self.region, &write, REGION_ADDRESS).expect("nothing else writes");
+        Ok(())
+    }
+
+    /// Runs `transactions` as the service does: each looked up, else added to a batch that
+    /// is committed when full and at the end. Returns each one's outcome.
+    fn run(&mut self, transactions: &[Transaction]) -> Vec<Result<Outcome, Refusal>> {
+        let mut outcomes = Vec::new();
+        let mut pending = transactions;
+        while !pending.is_empty() {
+            let ledger = Ledger::new(&self.region);
+            let mut index = Index::new(&mut self.tags, &mut self.positions, &mut self.covered, [3, 4]);
+            index.catch_up(&ledger);
+            let mut batch = Batch::new(&ledger, 7);
+            let mut taken = 0;
+            for transaction in pending {
+                if let Some(outcome) = index.find(&ledger, &transaction.id) {
+                    outcomes.push(Ok(outcome));
+                } else {
+                    match batch.add(&ledger, transaction) {
+                        Ok(Added::Applied(outcome) | Added::Repeated(outcome)) => outcomes.push(Ok(outcome)),
+                        Ok(Added::Full) => break,
+                        Err(refusal) => outcomes.push(Err(refusal)),
+                    }
+                }
+                taken += 1;
+            }
+            if batch.is_empty() {
+                pending = &pending[taken..];
+                continue;
+            }
+            let write = batch.write(REGION_ADDRESS);
+            check_limits(&write);
+            apply(&mut self.region, &write, REGION_ADDRESS).expect("the guard holds: nothing else writes");
+            pending = &pending[taken..];
+        }
+        outcomes
+    }
+
+    fn ledger(&self) -> Ledger<'_> {
+        Ledger::new(&self.region)
+    }
+}
+
+/// A write fits one journal `write`: its bytes, and the distinct pages its pieces touch.
+fn check_limits(write: &Write) {
+    assert!(write.length <= WRITE_BYTES_MAX);
+    let mut pages = HashSet::new();
+    let mut rest = write.pieces();
+    while !rest.is_empty() {
+        let address = u64::from_le_bytes(rest[..8].try_into().unwrap());
+        let length = u16::from_le_bytes(rest[8..10].try_into().unwrap()) as u64;
+        for byte in [address, address + length.max(1) - 1] {
+            pages.insert(byte / PAGE_BYTES as u64);
+        }
+        for page in address / 4096..(address + length).div_ceil(4096) {
+            pages.insert(page);
+        }
+        rest = &rest[10 + length as usize..];
+    }
+    assert!(pages.len() <= WRITE_PAGES_MAX, "{} pages", pages.len());
+}
+
+fn assert_invariant(ledger: &Ledger<'_>) {
+    let total = |field: fn(&BranchSums) -> i64| ledger.summary().iter().map(field).sum::<i64>();
+    assert_eq!(total(|sums| sums.accounts), total(|sums| sums.branch));
+    for (branch, sums) in ledger.summary().iter().enumerate() {
+        assert_eq!(sums.accounts, sums.account_history, "branch {branch}: {sums:?}");
+        assert_eq!(sums.tellers, sums.branch, "branch {branch}: {sums:?}");
+        assert_eq!(sums.history, sums.branch, "branch {branch}: {sums:?}");
+    }
+}
+
+#[test]
+fn limits_agree_with_the_kernel() {
+    assert_eq!(WRITE_PAGES_MAX, holdfast_abi::JOURNAL_WRITE_PAGES_MAX);
+    assert_eq!(WRITE_BYTES_MAX, holdfast_abi::INVOCATION_STRING_BYTES_MAX);
+    const { assert!(REGION_BYTES.is_multiple_of(PAGE_BYTES as u64)) };
+    const { assert!(HISTORY_OFFSET >= 20480 + 1_000_000 * 100) };
+}
+
+#[test]
+fn a_fresh_region_is_not_loaded_and_loads_once() {
+    let mut service = Service::new();
+    let transaction = Random(1).transaction(1);
+    assert_eq!(service.run(&[transaction]), [Err(Refusal::NotLoaded)]);
+    assert_eq!(service.load(0), Err(Refusal::BadArgument));
+    assert_eq!(service.load(SCALE_MAX + 1), Err(Refusal::BadArgument));
+    service.load(2).unwrap();
+    assert_eq!(service.ledger().scale(), 2);
+    assert_eq!(service.ledger().batch(), 1);
+    assert_eq!(service.load(2), Err(Refusal::Busy));
+}
+
+#[test]
+fn transactions_keep_the_invariant_and_the_balances_a_model_expects() {
+    let mut service = Service::new();
+    service.load(3).unwrap();
+    let mut random = Random(42);
+    let transactions: Vec<_> = (0..20_000).map(|_| random.transaction(3)).collect();
+    let outcomes = service.run(&transactions);
+    let mut model: HashMap<u32, i64> = HashMap::new();
+    for (index, (transaction, outcome)) in transactions.iter().zip(&outcomes).enumerate() {
+        let balance = model.entry(transaction.account).or_default();
+        *balance += transaction.delta;
+        assert_eq!(*outcome, Ok(Outcome { balance: *balance, history_index: index as u64 }));
+    }
+    let ledger = service.ledger();
+    assert_eq!(ledger.history_count(), 20_000);
+    assert!(ledger.batch() > 20_000 / 64, "batches of at most 64: {}", ledger.batch());
+    assert_invariant(&ledger);
+    for (&account, &balance) in &model {
+        assert_eq!(ledger.balance(Table::Accounts, account), balance);
+    }
+}
+
+#[test]
+fn a_repeated_id_gets_its_first_outcome_in_the_batch_and_after_it() {
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let mut random = Random(7);
+    let first = random.transaction(1);
+    let mut changed = first;
+    changed.delta = 5; // the same id with other arguments is still the same transaction
+    let outcomes = service.run(&[first, changed]);
+    assert_eq!(outcomes[0], outcomes[1]);
+    let later = service.run(&[changed]);
+    assert_eq!(later[0], outcomes[0]);
+    assert_eq!(service.ledger().history_count(), 1);
+    assert_invariant(&service.ledger());
+}
+
+#[test]
+fn bad_arguments_are_refused_and_change_nothing() {
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let good = Random(3).transaction(1);
+    for bad in [
+        Transaction { branch: 1, ..good },
+        Transaction { teller: 10, ..good },
+        Transaction { account: 100_000, ..good },
+        Transaction { delta: DELTA_MAX + 1, ..good },
+        Transaction { delta: -DELTA_MAX - 1, ..good },
+    ] {
+        assert_eq!(service.run(&[bad]), [Err(Refusal::BadArgument)]);
+    }
+    assert_eq!(service.ledger().history_count(), 0);
+}
+
+#[test]
+fn a_full_history_refuses_new_transactions_but_answers_old_ones() {
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let old = Random(5).transaction(1);
+    let first = service.run(&[old])[0];
+    // Fill the history with distinct ids (the count is the header's).
+    for index in 1..HISTORY_CAPACITY {
+        let at = (HISTORY_OFFSET + index * HISTORY_RECORD_BYTES) as usize;
+        service.region[at..at + 8].copy_from_slice(&index.to_le_bytes());
+    }
+    let at = 32;
+    service.region[at..at + 8].copy_from_slice(&HISTORY_CAPACITY.to_le_bytes());
+    let outcomes = service.run(&[Random(6).transaction(1), old]);
+    assert_eq!(outcomes, [Err(Refusal::Busy), first]);
+}
+
+#[test]
+fn a_batch_computed_before_a_restart_is_refused_and_nothing_applies_twice() {
+    // The checkpoint catches the service (its index) and the region at one moment; the
+    // journal then commits more batches; a crash brings back the old index and the
+    // checkpoint's view of the work in hand, with the newer region.
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let mut random = Random(11);
+    let early: Vec<_> = (0..500).map(|_| random.transaction(1)).collect();
+    service.run(&early);
+    let checkpoint_region = service.region.clone();
+    let (checkpoint_tags, checkpoint_positions, checkpoint_covered) =
+        (service.tags.clone(), service.positions.clone(), service.covered);
+
+    // In hand at the checkpoint: these, computed into a batch from the checkpoint's view.
+    let in_hand: Vec<_> = (0..40).map(|_| random.transaction(1)).collect();
+    let stale_write = {
+        let ledger = Ledger::new(&checkpoint_region);
+        let mut batch = Batch::new(&ledger, 9);
+        for transaction in &in_hand {
+            assert!(matches!(batch.add(&ledger, transaction), Ok(Added::Applied(_))));
+        }
+        batch.write(REGION_ADDRESS)
+    };
+    // After the checkpoint the service committed them, and more.
+    let acknowledged = service.run(&in_hand);
+    let later: Vec<_> = (0..300).map(|_| random.transaction(1)).collect();
+    service.run(&later);
+    let history_before = service.ledger().history_count();
+
+    // Restart: old index, newer region; the stale batch's write is refused...
+    service.tags = checkpoint_tags;
+    service.positions = checkpoint_positions;
+    service.covered = checkpoint_covered;
+    assert_eq!(apply(&mut service.region, &stale_write, REGION_ADDRESS), Err(Changed));
+    // ...and computing it again finds every transaction with its first outcome.
+    assert_eq!(service.run(&in_hand), acknowledged);
+    assert_eq!(service.ledger().history_count(), history_before);
+    assert_invariant(&service.ledger());
+}
+
+#[test]
+fn history_records_round_trip() {
+    let record = HistoryRecord {
+        id: [9; 16],
+        account: 99_999,
+        teller: 9,
+        branch: 0,
+        delta: -DELTA_MAX,
+        balance: -12_345_678_901,
+        time_us: 1 << 40,
+    };
+    assert_eq!(HistoryRecord::decode(&record.encode()), record);
+}
