@@ -192,6 +192,7 @@ struct Entry {
 }
 
 struct Service {
+    mac: [u8; 6],
     interface: Interface,
     frames: Frames,
     sockets: SocketSet<'static>,
@@ -227,6 +228,25 @@ static mut RECEIVED: [u8; 4096] = [0; 4096];
 static mut OUT: [u8; 4096] = [0; 4096];
 static mut WAITER_OUT: [u8; 4096] = [0; 4096];
 
+/// Asks the gateway for its address (an ARP request, broadcast), so that the network learns
+/// ours before anyone connects: QEMU's user-mode network drops a packet for an address it
+/// has not resolved (it sends an ARP request instead), so a forwarded connection's first
+/// SYN would be lost and sent again only after TCP's retransmission timeout, a second.
+fn announce(mac: [u8; 6]) {
+    let mut frame = [0u8; 60];
+    frame[..6].copy_from_slice(&[0xff; 6]);
+    frame[6..12].copy_from_slice(&mac);
+    frame[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    // Ethernet, IPv4, 6-byte and 4-byte addresses, a request.
+    frame[14..22].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    frame[22..28].copy_from_slice(&mac);
+    frame[28..32].copy_from_slice(&ADDRESS);
+    frame[38..42].copy_from_slice(&GATEWAY);
+    if let Ok(boot) = network_device::send(DEVICE, &frame) {
+        DEVICE_BOOT.store(boot, Ordering::Relaxed);
+    }
+}
+
 fn clock_us() -> u64 {
     clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000)
 }
@@ -258,7 +278,9 @@ impl Service {
             .add_default_ipv4_route(Ipv4Address::new(a, b, c, d))
             .expect("one route fits");
         user::print("net: 10.0.2.15/24, gateway 10.0.2.2: serving\n");
+        announce(mac_bytes);
         Self {
+            mac: mac_bytes,
             interface,
             frames,
             sockets: SocketSet::new(Vec::new()),
@@ -304,6 +326,7 @@ impl Service {
             let entry = &mut self.entries[index];
             (entry.listener, entry.id, entry.data_pending, entry.finished) = (None, 0, false, false);
         }
+        announce(self.mac);
         let mut digits = [0u8; 20];
         user::print_parts(&[
             b"net: the system restarted (boot ",
