@@ -134,10 +134,10 @@ fn process_capability_registers_are_0_to_15() {
 
 #[test]
 fn codes_round_trip_and_kinds_do_not_overlap() {
-    for code in 0..=14 {
+    for code in 0..=15 {
         assert_eq!(Type::from_code(code).map(Type::code), Some(code));
     }
-    assert_eq!(Type::from_code(15), None);
+    assert_eq!(Type::from_code(16), None);
     for code in 1..=7 {
         let error = ObjectError::from_code(code).expect("object error");
         assert_eq!(error.code(), code);
@@ -151,4 +151,21 @@ fn codes_round_trip_and_kinds_do_not_overlap() {
         assert_eq!(ObjectError::from_code(code), None);
     }
     assert_eq!(InvocationError::Void.code(), 1 << 63);
+}
+
+#[test]
+fn network_device_notify_needs_a_capability_and_takes_any_deadline() {
+    use holdfast_abi::interface::network_device;
+    let mut notify = message(network_device::order::NOTIFY, [u64::MAX, 0, 0, 0]);
+    assert_eq!(network_device::Request::decode(&notify), Err(ObjectError::WrongType));
+    notify.capability_count = 1;
+    assert_eq!(
+        network_device::Request::decode(&notify),
+        Ok(network_device::Request::Notify { deadline_us: u64::MAX })
+    );
+    assert_eq!(
+        network_device::Request::decode(&message(network_device::order::RECEIVE, [0; 4])),
+        Ok(network_device::Request::Receive)
+    );
+    assert_eq!(network_device::Request::decode(&message(5, [0; 4])), Err(ObjectError::InvalidOrder));
 }

@@ -31,7 +31,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 use holdfast_userlib::{self as user, Invocation};
-use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::iface::{Config, Interface, PollIngressSingleResult, SocketHandle, SocketSet};
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::time::{Duration, Instant};
@@ -74,6 +74,10 @@ const TCP_TIMEOUT_SECONDS: u64 = 60;
 /// The longest the loop sleeps without a frame: smoltcp's timers ask for less when they
 /// need it.
 const IDLE_WAKE_MICROSECONDS: u64 = 5_000_000;
+/// Frames taken in one round at most: the rest wait for the next (the device's
+/// notification fires at once while one is waiting), so that a flood cannot hold the
+/// clients' orders up.
+const FRAMES_PER_ROUND_MAX: usize = 64;
 /// The longest frame: an Ethernet header and a 1500-byte payload.
 const FRAME_BYTES_MAX: usize = 1514;
 /// Listener `i`'s capability carries badge `LISTENER_BADGE_BASE + i`; badge 0 is the
@@ -188,6 +192,7 @@ struct Entry {
 }
 
 struct Service {
+    mac: [u8; 6],
     interface: Interface,
     frames: Frames,
     sockets: SocketSet<'static>,
@@ -223,6 +228,25 @@ static mut RECEIVED: [u8; 4096] = [0; 4096];
 static mut OUT: [u8; 4096] = [0; 4096];
 static mut WAITER_OUT: [u8; 4096] = [0; 4096];
 
+/// Asks the gateway for its address (an ARP request, broadcast), so that the network learns
+/// ours before anyone connects: QEMU's user-mode network drops a packet for an address it
+/// has not resolved (it sends an ARP request instead), so a forwarded connection's first
+/// SYN would be lost and sent again only after TCP's retransmission timeout, a second.
+fn announce(mac: [u8; 6]) {
+    let mut frame = [0u8; 60];
+    frame[..6].copy_from_slice(&[0xff; 6]);
+    frame[6..12].copy_from_slice(&mac);
+    frame[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    // Ethernet, IPv4, 6-byte and 4-byte addresses, a request.
+    frame[14..22].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    frame[22..28].copy_from_slice(&mac);
+    frame[28..32].copy_from_slice(&ADDRESS);
+    frame[38..42].copy_from_slice(&GATEWAY);
+    if let Ok(boot) = network_device::send(DEVICE, &frame) {
+        DEVICE_BOOT.store(boot, Ordering::Relaxed);
+    }
+}
+
 fn clock_us() -> u64 {
     clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000)
 }
@@ -254,7 +278,9 @@ impl Service {
             .add_default_ipv4_route(Ipv4Address::new(a, b, c, d))
             .expect("one route fits");
         user::print("net: 10.0.2.15/24, gateway 10.0.2.2: serving\n");
+        announce(mac_bytes);
         Self {
+            mac: mac_bytes,
             interface,
             frames,
             sockets: SocketSet::new(Vec::new()),
@@ -300,6 +326,7 @@ impl Service {
             let entry = &mut self.entries[index];
             (entry.listener, entry.id, entry.data_pending, entry.finished) = (None, 0, false, false);
         }
+        announce(self.mac);
         let mut digits = [0u8; 20];
         user::print_parts(&[
             b"net: the system restarted (boot ",
@@ -312,13 +339,23 @@ impl Service {
     /// listening sockets replenished.
     fn run_stack(&mut self) {
         let now = self.now();
-        self.interface.poll(now, &mut self.frames, &mut self.sockets);
+        // One frame at a time, listening sockets replenished whenever one changed: a burst
+        // of connections finds a listening socket for each (up to SOCKETS_MAX) instead of
+        // a reset for every SYN past the spares.
+        for _ in 0..FRAMES_PER_ROUND_MAX {
+            match self.interface.poll_ingress_single(now, &mut self.frames, &mut self.sockets) {
+                PollIngressSingleResult::None => break,
+                PollIngressSingleResult::PacketProcessed => {}
+                PollIngressSingleResult::SocketStateChanged => self.replenish_listening(),
+            }
+        }
+        self.interface.poll_egress(now, &mut self.frames, &mut self.sockets);
         self.check_restart();
         self.collect_events();
         self.replenish_listening();
-        // What collecting did (window updates, FINs, new listeners) goes out now.
+        // What collecting did (window updates, FINs) goes out now.
         let now = self.now();
-        self.interface.poll(now, &mut self.frames, &mut self.sockets);
+        self.interface.poll_egress(now, &mut self.frames, &mut self.sockets);
         self.check_restart();
     }
 
@@ -381,11 +418,14 @@ impl Service {
     fn replenish_listening(&mut self) {
         for listener in 0..self.listeners.len() {
             let port = self.listeners[listener].port;
-            let mut spares = self
-                .entries
-                .iter()
-                .filter(|entry| entry.listener == Some(listener) && entry.id == 0)
-                .count();
+            // Only sockets still listening: one that took a SYN is taken.
+            let mut spares = 0;
+            for index in 0..self.entries.len() {
+                let Entry { handle, listener: serving, id, .. } = self.entries[index];
+                if serving == Some(listener) && id == 0 && self.socket(handle).state() == tcp::State::Listen {
+                    spares += 1;
+                }
+            }
             while spares < LISTEN_SPARES {
                 let free = self.entries.iter().position(|entry| entry.listener.is_none());
                 let index = match free {

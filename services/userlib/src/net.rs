@@ -27,7 +27,7 @@ pub mod error {
     pub const BAD_ORDER: u64 = 100;
     /// The port is 0 or above 65535.
     pub const BAD_PORT: u64 = 101;
-    /// A listener on this port exists already.
+    /// Reserved: a second `listen` on a port returns its listener's capability again.
     pub const PORT_IN_USE: u64 = 102;
     /// The service holds as many listeners as it can.
     pub const TOO_MANY_LISTENERS: u64 = 103;

@@ -336,6 +336,28 @@ impl Drop for QmpSocket {
     }
 }
 
+/// The host port `--tp1-port` forwards: the one given, or (0 or none given) a free one on
+/// 127.0.0.1, printed so that a client can find it.
+fn tp1_port(asked: Option<u16>) -> Result<Option<u16>, Failure> {
+    let Some(asked) = asked else {
+        return Ok(None);
+    };
+    let port = if asked != 0 {
+        asked
+    } else {
+        // The kernel's choice of a free port; released at once for QEMU to take (another
+        // program could take it first: QEMU then fails to start, and says so).
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?;
+        listener
+            .local_addr()
+            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?
+            .port()
+    };
+    eprintln!("holdfast: tp1 port 127.0.0.1:{port}");
+    Ok(Some(port))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -362,26 +384,16 @@ mod tests {
             Some(Duration::from_secs(7))
         );
     }
-}
 
-/// The host port `--tp1-port` forwards: the one given, or (0 or none given) a free one on
-/// 127.0.0.1, printed so that a client can find it.
-fn tp1_port(asked: Option<u16>) -> Result<Option<u16>, Failure> {
-    let Some(asked) = asked else {
-        return Ok(None);
-    };
-    let port = if asked != 0 {
-        asked
-    } else {
-        // The kernel's choice of a free port; released at once for QEMU to take (another
-        // program could take it first: QEMU then fails to start, and says so).
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
-            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?;
-        listener
-            .local_addr()
-            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?
-            .port()
-    };
-    eprintln!("holdfast: tp1 port 127.0.0.1:{port}");
-    Ok(Some(port))
+    #[test]
+    fn tp1_port_takes_a_port_or_chooses_a_free_one_and_excludes_net_connect() {
+        assert_eq!(run_arguments(&[]).tp1_port, None);
+        assert_eq!(run_arguments(&["--tp1-port", "7100"]).tp1_port, Some(7100));
+        assert_eq!(run_arguments(&["--tp1-port"]).tp1_port, Some(0));
+        assert_eq!(tp1_port(Some(7100)).ok(), Some(Some(7100)));
+        let chosen = tp1_port(Some(0)).ok().flatten().expect("a free port");
+        assert_ne!(chosen, 0);
+        let both = Cli::try_parse_from(["holdfast", "run", "--tp1-port", "1", "--net-connect", "127.0.0.1:2"]);
+        assert!(both.is_err(), "--tp1-port and --net-connect are one device");
+    }
 }

@@ -1,0 +1,229 @@
+//! The network in ring 3, from the host: `holdfast run --tp1-port` forwards a port on
+//! 127.0.0.1 to the guest, where the network service (services/net, smoltcp on the kernel's
+//! network device) hands TCP to `tcp-echo` (services/selftest/src/tcp_echo.rs), which sends
+//! every byte back. Real QEMU (user-mode networking), real smoltcp, real TCP: several
+//! connections at once are served while a client floods without reading and others hold
+//! connections open without sending, and after a kill the restarted system serves new
+//! connections again. Every host socket is on 127.0.0.1.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use support::{LineReader, build_image, holdfast, run_holdfast, scratch_dir, source_dir, spawn_reading_lines};
+
+/// Lines that end a test at once: a kernel fault or a ring-3 panic.
+const BAD: [&str; 3] = ["kernel fault", "panic", "FAILED"];
+/// How long a boot or a restart may take under TCG on a loaded host.
+const BOOT_LIMIT: Duration = Duration::from_secs(120);
+/// How long the echoes of one test may take.
+const ECHO_LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits for a line containing `wanted`, failing with the lines seen if none comes within
+/// `limit` or one contains a word of [`BAD`].
+fn wait_for_line(lines: &Receiver<String>, seen: &mut Vec<String>, limit: Duration, wanted: &str) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            panic!("no line with '{wanted}' within {limit:?}:\n{}", seen.join("\n"));
+        };
+        seen.push(line.clone());
+        if let Some(word) = BAD.iter().find(|word| line.contains(*word)) {
+            panic!("'{word}' printed:\n{}", seen.join("\n"));
+        }
+        if line.contains(wanted) {
+            return;
+        }
+    }
+}
+
+/// A port on 127.0.0.1 that is free now (the kernel's choice), for the forward.
+fn free_port() -> u16 {
+    TcpListener::bind(("127.0.0.1", 0)).expect("bind 127.0.0.1:0").local_addr().expect("local address").port()
+}
+
+/// The image (network service, tcp-echo, admin) and a fresh store for `test_name`.
+fn net_system(test_name: &str) -> (PathBuf, PathBuf) {
+    let image_dir = build_image("net-image", Some(&source_dir().join("services/net-manifest.toml")));
+    let store = scratch_dir(test_name).join("store.img");
+    let format = run_holdfast(&["store", "format", "--size-mib", "64", "--force", store.to_str().expect("UTF-8 path")]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    (image_dir, store)
+}
+
+fn run_vm(name: &str, image_dir: &Path, store: &Path, port: u16) -> LineReader {
+    spawn_reading_lines(
+        holdfast()
+            .args(["run", "--name", name, "--accel", "tcg", "--timeout-seconds", "600"])
+            .arg("--image-dir")
+            .arg(image_dir)
+            .arg("--disk")
+            .arg(store)
+            .args(["--tp1-port", &port.to_string()]),
+    )
+}
+
+/// Bytes that tell connections and positions apart, so that a misplaced byte is seen.
+fn payload(connection: usize, length: usize) -> Vec<u8> {
+    (0..length).map(|at| (at * 31 + connection * 7 + at / 251) as u8).collect()
+}
+
+/// Connects to the forward and echoes `messages` (each sent whole, then read back whole),
+/// retrying the connection until `deadline` while the guest is not serving yet (QEMU
+/// accepts on the host side first, then closes when the guest refuses). Returns the
+/// connection's time from the first byte sent to the last byte back.
+fn echo_session(port: u16, connection: usize, sizes: &[usize], deadline: Instant) -> Result<Duration, String> {
+    let mut last_error = String::from("never tried");
+    while Instant::now() < deadline {
+        match try_echo(port, connection, sizes) {
+            Ok(elapsed) => return Ok(elapsed),
+            Err(error) => {
+                eprintln!("connection {connection}: {error}; trying again");
+                last_error = error;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(format!("connection {connection}: {last_error}"))
+}
+
+fn try_echo(port: u16, connection: usize, sizes: &[usize]) -> Result<Duration, String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|error| format!("connect: {error}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(20))).map_err(|error| error.to_string())?;
+    stream.set_nodelay(true).map_err(|error| error.to_string())?;
+    let started = Instant::now();
+    for (round, &size) in sizes.iter().enumerate() {
+        let sent = payload(connection + round, size);
+        stream.write_all(&sent).map_err(|error| format!("send {size} bytes: {error}"))?;
+        let mut back = vec![0u8; size];
+        stream.read_exact(&mut back).map_err(|error| format!("read {size} bytes back: {error}"))?;
+        if back != sent {
+            let at = back.iter().zip(&sent).position(|(a, b)| a != b).unwrap_or(0);
+            return Err(format!("round {round}: the echo differs at byte {at} of {size}"));
+        }
+    }
+    let elapsed = started.elapsed();
+    stream.shutdown(Shutdown::Write).map_err(|error| error.to_string())?;
+    // The service closes its side once it has seen ours.
+    let mut rest = [0u8; 16];
+    match stream.read(&mut rest) {
+        Ok(0) => Ok(elapsed),
+        Ok(count) => Err(format!("{count} bytes after the echo")),
+        Err(error) => Err(format!("waiting for the close: {error}")),
+    }
+}
+
+/// Echoes on `clients` connections at once; panics naming every one that failed.
+fn echo_concurrently(port: u16, clients: usize, sizes: &'static [usize], deadline: Instant) -> Vec<Duration> {
+    let threads: Vec<_> = (0..clients)
+        .map(|connection| std::thread::spawn(move || echo_session(port, connection * 100, sizes, deadline)))
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|thread| thread.join().expect("client thread")).collect();
+    let failures: Vec<_> = results.iter().filter_map(|result| result.as_ref().err()).collect();
+    assert!(failures.is_empty(), "{} of {clients} connections failed: {failures:#?}", failures.len());
+    results.into_iter().map(Result::unwrap).collect()
+}
+
+/// Connects once the guest serves (an echo of one byte), so that what follows measures
+/// serving, not booting.
+fn wait_until_serving(port: u16) {
+    echo_session(port, 9999, &[1], Instant::now() + BOOT_LIMIT).expect("the guest echoes a byte");
+}
+
+#[test]
+fn several_connections_are_echoed_at_once_while_a_client_floods_and_others_stall() {
+    let (image_dir, store) = net_system("net-echo");
+    let port = free_port();
+    let name = format!("net-echo-{}", std::process::id());
+    let vm = run_vm(&name, &image_dir, &store, port);
+    let mut seen = Vec::new();
+    wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "tcp-echo: listening on 7100");
+    wait_until_serving(port);
+
+    // Slowloris: connections that send nothing for a long while, opened in a burst of more
+    // than the service keeps listening at a time (it replenishes between frames).
+    let stalled: Vec<TcpStream> = (0..12)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).expect("a stalled client connects"))
+        .collect();
+    // A flood: garbage as fast as the connection takes it, never reading the echo.
+    let flood = std::thread::spawn(move || {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+            return 0;
+        };
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+        let garbage: Vec<u8> = (0..16_384u32).map(|at| (at.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let mut sent = 0usize;
+        let until = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < until {
+            match stream.write(&garbage) {
+                Ok(count) => sent += count,
+                // The service stopped reading (its window is full) or closed it: the
+                // flood is held off, which is the point.
+                Err(_) => break,
+            }
+        }
+        sent
+    });
+    std::thread::sleep(Duration::from_millis(500));
+
+    static SIZES: [usize; 3] = [100, 5_000, 20_000];
+    let started = Instant::now();
+    let times = echo_concurrently(port, 8, &SIZES, started + ECHO_LIMIT);
+    let slowest = times.iter().max().expect("eight clients");
+    eprintln!("8 connections echoed {} bytes each, at once, beside a flood and 12 stalled clients: slowest {slowest:?}, all in {:?}", SIZES.iter().sum::<usize>(), started.elapsed());
+    for mut stream in stalled {
+        // Still open and still served: a byte comes back.
+        stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+        stream.write_all(b"?").expect("a stalled client sends a byte");
+        let mut back = [0u8; 1];
+        stream.read_exact(&mut back).expect("the stalled client's byte comes back");
+        assert_eq!(&back, b"?");
+    }
+    let flooded = flood.join().expect("flood thread");
+    eprintln!("the flood sent {flooded} bytes");
+    // The system is still whole and serving.
+    echo_concurrently(port, 2, &SIZES, Instant::now() + ECHO_LIMIT);
+    while let Ok(line) = vm.lines.try_recv() {
+        seen.push(line.clone());
+        assert!(!BAD.iter().any(|word| line.contains(word)), "{}", seen.join("\n"));
+    }
+    support::kill_and_wait(&name, vm);
+}
+
+#[test]
+fn after_a_kill_and_a_restart_from_the_store_new_connections_are_echoed() {
+    let (image_dir, store) = net_system("net-restart");
+    let port = free_port();
+    let name = format!("net-restart-{}", std::process::id());
+    let vm = run_vm(&name, &image_dir, &store, port);
+    let mut seen = Vec::new();
+    wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "tcp-echo: listening on 7100");
+    static SIZES: [usize; 2] = [10, 3_000];
+    echo_concurrently(port, 3, &SIZES, Instant::now() + BOOT_LIMIT);
+    // A connection open across the kill, and a checkpoint that holds it.
+    let mut open = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    open.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    open.write_all(b"held").expect("send");
+    let mut back = [0u8; 4];
+    open.read_exact(&mut back).expect("echo");
+    wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "committed");
+    wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "committed");
+    support::kill_and_wait(&name, vm);
+    drop(open);
+
+    let vm = run_vm(&name, &image_dir, &store, port);
+    let mut seen = Vec::new();
+    wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "holdfast: restarted from checkpoint");
+    // The service was checkpointed with a connection open: it notices the fresh device.
+    wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "net: the system restarted");
+    // (QEMU's port forward listens with a backlog of 1: of connections made at once, some
+    // wait for the host's SYN retransmission, a second.)
+    let started = Instant::now();
+    let times = echo_concurrently(port, 4, &SIZES, started + BOOT_LIMIT);
+    eprintln!("after the restart, 4 connections at once echoed within {:?} of the restart line, slowest echo {:?}", started.elapsed(), times.iter().max());
+    support::kill_and_wait(&name, vm);
+}
