@@ -54,7 +54,9 @@ const EVICTION_BATCH_NODES: usize = 1024;
 /// checkpoint first) at every page fault made each fault evict the pages the next one
 /// loads again, and a process below the reserve never ran two instructions on (the
 /// make_process exhaustion test stalled so, checkpoints going on). The load then takes its
-/// frame from the reserve, which is there for it.
+/// frame from the reserve, which is there for it: the pages so loaded count among the
+/// clean or dirty ones, so at most half a batch (2 MiB) is loaded before evicting is
+/// worth it again.
 pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String> {
     if memory::heap_free_bytes() >= heap_free_target_bytes() {
         return Ok(());
