@@ -37,6 +37,11 @@
 //! 16  number word 1 (u64)
 //! ```
 //!
+//! Type 128 is no kernel type but a boot number: words 0 and 1 hold a key of 1 to 16 bytes
+//! (`a-z`, `0-9`, `-`; NUL-padded), and the kernel makes it a number capability of
+//! `[value, 1]` when its command line holds `holdfast.<key>=<value>` (a decimal u64), else
+//! of `[0, 0]`: how a boot option reaches ring 3, which has only capabilities.
+//!
 //! A void capability is all zeros; a field a type does not use must be zero. A resume
 //! capability (type 7) cannot exist before any process has called, so it is refused.
 //! The keeper capability is void or a start capability; the meter capability void or a
@@ -78,6 +83,52 @@ pub mod type_code {
     pub const JOURNAL: u8 = 13;
     pub const CONTROL: u8 = 14;
     pub const NETWORK_DEVICE: u8 = 15;
+    /// Not a kernel type: a number the kernel takes from its command line (see above).
+    pub const BOOT_NUMBER: u8 = 128;
+}
+
+/// The most bytes a boot number's key has (words 0 and 1).
+pub const BOOT_NUMBER_KEY_BYTES_MAX: usize = 16;
+
+/// A boot number's key: 1 to 16 bytes of `a-z`, `0-9` and `-`, NUL-padded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BootNumberKey([u8; BOOT_NUMBER_KEY_BYTES_MAX]);
+
+impl BootNumberKey {
+    /// The key `name`, if it is one.
+    pub fn new(name: &str) -> Option<Self> {
+        let allowed = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-';
+        if name.is_empty() || name.len() > BOOT_NUMBER_KEY_BYTES_MAX || !name.bytes().all(|byte| allowed(&byte)) {
+            return None;
+        }
+        let mut bytes = [0; BOOT_NUMBER_KEY_BYTES_MAX];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        Some(Self(bytes))
+    }
+
+    fn from_words(word0: u64, word1: u64) -> Option<Self> {
+        let mut bytes = [0; BOOT_NUMBER_KEY_BYTES_MAX];
+        bytes[..8].copy_from_slice(&word0.to_le_bytes());
+        bytes[8..].copy_from_slice(&word1.to_le_bytes());
+        let length = bytes.iter().position(|&byte| byte == 0).unwrap_or(BOOT_NUMBER_KEY_BYTES_MAX);
+        // Padding is NUL to the end: no byte after the first NUL.
+        if bytes[length..].iter().any(|&byte| byte != 0) {
+            return None;
+        }
+        Self::new(core::str::from_utf8(&bytes[..length]).ok()?)
+    }
+
+    #[cfg(feature = "alloc")]
+    fn words(&self) -> (u64, u64) {
+        let word = |at: usize| u64::from_le_bytes(self.0[at..at + 8].try_into().expect("8 bytes"));
+        (word(0), word(8))
+    }
+
+    /// The key, as the command line spells it after `holdfast.`.
+    pub fn as_str(&self) -> &str {
+        let length = self.0.iter().position(|&byte| byte == 0).unwrap_or(BOOT_NUMBER_KEY_BYTES_MAX);
+        core::str::from_utf8(&self.0[..length]).expect("checked when made")
+    }
 }
 
 /// A capability's rights: a set of restrictions on what it may do.
@@ -124,6 +175,8 @@ pub enum Target {
     Journal,
     Control,
     NetworkDevice,
+    /// A number from the kernel's command line, `holdfast.<key>=<value>`.
+    BootNumber(BootNumberKey),
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -236,6 +289,10 @@ pub enum SystemTableError {
         place: CapabilityPlace,
         rights: u8,
     },
+    /// A boot number whose key is empty, padded with other than NUL, or not `a-z0-9-`.
+    BootNumberKey {
+        place: CapabilityPlace,
+    },
     /// A field the capability's type does not use is not zero.
     CapabilityUnusedField {
         place: CapabilityPlace,
@@ -305,6 +362,9 @@ impl fmt::Display for SystemTableError {
             }
             Self::CapabilityRights { place, rights } => {
                 write!(f, "{place}: unknown rights bits {rights:#04x}")
+            }
+            Self::BootNumberKey { place } => {
+                write!(f, "{place}: a boot number's key is 1 to 16 bytes of a-z, 0-9 and -, NUL-padded")
             }
             Self::CapabilityUnusedField { place } => {
                 write!(f, "{place}: a field its type does not use is not zero")
@@ -584,7 +644,7 @@ impl<'a> SystemTable<'a> {
             | type_code::JOURNAL
             | type_code::CONTROL
             | type_code::NETWORK_DEVICE => (false, false, false, false),
-            type_code::NUMBER => (false, true, true, false),
+            type_code::NUMBER | type_code::BOOT_NUMBER => (false, true, true, false),
             type_code::PAGE | type_code::NODE | type_code::PROCESS | type_code::METER => {
                 (true, false, false, false)
             }
@@ -638,6 +698,9 @@ impl<'a> SystemTable<'a> {
             type_code::JOURNAL => Target::Journal,
             type_code::CONTROL => Target::Control,
             type_code::NETWORK_DEVICE => Target::NetworkDevice,
+            type_code::BOOT_NUMBER => Target::BootNumber(
+                BootNumberKey::from_words(word0, word1).ok_or(SystemTableError::BootNumberKey { place })?,
+            ),
             _ => Target::Void,
         };
         Ok(Capability {
@@ -711,6 +774,10 @@ fn encode_capability(capability: &Capability) -> [u8; CAPABILITY_BYTES] {
         Target::Journal => (type_code::JOURNAL, 0, 0, 0, 0),
         Target::Control => (type_code::CONTROL, 0, 0, 0, 0),
         Target::NetworkDevice => (type_code::NETWORK_DEVICE, 0, 0, 0, 0),
+        Target::BootNumber(key) => {
+            let (word0, word1) = key.words();
+            (type_code::BOOT_NUMBER, 0, 0, word0, word1)
+        }
     };
     let mut bytes = [0u8; CAPABILITY_BYTES];
     bytes[0] = code;
@@ -794,6 +861,7 @@ mod tests {
         registers[3] = Capability::new(Target::Space { node: 1, height: 2 });
         registers[4] = Capability::new(Target::Number([u64::MAX, 7]));
         registers[5] = Capability::new(Target::Clock);
+        registers[6] = Capability::new(Target::BootNumber(BootNumberKey::new("fuzz-seed").expect("a key")));
         registers[15] = Capability::new(Target::Indirector { node: 0, badge: 9 });
         let mut slots = [Capability::VOID; NODE_SLOT_COUNT];
         slots[0] = Capability::new(Target::Page(1));
@@ -990,6 +1058,15 @@ mod tests {
             damaged(&|b| b[register_4 + 4] = 1),
             SystemTableError::CapabilityUnusedField { place }
         );
+        // A boot number's key: NUL-padded, nothing after the first NUL, a-z0-9- only.
+        let boot_number = offset_of_register(0, 6);
+        let boot_number_place = CapabilityPlace::Register { process: 0, register: 6 };
+        for (at, byte) in [(8 + 10, b'x'), (8, b'A'), (8, 0)] {
+            assert_eq!(
+                damaged(&|b| b[boot_number + at] = byte),
+                SystemTableError::BootNumberKey { place: boot_number_place }
+            );
+        }
         let space = offset_of_register(0, 3);
         assert_eq!(
             damaged(&|b| b[space + 2] = 8),
@@ -1034,6 +1111,15 @@ mod tests {
             .to_string(),
             "process 0 register 4: object 2 does not exist (the table has 2 of its kind)"
         );
+    }
+
+    #[test]
+    fn boot_number_keys_are_short_and_plain() {
+        assert_eq!(BootNumberKey::new("fuzz-seed").map(|key| key.as_str().len()), Some(9));
+        assert!(BootNumberKey::new("sixteen-bytes-ok").is_some());
+        for bad in ["", "seventeen-bytes-x", "Fuzz", "fuzz seed", "fuzz=1"] {
+            assert_eq!(BootNumberKey::new(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

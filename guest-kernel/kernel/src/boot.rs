@@ -38,6 +38,9 @@ pub struct BootOptions {
     /// `holdfast.recover=truncate`: start a store whose log is damaged past repair from its
     /// last intact point (the store refuses otherwise, naming what would be lost).
     pub recover: holdfast_store::Recover,
+    /// The whole command line, for the boot numbers the image's system table asks for
+    /// ([`Self::boot_number`]).
+    command_line: &'static str,
 }
 
 impl BootOptions {
@@ -48,6 +51,7 @@ impl BootOptions {
             checkpoint_interval_ms: persistence::DEFAULT_INTERVAL_MS,
             device_selftest: false,
             recover: holdfast_store::Recover::Refuse,
+            command_line,
         };
         for word in command_line.split_ascii_whitespace() {
             if word == "holdfast.device-selftest" {
@@ -77,6 +81,24 @@ impl BootOptions {
             }
         }
         options
+    }
+
+    /// The value of `holdfast.<key>=<value>` (a decimal u64), for a boot number of the
+    /// system table (`holdfast.fuzz-seed` for the hostile program): how a boot option
+    /// reaches ring 3, as a number capability. The last such word wins; one whose value is
+    /// not a number is ignored, with a line saying so.
+    pub fn boot_number(&self, key: &str) -> Option<u64> {
+        let mut found = None;
+        for word in self.command_line.split_ascii_whitespace() {
+            let Some(value) = word.strip_prefix("holdfast.").and_then(|rest| rest.strip_prefix(key)).and_then(|rest| rest.strip_prefix('=')) else {
+                continue;
+            };
+            match value.parse() {
+                Ok(number) => found = Some(number),
+                Err(_) => println!("holdfast: ignoring {word}: not a decimal number below 2^64"),
+            }
+        }
+        found
     }
 }
 
@@ -192,7 +214,7 @@ fn run(
             finish()
         }
     };
-    build_initial_system(boot);
+    build_initial_system(boot, &options);
     if persistent {
         if let Err(error) = persistence::check_capacity() {
             println!("selftest: store: {error} [{}]", check(false));
@@ -211,7 +233,7 @@ fn start_checkpoints(interval_ms: u64) -> ! {
 }
 
 /// Builds the initial system of the image's system table, or reports why not and ends.
-fn build_initial_system(boot: &BootInformation) {
+fn build_initial_system(boot: &BootInformation, options: &BootOptions) {
     let Some(bytes) = boot.initial_image_bytes() else {
         println!(
             "selftest: initial image: missing (no boot module) [{}]",
@@ -248,7 +270,7 @@ fn build_initial_system(boot: &BootInformation) {
         image.programs().count(),
         bytes.len()
     );
-    match initial_system::build(&image, &system) {
+    match initial_system::build(&image, &system, &|key| options.boot_number(key)) {
         Ok(count) => println!("selftest: initial system: {count} processes [ok]"),
         Err(error) => {
             println!("selftest: initial system: {error} [{}]", check(false));

@@ -14,16 +14,18 @@ use crate::objects::{OBJECTS, Objects};
 use crate::process;
 
 /// The objects made so far, by their index in the table.
-struct Made {
+struct Made<'a> {
     processes: Vec<Capability>,
     nodes: Vec<Capability>,
     pages: Vec<Capability>,
     meters: Vec<Capability>,
+    /// The value of `holdfast.<key>=<value>` on the command line, if given.
+    boot_number: &'a dyn Fn(&str) -> Option<u64>,
 }
 
 /// A kernel capability for the table's `capability`. The table was checked when decoded,
 /// so every index is in range.
-fn capability(objects: &Objects, made: &Made, capability: &table::Capability) -> Capability {
+fn capability(objects: &Objects, made: &Made<'_>, capability: &table::Capability) -> Capability {
     let index = |list: &Vec<Capability>, at: u32| list[at as usize];
     let from_node = |kind, node: Capability| {
         objects
@@ -34,6 +36,11 @@ fn capability(objects: &Objects, made: &Made, capability: &table::Capability) ->
     let made_capability = match capability.target {
         Target::Void => Capability::VOID,
         Target::Number(words) => Capability::number(words),
+        // Word 1 says whether the command line gave it, so that 0 is a value like any other.
+        Target::BootNumber(key) => match (made.boot_number)(key.as_str()) {
+            Some(value) => Capability::number([value, 1]),
+            None => Capability::number([0, 0]),
+        },
         Target::Page(at) => index(&made.pages, at),
         Target::Node(at) => index(&made.nodes, at),
         Target::Space { node, height } => {
@@ -61,14 +68,20 @@ fn capability(objects: &Objects, made: &Made, capability: &table::Capability) ->
 }
 
 /// Loads every process of the table and makes its objects; returns how many processes
-/// there are, or what went wrong, naming the process.
-pub fn build(image: &Image<'static>, system: &SystemTable<'static>) -> Result<usize, String> {
+/// there are, or what went wrong, naming the process. `boot_number` gives the value of a
+/// boot number's key from the command line.
+pub fn build(
+    image: &Image<'static>,
+    system: &SystemTable<'static>,
+    boot_number: &dyn Fn(&str) -> Option<u64>,
+) -> Result<usize, String> {
     let programs: Vec<_> = image.programs().collect();
     let mut made = Made {
         processes: Vec::new(),
         nodes: Vec::new(),
         pages: Vec::new(),
         meters: Vec::new(),
+        boot_number,
     };
     for process in system.processes() {
         let program = programs[process.program as usize];

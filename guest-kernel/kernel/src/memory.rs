@@ -67,7 +67,7 @@ static FRAMES: spin::Mutex<Frames> = spin::Mutex::new(Frames {
 
 /// The least the byte allocator takes from the frames at once, so that its spans are few
 /// and taken early, before frames are scattered by eviction.
-const BYTE_SPAN_BYTES_MIN: usize = 4 << 20;
+pub const BYTE_SPAN_BYTES_MIN: usize = 4 << 20;
 
 /// The byte allocator's out-of-memory handler: a new span of frames.
 struct TakeFrames;

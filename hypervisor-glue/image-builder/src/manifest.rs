@@ -11,8 +11,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use holdfast_boot_image::system_table::{
-    CAPABILITY_REGISTER_COUNT, Capability, NODE_SLOT_COUNT, PAGE_BYTES, PROCESS_NAME_BYTES, Rights,
-    SPACE_HEIGHT_MAX, Target,
+    BOOT_NUMBER_KEY_BYTES_MAX, BootNumberKey, CAPABILITY_REGISTER_COUNT, Capability, NODE_SLOT_COUNT, PAGE_BYTES,
+    PROCESS_NAME_BYTES, Rights, SPACE_HEIGHT_MAX, Target,
 };
 use serde::Deserialize;
 
@@ -143,6 +143,7 @@ struct CapabilityEntry {
     page: Option<String>,
     meter: Option<String>,
     number: Option<[u64; 2]>,
+    boot_number: Option<String>,
     indirector: Option<String>,
     badge: Option<u64>,
     height: Option<u8>,
@@ -158,7 +159,7 @@ enum Right {
     NoCall,
 }
 
-const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, indirector";
+const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
 
 /// The entries' names, by kind, to resolve references.
 struct Names<'a> {
@@ -437,6 +438,7 @@ fn resolve_capability(
     add("page", written.page.is_some());
     add("meter", written.meter.is_some());
     add("number", written.number.is_some());
+    add("boot-number", written.boot_number.is_some());
     add("indirector", written.indirector.is_some());
     let kind = match kinds[..] {
         [kind] => kind,
@@ -499,6 +501,12 @@ fn resolve_capability(
         "page" => Target::Page(lookup(&names.pages, "page", &name(&written.page))?),
         "meter" => Target::Meter(lookup(&names.meters, "meter", &name(&written.meter))?),
         "number" => Target::Number(written.number.unwrap_or_default()),
+        "boot-number" => {
+            let key = name(&written.boot_number);
+            Target::BootNumber(BootNumberKey::new(&key).ok_or(format!(
+                "boot-number key '{key}' is not 1 to {BOOT_NUMBER_KEY_BYTES_MAX} bytes of a-z, 0-9 and -"
+            ))?)
+        }
         // The one kind left of the list above.
         _ => Target::Indirector {
             node: lookup(&names.nodes, "node", &name(&written.indirector))?,
@@ -536,7 +544,7 @@ mod tests {
         program = "hello"
         keeper = "keeper"
         meter = "cpu"
-        registers = { 0 = { console = {} }, 1 = { own-process = {} }, 2 = { node = "scratch", rights = ["read-only", "weak"] }, 3 = { space = "scratch", height = 1 }, 4 = { start = "keeper", badge = 7 }, 5 = { number = [1, 2] }, 6 = { page = "greeting" }, 7 = { indirector = "scratch" }, 8 = { clock = {} }, 9 = { meter = "cpu" }, 15 = { process = "keeper" } }
+        registers = { 0 = { console = {} }, 1 = { own-process = {} }, 2 = { node = "scratch", rights = ["read-only", "weak"] }, 3 = { space = "scratch", height = 1 }, 4 = { start = "keeper", badge = 7 }, 5 = { number = [1, 2] }, 6 = { page = "greeting" }, 7 = { indirector = "scratch" }, 8 = { clock = {} }, 9 = { meter = "cpu" }, 10 = { boot-number = "fuzz-seed" }, 15 = { process = "keeper" } }
 
         [[process]]
         name = "keeper"
@@ -570,7 +578,7 @@ mod tests {
         assert_eq!(echo.meter, Capability::new(Target::Meter(0)));
         let targets: Vec<_> = echo.registers.iter().map(|c| c.target).collect();
         assert_eq!(
-            targets[..10],
+            targets[..11],
             [
                 Target::Console,
                 Target::Process(0),
@@ -585,6 +593,7 @@ mod tests {
                 Target::Indirector { node: 0, badge: 0 },
                 Target::Clock,
                 Target::Meter(0),
+                Target::BootNumber(BootNumberKey::new("fuzz-seed").unwrap()),
             ]
         );
         assert_eq!(targets[15], Target::Process(1));
@@ -764,10 +773,18 @@ mod tests {
     }
 
     #[test]
+    fn boot_number_key_must_be_plain() {
+        assert_eq!(
+            message(&with_register("{ boot-number = \"Fuzz seed\" }")),
+            "services/manifest.toml: process 'echo' register 3: boot-number key 'Fuzz seed' is not 1 to 16 bytes of a-z, 0-9 and -"
+        );
+    }
+
+    #[test]
     fn unknown_capability_kind() {
         assert_eq!(
             message(&with_register("{ consol = {} }")),
-            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `network-device`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `indirector`, `badge`, `height`, `rights`"
+const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
         );
     }
 
@@ -783,7 +800,7 @@ mod tests {
     fn no_capability_kind() {
         assert_eq!(
             message(&with_register("{ badge = 3 }")),
-            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, indirector)"
+const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
         );
     }
 

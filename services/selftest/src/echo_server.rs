@@ -10,7 +10,9 @@
 //! `TIMESTAMP` replies with word 0 the TSC read right after the message arrived (for
 //! `bench-micro`'s one-way IPC); `CONSOLE` replies with its own console capability
 //! (register 0, which no caller can change, unlike register 12: `hostile` calls this
-//! server too). Anything else gets reply code 99. It never stops: the self-test expects it to end available.
+//! server too); `RESUME_COPY` replies with a copy of the resume capability it replies
+//! through (`hostile` invokes such copies: the kernel must refuse a used one). Anything
+//! else gets reply code 99. It never stops: the self-test expects it to end available.
 #![no_std]
 #![no_main]
 
@@ -21,6 +23,7 @@ pub const SLOW: u64 = 2;
 pub const REPLY_TWICE: u64 = 3;
 pub const TIMESTAMP: u64 = 5;
 pub const CONSOLE: u64 = 6;
+pub const RESUME_COPY: u64 = 7;
 const RESUME: u8 = 15;
 const NOTHING: u8 = 14;
 
@@ -78,6 +81,7 @@ fn main() -> u64 {
             }
             TIMESTAMP => Invocation::return_to(RESUME, 0, [received_at, 0, 0, 0]),
             CONSOLE => Invocation::return_to(RESUME, 0, echo).sending(&[user::CONSOLE]),
+            RESUME_COPY => Invocation::return_to(RESUME, 0, echo).sending(&[RESUME]),
             _ => Invocation::return_to(RESUME, 99, [0; 4]),
         };
         message = reply

@@ -12,10 +12,12 @@
 //! process that is not in the kernel's table refuses `read_registers`.
 //!
 //! If the kernel refuses a process for want of memory (`exhausted`), it prints
-//! `process-maker: make_process refused (exhausted) after <n> processes` and ends.
+//! `process-maker: make_process refused (exhausted) after <n> processes` and waits, as
+//! the system goes on.
 //!
 //! Capability registers: 0 console, 1 the tree's root node, 2 the clock; 3 to 6 are used
-//! for the walk.
+//! for the walk; 7, if a number, is how many nanoseconds to wait before making any (the
+//! exhaustion test begins so just before the first checkpoint's snapshot).
 #![no_std]
 #![no_main]
 
@@ -28,6 +30,9 @@ const TREE: CapReg = CapReg::new(1);
 const CLOCK: CapReg = CapReg::new(2);
 const LEVEL: [CapReg; 3] = [CapReg::new(3), CapReg::new(4), CapReg::new(5)];
 const PROCESS: CapReg = CapReg::new(6);
+const DELAY: CapReg = CapReg::new(7);
+/// A register that stays void: a return through it waits for a message that never comes.
+const NOTHING: CapReg = CapReg::new(15);
 const SLOTS: u64 = 32;
 const REGISTER_BYTES: usize = 18 * 8;
 const EXHAUSTED: &str = "exhausted";
@@ -76,8 +81,18 @@ fn registers_of(number: u64) -> [u8; REGISTER_BYTES] {
     bytes
 }
 
+/// Spins for `nanoseconds` by the clock.
+fn wait_nanoseconds(nanoseconds: u64) {
+    let now = || clock::now(CLOCK).map_or(0, |now| now.nanoseconds);
+    let until = now().saturating_add(nanoseconds);
+    while now() < until {
+        core::hint::spin_loop();
+    }
+}
+
 fn main() -> u64 {
     let boot = clock::now(CLOCK).map_or(0, |now| now.boot);
+    wait_nanoseconds(user::interface::number::value(DELAY).map_or(0, |value| value.word0));
     let made = each_leaf(|number| {
         node::make_process(LEVEL[2], PROCESS).map_err(|error| match error {
             Error::Object(ObjectError::Exhausted) => EXHAUSTED,
@@ -92,6 +107,9 @@ fn main() -> u64 {
         // checkpoints) with those made.
         Err((EXHAUSTED, number)) => {
             print_with_number("process-maker: make_process refused (exhausted) after ", number, " processes\n");
+            // Waits for good (it cannot stop itself: register 1 is the tree, not its own
+            // process), using no time meanwhile.
+            let _ = user::Invocation::return_to(NOTHING.index(), 0, [0; 4]).invoke(&mut []);
             return 0;
         }
         Err((what, number)) => {
