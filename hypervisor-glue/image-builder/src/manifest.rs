@@ -784,7 +784,7 @@ mod tests {
     fn unknown_capability_kind() {
         assert_eq!(
             message(&with_register("{ consol = {} }")),
-const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
+            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `network-device`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `boot-number`, `indirector`, `badge`, `height`, `rights`"
         );
     }
 
@@ -800,7 +800,7 @@ const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, ne
     fn no_capability_kind() {
         assert_eq!(
             message(&with_register("{ badge = 3 }")),
-const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
+            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector)"
         );
     }
 
