@@ -374,7 +374,7 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
         let address = appliance.address();
         let mut generator = KillOnDrop(
             holdfast()
-                .args(["tp1", "run", "--clients", "8", "--duration", "4", "--drain", "120"])
+                .args(["tp1", "run", "--clients", "8", "--duration", "3", "--drain", "120"])
                 .args(["--address", &address, "--token", &client, "--seed", &random.next().to_string()])
                 .arg("--state-dir")
                 .arg(&ledger)
@@ -383,8 +383,8 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
                 .spawn()
                 .expect("start the generator"),
         );
-        // Its progress lines (stderr): the first says the load is on; the kill comes at a
-        // uniformly random moment of the three seconds after it.
+        // Its progress lines (stderr): the first, a second into the run, says the load is on;
+        // the kill comes at a uniformly random moment of the two seconds after it.
         let progress = std::io::BufReader::new(generator.0.stderr.take().expect("piped"));
         let (sender, lines) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
@@ -395,7 +395,7 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
         });
         let first = lines.recv_timeout(Duration::from_secs(60));
         assert!(first.as_deref().is_ok_and(|line| line.starts_with("tp1 ")), "kill {kill}: no load: {first:?}");
-        std::thread::sleep(Duration::from_micros(random.below(3_000_000)));
+        std::thread::sleep(Duration::from_micros(random.below(2_000_000)));
         appliance.kill();
         appliance.start();
         let ended = generator.0.wait().expect("the generator ends");
