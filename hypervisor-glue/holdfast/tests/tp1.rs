@@ -364,6 +364,21 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     let after = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &client, &ledger);
     assert_eq!(after.status, Some(0), "the service no longer commits after the fuzz\n{}", after.transcript());
 
+    // The counters the admin service renders for Prometheus.
+    let counters = run_holdfast(&["vm", "counters", &appliance.name]);
+    assert_eq!(counters.status, Some(0), "{}", counters.transcript());
+    let value = |name: &str| -> f64 {
+        let line = counters.stdout.lines().find(|line| line.starts_with(&format!("{name} ")));
+        line.and_then(|line| line.rsplit(' ').next()?.parse().ok()).unwrap_or_else(|| panic!("no {name}:\n{}", counters.stdout))
+    };
+    assert!(value("holdfast_tp1_transactions_total") >= 1.0);
+    assert!(value("holdfast_tp1_errors_total{code=\"bad_token\"}") >= (FUZZ_REQUESTS_MIN / 5) as f64, "{}", counters.stdout);
+    assert!(value("holdfast_tp1_errors_total{code=\"bad_argument\"}") >= 1.0);
+    assert_eq!(value("holdfast_tp1_commit_seconds_bucket{le=\"+Inf\"}"), value("holdfast_tp1_commit_seconds_count"));
+    assert!(value("holdfast_tp1_commit_seconds_count") >= 1.0);
+    assert!(value("holdfast_journal_commits_per_flush") >= 1.0, "{}", counters.stdout);
+    value("holdfast_tp1_connections_open");
+
     // Kills at uniformly random moments under load.
     let kills = std::env::var("HOLDFAST_TP1_KILLS").ok().and_then(|value| value.parse().ok()).unwrap_or(KILLS_DEFAULT);
     let seed = seed_from("HOLDFAST_TP1_KILL_SEED");

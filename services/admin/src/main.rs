@@ -12,12 +12,13 @@
 //!
 //! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
 //! appliance with the TP1 service, 3 its tokens page, 4 the journal, 5 a space whose first
-//! page is the tokens page (the journal's guarded `write` writes through it).
+//! page is the tokens page (the journal's guarded `write` writes through it), 6 the TP1
+//! service's counters page (read-only).
 #![no_std]
 #![no_main]
 
 use holdfast_userlib as user;
-use holdfast_tp1_ledger::tokens;
+use holdfast_tp1_ledger::{counters, tokens};
 use user::interface::{checkpoint, control, journal, page};
 use user::syscall::{CapReg, Error};
 
@@ -26,6 +27,7 @@ const CHECKPOINT: CapReg = CapReg::new(2);
 const TOKENS_PAGE: CapReg = CapReg::new(3);
 const JOURNAL: CapReg = CapReg::new(4);
 const TOKENS_SPACE: CapReg = CapReg::new(5);
+const TP1_COUNTERS: CapReg = CapReg::new(6);
 /// Attempts at a token write whose guard moved (a restart between reading the page and
 /// writing it) before giving up.
 const MINT_ATTEMPTS_MAX: usize = 4;
@@ -34,13 +36,16 @@ const LINE_BYTES_MAX: usize = 256;
 
 /// A reply being built: a fixed buffer, as the program has no heap.
 struct Reply {
-    bytes: [u8; 4096],
+    bytes: [u8; REPLY_BYTES_MAX],
     length: usize,
 }
 
+/// The longest reply: the kernel's counters (up to 4 KiB) and the TP1 service's.
+const REPLY_BYTES_MAX: usize = 8192;
+
 impl Reply {
     fn new() -> Self {
-        Self { bytes: [0; 4096], length: 0 }
+        Self { bytes: [0; REPLY_BYTES_MAX], length: 0 }
     }
 
     fn push(&mut self, part: &[u8]) -> &mut Self {
@@ -53,6 +58,19 @@ impl Reply {
     fn number(&mut self, value: u64) -> &mut Self {
         let mut digits = [0u8; 20];
         self.push(user::decimal(value, &mut digits))
+    }
+
+    /// A non-negative value with up to three decimals (counters are whole; ratios are not).
+    fn decimal_fraction(&mut self, value: f64) -> &mut Self {
+        let thousandths = (value.max(0.0) * 1000.0 + 0.5) as u64;
+        self.number(thousandths / 1000);
+        let fraction = thousandths % 1000;
+        if fraction != 0 {
+            let digits = [b'0' + (fraction / 100) as u8, b'0' + (fraction / 10 % 10) as u8, b'0' + (fraction % 10) as u8];
+            let last = digits.iter().rposition(|&digit| digit != b'0').expect("not 0");
+            self.push(b".").push(&digits[..=last]);
+        }
+        self
     }
 
     fn error(&mut self, what: &[u8]) -> &mut Self {
@@ -125,7 +143,9 @@ fn answer(request: &[u8], reply: &mut Reply) {
                 Ok(length) => {
                     // Room for the `ok` line: the counters fit well within the buffer.
                     let length = length.min(text.len() - 3);
-                    reply.push(&text[..length]).push(b"ok\n");
+                    reply.push(&text[..length]);
+                    tp1_counters(&text[..length], reply);
+                    reply.push(b"ok\n");
                 }
                 Err(error) => {
                     reply.failed(error);
@@ -184,6 +204,36 @@ fn random_token() -> Result<[u8; 16], &'static str> {
     #[target_feature(enable = "rdrand")]
     unsafe fn rdrand64(value: &mut u64) -> i32 {
         _rdrand64_step(value)
+    }
+}
+
+/// The TP1 service's counters, from the page it writes, on an appliance that runs it; and
+/// `holdfast_journal_commits_per_flush`: TP1 transactions made durable per journal write
+/// (flush) since boot, from those and the kernel's `holdfast_journal_writes_total` in
+/// `kernel_text` (group commit: many clients' transactions share a flush).
+fn tp1_counters(kernel_text: &[u8], reply: &mut Reply) {
+    let mut page_bytes = [0u8; counters::PAGE_BYTES];
+    if page::read(TP1_COUNTERS, 0, counters::PAGE_BYTES as u64, &mut page_bytes).is_err() {
+        return;
+    }
+    let Some(tp1) = counters::Counters::decode(&page_bytes) else {
+        return;
+    };
+    let status_name = |code: usize| {
+        holdfast_tp1_protocol::Status::from_code(code as u8).map_or("unknown", holdfast_tp1_protocol::Status::name)
+    };
+    tp1.render(status_name, |parts, value| {
+        for part in parts {
+            reply.push(part.as_bytes());
+        }
+        reply.push(b" ").decimal_fraction(value).push(b"\n");
+    });
+    let flushes = kernel_text
+        .split(|&byte| byte == b'\n')
+        .find_map(|line| line.strip_prefix(b"holdfast_journal_writes_total "))
+        .and_then(parse_number);
+    if let Some(flushes) = flushes.filter(|&flushes| flushes > 0) {
+        reply.push(b"holdfast_journal_commits_per_flush ").decimal_fraction(tp1.transactions_total as f64 / flushes as f64).push(b"\n");
     }
 }
 
@@ -247,7 +297,10 @@ fn main() -> u64 {
                 let request = line[..length].strip_suffix(b"\r").unwrap_or(&line[..length]);
                 answer(request, &mut reply);
             }
-            let _ = control::write(CONTROL, &reply.bytes[..reply.length]);
+            // An invocation carries at most 4 KiB.
+            for part in reply.bytes[..reply.length].chunks(user::abi::INVOCATION_STRING_BYTES_MAX) {
+                let _ = control::write(CONTROL, part);
+            }
             length = 0;
             overlong = false;
         }

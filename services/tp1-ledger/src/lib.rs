@@ -30,6 +30,7 @@ extern crate std;
 
 #[cfg(test)]
 mod tests;
+pub mod counters;
 pub mod tokens;
 
 pub const PAGE_BYTES: usize = 4096;

@@ -18,13 +18,16 @@
 //! `bad_token` after a comparison with every valid token that takes the same time whatever
 //! the bytes.
 //!
+//! Its counters (transactions, errors by status, commit latency, open connections) go into a
+//! page after each round of work, which the admin service renders for Prometheus.
+//!
 //! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0),
-//! 4 the journal, 5 the clock, 6 the tokens page (read-only); 3 receives its listener and 7
-//! its own space.
+//! 4 the journal, 5 the clock, 6 the tokens page (read-only), 8 the counters page; 3
+//! receives its listener and 7 its own space.
 #![no_std]
 #![no_main]
 
-use holdfast_tp1_ledger::{self as ledger, Added, Batch, Index, Ledger, Refusal, Table, tokens};
+use holdfast_tp1_ledger::{self as ledger, Added, Batch, Index, Ledger, Refusal, Table, counters::Counters, tokens};
 use holdfast_tp1_protocol::{
     self as protocol, BranchSums, HistoryRecord, Operation, Reply, ReplyPayload, Request,
     RequestFrameDecoder, Status, SummaryTotals, Token, TransactionResult, request::TransactionId,
@@ -41,6 +44,7 @@ const JOURNAL: CapReg = CapReg::new(4);
 const CLOCK: CapReg = CapReg::new(5);
 const TOKENS: CapReg = CapReg::new(6);
 const SPACE: CapReg = CapReg::new(7);
+const COUNTERS: CapReg = CapReg::new(8);
 const PORT: u16 = 7100;
 
 /// Connections served at once; one more evicts the one whose partial frame is oldest
@@ -111,6 +115,7 @@ struct State {
     index_key: [u64; 2],
     events: [u8; net::WAIT_BYTES_MAX],
     now_us: u64,
+    counters: Counters,
 }
 
 impl State {
@@ -132,6 +137,14 @@ impl State {
             index_key: [0; 2],
             events: [0; net::WAIT_BYTES_MAX],
             now_us: 0,
+            counters: Counters {
+                transactions_total: 0,
+                errors_total: [0; ledger::counters::STATUS_CODES],
+                commits_total: 0,
+                commit_nanoseconds_sum: 0,
+                commit_buckets: [0; ledger::counters::COMMIT_BUCKETS_SECONDS.len() + 1],
+                connections_open: 0,
+            },
         }
     }
 }
@@ -264,6 +277,15 @@ impl State {
 
     /// Queues a reply frame on `slot`'s connection, if it is still `connection`.
     fn reply(&mut self, slot: usize, connection: u32, request_id: u64, payload: &ReplyPayload<'_>) {
+        match payload {
+            ReplyPayload::Transaction(_) => self.counters.transactions_total += 1,
+            ReplyPayload::Error(status) => {
+                if let Some(count) = self.counters.errors_total.get_mut(usize::from(status.code())) {
+                    *count += 1;
+                }
+            }
+            _ => {}
+        }
         if self.connections[slot].id != connection || connection == 0 {
             return;
         }
@@ -457,6 +479,7 @@ impl State {
                 (!batch.is_empty()).then(|| batch.write(region_address()))
             };
             if let Some(write) = write {
+                let before = clock::now(CLOCK).map_or(0, |now| now.nanoseconds);
                 let written = journal::write(
                     JOURNAL,
                     SPACE,
@@ -465,7 +488,10 @@ impl State {
                     write.pieces(),
                 );
                 match written {
-                    Ok(_) => {}
+                    Ok(_) => {
+                        let after = clock::now(CLOCK).map_or(before, |now| now.nanoseconds);
+                        self.counters.commit_took(after.saturating_sub(before));
+                    }
                     // A restart brought back this computation from before commits made
                     // after it: compute the batch again from the region as it is.
                     Err(Error::Object(ObjectError::Changed)) if attempts < WRITE_ATTEMPTS_MAX => {
@@ -574,6 +600,8 @@ fn main() -> u64 {
         }
         state.run_pending();
         state.flush();
+        state.counters.connections_open = state.connections.iter().filter(|slot| slot.id != 0).count() as u64;
+        let _ = page::write(COUNTERS, 0, &state.counters.encode());
     }
 }
 
