@@ -7,13 +7,15 @@
 //! - a fuzzer sends at least 100,000 malformed or unauthorised requests (seeded: it prints
 //!   its seed, `HOLDFAST_TP1_FUZZ_SEED=N` repeats one) over several connections, each
 //!   answered with the status it deserves, frames that cannot be framed answered and the
-//!   connection closed, slowloris clients sitting on partial frames; then the database is
-//!   exactly as it was and the service still commits;
+//!   connection closed, a hundred idle connections and slowloris clients sitting on partial
+//!   frames meanwhile; then the database is exactly as it was, the service still commits,
+//!   and its counters (`holdfast vm counters`) say what it saw;
 //! - QEMU is SIGKILLed at uniformly random moments under load (`HOLDFAST_TP1_KILLS`, 50 by
 //!   default; 1,000 on demand) and restarted; the generator reconnects and retries its
 //!   transactions with the same ids; `check` passes after every ten kills and at the end:
 //!   every acknowledged transaction is in history once, none was applied twice, and the
-//!   sums agree.
+//!   sums agree;
+//! - scale 10 (1,000,000 accounts) loads in under a minute and passes `check` after load.
 
 mod support;
 
@@ -333,7 +335,9 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     assert!(run.stdout.contains(" 0 refused, 0 failed"), "{}", run.stdout);
     let before_fuzz = summary(&appliance, &client, &ledger);
 
-    // The fuzzer, on four connections at once, beside two slowloris clients.
+    // The fuzzer, on four connections at once, beside a hundred idle connections and two
+    // slowloris clients.
+    let idle: Vec<TcpStream> = (0..100).map(|_| TcpStream::connect(appliance.address()).expect("connect")).collect();
     let seed = seed_from("HOLDFAST_TP1_FUZZ_SEED");
     println!("tp1 fuzz: seed {seed} (HOLDFAST_TP1_FUZZ_SEED={seed} repeats it)");
     let client_token = Token::from_hex(&client).expect("a token").0;
@@ -360,6 +364,7 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     println!("tp1 fuzz: {sent} requests in {:.1} s", started.elapsed().as_secs_f64());
     assert!(sent >= FUZZ_REQUESTS_MIN);
     drop(slow);
+    drop(idle);
     assert_eq!(summary(&appliance, &client, &ledger), before_fuzz, "the fuzz changed the database");
     let after = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &client, &ledger);
     assert_eq!(after.status, Some(0), "the service no longer commits after the fuzz\n{}", after.transcript());
@@ -422,5 +427,24 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
             println!("tp1 kills: {kill} in {:.0} s; {line}", started.elapsed().as_secs_f64());
         }
     }
+    appliance.kill();
+}
+
+#[test]
+fn scale_10_loads_in_under_a_minute() {
+    let mut appliance = Appliance::new("tp1-scale-10");
+    appliance.start();
+    let ledger = scratch_dir("tp1-scale-10-ledger");
+    let admin = mint(&appliance, "root", true);
+    let started = Instant::now();
+    let loaded = appliance.tp1(&["load", "--scale", "10"], &admin, &ledger);
+    let took = started.elapsed();
+    assert_eq!(loaded.status, Some(0), "{}", loaded.transcript());
+    assert!(took < Duration::from_secs(60), "scale 10 took {took:?} to load");
+    let run = appliance.tp1(&["run", "--clients", "4", "--duration", "3", "--quiet"], &admin, &ledger);
+    assert_eq!(run.status, Some(0), "{}", run.transcript());
+    let line = summary(&appliance, &admin, &ledger);
+    assert!(line.contains("scale 10"), "{line}");
+    println!("tp1 scale 10: loaded in {:.1} s; {line}", took.as_secs_f64());
     appliance.kill();
 }

@@ -47,16 +47,16 @@ const SPACE: CapReg = CapReg::new(7);
 const COUNTERS: CapReg = CapReg::new(8);
 const PORT: u16 = 7100;
 
-/// Connections served at once; one more evicts the one whose partial frame is oldest
-/// (a slowloris client), else is closed at once.
+/// Connections served at once; one more evicts the one that has been quiet longest, if that
+/// is over [`QUIET_EVICT_US`] (an idle or slowloris client), else is closed at once.
 const CONNECTIONS_MAX: usize = 128;
 /// Reply bytes a connection may have waiting for the network service to take; a client
 /// that sends requests without reading replies is closed when it overflows.
 const OUT_BYTES: usize = 16 * 1024;
 /// Transactions waiting for a batch: beyond it, `busy`.
 const PENDING_MAX: usize = 1024;
-/// A partial frame older than this may be evicted for a new connection.
-const PARTWAY_EVICT_US: u64 = 1_000_000;
+/// A connection quiet for longer than this may be evicted for a new one.
+const QUIET_EVICT_US: u64 = 1_000_000;
 /// Attempts at one batch whose guard moved (a restart between computing and writing it).
 const WRITE_ATTEMPTS_MAX: usize = 4;
 
@@ -77,8 +77,8 @@ struct Connection {
     /// The network service's id for it; 0 when the slot is free.
     id: u32,
     decoder: RequestFrameDecoder,
-    /// When its current partial frame began (see [`PARTWAY_EVICT_US`]).
-    partway_since_us: u64,
+    /// When it last sent anything, or opened (see [`QUIET_EVICT_US`]).
+    active_us: u64,
     out: [u8; OUT_BYTES],
     out_length: usize,
     /// Close once its replies are out (it sent a frame it could not be framed from).
@@ -89,7 +89,7 @@ impl Connection {
     const FREE: Connection = Connection {
         id: 0,
         decoder: RequestFrameDecoder::for_requests(),
-        partway_since_us: 0,
+        active_us: 0,
         out: [0; OUT_BYTES],
         out_length: 0,
         closing: false,
@@ -245,14 +245,11 @@ impl State {
 
     fn open(&mut self, connection: u32) {
         let free = self.connections.iter().position(|slot| slot.id == 0).or_else(|| {
-            // Full: evict the connection whose partial frame is oldest, if old enough.
-            let (slot, oldest) = self
-                .connections
-                .iter()
-                .enumerate()
-                .filter(|(_, slot)| slot.decoder.is_partway())
-                .min_by_key(|(_, slot)| slot.partway_since_us)?;
-            (self.now_us.saturating_sub(oldest.partway_since_us) > PARTWAY_EVICT_US).then_some(slot)
+            // Full: evict the connection quiet longest, if quiet long enough: a client that
+            // opens connections and sends nothing, or a byte now and then, holds none for long.
+            let (slot, quietest) =
+                self.connections.iter().enumerate().min_by_key(|(_, slot)| slot.active_us)?;
+            (self.now_us.saturating_sub(quietest.active_us) > QUIET_EVICT_US).then_some(slot)
         });
         let Some(slot) = free else {
             let _ = net::close(LISTENER, connection);
@@ -266,6 +263,7 @@ impl State {
         fresh.decoder = RequestFrameDecoder::for_requests();
         fresh.out_length = 0;
         fresh.closing = false;
+        fresh.active_us = self.now_us;
     }
 
     fn closed(&mut self, connection: u32) {
@@ -311,9 +309,9 @@ impl State {
         let Some(slot) = self.slot_of(connection) else {
             return;
         };
+        self.connections[slot].active_us = self.now_us;
         let mut body = [0u8; protocol::REQUEST_BODY_BYTES_MAX as usize];
         while !input.is_empty() && self.connections[slot].id == connection && !self.connections[slot].closing {
-            let was_partway = self.connections[slot].decoder.is_partway();
             let decoded = match self.connections[slot].decoder.decode(&mut input) {
                 Ok(Some(frame)) => {
                     body[..frame.len()].copy_from_slice(frame);
@@ -324,11 +322,7 @@ impl State {
             };
             match decoded {
                 Ok(Some(length)) => self.request(slot, connection, &body[..length]),
-                Ok(None) => {
-                    if !was_partway {
-                        self.connections[slot].partway_since_us = self.now_us;
-                    }
-                }
+                Ok(None) => {}
                 Err(_) => {
                     self.reply(slot, connection, 0, &ReplyPayload::Error(Status::BadLength));
                     self.connections[slot].closing = true;
