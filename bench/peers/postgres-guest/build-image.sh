@@ -34,7 +34,12 @@ suite=bookworm
 image_size=4G
 
 if [[ $(id -u) -ne 0 ]]; then
-    echo "build-image.sh: needs root (mmdebstrap's root mode and chroot)" >&2
+    # mmdebstrap's root mode and chroot need root: as ci/setup.sh does, through sudo if it
+    # needs no password; the files it makes are left readable by everyone.
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+        exec sudo -n HOLDFAST_DEBIAN_SECURITY_MIRROR="$security_mirror" bash "$0" "$@"
+    fi
+    echo "build-image.sh: needs root (mmdebstrap's root mode and chroot), or sudo without a password" >&2
     exit 1
 fi
 for tool in mmdebstrap mkfs.ext4; do

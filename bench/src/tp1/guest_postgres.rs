@@ -123,8 +123,15 @@ impl GuestImage {
                 "bench/peers/postgres-guest/build-image.sh failed ({status}); its output is above"
             );
         }
-        std::fs::rename(&building, &target)
-            .with_context(|| format!("renaming {} to {}", building.display(), target.display()))?;
+        if let Err(error) = std::fs::rename(&building, &target) {
+            // Another benchmark may have built the same image meanwhile: use that one.
+            let _ = std::fs::remove_dir_all(&building);
+            if Self::cached(cache_dir).is_none() {
+                return Err(error).with_context(|| {
+                    format!("renaming {} to {}", building.display(), target.display())
+                });
+            }
+        }
         eprintln!(
             "holdfast bench tp1: the PostgreSQL guest image took {:.0} s to build",
             started.elapsed().as_secs_f64()
