@@ -136,8 +136,32 @@ impl GuestImage {
             "holdfast bench tp1: the PostgreSQL guest image took {:.0} s to build",
             started.elapsed().as_secs_f64()
         );
+        remove_stale_images(cache_dir, &target);
         Self::cached(cache_dir).context("the image build left no rootfs.img, vmlinuz or initrd.img")
     }
+}
+
+/// Removes the images older scripts built (about 600 MiB each): only the current script's
+/// is ever used again.
+fn remove_stale_images(cache_dir: &Path, current: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stale = path != current
+            && entry.file_name().to_str().is_some_and(is_image_dir_name)
+            && path.is_dir();
+        if stale {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+/// `pg-guest-` and 16 hexadecimal digits: a built image's folder (not one being built).
+fn is_image_dir_name(name: &str) -> bool {
+    name.strip_prefix("pg-guest-")
+        .is_some_and(|hash| hash.len() == 16 && hash.bytes().all(|byte| byte.is_ascii_hexdigit()))
 }
 
 /// A running guest; QEMU is killed and the run's disk removed when dropped.
@@ -381,6 +405,16 @@ mod tests {
         assert_eq!(script_hash(""), 0xcbf2_9ce4_8422_2325);
         let dir = image_dir(Path::new("/c"));
         assert!(dir.to_string_lossy().starts_with("/c/pg-guest-"));
+    }
+
+    #[test]
+    fn only_built_image_folders_are_stale_candidates() {
+        assert!(is_image_dir_name("pg-guest-29b8dae0d9248f6a"));
+        assert!(!is_image_dir_name("pg-guest-29b8dae0d9248f6a.building-77"));
+        assert!(!is_image_dir_name("accel.toml"));
+        assert!(!is_image_dir_name("pg-guest-xyz"));
+        let current = image_dir(Path::new("/c"));
+        assert!(is_image_dir_name(current.file_name().unwrap().to_str().unwrap()));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use holdfast_bench::tp1::{
 use holdfast_tp1_protocol::Token;
 
 use crate::cli::{AccelArgument, BenchTp1Arguments};
-use crate::failure::Failure;
+use crate::failure::{Failure, exit_status};
 use crate::paths;
 
 /// The TP1 appliance's system, relative to the source tree (services/tp1, written on
@@ -155,40 +155,11 @@ fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Applian
         kept.iter().map(|line| format!("  | {line}\n")).collect()
     };
     let deadline = Instant::now() + APPLIANCE_START_TIMEOUT;
-    let mint = |admin: bool| -> anyhow::Result<Token> {
-        loop {
-            let mut token = Command::new(&exe);
-            token.args(["tp1", "token"]);
-            if admin {
-                token.arg("--admin");
-            }
-            token
-                .arg(if admin { "bench-admin" } else { "bench" })
-                .env("HOLDFAST_STATE_DIR", &running.state_dir);
-            let output = token.output().context("running holdfast tp1 token")?;
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            if output.status.success()
-                && let Some(token) = stdout.split_whitespace().rev().find_map(Token::from_hex)
-            {
-                return Ok(token);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "holdfast tp1 token{} gave no token within {} s: {}{}",
-                    if admin { " --admin" } else { "" },
-                    APPLIANCE_START_TIMEOUT.as_secs(),
-                    stdout.trim(),
-                    String::from_utf8_lossy(&output.stderr).trim()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    };
     let tokens = (|| -> anyhow::Result<(Token, Token)> {
-        if let Some(status) = running.child.try_wait()? {
-            bail!("holdfast run ended ({status})");
-        }
-        Ok((mint(false)?, mint(true)?))
+        Ok((
+            mint(&exe, &mut running, false, deadline)?,
+            mint(&exe, &mut running, true, deadline)?,
+        ))
     })();
     let (client_token, admin_token) =
         tokens.map_err(|error| anyhow::anyhow!("{error:#}\nholdfast run:\n{}", console()))?;
@@ -201,6 +172,49 @@ fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Applian
         counters: Box::new(|| Ok(Counters::default())),
         guard: Box::new(running),
     })
+}
+
+/// Mints a token with `holdfast tp1 token [--admin] NAME`, retried while the appliance is
+/// starting; fails at once if `holdfast run` ended or the command line was refused (a CLI
+/// without the command), else at `deadline`.
+fn mint(exe: &Path, running: &mut Running, admin: bool, deadline: Instant) -> anyhow::Result<Token> {
+    let command_text = format!("holdfast tp1 token{}", if admin { " --admin" } else { "" });
+    loop {
+        if let Some(status) = running.child.try_wait()? {
+            bail!("holdfast run ended ({status}) before {command_text} gave a token");
+        }
+        let mut command = Command::new(exe);
+        command.args(["tp1", "token"]);
+        if admin {
+            command.arg("--admin");
+        }
+        command
+            .arg(if admin { "bench-admin" } else { "bench" })
+            .env("HOLDFAST_STATE_DIR", &running.state_dir);
+        let output = command
+            .output()
+            .with_context(|| format!("running {command_text}"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if output.status.success()
+            && let Some(token) = stdout.split_whitespace().rev().find_map(Token::from_hex)
+        {
+            return Ok(token);
+        }
+        let refused = output.status.code() == Some(i32::from(exit_status::INPUT_ERROR));
+        if refused || Instant::now() >= deadline {
+            bail!(
+                "{command_text} gave no token{}: {} {}",
+                if refused {
+                    String::new()
+                } else {
+                    format!(" within {} s", APPLIANCE_START_TIMEOUT.as_secs())
+                },
+                stdout.trim(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[cfg(test)]
