@@ -35,8 +35,8 @@ echo "== holdfast bench micro (three boots per guest)"
 echo "== holdfast bench store --quick (reports its goals, never fails on them)"
 ./holdfast bench store --quick --accel tcg
 
-# TP1 against PostgreSQL 15 in a Debian guest under the same QEMU and on the host: about
-# 100 s, plus about two minutes the first time on a machine, to build and cache the guest's
-# image from Debian's packages.
+# TP1 against PostgreSQL 15 in a Debian guest under the same QEMU and on the host: 75 s to
+# 2 min, plus 2 to 3.5 min the first time on a machine (or after build-image.sh changes) to
+# build the guest's image from Debian's packages into ~/.cache/holdfast.
 echo "== holdfast bench tp1 --quick (reports its goals, never fails on them)"
 ./holdfast bench tp1 --quick --accel tcg
