@@ -8,13 +8,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # the Linux kernel and busybox the benchmarks compare against; gcc and glibc's libc.a
 # (libc6-dev, which gcc only recommends) for the micro benchmark's static Linux program;
 # PostgreSQL 15, the TP1 peer (tests/tp1_postgres.rs starts private clusters with its
-# initdb and pg_ctl from /usr/lib/postgresql/15/bin; the package's own cluster is not used).
+# initdb and pg_ctl from /usr/lib/postgresql/15/bin; the package's own cluster is not used);
+# mmdebstrap and e2fsprogs, with which bench/peers/postgres-guest/build-image.sh builds the
+# Debian guest with PostgreSQL 15 that `holdfast bench tp1` compares against (about two
+# minutes, once: the image is cached in ~/.cache/holdfast).
 packages=(
     qemu-system-x86 qemu-utils
     grub-pc-bin grub-common xorriso mtools
     linux-image-cloud-amd64 busybox-static
     gcc libc6-dev
     postgresql-15
+    mmdebstrap e2fsprogs
 )
 missing=()
 for package in "${packages[@]}"; do

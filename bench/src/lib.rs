@@ -12,6 +12,10 @@
 //! `holdfast bench micro` ([`micro::micro`]): the trivial invocation (and, once the kernel
 //! has them, IPC and faults resolved from the node tree or by a keeper) against getppid, a
 //! pipe round trip, a first-touch fault and a SIGSEGV-handler fault in a Linux guest.
+//!
+//! `holdfast bench tp1` ([`tp1::tp1`]): TP1 (TPC-B) transactions against the Holdfast
+//! appliance, PostgreSQL 15 in a Debian guest under the same QEMU, and PostgreSQL 15 on the
+//! host, with the same load generator.
 
 pub mod boot_table;
 pub mod guests;
@@ -22,6 +26,7 @@ pub mod store;
 pub mod runner;
 pub mod setup;
 pub mod table;
+pub mod tp1;
 
 use std::io::{self, Write};
 use std::path::PathBuf;

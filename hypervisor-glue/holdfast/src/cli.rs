@@ -435,6 +435,37 @@ pub enum BenchCommand {
     /// and journal commit against the same disk written raw by a Linux peer in the same
     /// QEMU, and restart to serving; builds the guest crates first; prints a table.
     Store(BenchStoreArguments),
+    /// TP1 (TPC-B) transactions: the Holdfast appliance in a guest against PostgreSQL 15
+    /// in a Debian guest under the same QEMU (its image built by
+    /// bench/peers/postgres-guest/build-image.sh and cached) and PostgreSQL 15 on the host,
+    /// with the same load generator, scale, clients and durations; prints a table.
+    Tp1(BenchTp1Arguments),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchTp1Arguments {
+    /// Scale 1, closed loop at 1 and 64 clients, 5 s a run (for CI)
+    #[arg(long)]
+    pub quick: bool,
+    /// Accelerator for both guests (the goals are set for TCG)
+    #[arg(long, value_enum, default_value_t = AccelArgument::Tcg)]
+    pub accel: AccelArgument,
+    /// Guest memory in MiB, for both guests
+    #[arg(long, value_name = "N", default_value_t = holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
+          value_parser = clap::value_parser!(u32).range(128..=1_048_576))]
+    pub memory_mib: u32,
+    /// TPC-B scale for every system [default: 10, or 1 with --quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub scale: Option<u32>,
+    /// Seconds each run lasts [default: 30, or 5 with --quick]
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub duration_s: Option<u32>,
+    /// Leave out PostgreSQL in the guest (its image takes minutes to build the first time)
+    #[arg(long)]
+    pub no_guest: bool,
+    /// The transactions' seed [default: random, printed in the title]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -39,6 +39,12 @@ pub fn accel_cache_file() -> Result<PathBuf, Failure> {
     Ok(base_dir(CACHE_DIR_VARIABLE, "XDG_CACHE_HOME", ".cache")?.join("accel.toml"))
 }
 
+/// The cache folder: `$HOLDFAST_CACHE_DIR`, else `$XDG_CACHE_HOME/holdfast`, else
+/// `~/.cache/holdfast` (the accelerator verdict, the TP1 benchmark's PostgreSQL guest image).
+pub fn cache_dir() -> Result<PathBuf, Failure> {
+    base_dir(CACHE_DIR_VARIABLE, "XDG_CACHE_HOME", ".cache")
+}
+
 /// Where the VM named `name` listens for QMP clients.
 pub fn qmp_socket_of(name: &str) -> Result<PathBuf, Failure> {
     let socket = state_dir()?.join(name).join("qmp.sock");

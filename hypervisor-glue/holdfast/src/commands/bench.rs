@@ -1,4 +1,4 @@
-//! `holdfast bench boot`, `holdfast bench micro` and `holdfast bench store`: the benchmarks of the
+//! `holdfast bench boot`, `micro`, `store` and `tp1`: the benchmarks of the
 //! `holdfast-bench` crate, with the accelerator chosen as `holdfast run` chooses it.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +11,8 @@ use holdfast_image_builder::ImageDir;
 use holdfast_qemu::QemuBinary;
 
 use crate::cli::{BenchBootArguments, BenchCommand, BenchMicroArguments, BenchStoreArguments};
+
+mod tp1;
 use crate::commands::accel;
 use crate::failure::Failure;
 use crate::paths;
@@ -20,6 +22,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
         BenchCommand::Boot(arguments) => boot(arguments),
         BenchCommand::Micro(arguments) => micro(arguments),
         BenchCommand::Store(arguments) => store(arguments),
+        BenchCommand::Tp1(arguments) => tp1::tp1(arguments),
     }
 }
 

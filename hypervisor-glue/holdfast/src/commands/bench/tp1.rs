@@ -1,0 +1,235 @@
+//! `holdfast bench tp1`: the options, and how the Holdfast column's appliance is started
+//! (this CLI's own `holdfast run --tp1-port` and `holdfast tp1 token`, as a user would).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use holdfast_bench::Accelerator;
+use holdfast_bench::tp1::{
+    Appliance, ApplianceRequest, Counters, GuestPeer, HoldfastSide, Tp1BenchOptions,
+};
+use holdfast_tp1_protocol::Token;
+
+use crate::cli::{AccelArgument, BenchTp1Arguments};
+use crate::failure::{Failure, exit_status};
+use crate::paths;
+
+/// The TP1 appliance's system, relative to the source tree (services/tp1, written on
+/// branch tp1).
+const TP1_MANIFEST: &str = "services/tp1-manifest.toml";
+/// How long the appliance may take to boot and mint a token under TCG on a busy host.
+const APPLIANCE_START_TIMEOUT: Duration = Duration::from_secs(300);
+/// Lines of the appliance's output kept for an error message.
+const TRANSCRIPT_LINES: usize = 40;
+
+pub fn tp1(arguments: BenchTp1Arguments) -> Result<ExitCode, Failure> {
+    let image_cache_dir = paths::cache_dir()?;
+    let holdfast = holdfast_side(&paths::source_dir());
+    let mut options = if arguments.quick {
+        Tp1BenchOptions::quick(holdfast, image_cache_dir)
+    } else {
+        Tp1BenchOptions::new(holdfast, image_cache_dir)
+    };
+    options.accelerator = match arguments.accel {
+        AccelArgument::Tcg => Accelerator::Tcg,
+        AccelArgument::Kvm => Accelerator::Kvm,
+        // The goals are set for TCG; auto's probe needs a built Holdfast kernel, which the
+        // PostgreSQL columns do not.
+        AccelArgument::Auto => {
+            return Err(Failure::input(
+                "holdfast bench tp1 takes --accel tcg or --accel kvm (the goals are for TCG)",
+            ));
+        }
+    };
+    options.memory_mib = arguments.memory_mib;
+    if let Some(scale) = arguments.scale {
+        options.scale = scale;
+    }
+    if let Some(seconds) = arguments.duration_s {
+        options.duration = Duration::from_secs(u64::from(seconds));
+    }
+    if let Some(seed) = arguments.seed {
+        options.seed = seed;
+    }
+    if arguments.no_guest {
+        options.guest = GuestPeer::Skip("left out (--no-guest)".into());
+    }
+    holdfast_bench::tp1::tp1(options)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The appliance's launcher, or why there is none in this source tree.
+fn holdfast_side(source_dir: &Path) -> HoldfastSide {
+    let manifest = source_dir.join(TP1_MANIFEST);
+    if !manifest.is_file() {
+        return HoldfastSide::Unavailable(format!(
+            "the TP1 service is not in this source tree ({TP1_MANIFEST} missing)"
+        ));
+    }
+    HoldfastSide::Launcher(Box::new(move |request| launch(&manifest, request)))
+}
+
+/// The appliance's process; killed, and its state folder removed, when dropped.
+struct Running {
+    child: Child,
+    state_dir: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+}
+
+/// Starts `holdfast run --tp1-port PORT --manifest MANIFEST` in a state folder of its own
+/// and mints a client and an admin token with `holdfast tp1 token`, retried until the
+/// appliance answers.
+fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Appliance> {
+    let exe = std::env::current_exe().context("finding this program")?;
+    let state_dir =
+        std::env::temp_dir().join(format!("holdfast-bench-tp1-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state_dir);
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let port = holdfast_bench::tp1::free_port()?;
+    let accel = match request.accelerator {
+        Accelerator::Tcg => "tcg",
+        Accelerator::Kvm => "kvm",
+    };
+    let mut command = Command::new(&exe);
+    command
+        .arg("run")
+        .args(["--tp1-port", &port.to_string()])
+        .arg("--manifest")
+        .arg(manifest)
+        .args(["--accel", accel])
+        .args(["--memory-mib", &request.memory_mib.to_string()])
+        .env("HOLDFAST_STATE_DIR", &state_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting {command:?}"))?;
+    let transcript = Arc::new(Mutex::new(VecDeque::new()));
+    for stream in [
+        child
+            .stdout
+            .take()
+            .map(|out| Box::new(out) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|err| Box::new(err) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let transcript = Arc::clone(&transcript);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                let mut kept = transcript
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if kept.len() == TRANSCRIPT_LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+    }
+    let mut running = Running { child, state_dir };
+    let console = || -> String {
+        let kept = transcript
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        kept.iter().map(|line| format!("  | {line}\n")).collect()
+    };
+    let deadline = Instant::now() + APPLIANCE_START_TIMEOUT;
+    let tokens = (|| -> anyhow::Result<(Token, Token)> {
+        Ok((
+            mint(&exe, &mut running, false, deadline)?,
+            mint(&exe, &mut running, true, deadline)?,
+        ))
+    })();
+    let (client_token, admin_token) =
+        tokens.map_err(|error| anyhow::anyhow!("{error:#}\nholdfast run:\n{}", console()))?;
+    Ok(Appliance {
+        address: SocketAddr::from(([127, 0, 0, 1], port)),
+        client_token,
+        admin_token,
+        // The appliance's counters (journal flushes, kernel invocations) are not exported
+        // to the host yet: the table says n/a rather than guess.
+        counters: Box::new(|| Ok(Counters::default())),
+        guard: Box::new(running),
+    })
+}
+
+/// Mints a token with `holdfast tp1 token [--admin] NAME`, retried while the appliance is
+/// starting; fails at once if `holdfast run` ended or the command line was refused (a CLI
+/// without the command), else at `deadline`.
+fn mint(exe: &Path, running: &mut Running, admin: bool, deadline: Instant) -> anyhow::Result<Token> {
+    let command_text = format!("holdfast tp1 token{}", if admin { " --admin" } else { "" });
+    loop {
+        if let Some(status) = running.child.try_wait()? {
+            bail!("holdfast run ended ({status}) before {command_text} gave a token");
+        }
+        let mut command = Command::new(exe);
+        command.args(["tp1", "token"]);
+        if admin {
+            command.arg("--admin");
+        }
+        command
+            .arg(if admin { "bench-admin" } else { "bench" })
+            .env("HOLDFAST_STATE_DIR", &running.state_dir);
+        let output = command
+            .output()
+            .with_context(|| format!("running {command_text}"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if output.status.success()
+            && let Some(token) = stdout.split_whitespace().rev().find_map(Token::from_hex)
+        {
+            return Ok(token);
+        }
+        let refused = output.status.code() == Some(i32::from(exit_status::INPUT_ERROR));
+        if refused || Instant::now() >= deadline {
+            bail!(
+                "{command_text} gave no token{}: {} {}",
+                if refused {
+                    String::new()
+                } else {
+                    format!(" within {} s", APPLIANCE_START_TIMEOUT.as_secs())
+                },
+                stdout.trim(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_tp1_manifest_the_column_says_why() {
+        let dir =
+            std::env::temp_dir().join(format!("holdfast-bench-tp1-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        match holdfast_side(&dir) {
+            HoldfastSide::Unavailable(why) => assert!(why.contains(TP1_MANIFEST), "{why}"),
+            HoldfastSide::Launcher(_) => panic!("a launcher without a manifest"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
