@@ -125,7 +125,7 @@ impl Tp1BenchOptions {
         Self {
             quick: false,
             accelerator: Accelerator::Tcg,
-            memory_mib: holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
+            memory_mib: 512,
             scale: 10,
             closed_clients: vec![1, 8, 64],
             duration: Duration::from_secs(30),

@@ -450,8 +450,9 @@ pub struct BenchTp1Arguments {
     /// Accelerator for both guests (the goals are set for TCG)
     #[arg(long, value_enum, default_value_t = AccelArgument::Tcg)]
     pub accel: AccelArgument,
-    /// Guest memory in MiB, for both guests
-    #[arg(long, value_name = "N", default_value_t = holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
+    /// Guest memory in MiB, for both guests (the appliance's database, sized for scale 10,
+    /// is about 140 MiB of pages)
+    #[arg(long, value_name = "N", default_value_t = 512,
           value_parser = clap::value_parser!(u32).range(128..=1_048_576))]
     pub memory_mib: u32,
     /// TPC-B scale for every system [default: 10, or 1 with --quick]

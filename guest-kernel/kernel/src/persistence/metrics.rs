@@ -41,6 +41,9 @@ pub fn status() -> Option<[u64; 4]> {
 
 /// The store's and the kernel's counters in the Prometheus text format.
 pub fn counters_text() -> Option<String> {
+    // Before the store is locked: the scheduler is never taken under it.
+    let mut invocations_total = 0;
+    crate::process::for_each_process(|process| invocations_total += process.invocation_count);
     with_store(|persistence| {
         use core::fmt::Write;
         let mut text = String::new();
@@ -56,6 +59,8 @@ pub fn counters_text() -> Option<String> {
             ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
             ("holdfast_evicted_nodes_total", kernel.evicted_nodes_total as f64),
             ("holdfast_loaded_nodes_total", kernel.loaded_nodes_total as f64),
+            // Every process's, kept in its root node: they count across restarts.
+            ("holdfast_invocations_total", invocations_total as f64),
         ];
         for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics) {
             let _ = writeln!(text, "{name} {value}");

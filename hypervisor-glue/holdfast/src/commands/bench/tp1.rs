@@ -20,9 +20,10 @@ use crate::cli::{AccelArgument, BenchTp1Arguments};
 use crate::failure::{Failure, exit_status};
 use crate::paths;
 
-/// The TP1 appliance's system, relative to the source tree (services/tp1, written on
-/// branch tp1).
+/// The TP1 appliance's system, relative to the source tree.
 const TP1_MANIFEST: &str = "services/tp1-manifest.toml";
+/// Its store: the first checkpoint writes its whole database (~140 MiB) through the log.
+const STORE_MIB: &str = "2048";
 /// How long the appliance may take to boot and mint a token under TCG on a busy host.
 const APPLIANCE_START_TIMEOUT: Duration = Duration::from_secs(300);
 /// Lines of the appliance's output kept for an error message.
@@ -89,9 +90,10 @@ impl Drop for Running {
     }
 }
 
-/// Starts `holdfast run --tp1-port PORT --manifest MANIFEST` in a state folder of its own
-/// and mints a client and an admin token with `holdfast tp1 token`, retried until the
-/// appliance answers.
+/// Builds the appliance image (`holdfast image build --manifest services/tp1-manifest.toml`),
+/// formats a store for it and boots it with `holdfast run --tp1-port`, in a state folder of
+/// its own, then mints a client and an admin token with `holdfast tp1 token`, retried until
+/// the appliance answers. Its counters come from `holdfast vm counters`.
 fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Appliance> {
     let exe = std::env::current_exe().context("finding this program")?;
     let state_dir =
@@ -99,17 +101,40 @@ fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Applian
     let _ = std::fs::remove_dir_all(&state_dir);
     std::fs::create_dir_all(&state_dir)
         .with_context(|| format!("creating {}", state_dir.display()))?;
+    let image_dir = state_dir.join("image");
+    let store = state_dir.join("store.img");
+    let step = |arguments: &[&std::ffi::OsStr]| -> anyhow::Result<()> {
+        let output = Command::new(&exe)
+            .args(arguments)
+            .env("HOLDFAST_STATE_DIR", &state_dir)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running holdfast {arguments:?}"))?;
+        if !output.status.success() {
+            bail!(
+                "holdfast {arguments:?} failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(())
+    };
+    step(&["image".as_ref(), "build".as_ref(), "--manifest".as_ref(), manifest.as_os_str(), "--out".as_ref(), image_dir.as_os_str()])?;
+    step(&["store".as_ref(), "format".as_ref(), "--size-mib".as_ref(), STORE_MIB.as_ref(), store.as_os_str()])?;
     let port = holdfast_bench::tp1::free_port()?;
     let accel = match request.accelerator {
         Accelerator::Tcg => "tcg",
         Accelerator::Kvm => "kvm",
     };
+    let name = format!("bench-tp1-{}", std::process::id());
     let mut command = Command::new(&exe);
     command
-        .arg("run")
+        .args(["run", "--name", &name])
         .args(["--tp1-port", &port.to_string()])
-        .arg("--manifest")
-        .arg(manifest)
+        .arg("--image-dir")
+        .arg(&image_dir)
+        .arg("--disk")
+        .arg(&store)
         .args(["--accel", accel])
         .args(["--memory-mib", &request.memory_mib.to_string()])
         .env("HOLDFAST_STATE_DIR", &state_dir)
@@ -147,7 +172,7 @@ fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Applian
             }
         });
     }
-    let mut running = Running { child, state_dir };
+    let mut running = Running { child, state_dir: state_dir.clone() };
     let console = || -> String {
         let kept = transcript
             .lock()
@@ -157,40 +182,62 @@ fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Applian
     let deadline = Instant::now() + APPLIANCE_START_TIMEOUT;
     let tokens = (|| -> anyhow::Result<(Token, Token)> {
         Ok((
-            mint(&exe, &mut running, false, deadline)?,
-            mint(&exe, &mut running, true, deadline)?,
+            mint(&exe, &mut running, &name, false, deadline)?,
+            mint(&exe, &mut running, &name, true, deadline)?,
         ))
     })();
     let (client_token, admin_token) =
         tokens.map_err(|error| anyhow::anyhow!("{error:#}\nholdfast run:\n{}", console()))?;
+    let counters_exe = exe.clone();
     Ok(Appliance {
         address: SocketAddr::from(([127, 0, 0, 1], port)),
         client_token,
         admin_token,
-        // The appliance's counters (journal flushes, kernel invocations) are not exported
-        // to the host yet: the table says n/a rather than guess.
-        counters: Box::new(|| Ok(Counters::default())),
+        counters: Box::new(move || appliance_counters(&counters_exe, &name, &state_dir)),
         guard: Box::new(running),
     })
 }
 
-/// Mints a token with `holdfast tp1 token [--admin] NAME`, retried while the appliance is
-/// starting; fails at once if `holdfast run` ended or the command line was refused (a CLI
-/// without the command), else at `deadline`.
-fn mint(exe: &Path, running: &mut Running, admin: bool, deadline: Instant) -> anyhow::Result<Token> {
-    let command_text = format!("holdfast tp1 token{}", if admin { " --admin" } else { "" });
+/// The appliance's journal flushes and kernel invocations since it was made, from its
+/// admin service's counters (`holdfast vm counters`).
+fn appliance_counters(exe: &Path, name: &str, state_dir: &Path) -> anyhow::Result<Counters> {
+    let output = Command::new(exe)
+        .args(["vm", "counters", name])
+        .env("HOLDFAST_STATE_DIR", state_dir)
+        .stdin(Stdio::null())
+        .output()
+        .context("running holdfast vm counters")?;
+    if !output.status.success() {
+        bail!("holdfast vm counters: {}", String::from_utf8_lossy(&output.stderr).trim());
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let value = |metric: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(metric)?.strip_prefix(' '))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .map(|value| value as u64)
+    };
+    Ok(Counters {
+        flushes: value("holdfast_journal_writes_total"),
+        invocations: value("holdfast_invocations_total"),
+    })
+}
+
+/// Mints a token with `holdfast tp1 token VM NAME [--admin]`, retried while the appliance
+/// is starting; fails at once if `holdfast run` ended or the command line was refused, else
+/// at `deadline`.
+fn mint(exe: &Path, running: &mut Running, vm: &str, admin: bool, deadline: Instant) -> anyhow::Result<Token> {
+    let command_text = format!("holdfast tp1 token {vm}{}", if admin { " --admin" } else { "" });
     loop {
         if let Some(status) = running.child.try_wait()? {
             bail!("holdfast run ended ({status}) before {command_text} gave a token");
         }
         let mut command = Command::new(exe);
-        command.args(["tp1", "token"]);
+        command.args(["tp1", "token", vm, if admin { "bench-admin" } else { "bench" }]);
         if admin {
             command.arg("--admin");
         }
-        command
-            .arg(if admin { "bench-admin" } else { "bench" })
-            .env("HOLDFAST_STATE_DIR", &running.state_dir);
+        command.env("HOLDFAST_STATE_DIR", &running.state_dir);
         let output = command
             .output()
             .with_context(|| format!("running {command_text}"))?;
@@ -200,7 +247,10 @@ fn mint(exe: &Path, running: &mut Running, admin: bool, deadline: Instant) -> an
         {
             return Ok(token);
         }
-        let refused = output.status.code() == Some(i32::from(exit_status::INPUT_ERROR));
+        // A usage error is final; "no VM named ... is running" (also exit 2) is not while the
+        // VM starts.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let refused = output.status.code() == Some(i32::from(exit_status::INPUT_ERROR)) && !stderr.contains("is running");
         if refused || Instant::now() >= deadline {
             bail!(
                 "{command_text} gave no token{}: {} {}",
@@ -210,7 +260,7 @@ fn mint(exe: &Path, running: &mut Running, admin: bool, deadline: Instant) -> an
                     format!(" within {} s", APPLIANCE_START_TIMEOUT.as_secs())
                 },
                 stdout.trim(),
-                String::from_utf8_lossy(&output.stderr).trim()
+                stderr.trim()
             );
         }
         std::thread::sleep(Duration::from_millis(500));
