@@ -29,10 +29,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long one `summary` or `history` request may take during `check`.
 const CHECK_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// `history` requests in flight at once while `check` reads the whole history. One: a reply
-/// (64 records, 3.2 KB) fits the network service's send buffer for a connection (4 KiB),
-/// which the TP1 service fills only when woken by the client's requests.
-const HISTORY_REQUESTS_IN_FLIGHT: usize = 1;
+/// `history` requests in flight at once while `check` reads the whole history (their
+/// replies, 3.2 KB each, are more than the network service's 4 KiB send buffer for a
+/// connection holds: the TP1 service sends the rest on its `writable` events).
+const HISTORY_REQUESTS_IN_FLIGHT: usize = 8;
 
 /// The TP1 service at `address` (127.0.0.1 only), with the token every request carries.
 pub struct HoldfastTarget {

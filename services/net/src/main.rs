@@ -159,12 +159,14 @@ enum Pending {
     Opened(u32),
     Data(u32, Vec<u8>),
     Closed(u32),
+    /// A `send` took fewer bytes than it was given; now there is room again.
+    Writable(u32),
 }
 
 impl Pending {
     fn connection(&self) -> u32 {
         match self {
-            Self::Opened(id) | Self::Data(id, _) | Self::Closed(id) => *id,
+            Self::Opened(id) | Self::Data(id, _) | Self::Closed(id) | Self::Writable(id) => *id,
         }
     }
 }
@@ -189,6 +191,9 @@ struct Entry {
     data_pending: bool,
     /// The client closed it, or its closing was reported: its id is unknown from now on.
     finished: bool,
+    /// A `send` took only part of its bytes: a writable event is owed once the send buffer
+    /// has room, so that the client, which waits for events only, sends the rest.
+    send_blocked: bool,
 }
 
 struct Service {
@@ -361,7 +366,7 @@ impl Service {
 
     fn collect_events(&mut self) {
         for index in 0..self.entries.len() {
-            let Entry { handle, listener, id, data_pending, finished } = self.entries[index];
+            let Entry { handle, listener, id, data_pending, finished, send_blocked } = self.entries[index];
             let Some(listener) = listener else {
                 continue;
             };
@@ -395,6 +400,11 @@ impl Service {
                         self.entries[index].data_pending = true;
                     }
                 }
+                // Room again (half the buffer) for a client whose send was cut short.
+                if send_blocked && socket.may_send() && socket.send_queue() * 2 <= socket.send_capacity() {
+                    self.listeners[listener].events.push_back(Pending::Writable(id));
+                    self.entries[index].send_blocked = false;
+                }
                 // The peer closed (and everything it sent was read) or reset it.
                 let reset = matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait);
                 if reset || (!socket.may_recv() && !socket.can_recv()) {
@@ -408,7 +418,7 @@ impl Service {
             if self.entries[index].finished && matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait) {
                 socket.abort();
                 let entry = &mut self.entries[index];
-                (entry.listener, entry.id, entry.data_pending, entry.finished) = (None, 0, false, false);
+                (entry.listener, entry.id, entry.data_pending, entry.finished, entry.send_blocked) = (None, 0, false, false, false);
             }
         }
     }
@@ -436,7 +446,7 @@ impl Service {
                             tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER_BYTES]),
                         );
                         let handle = self.sockets.add(socket);
-                        self.entries.push(Entry { handle, listener: None, id: 0, data_pending: false, finished: false });
+                        self.entries.push(Entry { handle, listener: None, id: 0, data_pending: false, finished: false, send_blocked: false });
                         self.entries.len() - 1
                     }
                     None => return,
@@ -464,6 +474,7 @@ impl Service {
             let (connection, kind, data): (u32, u8, &[u8]) = match pending {
                 Pending::Opened(id) => (*id, event::OPENED, &[]),
                 Pending::Closed(id) => (*id, event::CLOSED, &[]),
+                Pending::Writable(id) => (*id, event::WRITABLE, &[]),
                 Pending::Data(id, data) => (*id, event::DATA, &data[..]),
             };
             let taken = data.len().min(room - event::HEADER_BYTES);
@@ -585,6 +596,9 @@ impl Service {
                     return Answer::code(error::UNKNOWN_CONNECTION);
                 }
                 let accepted = socket.send_slice(string).unwrap_or(0);
+                if accepted < string.len() {
+                    self.entries[index].send_blocked = true;
+                }
                 Some(Answer { code: 0, words: [accepted as u64, 0, 0, 0], length: 0, listener: false })
             }
             order::CLOSE => {

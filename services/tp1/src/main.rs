@@ -50,9 +50,10 @@ const PORT: u16 = 7100;
 /// Connections served at once; one more evicts the one that has been quiet longest, if that
 /// is over [`QUIET_EVICT_US`] (an idle or slowloris client), else is closed at once.
 const CONNECTIONS_MAX: usize = 128;
-/// Reply bytes a connection may have waiting for the network service to take; a client
-/// that sends requests without reading replies is closed when it overflows.
-const OUT_BYTES: usize = 16 * 1024;
+/// Reply bytes a connection may have waiting for the network service to take (sent on its
+/// `writable` events); a client that sends requests without reading replies is closed when
+/// it overflows. Room for 16 pipelined `history` replies.
+const OUT_BYTES: usize = 64 * 1024;
 /// Transactions waiting for a batch: beyond it, `busy`.
 const PENDING_MAX: usize = 1024;
 /// A connection quiet for longer than this may be evicted for a new one.
@@ -589,6 +590,8 @@ fn main() -> u64 {
                 net::event::OPENED => state.open(event.connection),
                 net::event::DATA => state.data(event.connection, event.data),
                 net::event::CLOSED => state.closed(event.connection),
+                // Room for replies the network service could not take: the flush below.
+                net::event::WRITABLE => {}
                 _ => {}
             }
         }

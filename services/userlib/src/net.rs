@@ -52,6 +52,9 @@ pub mod event {
     /// The peer closed the connection, or it was reset (also after a restart of the system,
     /// for every connection that was open); its id is unknown from now on.
     pub const CLOSED: u8 = 3;
+    /// A `send` on the connection took fewer bytes than it was given, and its send buffer
+    /// has room again (half of it): send the rest. No data.
+    pub const WRITABLE: u8 = 4;
     /// Bytes of an event's header: u32 connection, u8 kind, u8 0, u16 data length.
     pub const HEADER_BYTES: usize = 8;
 }
