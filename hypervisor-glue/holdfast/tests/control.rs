@@ -24,8 +24,8 @@ fn holdfast_ok(arguments: &[&str]) -> String {
 
 #[test]
 fn checkpoints_are_controlled_and_counted_from_the_host() {
-    let manifest = source_dir().join("services/journal-manifest.toml");
-    let image_dir = build_image("journal-image", Some(&manifest));
+    let manifest = source_dir().join("services/control-manifest.toml");
+    let image_dir = build_image("control-image", Some(&manifest));
     let directory = scratch_dir("control");
     let store = directory.join("store.img");
     let store_path = store.to_str().expect("UTF-8 path");

@@ -5,7 +5,7 @@
 //! commit holds and a capability that is not a space are refused. Prints
 //! `journal-guard: ok`, or `journal-guard: MISMATCH <what>` at the first check that fails.
 //!
-//! It runs in the restart test's system too, where a kill may come in the middle: a check
+//! Should it run where a kill may come in the middle (a restart test's system), a check
 //! that fails after a restart (the clock's boot count changed) prints
 //! `journal-guard: interrupted by a restart` instead, as its memory and the store's may then
 //! be from different moments.
