@@ -51,6 +51,24 @@ pub enum Command {
     /// data, run load on it and measure, check that nothing was lost or applied twice.
     #[command(subcommand, after_help = TP1_HELP)]
     Tp1(Tp1Command),
+    /// Serve every running VM's counters to Prometheus on 127.0.0.1 (`/metrics`), labelled
+    /// by VM, with the exporter's own health; polls each VM's admin service on its own.
+    Exporter(ExporterArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct ExporterArguments {
+    /// Where to serve `/metrics`: a loopback address (port 0 picks a free port; the address
+    /// is printed on stderr)
+    #[arg(long, default_value = crate::commands::exporter::DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
+    /// How often each VM's admin service is asked for its counters, however often
+    /// Prometheus scrapes
+    #[arg(long, default_value_t = 5000)]
+    pub poll_interval_ms: u64,
+    /// How long a VM may take to answer a poll before it counts as down for that poll
+    #[arg(long, default_value_t = 2000)]
+    pub answer_time_limit_ms: u64,
 }
 
 const TP1_HELP: &str = "\

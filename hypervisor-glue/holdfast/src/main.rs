@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Command::Store(command) => commands::store::run(command),
         Command::Checkpoint(command) => commands::checkpoint::run(command),
         Command::Tp1(command) => commands::tp1::run(command),
+        Command::Exporter(arguments) => commands::exporter::run(arguments),
     };
     match result {
         Ok(code) => code,

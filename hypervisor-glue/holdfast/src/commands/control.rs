@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::Duration;
 
 use crate::failure::Failure;
@@ -17,7 +18,13 @@ const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(30);
 pub fn request(name: &str, request: &str) -> Result<String, Failure> {
     paths::check_vm_name(name)?;
     let socket = paths::control_socket_beside(&paths::qmp_socket_of(name)?);
-    let mut stream = UnixStream::connect(&socket).map_err(|error| match error.kind() {
+    request_on(&socket, name, request, ANSWER_TIME_LIMIT)
+}
+
+/// `request` to the VM called `name` whose control channel is `socket`, waiting at most
+/// `time_limit` for each read and write (`holdfast exporter` asks with a short one).
+pub fn request_on(socket: &Path, name: &str, request: &str, time_limit: Duration) -> Result<String, Failure> {
+    let stream = UnixStream::connect(socket).map_err(|error| match error.kind() {
         ErrorKind::NotFound | ErrorKind::ConnectionRefused => Failure::input(format!(
             "no VM named '{name}' is running (nothing answers on {})",
             socket.display()
@@ -25,8 +32,10 @@ pub fn request(name: &str, request: &str) -> Result<String, Failure> {
         _ => Failure::other(format!("VM '{name}': connecting to {}: {error}", socket.display())),
     })?;
     stream
-        .set_read_timeout(Some(ANSWER_TIME_LIMIT))
+        .set_read_timeout(Some(time_limit))
+        .and_then(|()| stream.set_write_timeout(Some(time_limit)))
         .map_err(|error| Failure::other(format!("VM '{name}': {error}")))?;
+    let mut stream = stream;
     stream
         .write_all(format!("{request}\n").as_bytes())
         .map_err(|error| Failure::other(format!("VM '{name}': sending the request: {error}")))?;
@@ -39,8 +48,8 @@ pub fn request(name: &str, request: &str) -> Result<String, Failure> {
             Ok(_) => {}
             Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                 return Err(Failure::other(format!(
-                    "VM '{name}' did not answer on its control channel within {} s (is the admin service in its system?)",
-                    ANSWER_TIME_LIMIT.as_secs()
+                    "VM '{name}' did not answer on its control channel within {:.1} s (is the admin service in its system?)",
+                    time_limit.as_secs_f64()
                 )));
             }
             Err(error) => return Err(Failure::other(format!("VM '{name}': reading the reply: {error}"))),
