@@ -54,6 +54,32 @@ pub enum Command {
     /// Serve every running VM's counters to Prometheus on 127.0.0.1 (`/metrics`), labelled
     /// by VM, with the exporter's own health; polls each VM's admin service on its own.
     Exporter(ExporterArguments),
+    /// Prometheus (with monitoring/rules' alerts) and the exporter, started or stopped in one
+    /// command, in the background; both verbs may be repeated.
+    #[command(subcommand)]
+    Monitor(MonitorCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MonitorCommand {
+    /// Start the exporter and a Prometheus that scrapes it and evaluates the alert rules
+    /// (Debian package `prometheus`); print their URLs. If they run already, print them.
+    Up(MonitorUpArguments),
+    /// Stop what `monitor up` started (nothing to stop is not an error)
+    Down,
+}
+
+#[derive(Debug, Args)]
+pub struct MonitorUpArguments {
+    /// The exporter's port on 127.0.0.1 (0: a free one)
+    #[arg(long, default_value_t = 9717)]
+    pub exporter_port: u16,
+    /// Prometheus's port on 127.0.0.1 (0: a free one)
+    #[arg(long, default_value_t = 9090)]
+    pub prometheus_port: u16,
+    /// How often Prometheus scrapes the exporter and evaluates the rules
+    #[arg(long, default_value_t = 5)]
+    pub scrape_interval_seconds: u32,
 }
 
 #[derive(Debug, Args)]

@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Command::Checkpoint(command) => commands::checkpoint::run(command),
         Command::Tp1(command) => commands::tp1::run(command),
         Command::Exporter(arguments) => commands::exporter::run(arguments),
+        Command::Monitor(command) => commands::monitor::run(command),
     };
     match result {
         Ok(code) => code,

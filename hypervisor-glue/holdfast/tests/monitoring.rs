@@ -50,6 +50,56 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
+/// An instant query's result vector from the Prometheus on `port`: (labels, value) for each
+/// series.
+fn query(port: u16, promql: &str) -> Vec<(serde_json::Value, f64)> {
+    let (status, body) = http_get(port, &format!("/api/v1/query?query={}", percent_encode(promql))).expect("query Prometheus");
+    assert_eq!(status, 200, "{promql}: {body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).expect("JSON from Prometheus");
+    assert_eq!(reply["status"], "success", "{promql}: {body}");
+    reply["data"]["result"]
+        .as_array()
+        .expect("a vector")
+        .iter()
+        .map(|series| {
+            let value = series["value"][1].as_str().expect("a value").parse().expect("a number");
+            (series["metric"].clone(), value)
+        })
+        .collect()
+}
+
+/// How many rules the Prometheus on `port` has loaded, once each has been evaluated
+/// (a group's first evaluation comes up to one interval after start): each must evaluate
+/// without error.
+fn healthy_rules(port: u16) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = http_get(port, "/api/v1/rules").expect("rules");
+        assert_eq!(status, 200, "{body}");
+        let rules: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let mut count = 0;
+        let mut unevaluated = None;
+        for group in rules["data"]["groups"].as_array().expect("groups") {
+            for rule in group["rules"].as_array().expect("rules") {
+                count += 1;
+                match rule["health"].as_str() {
+                    Some("ok") => {}
+                    Some("unknown") => unevaluated = Some(rule["name"].clone()),
+                    _ => panic!("rule {} evaluates badly: {rule}", rule["name"]),
+                }
+            }
+        }
+        match unevaluated {
+            None => return count,
+            Some(name) => assert!(Instant::now() < deadline, "rule {name} not evaluated within 30 s"),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The rules in monitoring/rules/holdfast.rules.yml.
+const RULES_COUNT: usize = 17;
+
 /// A running Prometheus of our own, killed at the end.
 struct Prometheus {
     port: u16,
@@ -97,21 +147,8 @@ impl Prometheus {
         Self { port, _process: process }
     }
 
-    /// An instant query's result vector: (labels, value) for each series.
     fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
-        let (status, body) = http_get(self.port, &format!("/api/v1/query?query={}", percent_encode(promql))).expect("query Prometheus");
-        assert_eq!(status, 200, "{promql}: {body}");
-        let reply: serde_json::Value = serde_json::from_str(&body).expect("JSON from Prometheus");
-        assert_eq!(reply["status"], "success", "{promql}: {body}");
-        reply["data"]["result"]
-            .as_array()
-            .expect("a vector")
-            .iter()
-            .map(|series| {
-                let value = series["value"][1].as_str().expect("a value").parse().expect("a number");
-                (series["metric"].clone(), value)
-            })
-            .collect()
+        query(self.port, promql)
     }
 
     /// Waits until `promql` gives at least one series; returns the first value.
@@ -254,17 +291,7 @@ fn prometheus_scrapes_the_exporter_while_tp1_runs() {
     moved("recorded stabilization throughput", format!("max_over_time(vm:holdfast_store_written_bytes:rate1m{{vm=\"{vm}\"}}{window})"));
 
     // Every rule loaded and evaluates without error in this Prometheus.
-    let (status, body) = http_get(prometheus.port, "/api/v1/rules").expect("rules");
-    assert_eq!(status, 200, "{body}");
-    let rules: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    let mut count = 0;
-    for group in rules["data"]["groups"].as_array().expect("groups") {
-        for rule in group["rules"].as_array().expect("rules") {
-            count += 1;
-            assert_eq!(rule["health"], "ok", "rule {} evaluates badly: {rule}", rule["name"]);
-        }
-    }
-    assert_eq!(count, 17, "{body}");
+    assert_eq!(healthy_rules(prometheus.port), RULES_COUNT);
     // Nothing is wrong with this appliance, so the alerts that watch it stay quiet.
     let firing = prometheus.query("ALERTS{alertstate=\"firing\"}");
     assert!(firing.is_empty(), "alerts firing on a healthy appliance: {firing:?}");
@@ -282,4 +309,55 @@ fn prometheus_scrapes_the_exporter_while_tp1_runs() {
         scrape * 1e3,
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The port in a `holdfast monitor up` line such as `exporter    http://127.0.0.1:PORT/...`.
+fn port_in(stdout: &str, part: &str) -> u16 {
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(part)?.trim_start().strip_prefix("http://127.0.0.1:")?.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {part} URL in:\n{stdout}"))
+}
+
+/// `holdfast monitor up` starts the exporter and a Prometheus that scrapes it with the rules
+/// loaded, and says where; again, it says they run; `down` stops both; again, it says
+/// nothing ran. Every one of these exits 0.
+#[test]
+fn monitor_up_and_down_are_idempotent() {
+    let started = Instant::now();
+    let down = run_holdfast(&["monitor", "down"]);
+    assert_eq!(down.status, Some(0), "{}", down.transcript());
+    let up_arguments = ["monitor", "up", "--exporter-port", "0", "--prometheus-port", "0", "--scrape-interval-seconds", "1"];
+    let up = run_holdfast(&up_arguments);
+    assert_eq!(up.status, Some(0), "{}", up.transcript());
+    assert!(up.stdout.starts_with("monitoring started\n"), "{}", up.transcript());
+    let exporter_port = port_in(&up.stdout, "exporter");
+    let prometheus_port = port_in(&up.stdout, "prometheus");
+
+    let (status, metrics) = http_get(exporter_port, "/metrics").expect("scrape the exporter");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("holdfast_exporter_scrapes_total") && metrics.ends_with("# EOF\n"), "{metrics}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query(prometheus_port, "up{job=\"holdfast\"} == 1").is_empty() {
+        assert!(Instant::now() < deadline, "Prometheus never scraped the exporter");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(healthy_rules(prometheus_port), RULES_COUNT);
+
+    let again = run_holdfast(&up_arguments);
+    assert_eq!(again.status, Some(0), "{}", again.transcript());
+    assert!(again.stdout.starts_with("monitoring is already running\n"), "{}", again.transcript());
+    assert_eq!(port_in(&again.stdout, "exporter"), exporter_port);
+    assert_eq!(port_in(&again.stdout, "prometheus"), prometheus_port);
+
+    let down = run_holdfast(&["monitor", "down"]);
+    assert_eq!(down.status, Some(0), "{}", down.transcript());
+    assert_eq!(down.stdout, "monitoring stopped\n");
+    for port in [exporter_port, prometheus_port] {
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "127.0.0.1:{port} still answers after down");
+    }
+    let down = run_holdfast(&["monitor", "down"]);
+    assert_eq!(down.status, Some(0), "{}", down.transcript());
+    assert_eq!(down.stdout, "monitoring was not running\n");
+    println!("monitoring: monitor up, up, down, down in {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod control;
 pub mod exporter;
 pub mod image;
+pub mod monitor;
 pub mod run;
 pub mod store;
 pub mod tp1;
