@@ -75,7 +75,7 @@ OVERVIEW = dashboard(
     "Health, TP1 throughput and latency, group commit.",
     [
         panel("VMs answering the exporter", [f"holdfast_exporter_vm_up{{{VM}}}", ('up{job="holdfast"}', "exporter")], kind="stat"),
-        panel("Alerts firing", [('count by (alertname) (ALERTS{alertstate="firing"})', "{{alertname}}")], kind="stat"),
+        panel("Alerts firing", [('count(ALERTS{alertstate="firing"}) or vector(0)', "alerts firing")], kind="stat"),
         panel("TP1 transactions per second", [f"vm:holdfast_tp1_transactions:rate1m{{{VM}}}"], unit="reqps"),
         panel(
             "TP1 commit latency",
@@ -85,7 +85,7 @@ OVERVIEW = dashboard(
             ],
             unit="s",
         ),
-        panel("TP1 errors per second by status", [(f"vm_code:holdfast_tp1_errors:rate5m{{{VM}}} > 0", "{{vm}} {{code}}")], unit="reqps"),
+        panel("TP1 errors per second by status", [(f"vm_code:holdfast_tp1_errors:rate5m{{{VM}}}", "{{vm}} {{code}}")], unit="reqps"),
         panel("TP1 connections open", [f"holdfast_tp1_connections_open{{{VM}}}"]),
         panel(
             "Transactions per journal write (group commit)",

@@ -67,6 +67,22 @@ pub enum MonitorCommand {
     Up(MonitorUpArguments),
     /// Stop what `monitor up` started (nothing to stop is not an error)
     Down,
+    /// Draw the Grafana dashboards' panels from Prometheus's data into an HTML page and a
+    /// PNG of it (headless Chromium: Debian package `chromium-headless-shell`)
+    Snapshot(MonitorSnapshotArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct MonitorSnapshotArguments {
+    /// The PNG to write (the page goes beside it, with .html)
+    #[arg(long, default_value = "holdfast-monitoring.png")]
+    pub out: PathBuf,
+    /// The Prometheus to ask (http://127.0.0.1:PORT); default: the one `monitor up` started
+    #[arg(long)]
+    pub prometheus_url: Option<String>,
+    /// How far back the charts go
+    #[arg(long, default_value_t = 15)]
+    pub minutes: u32,
 }
 
 #[derive(Debug, Args)]

@@ -146,6 +146,38 @@ fn check_dashboards(prometheus: &Prometheus) {
     println!("monitoring: {queries} dashboard queries parse; the overview's and store's series all have data");
 }
 
+/// `holdfast monitor snapshot` draws every panel of the dashboards from this Prometheus into
+/// a page and a PNG (kept as target/monitoring-snapshot.png, the picture of a TP1 run):
+/// every overview and store panel has data, the pair's none (no pair yet, issue 18).
+fn check_snapshot(prometheus: &Prometheus) {
+    let started = Instant::now();
+    let png = target_dir().join("monitoring-snapshot.png");
+    let url = format!("http://127.0.0.1:{}", prometheus.port);
+    let snapshot = run_holdfast(&["monitor", "snapshot", "--prometheus-url", &url, "--minutes", "2", "--out", png.to_str().expect("UTF-8")]);
+    assert_eq!(snapshot.status, Some(0), "{}", snapshot.transcript());
+    let bytes = std::fs::read(&png).expect("the PNG");
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 20_000, "not a picture: {} bytes", bytes.len());
+    let html = std::fs::read_to_string(png.with_extension("html")).expect("the page");
+    let mut panels = 0;
+    for panel in html.split("<div class=\"panel\" ").skip(1) {
+        panels += 1;
+        let attribute = |name: &str| -> String {
+            let start = panel.find(&format!("{name}=\"")).expect("attribute") + name.len() + 2;
+            panel[start..].split('"').next().expect("closed").to_owned()
+        };
+        let (title, points): (String, usize) = (attribute("data-title"), attribute("data-points").parse().expect("a count"));
+        let pair = ["Role", "Replication lag (time)", "Replication lag (bytes)", "Promotions", "Heartbeats missed per minute"];
+        if pair.contains(&title.as_str()) {
+            assert_eq!(points, 0, "{title}: data from a pair that does not exist?");
+        } else {
+            assert!(points > 0, "panel {title:?} has no data in the snapshot");
+            assert!(panel.contains("<polyline"), "panel {title:?} draws no line");
+        }
+    }
+    assert_eq!(panels, 23, "{}", snapshot.stdout);
+    println!("monitoring: {} in {:.1} s: {}", png.display(), started.elapsed().as_secs_f64(), snapshot.stdout.trim());
+}
+
 /// A running Prometheus of our own, killed at the end.
 struct Prometheus {
     port: u16,
@@ -339,6 +371,7 @@ fn prometheus_scrapes_the_exporter_while_tp1_runs() {
     // Every rule loaded and evaluates without error in this Prometheus.
     assert_eq!(healthy_rules(prometheus.port), RULES_COUNT);
     check_dashboards(&prometheus);
+    check_snapshot(&prometheus);
 
     // Nothing is wrong with this appliance, so the alerts that watch it stay quiet.
     let firing = prometheus.query("ALERTS{alertstate=\"firing\"}");

@@ -38,6 +38,15 @@ pub fn run(command: MonitorCommand) -> Result<ExitCode, Failure> {
     match command {
         MonitorCommand::Up(arguments) => up(&directory, &arguments),
         MonitorCommand::Down => down(&directory),
+        MonitorCommand::Snapshot(arguments) => {
+            // The running Prometheus's URL, from what `up` wrote.
+            let urls = std::fs::read_to_string(directory.join("urls")).unwrap_or_default();
+            let running = urls.lines().find_map(|line| {
+                let url = line.strip_prefix("prometheus")?.split_whitespace().next()?;
+                Some(url.trim_end_matches('/').to_owned())
+            });
+            super::snapshot::run(&arguments, running)
+        }
     }
 }
 
