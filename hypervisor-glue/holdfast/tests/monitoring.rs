@@ -390,6 +390,39 @@ fn prometheus_scrapes_the_exporter_while_tp1_runs() {
         scrape * 1e3,
         started.elapsed().as_secs_f64()
     );
+
+    // A hung VM (paused: its admin service never answers) costs its poller, not a scrape:
+    // scrapes stay quick, the VM shows as down, and up again once it runs. The median scrape
+    // is what is checked: a scrape that waited for the guest would take the poll's 2 s time
+    // limit every time, where one starved by a loaded host is slow only now and then.
+    let vm_up = format!("holdfast_exporter_vm_up{{vm=\"{vm}\",role=\"standalone\"}} ");
+    let scrape_until = |value: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut times = Vec::new();
+        loop {
+            let before = Instant::now();
+            let (status, text) = http_get(exporter_port, "/metrics").expect("scrape");
+            times.push(before.elapsed());
+            assert_eq!(status, 200);
+            if text.lines().any(|line| line.strip_prefix(&vm_up) == Some(value)) {
+                times.sort();
+                return (times[times.len() / 2], times.len());
+            }
+            assert!(Instant::now() < deadline, "{vm_up} never became {value}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let paused = run_holdfast(&["vm", "pause", &vm]);
+    assert_eq!(paused.status, Some(0), "{}", paused.transcript());
+    let (median_while_paused, scrapes_while_paused) = scrape_until("0.0");
+    let resumed = run_holdfast(&["vm", "resume", &vm]);
+    assert_eq!(resumed.status, Some(0), "{}", resumed.transcript());
+    scrape_until("1.0");
+    println!(
+        "monitoring: paused VM seen down after {scrapes_while_paused} scrapes (median {:.2} ms), up again once resumed",
+        median_while_paused.as_secs_f64() * 1e3
+    );
+    assert!(median_while_paused < Duration::from_millis(500), "scrapes waited for a paused VM: median {median_while_paused:?}");
 }
 
 /// The port in a `holdfast monitor up` line such as `exporter    http://127.0.0.1:PORT/...`.
