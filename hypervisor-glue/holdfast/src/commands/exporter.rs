@@ -427,8 +427,17 @@ enum Poll {
     Gone,
 }
 
+/// A `counters` reply has the store's generation; a `checkpoint status` reply starts so.
+fn is_counters(reply: &str) -> bool {
+    reply.lines().any(|line| line.starts_with("holdfast_checkpoint_generation "))
+}
+
+fn is_status(reply: &str) -> bool {
+    reply.starts_with("ok generation ")
+}
+
 fn poll(socket: &Path, vm: &str, time_limit: Duration) -> Poll {
-    let counters = match super::control::request_on(socket, vm, "counters", time_limit) {
+    let counters = match super::control::request_matching(socket, vm, "counters", time_limit, is_counters) {
         Ok(reply) => reply,
         Err(Failure::Input(_)) => return Poll::Gone,
         Err(failure) => return Poll::Failed(failure.to_string()),
@@ -437,10 +446,10 @@ fn poll(socket: &Path, vm: &str, time_limit: Duration) -> Poll {
         Ok(samples) => samples,
         Err(error) => return Poll::Failed(format!("VM '{vm}': {error}")),
     };
-    match super::control::request_on(socket, vm, "checkpoint status", time_limit) {
+    match super::control::request_matching(socket, vm, "checkpoint status", time_limit, is_status) {
         Ok(reply) => samples.extend(interval_from_status(&reply)),
-        // A system without a store answers `counters` but not this: its counters still count.
         Err(Failure::Input(_)) => return Poll::Gone,
+        // A slow answer leaves the interval out of this poll; the counters still count.
         Err(_) => {}
     }
     Poll::Answered(samples)
@@ -596,6 +605,14 @@ ok
         assert_eq!(sample.name, "holdfast_checkpoint_interval_seconds");
         assert_eq!(sample.value, 1.5);
         assert!(interval_from_status("ok generation 7\n").is_none());
+    }
+
+    #[test]
+    fn replies_are_told_apart() {
+        assert!(is_counters(TP1_COUNTERS));
+        assert!(!is_counters("ok generation 7 interval-ms 5000\n"));
+        assert!(is_status("ok generation 7 interval-ms 5000\n"));
+        assert!(!is_status(TP1_COUNTERS));
     }
 
     #[test]
