@@ -12,6 +12,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # mmdebstrap and e2fsprogs, with which bench/peers/postgres-guest/build-image.sh builds the
 # Debian guest with PostgreSQL 15 that `holdfast bench tp1` compares against (about two
 # minutes, once: the image is cached in ~/.cache/holdfast).
+# Prometheus and promtool: the alert rules' tests (monitoring/rules) and the exporter's test
+# against a real Prometheus (the package's own service is not used); headless Chromium for
+# the picture `holdfast monitor snapshot` takes of the dashboards.
 packages=(
     qemu-system-x86 qemu-utils
     grub-pc-bin grub-common xorriso mtools
@@ -19,6 +22,7 @@ packages=(
     gcc libc6-dev
     postgresql-15
     mmdebstrap e2fsprogs
+    prometheus chromium-headless-shell
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -11,6 +11,12 @@ echo "== kernel layers: no import cycle among the kernel's modules, arch/ and dr
 python3 ci/check-kernel-layers.py --self-test
 python3 ci/check-kernel-layers.py
 
+echo "== alert and recording rules: promtool check, then the fixtures (each alert firing and not)"
+promtool check rules monitoring/rules/holdfast.rules.yml
+promtool test rules monitoring/rules/holdfast.rules.test.yml
+echo "== Grafana dashboards: the JSON is what monitoring/grafana/generate.py writes"
+python3 monitoring/grafana/generate.py --check
+
 echo "== cargo test"
 # Two test threads: each integration test boots a guest under TCG, which takes a core, and
 # more guests than cores make their timers late.

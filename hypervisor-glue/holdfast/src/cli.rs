@@ -51,6 +51,66 @@ pub enum Command {
     /// data, run load on it and measure, check that nothing was lost or applied twice.
     #[command(subcommand, after_help = TP1_HELP)]
     Tp1(Tp1Command),
+    /// Serve every running VM's counters to Prometheus on 127.0.0.1 (`/metrics`), labelled
+    /// by VM, with the exporter's own health; polls each VM's admin service on its own.
+    Exporter(ExporterArguments),
+    /// Prometheus (with monitoring/rules' alerts) and the exporter, started or stopped in one
+    /// command, in the background; both verbs may be repeated.
+    #[command(subcommand)]
+    Monitor(MonitorCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MonitorCommand {
+    /// Start the exporter and a Prometheus that scrapes it and evaluates the alert rules
+    /// (Debian package `prometheus`); print their URLs. If they run already, print them.
+    Up(MonitorUpArguments),
+    /// Stop what `monitor up` started (nothing to stop is not an error)
+    Down,
+    /// Draw the Grafana dashboards' panels from Prometheus's data into an HTML page and a
+    /// PNG of it (headless Chromium: Debian package `chromium-headless-shell`)
+    Snapshot(MonitorSnapshotArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct MonitorSnapshotArguments {
+    /// The PNG to write (the page goes beside it, with .html)
+    #[arg(long, default_value = "holdfast-monitoring.png")]
+    pub out: PathBuf,
+    /// The Prometheus to ask (http://127.0.0.1:PORT); default: the one `monitor up` started
+    #[arg(long)]
+    pub prometheus_url: Option<String>,
+    /// How far back the charts go
+    #[arg(long, default_value_t = 15)]
+    pub minutes: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct MonitorUpArguments {
+    /// The exporter's port on 127.0.0.1 (0: a free one)
+    #[arg(long, default_value_t = 9717)]
+    pub exporter_port: u16,
+    /// Prometheus's port on 127.0.0.1 (0: a free one)
+    #[arg(long, default_value_t = 9090)]
+    pub prometheus_port: u16,
+    /// How often Prometheus scrapes the exporter and evaluates the rules
+    #[arg(long, default_value_t = 5)]
+    pub scrape_interval_seconds: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ExporterArguments {
+    /// Where to serve `/metrics`: a loopback address (port 0 picks a free port; the address
+    /// is printed on stderr)
+    #[arg(long, default_value = crate::commands::exporter::DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
+    /// How often each VM's admin service is asked for its counters, however often
+    /// Prometheus scrapes
+    #[arg(long, default_value_t = 5000)]
+    pub poll_interval_ms: u64,
+    /// How long a VM may take to answer a poll before it counts as down for that poll
+    #[arg(long, default_value_t = 2000)]
+    pub answer_time_limit_ms: u64,
 }
 
 const TP1_HELP: &str = "\

@@ -29,6 +29,8 @@ fn main() -> ExitCode {
         Command::Store(command) => commands::store::run(command),
         Command::Checkpoint(command) => commands::checkpoint::run(command),
         Command::Tp1(command) => commands::tp1::run(command),
+        Command::Exporter(arguments) => commands::exporter::run(arguments),
+        Command::Monitor(command) => commands::monitor::run(command),
     };
     match result {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::Duration;
 
 use crate::failure::Failure;
@@ -17,7 +18,26 @@ const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(30);
 pub fn request(name: &str, request: &str) -> Result<String, Failure> {
     paths::check_vm_name(name)?;
     let socket = paths::control_socket_beside(&paths::qmp_socket_of(name)?);
-    let mut stream = UnixStream::connect(&socket).map_err(|error| match error.kind() {
+    request_on(&socket, name, request, ANSWER_TIME_LIMIT)
+}
+
+/// `request` to the VM called `name` whose control channel is `socket`, waiting at most
+/// `time_limit` for each read and write (`holdfast exporter` asks with a short one).
+pub fn request_on(socket: &Path, name: &str, request: &str, time_limit: Duration) -> Result<String, Failure> {
+    request_matching(socket, name, request, time_limit, |_| true)
+}
+
+/// `request_on`, skipping replies that `expected` rejects. A client that gave up on a slow
+/// guest leaves its reply to come out on the next connection, ahead of that one's own: the
+/// exporter, which gives up after a short time, reads past such a reply to its own.
+pub fn request_matching(
+    socket: &Path,
+    name: &str,
+    request: &str,
+    time_limit: Duration,
+    expected: impl Fn(&str) -> bool,
+) -> Result<String, Failure> {
+    let stream = UnixStream::connect(socket).map_err(|error| match error.kind() {
         ErrorKind::NotFound | ErrorKind::ConnectionRefused => Failure::input(format!(
             "no VM named '{name}' is running (nothing answers on {})",
             socket.display()
@@ -25,13 +45,27 @@ pub fn request(name: &str, request: &str) -> Result<String, Failure> {
         _ => Failure::other(format!("VM '{name}': connecting to {}: {error}", socket.display())),
     })?;
     stream
-        .set_read_timeout(Some(ANSWER_TIME_LIMIT))
+        .set_read_timeout(Some(time_limit))
+        .and_then(|()| stream.set_write_timeout(Some(time_limit)))
         .map_err(|error| Failure::other(format!("VM '{name}': {error}")))?;
+    let mut stream = stream;
     stream
         .write_all(format!("{request}\n").as_bytes())
         .map_err(|error| Failure::other(format!("VM '{name}': sending the request: {error}")))?;
-    let mut reply = String::new();
     let mut reader = BufReader::new(stream);
+    // Two replies at most: one left over from a client that gave up, then ours.
+    for _ in 0..2 {
+        let reply = read_reply(&mut reader, name, time_limit)?;
+        if expected(&reply) {
+            return Ok(reply);
+        }
+    }
+    Err(Failure::other(format!("VM '{name}': the replies to '{request}' are not what it asked for")))
+}
+
+/// One reply: lines up to one that starts with `ok`, or an `error` line as a failure.
+fn read_reply(reader: &mut BufReader<UnixStream>, name: &str, time_limit: Duration) -> Result<String, Failure> {
+    let mut reply = String::new();
     loop {
         let mut line = String::new();
         match reader.read_line(&mut line) {
@@ -39,8 +73,8 @@ pub fn request(name: &str, request: &str) -> Result<String, Failure> {
             Ok(_) => {}
             Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                 return Err(Failure::other(format!(
-                    "VM '{name}' did not answer on its control channel within {} s (is the admin service in its system?)",
-                    ANSWER_TIME_LIMIT.as_secs()
+                    "VM '{name}' did not answer on its control channel within {:.1} s (is the admin service in its system?)",
+                    time_limit.as_secs_f64()
                 )));
             }
             Err(error) => return Err(Failure::other(format!("VM '{name}': reading the reply: {error}"))),
