@@ -195,6 +195,22 @@ impl<'a> Ledger<'a> {
         self.word(BATCH_OFFSET)
     }
 
+    /// The guard, for a write computed from what is read after it. A restart can come
+    /// between any two instructions and bring back the region as committed later than the
+    /// program's own state (its registers, its index); whatever the write is computed from
+    /// must be read after the guard, so that such a restart either comes before all of it
+    /// or makes the write `changed`. The read is volatile and fenced because the compiler,
+    /// which takes the region for unchanging while a view lives, could otherwise move later
+    /// reads of it before this one.
+    pub fn guard(&self) -> Guard {
+        let at = BATCH_OFFSET as usize;
+        let bytes = &self.bytes[at..at + 8];
+        // SAFETY: `bytes` is 8 readable bytes of the view, and `[u8; 8]` has alignment 1.
+        let value = unsafe { core::ptr::read_volatile(bytes.as_ptr().cast::<[u8; 8]>()) };
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        Guard(u64::from_le_bytes(value))
+    }
+
     /// The scale loaded, 0 if none. A region whose header is damaged reads as not loaded.
     pub fn scale(&self) -> u32 {
         let scale = self.word(SCALE_OFFSET);
@@ -296,19 +312,26 @@ impl Write {
     }
 }
 
+/// The guard's value as read by [`Ledger::guard`], before what a write is computed from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guard(u64);
+
 /// The write that loads a fresh region at `scale`: its rows are zero already, so only the
 /// header is written (the region's pages are the service's, made when it was).
 pub fn load(ledger: &Ledger<'_>, scale: u32, region_address: u64) -> Result<Write, Refusal> {
     if !(1..=SCALE_MAX).contains(&scale) {
         return Err(Refusal::BadArgument);
     }
+    // Before the scale: a load that found the region empty must not reset a region that
+    // a restart brought back loaded and in use.
+    let guard = ledger.guard();
     if ledger.scale() != 0 {
         return Err(Refusal::Busy);
     }
-    let mut write = Write::new(ledger.batch());
+    let mut write = Write::new(guard.0);
     let mut header = [0u8; HEADER_END as usize];
     header[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    header[16..24].copy_from_slice(&(ledger.batch() + 1).to_le_bytes());
+    header[16..24].copy_from_slice(&(guard.0 + 1).to_le_bytes());
     header[24..32].copy_from_slice(&u64::from(scale).to_le_bytes());
     write.piece(region_address, 0, &header);
     Ok(write)
@@ -345,11 +368,13 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// An empty batch on `ledger`'s view; records get `time_us`.
-    pub fn new(ledger: &Ledger<'_>, time_us: u64) -> Self {
+    /// An empty batch on `ledger`'s view, guarded by `guard`: the one [`Index::catch_up`]
+    /// returned, so that the index the caller looks transactions up in is covered by the
+    /// guard too. Records get `time_us`.
+    pub fn new(ledger: &Ledger<'_>, guard: Guard, time_us: u64) -> Self {
         let empty = HistoryRecord { id: [0; 16], account: 0, teller: 0, branch: 0, delta: 0, balance: 0, time_us: 0 };
         let mut batch = Self {
-            base: ledger.batch(),
+            base: guard.0,
             scale: ledger.scale(),
             history_start: ledger.history_count(),
             rows: [(0, 0); BATCH_ROWS_MAX],
@@ -541,8 +566,12 @@ impl<'a> Index<'a> {
     }
 
     /// Adds the records the region has and the index not yet; starts again from nothing if
-    /// the region has fewer than the index (it was loaded anew).
-    pub fn catch_up(&mut self, ledger: &Ledger<'_>) {
+    /// the region has fewer than the index (it was loaded anew). Returns the guard, read
+    /// first, for the [`Batch`] computed with the index: a restart after this brought back
+    /// records the index lacks, and a batch guarded by an older read is refused (the TP1
+    /// kill test found transactions applied twice when the guard was read after this).
+    pub fn catch_up(&mut self, ledger: &Ledger<'_>) -> Guard {
+        let guard = ledger.guard();
         let count = ledger.history_count();
         if *self.covered > count {
             self.tags.fill(0);
@@ -559,6 +588,7 @@ impl<'a> Index<'a> {
             self.positions[slot] = index as u32;
         }
         *self.covered = count;
+        guard
     }
 
     /// The outcome of transaction `id` if the region holds it (after [`Index::catch_up`]).

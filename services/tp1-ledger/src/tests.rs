@@ -65,8 +65,8 @@ impl Service {
         while !pending.is_empty() {
             let ledger = Ledger::new(&self.region);
             let mut index = Index::new(&mut self.tags, &mut self.positions, &mut self.covered, [3, 4]);
-            index.catch_up(&ledger);
-            let mut batch = Batch::new(&ledger, 7);
+            let guard = index.catch_up(&ledger);
+            let mut batch = Batch::new(&ledger, guard, 7);
             let mut taken = 0;
             for transaction in pending {
                 if let Some(outcome) = index.find(&ledger, &transaction.id) {
@@ -237,7 +237,7 @@ fn a_batch_computed_before_a_restart_is_refused_and_nothing_applies_twice() {
     let in_hand: Vec<_> = (0..40).map(|_| random.transaction(1)).collect();
     let stale_write = {
         let ledger = Ledger::new(&checkpoint_region);
-        let mut batch = Batch::new(&ledger, 9);
+        let mut batch = Batch::new(&ledger, ledger.guard(), 9);
         for transaction in &in_hand {
             assert!(matches!(batch.add(&ledger, transaction), Ok(Added::Applied(_))));
         }
@@ -255,6 +255,48 @@ fn a_batch_computed_before_a_restart_is_refused_and_nothing_applies_twice() {
     service.covered = checkpoint_covered;
     assert_eq!(apply(&mut service.region, &stale_write, REGION_ADDRESS), Err(Changed));
     // ...and computing it again finds every transaction with its first outcome.
+    assert_eq!(service.run(&in_hand), acknowledged);
+    assert_eq!(service.ledger().history_count(), history_before);
+    assert_invariant(&service.ledger());
+}
+
+#[test]
+fn a_restart_between_the_index_catch_up_and_the_batch_refuses_the_batch() {
+    // What the TP1 kill test found applied twice: the checkpoint caught the service just
+    // after its index caught up; the journal then committed the transactions it had in
+    // hand, and more; the restart brought back that index with the newer region, and the
+    // service went on to compute its batch, in which the old index finds none of them.
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let mut random = Random(12);
+    let early: Vec<_> = (0..300).map(|_| random.transaction(1)).collect();
+    service.run(&early);
+    let in_hand: Vec<_> = (0..7).map(|_| random.transaction(1)).collect();
+    let guard = {
+        let ledger = Ledger::new(&service.region);
+        let mut index = Index::new(&mut service.tags, &mut service.positions, &mut service.covered, [3, 4]);
+        index.catch_up(&ledger)
+    };
+    let checkpoint_index = (service.tags.clone(), service.positions.clone(), service.covered);
+    let acknowledged = service.run(&in_hand);
+    let later: Vec<_> = (0..100).map(|_| random.transaction(1)).collect();
+    service.run(&later);
+    let history_before = service.ledger().history_count();
+
+    (service.tags, service.positions, service.covered) = checkpoint_index;
+    let write = {
+        let ledger = Ledger::new(&service.region);
+        let index = Index::new(&mut service.tags, &mut service.positions, &mut service.covered, [3, 4]);
+        let mut batch = Batch::new(&ledger, guard, 9);
+        for transaction in &in_hand {
+            assert!(index.find(&ledger, &transaction.id).is_none(), "the old index lacks it");
+            assert!(matches!(batch.add(&ledger, transaction), Ok(Added::Applied(_))));
+        }
+        batch.write(REGION_ADDRESS)
+    };
+    // The guard was read before the catch-up: the batch is refused, and computed again it
+    // finds every transaction with its first outcome.
+    assert_eq!(apply(&mut service.region, &write, REGION_ADDRESS), Err(Changed));
     assert_eq!(service.run(&in_hand), acknowledged);
     assert_eq!(service.ledger().history_count(), history_before);
     assert_invariant(&service.ledger());

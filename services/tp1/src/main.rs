@@ -451,8 +451,8 @@ impl State {
             let write = {
                 let view = ledger_view();
                 let mut index = index();
-                index.catch_up(&view);
-                let mut batch = Batch::new(&view, self.now_us);
+                let guard = index.catch_up(&view);
+                let mut batch = Batch::new(&view, guard, self.now_us);
                 for pending in &self.pending[start..self.pending_count] {
                     let outcome = match index.find(&view, &pending.transaction.id) {
                         Some(outcome) => Ok(outcome),
