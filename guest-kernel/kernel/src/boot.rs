@@ -77,6 +77,11 @@ impl BootOptions {
                     Ok(generation) => persistence::inject_failure(generation),
                     _ => println!("holdfast: ignoring {word}: not a checkpoint generation"),
                 },
+                // Test scaffolding (tests/persistence.rs): checkpoints taken in page faults.
+                Some(("holdfast.test-dirty-pages-max", value)) => match value.parse() {
+                    Ok(pages) if pages > 0 => persistence::set_test_dirty_pages_max(pages),
+                    _ => println!("holdfast: ignoring {word}: not a positive number of pages"),
+                },
                 _ => {}
             }
         }

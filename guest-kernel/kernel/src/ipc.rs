@@ -143,6 +143,14 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
             process::enter(scheduler, receiver)
         }
     }
+    // What a checkpoint taken during the invocation writes for the invoker: its `invoke`,
+    // run again after a restart. Such a checkpoint is taken only where a page is loaded
+    // with memory short, before the invocation has changed anything (reading its string,
+    // a page's method, the journal's, `make_process`); without this it wrote the registers
+    // of the invoker's last switch or fault beside newer memory.
+    let process = &mut scheduler.processes[invoker];
+    process.registers = *registers;
+    process.registers.rip -= 2;
     drop(scheduler);
     invoke_general(objects, registers, invoker, root, descriptor, held_target)
 }

@@ -94,8 +94,15 @@ fn page_access(error_code: u64, writable: bool, executable: bool) -> Option<spac
 /// process resumes; anything else is reported and stops the process.
 pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
     let root = {
-        let scheduler = SCHEDULER.lock();
-        scheduler.processes[scheduler.current()].root
+        let mut scheduler = SCHEDULER.lock();
+        let current = scheduler.current();
+        // Saved before the fault is resolved: loading the page or limiting the dirty pages
+        // may take a whole checkpoint now, which writes this process's registers from the
+        // table, and it must find these (the faulting instruction, run again after a
+        // restart), not older ones with newer memory (the TP1 kill test applied a batch
+        // twice from such a checkpoint).
+        scheduler.processes[current].registers = registers;
+        scheduler.processes[current].root
     };
     let mut space_keeper = None;
     if let (14, Some(address), Some(error_code)) =
@@ -131,9 +138,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 let mut scheduler = SCHEDULER.lock();
                 let current = scheduler.current();
                 let running = scheduler.installed() == current;
-                let process = &mut scheduler.processes[current];
-                process.registers = registers;
-                process.tables.map_page(address, frame, access, running);
+                scheduler.processes[current].tables.map_page(address, frame, access, running);
                 enter(scheduler, current)
             }
             Some(Err(keeper)) => space_keeper = Some(keeper),

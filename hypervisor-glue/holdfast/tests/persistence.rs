@@ -213,6 +213,43 @@ fn counter(name: &str, metric: &str) -> f64 {
     line.split(' ').nth(1).and_then(|value| value.parse().ok()).unwrap_or_else(|| panic!("bad line {line}"))
 }
 
+/// Checkpoints taken in the middle of a page fault (here `holdfast.test-dirty-pages-max=3`
+/// puts the dirty pages at their limit at nearly every fault, as a nearly full log does)
+/// write the faulting process's registers as they were at the fault. A restart from one
+/// brings `register-witness` (services/selftest/src/register_witness.rs) back with its step
+/// register and its memory from one moment, which it checks at every step: a kernel that
+/// wrote the registers of the process's previous fault brought back a step behind its
+/// memory, and the TP1 service applied a batch twice from such a checkpoint.
+#[test]
+fn checkpoints_taken_in_page_faults_restart_processes_where_they_were() {
+    let directory = scratch_dir("fault-checkpoints");
+    let manifest = directory.join("manifest.toml");
+    std::fs::write(&manifest, "[[process]]\nname = \"register-witness\"\nprogram = \"register-witness\"\nregisters = { 0 = { console = {} } }\n")
+        .expect("write the manifest");
+    let image_dir = build_image("fault-checkpoints-image", Some(&manifest));
+    let store = directory.join("store.img");
+    let store = store.to_str().expect("UTF-8 path");
+    let format = run_holdfast(&["store", "format", "--size-mib", "16", "--force", store]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    let name = format!("fault-checkpoints-{}", std::process::id());
+    let bad = ["MISMATCH", "kernel panic", "STORE LOST", "checkpoint failed"];
+    // Seven restarts: with the old kernel about half of them brought the mismatch back.
+    for boot in 0..8 {
+        let vm = run_vm(&name, &image_dir, store, "holdfast.test-dirty-pages-max=3", "256");
+        let mut seen = Vec::new();
+        // Enough checkpoints that the newest is one taken in a fault, then a report.
+        let mut checkpoints = 0;
+        wait_for(&vm.lines, &mut seen, Duration::from_secs(120), &bad, |line| {
+            checkpoints += u32::from(committed(line).is_some());
+            (checkpoints >= 20 && line.starts_with("register-witness: ")).then_some(())
+        });
+        if boot > 0 {
+            assert!(seen.iter().any(|line| line.starts_with("holdfast: restarted from checkpoint ")), "{}", seen.join("\n"));
+        }
+        support::kill_and_wait(&name, vm);
+    }
+}
+
 /// Before checkpoints were retried, one failed snapshot (85 processes made it fail, which
 /// any program could do) stopped every checkpoint for the rest of the run, and the system
 /// ran on unpersisted. Here checkpoint 2 fails just before its commit, with every object
