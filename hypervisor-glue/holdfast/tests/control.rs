@@ -24,7 +24,7 @@ fn holdfast_ok(arguments: &[&str]) -> String {
 
 #[test]
 fn checkpoints_are_controlled_and_counted_from_the_host() {
-    let manifest = source_dir().join("services/control-manifest.toml");
+    let manifest = source_dir().join("services/journal-manifest.toml");
     let image_dir = build_image("control-image", Some(&manifest));
     let directory = scratch_dir("control");
     let store = directory.join("store.img");

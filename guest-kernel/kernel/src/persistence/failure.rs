@@ -44,9 +44,11 @@ pub fn inject_failure(generation: u64) {
 impl Persistence {
     /// Whether a failed checkpoint waits for the next interval: until then no checkpoint
     /// work is done (journal commits still are), so that a failure that repeats is not
-    /// retried at every step.
+    /// retried at every step. Counted from the failure, not from the retry's snapshot: that
+    /// one's stabilization once waited a whole interval too, while the journal's commits
+    /// filled the log it needed, and failed "log full" at every retry from then on.
     pub(super) fn retry_pending(&self) -> bool {
-        self.failures_since_commit > 0 && timer::ticks() < self.next_snapshot_tick
+        self.failures_since_commit > 0 && timer::ticks() < self.retry_tick
     }
 
     /// Checkpoint or journal work failed. If the store can no longer be written, the system
@@ -74,6 +76,7 @@ impl Persistence {
         self.failures_since_commit += 1;
         self.kernel_counters.checkpoint_failures_total += 1;
         self.next_snapshot_tick = timer::ticks() + self.interval_ticks;
+        self.retry_tick = self.next_snapshot_tick;
         println!(
             "holdfast: checkpoint failed: {}; {} failed since checkpoint {generation}, the last committed; retried in {} ms",
             failure.what, self.failures_since_commit, self.interval_ms

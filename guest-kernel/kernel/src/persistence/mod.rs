@@ -60,6 +60,8 @@ pub struct Persistence {
     interval_ms: u64,
     interval_ticks: u64,
     next_snapshot_tick: u64,
+    /// Until when no new checkpoint is begun after a failure ([`Persistence::retry_pending`]).
+    retry_tick: u64,
     stabilization: Option<Stabilization>,
     /// When each queued journal commit was made (TSC), by ticket: for its latency.
     journal_submitted_tsc: BTreeMap<u64, u64>,

@@ -66,6 +66,7 @@ pub fn attach(store: Store<Block>, interval_ms: u64, on_journal_durable: fn(&mut
         interval_ms,
         interval_ticks: interval_ticks(interval_ms),
         next_snapshot_tick: timer::ticks(),
+        retry_tick: 0,
         stabilization: None,
         journal_submitted_tsc: BTreeMap::new(),
         kernel_counters: KernelCounters::default(),
