@@ -1015,7 +1015,7 @@ pub mod journal {
         pub const IDENTIFY: u64 = 0;
         /// Commits the pages sent, as they are now, and returns once they are on disk; commits made meanwhile share the disk write (group commit).
         pub const COMMIT: u64 = 1;
-        /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages.
+        /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages. Without a store, or while the journal's queue is full, it is refused as `unavailable` with nothing written.
         pub const WRITE: u64 = 2;
     }
 
@@ -1028,7 +1028,7 @@ pub mod journal {
         Identify,
         /// Commits the pages sent, as they are now, and returns once they are on disk; commits made meanwhile share the disk write (group commit).
         Commit,
-        /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages.
+        /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages. Without a store, or while the journal's queue is full, it is refused as `unavailable` with nothing written.
         Write {
             /// The address of the guard: a little-endian word, 8-byte aligned, in `space`.
             guard_address: u64,

@@ -118,6 +118,7 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
                     Ok(pages) => commit(objects, &pages),
                     Err(GuardedWriteError::Changed) => reply(Err(ObjectError::Changed)),
                     Err(GuardedWriteError::BadAddress) => reply(Err(ObjectError::OutOfRange)),
+                    Err(GuardedWriteError::Unavailable) => reply(Err(unavailable)),
                 }
             }
             Err(error) => reply(Err(error)),

@@ -131,6 +131,8 @@ pub enum GuardedWriteError {
     BadAddress,
     /// The guard word does not hold the value expected.
     Changed,
+    /// No store, or the journal's queue has no room for the commit.
+    Unavailable,
 }
 
 /// The journal's `write` (services.rs): if the word at `guard.0` of `space` holds `guard.1`,
@@ -174,6 +176,11 @@ pub fn guarded_write(
     let guard_bytes: [u8; 8] = guard_frame.bytes()[guard_offset..guard_offset + 8].try_into().expect("8 bytes");
     if u64::from_le_bytes(guard_bytes) != guard_expected {
         return Err(GuardedWriteError::Changed);
+    }
+    // Asked before anything is written: under the object cache lock nothing can queue a
+    // commit between this and the commit that follows.
+    if !crate::persistence::journal_would_take(pages.len()) {
+        return Err(GuardedWriteError::Unavailable);
     }
     for page in &pages {
         crate::persistence::before_page_write(cache, page.object());

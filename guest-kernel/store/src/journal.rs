@@ -99,6 +99,13 @@ impl<D: BlockDevice> Store<D> {
         Ok(JournalTicket(ticket))
     }
 
+    /// Whether [`Store::journal_submit`] would queue a commit of `pages` pages now: a caller
+    /// that changes the pages first asks, so that a refusal leaves them as they were.
+    pub fn journal_would_take(&self, pages: usize) -> bool {
+        pages <= JOURNAL_COMMIT_PAGES_MAX
+            && self.journal.queued_pages + pages <= JOURNAL_QUEUE_PAGES_MAX
+    }
+
     pub fn journal_queued_commits(&self) -> usize {
         self.journal.queued_commits()
     }

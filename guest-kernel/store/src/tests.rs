@@ -898,11 +898,14 @@ fn a_full_journal_queue_refuses_until_it_is_written() {
         store.journal_submit(&commit).unwrap();
     }
     let one = [JournalPage { id: ObjectId(1), version: Version(2), data: &data }];
+    assert!(!store.journal_would_take(1), "the check agrees with the refusal");
     assert_eq!(store.journal_submit(&one), Err(StoreError::JournalQueueFull));
     assert_eq!(store.journal_queued_commits(), full, "the refused commit is not queued");
     // Once written, the queue takes commits again.
     assert!(store.journal_write().unwrap().is_some());
     assert_eq!(store.journal_queued_commits(), 0);
+    assert!(store.journal_would_take(JOURNAL_COMMIT_PAGES_MAX));
+    assert!(!store.journal_would_take(JOURNAL_COMMIT_PAGES_MAX + 1), "more than a record holds");
     assert!(store.journal_submit(&one).is_ok());
 }
 

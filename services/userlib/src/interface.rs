@@ -769,7 +769,7 @@ pub mod journal {
         Ok(received.words[0])
     }
 
-    /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages.
+    /// Writes pieces into the pages of `space` and commits those pages, as `commit` does, but only if the word at `guard_address` still holds `guard_expected`; the check, the writes and the commit happen while no checkpoint can come between them. A program whose journaled data changes only this way, each write moving a counter the guard checks, never applies a change twice after a restart, however late the checkpoint it resumes from (services/tp1). The string is a sequence of pieces: a little-endian u64 address, a little-endian u16 length, then that many bytes. The pieces may touch at most 64 pages. Without a store, or while the journal's queue is full, it is refused as `unavailable` with nothing written.
     ///
     /// - `space`: The address space the addresses are in; every piece must be writable through it. Type space.
     /// - `guard_address`: The address of the guard: a little-endian word, 8-byte aligned, in `space`.

@@ -54,6 +54,13 @@ pub fn journal_commit(objects: &mut Objects, pages: &[holdfast_objects::Capabili
     }
 }
 
+/// Whether a commit of `pages` pages would be taken now (a store, and room in its queue):
+/// the journal's `write` asks before it changes anything, so that a refused commit never
+/// leaves pages changed in memory but not durable.
+pub fn journal_would_take(pages: usize) -> bool {
+    PERSISTENCE.lock().as_ref().is_some_and(|persistence| persistence.store.journal_would_take(pages))
+}
+
 impl Persistence {
     /// Queues a commit of `pages`, skipping void ones, and returns its ticket; `None` when
     /// refused.
