@@ -30,6 +30,14 @@ use holdfast_tp1_protocol::{ReplyFrameDecoder, Reply, Request, Status, Token};
 use support::*;
 
 const KILLS_DEFAULT: usize = 50;
+/// History records the kills may fill, below the region's 524,288 (holdfast-tp1-ledger's
+/// `HISTORY_CAPACITY`), beyond which new transactions are refused as busy.
+const KILLS_HISTORY_BUDGET: usize = 400_000;
+/// Seconds of load per kill (the kill comes in the last two).
+const KILL_LOAD_SECONDS: usize = 3;
+/// What 8 clients' closed loop runs at under TCG, about: below this rate the kills pace
+/// the load instead.
+const CLOSED_LOOP_TPS: usize = 2_000;
 const FUZZ_REQUESTS_MIN: usize = 100_000;
 const STORE_MIB: &str = "2048";
 /// Stands for "any status but ok" among the statuses the fuzzer expects.
@@ -390,11 +398,16 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     println!("tp1 kills: {kills}, seed {seed} (HOLDFAST_TP1_KILL_SEED={seed} repeats the moments)");
     let mut random = Random(seed);
     let started = Instant::now();
+    // Closed loop while the history has room for it at every kill; for more kills (1,000
+    // on demand) an open loop at the rate the history has room for.
+    let rate = KILLS_HISTORY_BUDGET / kills.max(1) / KILL_LOAD_SECONDS;
+    let pace: Vec<String> = if rate >= CLOSED_LOOP_TPS { Vec::new() } else { vec!["--rate".into(), rate.to_string()] };
     for kill in 1..=kills {
         let address = appliance.address();
         let mut generator = KillOnDrop(
             holdfast()
-                .args(["tp1", "run", "--clients", "8", "--duration", "3", "--drain", "120"])
+                .args(["tp1", "run", "--clients", "8", "--duration", &KILL_LOAD_SECONDS.to_string(), "--drain", "120"])
+                .args(&pace)
                 .args(["--address", &address, "--token", &client, "--seed", &random.next().to_string()])
                 .arg("--state-dir")
                 .arg(&ledger)
