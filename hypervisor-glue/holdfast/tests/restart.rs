@@ -75,16 +75,22 @@ struct Boot {
 }
 
 impl Boot {
+    /// The lines that were printed whole: the kill may have cut the last one short (round
+    /// 69 of a 1,000-round run read `persist-counter: 1` there, the start of 13157531648).
+    fn whole_lines(&self) -> &[String] {
+        &self.lines[..self.lines.len().saturating_sub(1)]
+    }
+
     fn counts(&self) -> Vec<u64> {
-        numbers_after(&self.lines, "persist-counter: ")
+        numbers_after(self.whole_lines(), "persist-counter: ")
     }
 
     fn acknowledged(&self, writer: u64) -> Vec<u64> {
-        numbers_after(&self.lines, &format!("journal-writer {writer}: acknowledged "))
+        numbers_after(self.whole_lines(), &format!("journal-writer {writer}: acknowledged "))
     }
 
     fn commits(&self) -> Vec<u64> {
-        self.lines
+        self.whole_lines()
             .iter()
             .filter_map(|line| {
                 let (generation, rest) = line.strip_prefix("holdfast: checkpoint ")?.split_once(' ')?;
@@ -95,7 +101,7 @@ impl Boot {
 
     /// The checkpoint this boot restarted from, and the store's boot count.
     fn restarted_from(&self) -> Option<(u64, u64)> {
-        self.lines.iter().find_map(|line| {
+        self.whole_lines().iter().find_map(|line| {
             let (generation, rest) = line.strip_prefix("holdfast: restarted from checkpoint ")?.split_once(':')?;
             let boot = rest.rsplit_once(", boot ")?.1;
             Some((generation.parse().ok()?, boot.parse().ok()?))
@@ -106,7 +112,7 @@ impl Boot {
     fn page_at_restart(&self, writer: u64, boot: u64) -> Option<u64> {
         let prefix = format!("journal-writer {writer}: restarted, page holds ");
         let suffix = format!(" at boot {boot}");
-        self.lines.iter().find_map(|line| line.strip_prefix(&prefix)?.strip_suffix(&suffix)?.parse().ok())
+        self.whole_lines().iter().find_map(|line| line.strip_prefix(&prefix)?.strip_suffix(&suffix)?.parse().ok())
     }
 
     /// Where the kill fell, by the last milestone printed before it.
