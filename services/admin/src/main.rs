@@ -178,33 +178,14 @@ fn answer(request: &[u8], reply: &mut Reply) {
     }
 }
 
-/// 128 bits from the CPU's random number generator (RDRAND), which ring 3 may use: the
-/// token is a password capability, so it must not be guessable from anything else.
+/// 128 random bits: the token is a password capability.
 fn random_token() -> Result<[u8; 16], &'static str> {
-    use core::arch::x86_64::{__cpuid, _rdrand64_step};
-    let has_rdrand = __cpuid(1).ecx & (1 << 30) != 0;
-    if !has_rdrand {
-        return Err("no entropy source: the CPU has no RDRAND");
-    }
+    let words = user::random::words::<2>().map_err(user::random::RandomError::message)?;
     let mut token = [0u8; 16];
-    for half in token.chunks_exact_mut(8) {
-        let mut value = 0u64;
-        // Intel's advice: retry a few times; a CPU that keeps failing is broken.
-        // SAFETY: CPUID said RDRAND is there.
-        let ready = (0..10).any(|_| unsafe { rdrand64(&mut value) } == 1);
-        if !ready {
-            return Err("RDRAND gave no random number");
-        }
-        half.copy_from_slice(&value.to_le_bytes());
+    for (half, word) in token.chunks_exact_mut(8).zip(words) {
+        half.copy_from_slice(&word.to_le_bytes());
     }
-    return Ok(token);
-
-    /// # Safety
-    /// The CPU must have RDRAND (CPUID leaf 1, ECX bit 30).
-    #[target_feature(enable = "rdrand")]
-    unsafe fn rdrand64(value: &mut u64) -> i32 {
-        _rdrand64_step(value)
-    }
+    Ok(token)
 }
 
 /// The TP1 service's counters, from the page it writes, on an appliance that runs it; and

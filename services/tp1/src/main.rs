@@ -188,28 +188,6 @@ fn error_code(error: Error) -> u64 {
     }
 }
 
-/// 128 bits from RDRAND, for the index's hash key.
-fn random_key() -> Option<[u64; 2]> {
-    use core::arch::x86_64::{__cpuid, _rdrand64_step};
-    if __cpuid(1).ecx & (1 << 30) == 0 {
-        return None;
-    }
-    /// # Safety
-    /// The CPU must have RDRAND (CPUID leaf 1, ECX bit 30).
-    #[target_feature(enable = "rdrand")]
-    unsafe fn rdrand64(value: &mut u64) -> i32 {
-        _rdrand64_step(value)
-    }
-    let mut key = [0u64; 2];
-    for word in &mut key {
-        // SAFETY: CPUID said RDRAND is there.
-        if !(0..10).any(|_| unsafe { rdrand64(word) } == 1) {
-            return None;
-        }
-    }
-    Some(key)
-}
-
 impl State {
     /// Reads the tokens page again: a token minted or revoked since counts from now.
     fn refresh_tokens(&mut self) {
@@ -563,11 +541,13 @@ fn main() -> u64 {
         return 1;
     }
     if state.index_key == [0, 0] {
-        let Some(key) = random_key() else {
-            user::print("tp1: no entropy source (RDRAND) for the index's key; stopping\n");
-            return 1;
-        };
-        state.index_key = key;
+        match user::random::words::<2>() {
+            Ok(key) => state.index_key = key,
+            Err(error) => {
+                user::print_parts(&[b"tp1: ", error.message().as_bytes(), b" for the index's key; stopping\n"]);
+                return 1;
+            }
+        }
     }
     if let Err(error) = net::listen(NETWORK, PORT, LISTENER) {
         report(b"listen on 7100", error_code(error));

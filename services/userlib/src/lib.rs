@@ -17,6 +17,7 @@ pub use holdfast_abi as abi;
 
 pub mod check;
 pub mod net;
+pub mod random;
 pub mod space;
 
 pub const CONSOLE: u8 = 0;
