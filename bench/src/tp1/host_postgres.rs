@@ -1,7 +1,8 @@
-//! The host peer of `holdfast bench tp1`: a private PostgreSQL 15 cluster made for the run
-//! (initdb into a fresh folder, the server on 127.0.0.1 at a free port, its Unix socket in
-//! that folder, the settings [`super::POSTGRES_SETTINGS`] that the guest peer has too),
-//! stopped and removed when dropped. PostgreSQL refuses to run as root, so as root it runs
+//! The host peer of `holdfast bench tp1`, and the PostgreSQL of the `holdfast tp1` tests
+//! (hypervisor-glue/holdfast/tests/tp1_postgres.rs): a private PostgreSQL 15 cluster made
+//! for the run (initdb into a fresh folder, the server on 127.0.0.1 at a free port, its Unix
+//! socket in that folder, the settings [`super::POSTGRES_SETTINGS`] that the guest peer has
+//! too, durable commits among them), stopped and removed when dropped. PostgreSQL refuses to run as root, so as root it runs
 //! as the `postgres` user Debian's package creates (through runuser).
 
 use std::path::{Path, PathBuf};
@@ -21,8 +22,9 @@ pub struct HostPostgres {
 }
 
 impl HostPostgres {
-    /// Makes and starts a cluster; `bin_dir` holds initdb, pg_ctl and postgres.
-    pub fn start(bin_dir: &Path) -> anyhow::Result<Self> {
+    /// Makes and starts a cluster named `name` (clusters of one process need different
+    /// names); `bin_dir` holds initdb, pg_ctl, postgres and psql.
+    pub fn start(bin_dir: &Path, name: &str) -> anyhow::Result<Self> {
         if !bin_dir.join("initdb").exists() {
             bail!(
                 "PostgreSQL 15 is not installed ({} missing): run ci/setup.sh (Debian package postgresql-15)",
@@ -38,8 +40,7 @@ impl HostPostgres {
                 == 0
         };
         // Not under the target folder: the postgres user may not be able to reach it.
-        let dir =
-            std::env::temp_dir().join(format!("holdfast-bench-tp1-pg-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("holdfast-pg-{name}-{}", std::process::id()));
         if dir.exists() {
             std::fs::remove_dir_all(&dir)
                 .with_context(|| format!("removing an old cluster folder {}", dir.display()))?;
@@ -127,6 +128,17 @@ impl HostPostgres {
     /// `postgres (PostgreSQL) 15.x`.
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// Runs `sql` through psql and returns its unaligned output.
+    pub fn psql(&self, sql: &str) -> anyhow::Result<String> {
+        let port = self.port.to_string();
+        let arguments = ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-c", sql];
+        let output = self.run("psql", &arguments)?;
+        if !output.status.success() {
+            bail!("psql {sql:?} failed:\n{}", transcript(&output));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
     }
 
     fn run(&self, program: &str, arguments: &[&str]) -> anyhow::Result<Output> {

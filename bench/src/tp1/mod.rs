@@ -267,7 +267,7 @@ pub fn measure_tp1(options: &Tp1BenchOptions) -> anyhow::Result<Tp1Report> {
 }
 
 fn measure_host_postgres(options: &Tp1BenchOptions) -> anyhow::Result<SystemFigures> {
-    let cluster = host_postgres::HostPostgres::start(&options.postgres_bin_dir)?;
+    let cluster = host_postgres::HostPostgres::start(&options.postgres_bin_dir, "bench-tp1")?;
     let url = cluster.url();
     let target = Arc::new(PostgresTarget::new(&url)?);
     let mut counters = || postgres_counters(&url);

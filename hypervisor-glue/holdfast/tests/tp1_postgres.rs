@@ -12,8 +12,15 @@ use holdfast_tp1_load::ledger::LedgerContents;
 use holdfast_tp1_load::postgres::PostgresTarget;
 use holdfast_tp1_load::target::{Session, Target};
 use holdfast_tp1_protocol::{Transaction, TransactionId};
-use support::postgres::PostgresCluster;
+use holdfast_bench::tp1::host_postgres::{DEBIAN_BIN_DIR, HostPostgres};
 use support::{assert_one_line_error, run_holdfast, scratch_dir};
+
+/// A private PostgreSQL 15 cluster (`HOLDFAST_PG_BIN_DIR` holds its programs if they are
+/// not where Debian's package puts them).
+fn cluster(name: &str) -> HostPostgres {
+    let bin_dir = std::env::var_os("HOLDFAST_PG_BIN_DIR").unwrap_or_else(|| DEBIAN_BIN_DIR.into());
+    HostPostgres::start(std::path::Path::new(&bin_dir), name).unwrap_or_else(|error| panic!("{error:#}"))
+}
 
 fn json_number(json: &str, key: &str) -> u64 {
     let value: serde_json::Value =
@@ -25,7 +32,7 @@ fn json_number(json: &str, key: &str) -> u64 {
 
 #[test]
 fn load_run_and_check_then_a_changed_account_fails_the_check() {
-    let cluster = PostgresCluster::start("tp1-check");
+    let cluster = cluster("tp1-check");
     let state = scratch_dir("tp1-postgres");
     let url = cluster.url();
     let state_dir = state.to_str().expect("UTF-8 path");
@@ -52,7 +59,7 @@ fn load_run_and_check_then_a_changed_account_fails_the_check() {
         load.transcript()
     );
     assert_eq!(
-        cluster.psql("SELECT count(*) FROM pgbench_accounts"),
+        cluster.psql("SELECT count(*) FROM pgbench_accounts").expect("psql"),
         "100000"
     );
     let again = with(&["load", "--scale", "1"]);
@@ -100,6 +107,7 @@ fn load_run_and_check_then_a_changed_account_fails_the_check() {
     );
     let history_rows: u64 = cluster
         .psql("SELECT count(*) FROM pgbench_history")
+        .expect("psql")
         .parse()
         .expect("a count");
     assert_eq!(history_rows, acknowledged);
@@ -134,6 +142,7 @@ fn load_run_and_check_then_a_changed_account_fails_the_check() {
     );
     let history_rows: usize = cluster
         .psql("SELECT count(*) FROM pgbench_history")
+        .expect("psql")
         .parse()
         .expect("a count");
     assert_eq!(
@@ -145,7 +154,7 @@ fn load_run_and_check_then_a_changed_account_fails_the_check() {
     assert_eq!(check.status, Some(0), "{}", check.transcript());
 
     // Behind the generator's back: one account gains 1.
-    cluster.psql("UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 100");
+    cluster.psql("UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = 100").expect("psql");
     let check = with(&["check", "--json"]);
     assert_eq!(check.status, Some(1), "{}", check.transcript());
     let check = with(&["check"]);
@@ -171,7 +180,7 @@ fn load_run_and_check_then_a_changed_account_fails_the_check() {
 
 #[test]
 fn a_retried_transaction_id_returns_its_first_result_and_is_applied_once() {
-    let cluster = PostgresCluster::start("tp1-retry");
+    let cluster = cluster("tp1-retry");
     let target = Arc::new(PostgresTarget::new(&cluster.url()).expect("a loopback URL"));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -225,7 +234,7 @@ fn a_retried_transaction_id_returns_its_first_result_and_is_applied_once() {
         );
     });
     assert_eq!(
-        cluster.psql("SELECT abalance FROM pgbench_accounts WHERE aid = 1235"),
+        cluster.psql("SELECT abalance FROM pgbench_accounts WHERE aid = 1235").expect("psql"),
         "501"
     );
 }

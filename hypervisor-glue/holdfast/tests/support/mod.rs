@@ -3,7 +3,6 @@
 // Each test crate uses only some of these helpers.
 #![allow(dead_code)]
 
-pub mod postgres;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
