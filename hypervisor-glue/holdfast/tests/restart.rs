@@ -24,7 +24,10 @@
 //!   kill cut off may be reported: the next open rewrites it).
 //!
 //! `HOLDFAST_RESTART_ROUNDS` sets the number of kills (default 20, about two minutes);
-//! `HOLDFAST_RESTART_SEED` the seed of the kill moments, which the test prints.
+//! `HOLDFAST_RESTART_SEED` the seed of the kill moments, which the test prints. On demand,
+//! 1,000 rounds passed on 2026-11-26 (commit 0c9fbaf, seed 16728752675072982160, 1,995 s
+//! under TCG): 916 kills in the steady state, 53 during boot or recovery, 25 before the
+//! first checkpoint committed and 6 just after it.
 
 mod support;
 
