@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod failure;
+mod loopback_http;
 mod paths;
 
 use std::process::ExitCode;

@@ -4,8 +4,7 @@
 //! `up` on a running pair prints their URLs again; `down` with nothing running says so.
 //! Both exit 0 then: they are idempotent.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -13,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{MonitorCommand, MonitorUpArguments};
 use crate::failure::Failure;
+use crate::loopback_http;
 use crate::paths;
 
 /// The rules, built into the binary so that `monitor up` needs no source tree.
@@ -188,7 +188,7 @@ fn start(directory: &Path, part: &Part, command: &mut Command) -> Result<Child, 
 fn wait_until_answering(directory: &Path, part: &Part, child: &mut Child, port: u16, path: &str) -> Result<(), Failure> {
     let deadline = Instant::now() + START_TIME_LIMIT;
     loop {
-        if http_status(port, path) == Some(200) {
+        if matches!(loopback_http::get(port, path, Duration::from_secs(5)), Ok((200, _))) {
             return Ok(());
         }
         let log = || std::fs::read_to_string(log_file(directory, part)).unwrap_or_default();
@@ -205,16 +205,6 @@ fn wait_until_answering(directory: &Path, part: &Part, child: &mut Child, port: 
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// The status of `GET path` on 127.0.0.1:`port`, if anything answers.
-fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).ok()?;
-    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
 }
 
 /// Stops both processes (SIGTERM, then SIGKILL after a while); true if any was running.

@@ -4,14 +4,13 @@
 //! panels, the same queries, a picture a person can look at.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cli::MonitorSnapshotArguments;
 use crate::failure::Failure;
+use crate::loopback_http;
 
 /// The dashboards, as monitoring/grafana/generate.py wrote them.
 const DASHBOARDS: [&str; 3] = [
@@ -113,8 +112,9 @@ pub fn run(arguments: &MonitorSnapshotArguments, default_prometheus_url: Option<
 
 /// A range query's series, each named by filling `{{label}}` in `legend`.
 fn query_range(port: u16, expr: &str, legend: &str, start: f64, end: f64, step: f64) -> Result<Vec<Series>, Failure> {
-    let path = format!("/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={step:.3}", percent_encode(expr));
-    let body = http_get(port, &path)?;
+    let path = format!("/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={step:.3}", loopback_http::percent_encode(expr));
+    let (_, body) = loopback_http::get(port, &path, Duration::from_secs(30))
+        .map_err(|error| Failure::other(format!("Prometheus at 127.0.0.1:{port}: {error}")))?;
     let reply: serde_json::Value = serde_json::from_str(&body)
         .map_err(|error| Failure::other(format!("Prometheus's answer to {expr:?} is not JSON: {error}")))?;
     if reply["status"] != "success" {
@@ -219,25 +219,6 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (byte as char).to_string(),
-            other => format!("%{other:02X}"),
-        })
-        .collect()
-}
-
-/// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.0: no chunking).
-fn http_get(port: u16, path: &str) -> Result<String, Failure> {
-    let failed = |error: std::io::Error| Failure::other(format!("Prometheus at 127.0.0.1:{port}: {error}"));
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(failed)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(failed)?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").map_err(failed)?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).map_err(failed)?;
-    Ok(response.split_once("\r\n\r\n").map_or("", |(_, body)| body).to_owned())
-}
 
 /// A PNG of the page at `html` from headless Chromium (`--no-sandbox`: CI runs as root),
 /// as tall as the three dashboards.
