@@ -78,6 +78,8 @@ pub struct Sender {
     standby_state: StandbyState,
     /// The standby has been whole and in step in this stream: commits wait for it.
     protected: bool,
+    /// A standby follows this stream (a copy began, or it resumed): what it lacks is kept.
+    followed: bool,
     degraded: bool,
     /// Stream messages sent again after a cut, since boot.
     resent_total: u64,
@@ -104,6 +106,7 @@ impl Sender {
             copy_end: None,
             standby_state: StandbyState::Empty,
             protected: false,
+            followed: false,
             degraded: false,
             resent_total: 0,
         }
@@ -124,6 +127,15 @@ impl Sender {
 
     fn push(&mut self, kind: Kind, part: u8, argument: u64, payload: Option<Box<[u8; PART_BYTES]>>, now_ms: u64) -> u64 {
         let sequence = self.next_sequence();
+        if !self.followed {
+            // No standby follows the stream: the one that comes gets a full copy, so
+            // nothing is kept for it; the sequence still moves on.
+            self.ring_first += 1;
+            self.received = self.ring_first - 1;
+            self.durable = self.ring_first - 1;
+            self.send_next = self.ring_first;
+            return sequence;
+        }
         self.retained_parts += u64::from(payload.is_some());
         self.ring.push_back(Entry {
             kind,
@@ -172,6 +184,7 @@ impl Sender {
         self.copy = None;
         self.copy_end = None;
         self.protected = false;
+        self.followed = false;
         self.standby_state = StandbyState::Empty;
     }
 
@@ -276,6 +289,7 @@ impl Sender {
     /// stream it cannot resume, or holds none).
     fn start_copy(&mut self, block_count: u64, now_ms: u64) {
         self.protected = false;
+        self.followed = true;
         self.copy_end = None;
         self.copy = Some(Copy {
             block_count,
@@ -298,6 +312,7 @@ impl Sender {
                 self.heard_ms = Some(now_ms);
                 let resumable = message.stream == self.stream && message.sequence + 1 >= self.ring_first;
                 if resumable {
+                    self.followed = true;
                     self.received = message.sequence.min(self.next_sequence() - 1);
                     self.send_next = self.received + 1;
                     self.progress_ms = now_ms;

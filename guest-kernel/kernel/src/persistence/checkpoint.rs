@@ -172,6 +172,8 @@ impl Persistence {
         // The mirrors: a blank or stale one resilvered in bounded steps beside the checkpoint
         // work, repairs and status changes reported.
         worked |= mirror_disks::step(&mut self.store);
+        // The pair's stream: a full copy in bounded steps, acknowledgements, the heartbeat.
+        worked |= crate::pair::primary::step(&mut self.store);
         worked |= self.scrub_if_due(idle, worked);
         if self.retry_pending() {
             return Ok(worked);

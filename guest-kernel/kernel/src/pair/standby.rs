@@ -1,0 +1,191 @@
+//! The standby: before its store is opened, the boot runs this loop, which takes the
+//! primary's stream and makes the same writes and flushes to every disk, acknowledges
+//! what it received and what is durable, and heartbeats. The supervisor's promote ends the
+//! loop — only once the disks hold a whole copy — and the boot goes on to open the store
+//! and restart from it as the primary.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use holdfast_replication::receiver::{Action, Receiver};
+use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Message, StandbyState};
+use holdfast_store::{BLOCK_SIZE, BlockDevice};
+
+use super::{ETHERNET_HEADER_BYTES, FRAME_BYTES_MAX, PairOptions, message_of, now_ms, send};
+use crate::drivers::{Block, Net};
+use crate::println;
+
+/// Consecutive blocks gathered into one disk write at most.
+const RUN_BLOCKS_MAX: usize = 64;
+/// With nothing received for this long the loop halts until the next timer tick rather
+/// than spin: an idle standby leaves the host's CPU to others.
+const SPIN_AFTER_LAST_FRAME_MS: u64 = 20;
+
+struct Disks {
+    disks: Vec<Block>,
+    /// A run of consecutive blocks not yet written, from `run_first`.
+    run: Vec<u8>,
+    run_first: u64,
+    failed: bool,
+}
+
+impl Disks {
+    fn write(&mut self, block: u64, data: &[u8]) {
+        let run_blocks = (self.run.len() / BLOCK_SIZE) as u64;
+        if !self.run.is_empty() && (block != self.run_first + run_blocks || run_blocks as usize == RUN_BLOCKS_MAX) {
+            self.write_run();
+        }
+        if self.run.is_empty() {
+            self.run_first = block;
+        }
+        self.run.extend_from_slice(data);
+    }
+
+    fn write_run(&mut self) {
+        if self.run.is_empty() {
+            return;
+        }
+        for index in 0..self.disks.len() {
+            if let Err(error) = BlockDevice::write(&mut self.disks[index], self.run_first, &self.run) {
+                self.say_failed(index, "writing", error);
+            }
+        }
+        self.run.clear();
+    }
+
+    fn flush(&mut self) {
+        self.write_run();
+        for index in 0..self.disks.len() {
+            if let Err(error) = BlockDevice::flush(&mut self.disks[index]) {
+                self.say_failed(index, "flushing", error);
+            }
+        }
+    }
+
+    fn say_failed(&mut self, index: usize, doing: &str, error: holdfast_store::DeviceError) {
+        if !self.failed {
+            println!("holdfast: pair: standby disk {index}: {doing} failed ({error:?}); the copy on it is not whole");
+            self.failed = true;
+        }
+    }
+
+    fn hold(&self, block_count: u64) -> bool {
+        self.disks.iter().all(|disk| disk.block_count() >= block_count)
+    }
+}
+
+/// What the loop sends after taking a message.
+enum Reply {
+    Nothing,
+    Hello,
+    Ack,
+    Promote(u64),
+}
+
+/// Runs the standby until the supervisor promotes it; returns the disks, which then hold
+/// a whole copy of the primary's store, the link, and the new term.
+pub fn run(disks: Vec<Block>, mut link: Net, options: &PairOptions) -> (Vec<Block>, Net, u64) {
+    println!(
+        "holdfast: pair: standby in term {} on {} disks: waiting for the primary's stream",
+        options.term,
+        disks.len()
+    );
+    let mut receiver = Receiver::new();
+    receiver.set_term(options.term);
+    let mut disks = Disks {
+        disks,
+        run: Vec::with_capacity(RUN_BLOCKS_MAX * BLOCK_SIZE),
+        run_first: 0,
+        failed: false,
+    };
+    let mut frame = Box::new([0u8; FRAME_BYTES_MAX]);
+    let length = receiver.hello(&mut frame[ETHERNET_HEADER_BYTES..]);
+    send(&mut link, &mut frame, length);
+    let mut heartbeat_ms = 0;
+    let mut last_frame_ms = now_ms();
+    loop {
+        let now = now_ms();
+        let taken = link.poll(|bytes| take(bytes, &mut receiver, &mut disks, now));
+        let reply = match taken {
+            Ok(Some(reply)) => {
+                last_frame_ms = now;
+                reply
+            }
+            Ok(None) | Err(_) => Reply::Nothing,
+        };
+        match reply {
+            Reply::Nothing => {}
+            Reply::Hello => {
+                let length = receiver.hello(&mut frame[ETHERNET_HEADER_BYTES..]);
+                send(&mut link, &mut frame, length);
+            }
+            Reply::Ack => {
+                let length = receiver.ack(&mut frame[ETHERNET_HEADER_BYTES..]);
+                send(&mut link, &mut frame, length);
+            }
+            Reply::Promote(term) => {
+                if receiver.state() == StandbyState::Consistent && !disks.failed {
+                    disks.flush();
+                    println!("holdfast: pair: promoted to primary in term {term}: starting from the copied store");
+                    return (disks.disks, link, term);
+                }
+                println!(
+                    "holdfast: pair: promotion to term {term} refused: this standby holds no whole copy ({:?})",
+                    receiver.state()
+                );
+            }
+        }
+        if receiver.ack_due() {
+            let length = receiver.ack(&mut frame[ETHERNET_HEADER_BYTES..]);
+            send(&mut link, &mut frame, length);
+        }
+        if now >= heartbeat_ms + HEARTBEAT_INTERVAL_MS {
+            heartbeat_ms = now;
+            let length = receiver.status().encode_heartbeat(receiver.stream(), &mut frame[ETHERNET_HEADER_BYTES..]);
+            send(&mut link, &mut frame, length);
+        }
+        if now.saturating_sub(last_frame_ms) > SPIN_AFTER_LAST_FRAME_MS {
+            x86_64::instructions::interrupts::enable_and_hlt();
+        }
+    }
+}
+
+/// Takes one received frame: the write, flush or copy it asks for is done here.
+fn take(bytes: &[u8], receiver: &mut Receiver, disks: &mut Disks, now: u64) -> Reply {
+    let Some(message) = message_of(bytes).and_then(|bytes| Message::decode(bytes).ok()) else {
+        return Reply::Nothing;
+    };
+    match receiver.receive(&message, now) {
+        Action::Nothing => Reply::Nothing,
+        Action::Write { block, data } => {
+            disks.write(block, data);
+            Reply::Nothing
+        }
+        Action::Flush { sequence } => {
+            disks.flush();
+            receiver.durable_to(sequence);
+            Reply::Ack
+        }
+        Action::CopyBegin { block_count } => {
+            // What the last stream left unwritten no longer matters: the copy rewrites all.
+            disks.run.clear();
+            if !disks.hold(block_count) {
+                println!("holdfast: pair: the primary's store has {block_count} blocks, more than this standby's disks hold; copy refused");
+                receiver.copy_refused();
+                return Reply::Nothing;
+            }
+            disks.failed = false;
+            println!("holdfast: pair: full copy from the primary begins: {block_count} blocks");
+            Reply::Ack
+        }
+        Action::CopyEnd { sequence } => {
+            disks.flush();
+            receiver.durable_to(sequence);
+            if !disks.failed {
+                println!("holdfast: pair: full copy complete: this standby can take over");
+            }
+            Reply::Ack
+        }
+        Action::Promote { term } => Reply::Promote(term),
+        Action::Hello => Reply::Hello,
+    }
+}
