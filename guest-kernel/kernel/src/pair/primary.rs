@@ -191,3 +191,21 @@ pub fn step(store: &mut Store<Block>) -> bool {
     primary.pump();
     copied
 }
+
+/// The primary's replication figures for the counters reply, if this VM is a pair's
+/// primary: lag in bytes and seconds, whether the standby is in step and the pair
+/// degraded, the term, and stream messages sent again.
+pub fn metrics() -> Option<[(&'static str, f64); 6]> {
+    let guard = PRIMARY.lock();
+    let primary = guard.as_ref()?;
+    let now = now_ms();
+    let status = primary.sender.status(primary.checkpoint_generation, primary.journal_ticket_next, now);
+    Some([
+        ("holdfast_replication_lag_bytes", status.lag_bytes as f64),
+        ("holdfast_replication_lag_seconds", status.lag_ms as f64 / 1000.0),
+        ("holdfast_replication_standby_in_step", f64::from(u8::from(primary.sender.is_protected()))),
+        ("holdfast_replication_degraded", f64::from(u8::from(status.degraded))),
+        ("holdfast_replication_term", status.term as f64),
+        ("holdfast_replication_resent_messages_total", primary.sender.resent_total() as f64),
+    ])
+}
