@@ -21,12 +21,18 @@ pub const RESEND_AFTER_MS: u64 = 200;
 pub const HEARD_WITHIN_MS: u64 = 1000;
 /// Superblock slots: copied last in a full copy, after resilver records marked them.
 const SUPERBLOCK_BLOCKS: u64 = 2;
+/// Block parts (4 MiB) after which the stream gets a flush of its own even if the store
+/// made none (a full copy makes none): the standby then makes them durable and the primary
+/// lets them go, so the retained stream never fills up with data only a flush would free.
+const FLUSH_EVERY_PARTS: u64 = 4096;
 
 struct Entry {
     kind: Kind,
     part: u8,
     argument: u64,
     payload: Option<Box<[u8; PART_BYTES]>>,
+    /// A [`Kind::Zeros`] run's length in blocks.
+    zero_run_blocks: u64,
     queued_ms: u64,
 }
 
@@ -66,6 +72,7 @@ pub struct Sender {
     ring: VecDeque<Entry>,
     /// Block parts in the ring.
     retained_parts: u64,
+    parts_since_flush: u64,
     send_next: u64,
     received: u64,
     durable: u64,
@@ -97,6 +104,7 @@ impl Sender {
             ring_first: 1,
             ring: VecDeque::new(),
             retained_parts: 0,
+            parts_since_flush: 0,
             send_next: 1,
             received: 0,
             durable: 0,
@@ -142,17 +150,35 @@ impl Sender {
             part,
             argument,
             payload,
+            zero_run_blocks: 0,
             queued_ms: now_ms,
         });
         sequence
     }
 
     fn push_block(&mut self, block: u64, data: &[u8], now_ms: u64) {
+        if !self.followed {
+            return;
+        }
+        if self.parts_since_flush >= FLUSH_EVERY_PARTS {
+            self.queue_flush(now_ms);
+        }
+        self.parts_since_flush += u64::from(PARTS_PER_BLOCK);
         for part in 0..PARTS_PER_BLOCK {
             let mut payload = Box::new([0u8; PART_BYTES]);
             let start = part as usize * PART_BYTES;
             payload.copy_from_slice(&data[start..start + PART_BYTES]);
             self.push(Kind::BlockPart, part, block, Some(payload), now_ms);
+        }
+    }
+
+    fn push_zeros(&mut self, first_block: u64, blocks: u64, now_ms: u64) {
+        let sequence = self.push(Kind::Zeros, 0, first_block, None, now_ms);
+        if let Some(entry) = sequence
+            .checked_sub(self.ring_first)
+            .and_then(|index| self.ring.get_mut(index as usize))
+        {
+            entry.zero_run_blocks = blocks;
         }
     }
 
@@ -216,6 +242,7 @@ impl Sender {
     /// Puts a flush in the stream and returns its sequence: a commit that flushed waits
     /// until [`Sender::satisfied`] says the mode is met for it.
     pub fn queue_flush(&mut self, now_ms: u64) -> u64 {
+        self.parts_since_flush = 0;
         self.push(Kind::Flush, 0, 0, None, now_ms)
     }
 
@@ -268,8 +295,21 @@ impl Sender {
         let Some(mut copy) = self.copy else {
             return;
         };
+        // Runs of zero blocks (most of a new store) go as one message each.
+        let mut zero_run: Option<(u64, u64)> = None;
         for (index, block) in data.chunks_exact(BLOCK_BYTES).enumerate() {
-            self.push_block(first_block + index as u64, block, now_ms);
+            let block_number = first_block + index as u64;
+            if copy.phase != CopyPhase::Markers && block.iter().all(|&byte| byte == 0) {
+                zero_run = Some(zero_run.map_or((block_number, 1), |(first, count)| (first, count + 1)));
+                continue;
+            }
+            if let Some((first, count)) = zero_run.take() {
+                self.push_zeros(first, count, now_ms);
+            }
+            self.push_block(block_number, block, now_ms);
+        }
+        if let Some((first, count)) = zero_run {
+            self.push_zeros(first, count, now_ms);
         }
         let blocks = (data.len() / BLOCK_BYTES) as u64;
         copy.phase = match copy.phase {
@@ -308,28 +348,18 @@ impl Sender {
             Kind::Ack if message.stream == self.stream => {
                 self.acknowledged(message.sequence, message.argument, now_ms);
             }
-            Kind::Hello => {
-                self.heard_ms = Some(now_ms);
-                let resumable = message.stream == self.stream && message.sequence + 1 >= self.ring_first;
-                if resumable {
-                    self.followed = true;
-                    self.received = message.sequence.min(self.next_sequence() - 1);
-                    self.send_next = self.received + 1;
-                    self.progress_ms = now_ms;
-                } else if self.copy.is_none() || message.stream == self.stream {
-                    // A hello from another stream while a copy is under way was sent before
-                    // the copy's beginning reached the standby; if that was lost, the resend
-                    // timer sends it again.
-                    self.start_copy(block_count, now_ms);
-                }
-            }
+            Kind::Hello => self.hello(message.stream, message.sequence, block_count, now_ms),
             Kind::Heartbeat => {
                 if let Some(status) = Status::decode(message.payload)
                     && status.role == crate::wire::Role::Standby
                 {
-                    self.heard_ms = Some(now_ms);
                     if message.stream == self.stream {
                         self.acknowledged(status.received, status.durable, now_ms);
+                    } else {
+                        // A standby that follows another stream (or none) says so in every
+                        // heartbeat: a hello that was lost (sent before this primary
+                        // listened) costs no more than a heartbeat interval.
+                        self.hello(message.stream, status.received, block_count, now_ms);
                     }
                     if !self.protected {
                         self.standby_state = status.standby_state;
@@ -349,6 +379,24 @@ impl Sender {
                 self.degraded = true;
             }
             _ => {}
+        }
+    }
+
+    /// The standby holds `stream` up to `position`: resume from there if this primary still
+    /// has what follows, else copy everything.
+    fn hello(&mut self, stream: u64, position: u64, block_count: u64, now_ms: u64) {
+        self.heard_ms = Some(now_ms);
+        let resumable = stream == self.stream && position + 1 >= self.ring_first;
+        if resumable {
+            self.followed = true;
+            self.received = position.min(self.next_sequence() - 1);
+            self.send_next = self.received + 1;
+            self.progress_ms = now_ms;
+        } else if (self.copy.is_none() && self.copy_end.is_none()) || stream == self.stream {
+            // A hello from another stream while a copy is under way was sent before the
+            // copy's beginning reached the standby; if that was lost, the resend timer sends
+            // it again.
+            self.start_copy(block_count, now_ms);
         }
     }
 
@@ -395,7 +443,12 @@ impl Sender {
         }
         let sequence = self.send_next.max(self.ring_first);
         let entry = &self.ring[(sequence - self.ring_first) as usize];
-        let payload: &[u8] = entry.payload.as_deref().map_or(&[], |payload| &payload[..]);
+        let zero_run_blocks = entry.zero_run_blocks.to_le_bytes();
+        let payload: &[u8] = match (&entry.payload, entry.kind) {
+            (Some(payload), _) => &payload[..],
+            (None, Kind::Zeros) => &zero_run_blocks,
+            (None, _) => &[],
+        };
         let length = Message {
             part: entry.part,
             payload,

@@ -58,7 +58,14 @@ pub enum Kind {
     /// Supervisor → primary: the standby is gone (its VM died, the supervisor sees it);
     /// stop waiting for it until it is back in step, and say so.
     Degrade = 10,
+    /// Primary → standby, in a full copy: `argument` the first block of a run of all-zero
+    /// blocks; payload: the run's length in blocks (u64, at least 1). A store is mostly
+    /// zeros when new; a copy sends them in one message.
+    Zeros = 11,
 }
+
+/// The longest run one [`Kind::Zeros`] message may name (4 GiB of blocks).
+pub const ZERO_RUN_BLOCKS_MAX: u64 = 1 << 20;
 
 impl Kind {
     fn from_u8(value: u8) -> Option<Self> {
@@ -73,13 +80,14 @@ impl Kind {
             8 => Self::Promote,
             9 => Self::SetMode,
             10 => Self::Degrade,
+            11 => Self::Zeros,
             _ => return None,
         })
     }
 
     /// Whether the message is part of the numbered stream.
     pub fn is_stream(self) -> bool {
-        matches!(self, Self::BlockPart | Self::Flush | Self::CopyBegin | Self::CopyEnd)
+        matches!(self, Self::BlockPart | Self::Flush | Self::CopyBegin | Self::CopyEnd | Self::Zeros)
     }
 }
 
@@ -141,7 +149,8 @@ pub enum WireError {
     Kind(u8),
     Length,
     Checksum,
-    /// A block part numbered past the block, or whose payload is not a whole part.
+    /// A block part numbered past the block, or whose payload is not a whole part; a zero
+    /// run of no blocks or too many.
     Part,
 }
 
@@ -227,6 +236,9 @@ impl<'a> Message<'a> {
         if kind == Kind::BlockPart && (part >= PARTS_PER_BLOCK || length != PART_BYTES) {
             return Err(WireError::Part);
         }
+        if kind == Kind::Zeros && zero_run_blocks(payload).is_none() {
+            return Err(WireError::Part);
+        }
         let word = |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
         Ok(Self {
             kind,
@@ -237,6 +249,12 @@ impl<'a> Message<'a> {
             payload,
         })
     }
+}
+
+/// The run length a [`Kind::Zeros`] payload names, if it is a valid one.
+pub fn zero_run_blocks(payload: &[u8]) -> Option<u64> {
+    let blocks = u64::from_le_bytes(payload.try_into().ok()?);
+    (1..=ZERO_RUN_BLOCKS_MAX).contains(&blocks).then_some(blocks)
 }
 
 /// Who sends a heartbeat.

@@ -14,6 +14,8 @@ use super::{ETHERNET_HEADER_BYTES, FRAME_BYTES_MAX, PairOptions, message_of, now
 use crate::drivers::{Block, Net};
 use crate::println;
 
+static ZERO_BLOCK: [u8; BLOCK_SIZE] = [0; BLOCK_SIZE];
+
 /// Consecutive blocks gathered into one disk write at most.
 const RUN_BLOCKS_MAX: usize = 64;
 /// With nothing received for this long the loop halts until the next timer tick rather
@@ -158,6 +160,12 @@ fn take(bytes: &[u8], receiver: &mut Receiver, disks: &mut Disks, now: u64) -> R
         Action::Nothing => Reply::Nothing,
         Action::Write { block, data } => {
             disks.write(block, data);
+            Reply::Nothing
+        }
+        Action::Zeros { first_block, blocks } => {
+            for block in first_block..first_block + blocks {
+                disks.write(block, &ZERO_BLOCK);
+            }
             Reply::Nothing
         }
         Action::Flush { sequence } => {
