@@ -41,8 +41,9 @@ pub enum MirrorState {
 /// order holds, at every moment, a store that can be opened.
 pub trait Replica: Send {
     fn write(&mut self, first_block: u64, data: &[u8]);
-    /// Returns once the replica holds everything written so far as its mode asks (received,
-    /// durable, or within a lag bound); a commit is acknowledged only after that.
+    /// Everything written so far is durable here; the replica makes it durable there too.
+    /// It does not wait for that: whoever acknowledges a commit asks the replica whether
+    /// its flush has arrived (the kernel's journal, `pair::primary`).
     fn flush(&mut self);
 }
 

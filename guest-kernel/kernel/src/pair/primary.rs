@@ -28,6 +28,8 @@ struct Primary {
     /// The store's figures for the heartbeat, as of the last step.
     checkpoint_generation: u64,
     journal_ticket_next: u64,
+    /// The stream's sequence of the store's newest flush.
+    last_flush: u64,
     /// What the console was last told: the standby in step, the pair degraded.
     said_protected: bool,
     said_degraded: bool,
@@ -48,6 +50,7 @@ pub fn install(link: Net, options: &PairOptions, store: &mut Store<Block>) {
         heartbeat_ms: 0,
         checkpoint_generation: store.checkpoint_generation(),
         journal_ticket_next: store.journal_ticket_next(),
+        last_flush: 0,
         said_protected: false,
         said_degraded: false,
     });
@@ -83,14 +86,8 @@ impl Replica for StoreReplica {
     fn flush(&mut self) {
         let mut guard = PRIMARY.lock();
         let primary = guard.as_mut().expect("the replica is installed with the primary");
-        let flush = primary.sender.queue_flush(now_ms());
-        loop {
-            primary.pump();
-            if primary.sender.satisfied(flush, now_ms()) {
-                return;
-            }
-            core::hint::spin_loop();
-        }
+        primary.last_flush = primary.sender.queue_flush(now_ms());
+        primary.pump();
     }
 }
 
@@ -146,6 +143,25 @@ impl Primary {
             }
         }
     }
+}
+
+/// Where the stream stands after the store's newest flush, if this VM is a pair's primary:
+/// a journal commit that flush made durable here is acknowledged once
+/// [`flush_arrived`] says so.
+pub fn last_flush() -> Option<u64> {
+    PRIMARY.lock().as_ref().map(|primary| primary.last_flush)
+}
+
+/// Whether the standby has the flush at `position` as the mode asks (received, durable, or
+/// within the lag bound; at once while no standby is in step, or after `Degrade`), after
+/// taking what arrived on the link.
+pub fn flush_arrived(position: u64) -> bool {
+    let mut guard = PRIMARY.lock();
+    let Some(primary) = guard.as_mut() else {
+        return true;
+    };
+    primary.pump();
+    primary.sender.satisfied(position, now_ms())
 }
 
 /// One step of the pair's work from the checkpoint step: the next part of a full copy, the
