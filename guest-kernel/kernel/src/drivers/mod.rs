@@ -39,7 +39,7 @@ pub struct Devices {
     pub blocks: [Device<Block>; DISKS_MAX],
     pub net: Device<Net>,
     /// The pair's replication link: the virtio-net device whose MAC address begins with
-    /// [`LINK_MAC_PREFIX`] (`holdfast pair` gives it one), polled by the kernel itself.
+    /// [`LINK_MAC_PREFIX`] (`holdfast pair` gives it one), driven by the kernel itself.
     pub link: Device<Net>,
 }
 
@@ -105,8 +105,18 @@ fn attach_net(devices: &mut Devices, location: DeviceFunction, transport: Result
         if !matches!(devices.link, Device::Absent) {
             return String::from("a second pair link, not driven");
         }
-        devices.link = Device::Ready(net);
-        return String::from("driven (the pair's link, polled)");
+        let mut link = net;
+        // Its receptions only wake a halted kernel (the vector the disks use for that);
+        // the pair's code looks at the queue itself.
+        let status = match pci::route_queue_interrupt(location, crate::arch::idt::BLOCK_VECTOR) {
+            Ok(()) => {
+                link.use_interrupts();
+                String::from("driven (the pair's link)")
+            }
+            Err(why) => format!("driven (the pair's link), polled ({why})"),
+        };
+        devices.link = Device::Ready(link);
+        return status;
     }
     if !matches!(devices.net, Device::Absent) {
         return String::from("not driven (the kernel drives the first of each type)");

@@ -18,9 +18,6 @@ static ZERO_BLOCK: [u8; BLOCK_SIZE] = [0; BLOCK_SIZE];
 
 /// Consecutive blocks gathered into one disk write at most.
 const RUN_BLOCKS_MAX: usize = 64;
-/// With nothing received for this long the loop halts until the next timer tick rather
-/// than spin: an idle standby leaves the host's CPU to others.
-const SPIN_AFTER_LAST_FRAME_MS: u64 = 20;
 
 struct Disks {
     disks: Vec<Block>,
@@ -103,17 +100,11 @@ pub fn run(disks: Vec<Block>, mut link: Net, options: &PairOptions) -> (Vec<Bloc
     let length = receiver.hello(&mut frame[ETHERNET_HEADER_BYTES..]);
     send(&mut link, &mut frame, length);
     let mut heartbeat_ms = 0;
-    let mut last_frame_ms = now_ms();
     loop {
         let now = now_ms();
         let taken = link.poll(|bytes| take(bytes, &mut receiver, &mut disks, now));
-        let reply = match taken {
-            Ok(Some(reply)) => {
-                last_frame_ms = now;
-                reply
-            }
-            Ok(None) | Err(_) => Reply::Nothing,
-        };
+        let took_one = matches!(taken, Ok(Some(_)));
+        let reply = taken.ok().flatten().unwrap_or(Reply::Nothing);
         match reply {
             Reply::Nothing => {}
             Reply::Hello => {
@@ -145,8 +136,15 @@ pub fn run(disks: Vec<Block>, mut link: Net, options: &PairOptions) -> (Vec<Bloc
             let length = receiver.status().encode_heartbeat(receiver.stream(), &mut frame[ETHERNET_HEADER_BYTES..]);
             send(&mut link, &mut frame, length);
         }
-        if now.saturating_sub(last_frame_ms) > SPIN_AFTER_LAST_FRAME_MS {
-            x86_64::instructions::interrupts::enable_and_hlt();
+        if !took_one {
+            // Nothing waiting: halt until a frame (its interrupt) or the next tick. Checked
+            // with interrupts off, so that a frame arriving in between still wakes the halt.
+            x86_64::instructions::interrupts::disable();
+            if link.has_frame() {
+                x86_64::instructions::interrupts::enable();
+            } else {
+                x86_64::instructions::interrupts::enable_and_hlt();
+            }
         }
     }
 }

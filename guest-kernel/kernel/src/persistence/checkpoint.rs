@@ -164,10 +164,8 @@ impl Persistence {
     fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, Failure> {
         // Queued journal commits first: their processes wait for them, and nothing else
         // here is waited for (a scrub step before them added its reads to every commit).
+        // Groups the standby has now (its acknowledgement's interrupt woke the idle loop).
         let mut worked = self.journal_release(objects);
-        // While groups wait for the standby, the idle loop comes back at once rather than
-        // halting until the next tick: the acknowledgement is on its way.
-        worked |= !self.journal_awaiting_standby.is_empty();
         if self.journal_may_write() {
             self.journal_write(objects)?;
             worked = true;
