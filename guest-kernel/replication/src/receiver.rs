@@ -208,6 +208,7 @@ impl Receiver {
             standby_state: self.state,
             degraded: false,
             standby_heard: false,
+            fenced: false,
         }
     }
 

@@ -90,6 +90,8 @@ pub struct Sender {
     degraded: bool,
     /// Stream messages sent again after a cut, since boot.
     resent_total: u64,
+    /// A primary of a later term spoke: this one was fenced and acknowledges nothing more.
+    superseded_by: Option<u64>,
 }
 
 impl Sender {
@@ -117,6 +119,7 @@ impl Sender {
             followed: false,
             degraded: false,
             resent_total: 0,
+            superseded_by: None,
         }
     }
 
@@ -253,6 +256,9 @@ impl Sender {
     /// the supervisor said it is gone ([`Kind::Degrade`]). Asynchronously, a standby that
     /// stopped answering is not waited for.
     pub fn satisfied(&self, sequence: u64, now_ms: u64) -> bool {
+        if self.superseded_by.is_some() {
+            return false;
+        }
         if !self.protected || self.degraded {
             return true;
         }
@@ -351,6 +357,11 @@ impl Sender {
             Kind::Hello => self.hello(message.stream, message.sequence, block_count, now_ms),
             Kind::Heartbeat => {
                 if let Some(status) = Status::decode(message.payload)
+                    && status.role == crate::wire::Role::Primary
+                    && status.term > self.term
+                {
+                    self.superseded_by = Some(status.term);
+                } else if let Some(status) = Status::decode(message.payload)
                     && status.role == crate::wire::Role::Standby
                 {
                     if message.stream == self.stream {
@@ -475,7 +486,13 @@ impl Sender {
             standby_state: self.standby_state,
             degraded: self.degraded,
             standby_heard: self.heard(now_ms),
+            fenced: self.superseded_by.is_some(),
         }
+    }
+
+    /// The term of a later primary this one heard of, if it did: it was fenced.
+    pub fn superseded_by(&self) -> Option<u64> {
+        self.superseded_by
     }
 
     pub fn resent_total(&self) -> u64 {

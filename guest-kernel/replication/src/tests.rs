@@ -273,3 +273,25 @@ fn a_copy_larger_than_the_retained_bound_flushes_as_it_goes() {
     pair.run_until(|pair| pair.sender.satisfied(flush, pair.now_ms));
     assert!(pair.standby.durable == pair.primary.durable);
 }
+
+#[test]
+fn a_primary_that_hears_of_a_later_term_acknowledges_nothing_more() {
+    let mut pair = Pair::new(Mode::Asynchronous, 7);
+    pair.hello();
+    pair.run_until(|pair| pair.sender.is_protected());
+    let mut frame = [0u8; MESSAGE_BYTES_MAX];
+    let newer = crate::wire::Status {
+        role: crate::wire::Role::Primary,
+        term: 2,
+        ..pair.receiver.status()
+    };
+    let length = newer.encode_heartbeat(0x1234, &mut frame);
+    pair.sender.receive(&Message::decode(&frame[..length]).unwrap(), BLOCKS, pair.now_ms);
+    pair.write(4, 4);
+    let flush = pair.flush();
+    for _ in 0..2_000 {
+        pair.step();
+        assert!(!pair.sender.satisfied(flush, pair.now_ms), "a fenced primary acknowledged a commit");
+    }
+    assert_eq!(pair.sender.superseded_by(), Some(2));
+}

@@ -304,6 +304,9 @@ pub struct Status {
     pub degraded: bool,
     /// Primary: the standby answered within the last second.
     pub standby_heard: bool,
+    /// Primary: a primary of a later term spoke; this one was fenced and acknowledges
+    /// nothing more.
+    pub fenced: bool,
 }
 
 pub const HEARTBEAT_INTERVAL_MS: u64 = 50;
@@ -315,7 +318,7 @@ impl Status {
         out[0] = self.role as u8;
         out[1] = self.mode as u8;
         out[2] = self.standby_state as u8;
-        out[3] = u8::from(self.degraded) | (u8::from(self.standby_heard) << 1);
+        out[3] = u8::from(self.degraded) | (u8::from(self.standby_heard) << 1) | (u8::from(self.fenced) << 2);
         let words = [
             self.term,
             self.checkpoint_generation,
@@ -351,6 +354,7 @@ impl Status {
             },
             degraded: bytes[3] & 1 != 0,
             standby_heard: bytes[3] & 2 != 0,
+            fenced: bytes[3] & 4 != 0,
             term: word(0),
             checkpoint_generation: word(1),
             journal_ticket_next: word(2),
@@ -441,6 +445,7 @@ mod tests {
             standby_state: StandbyState::Consistent,
             degraded: false,
             standby_heard: true,
+            fenced: false,
         };
         let mut out = [0u8; MESSAGE_BYTES_MAX];
         let length = status.encode_heartbeat(5, &mut out);

@@ -33,6 +33,7 @@ struct Primary {
     /// What the console was last told: the standby in step, the pair degraded.
     said_protected: bool,
     said_degraded: bool,
+    said_fenced: bool,
 }
 
 static PRIMARY: Mutex<Option<Primary>> = Mutex::new(None);
@@ -53,6 +54,7 @@ pub fn install(link: Net, options: &PairOptions, store: &mut Store<Block>) {
         last_flush: 0,
         said_protected: false,
         said_degraded: false,
+        said_fenced: false,
     });
     store.set_replica(Box::new(StoreReplica));
     println!(
@@ -124,8 +126,15 @@ impl Primary {
         }
     }
 
-    /// A line whenever the standby comes into step or the pair degrades: never silently.
+    /// A line whenever the standby comes into step, the pair degrades or this primary
+    /// learns it was fenced: never silently.
     fn report(&mut self) {
+        if let Some(term) = self.sender.superseded_by()
+            && !self.said_fenced
+        {
+            self.said_fenced = true;
+            println!("holdfast: pair: FENCED: a primary serves in term {term}; this one acknowledges no commit from now on");
+        }
         let protected = self.sender.is_protected();
         if protected != self.said_protected {
             self.said_protected = protected;
