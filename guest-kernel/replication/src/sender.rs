@@ -21,10 +21,10 @@ pub const RESEND_AFTER_MS: u64 = 200;
 pub const HEARD_WITHIN_MS: u64 = 1000;
 /// Superblock slots: copied last in a full copy, after resilver records marked them.
 const SUPERBLOCK_BLOCKS: u64 = 2;
-/// Block parts (4 MiB) after which the stream gets a flush of its own even if the store
+/// Blocks (4 MiB) after which the stream gets a flush of its own even if the store
 /// made none (a full copy makes none): the standby then makes them durable and the primary
 /// lets them go, so the retained stream never fills up with data only a flush would free.
-const FLUSH_EVERY_PARTS: u64 = 4096;
+const FLUSH_EVERY_PARTS: u64 = 1024;
 
 struct Entry {
     kind: Kind,

@@ -1,7 +1,8 @@
 //! The link's messages, byte for byte (`docs/replication.md` is the reader's version).
 //!
-//! Every message rides alone in one Ethernet frame of EtherType [`ETHERTYPE`]: a 48-byte
-//! header, then at most [`PAYLOAD_BYTES_MAX`] bytes of payload. All integers are
+//! Every message rides alone in one Ethernet frame of EtherType [`ETHERTYPE`] (jumbo: up to
+//! 14 + [`MESSAGE_BYTES_MAX`] bytes): a 48-byte header, then at most [`PAYLOAD_BYTES_MAX`]
+//! bytes of payload. All integers are
 //! little-endian. The checksum (XXH64, seed 0) covers the header with its checksum field
 //! zeroed and the payload, so a message damaged anywhere, cut short or padded is refused
 //! whole; a message of another version is refused by its version field before anything in
@@ -17,9 +18,10 @@ pub const MAGIC: [u8; 4] = *b"HFRL";
 /// Bumped on any change to a header field or a payload layout.
 pub const VERSION: u16 = 1;
 pub const HEADER_BYTES: usize = 48;
-/// A block travels in [`PARTS_PER_BLOCK`] parts of this size, so that a message fits a
-/// standard 1500-byte Ethernet payload with room to spare.
-pub const PART_BYTES: usize = 1024;
+/// A block travels whole in one message: the link is a point-to-point wire through the
+/// host, which carries frames of any length, and every frame costs a notification and a
+/// trip through the host. (The `part` field stays, for a link with a smaller MTU.)
+pub const PART_BYTES: usize = 4096;
 pub const BLOCK_BYTES: usize = 4096;
 pub const PARTS_PER_BLOCK: u8 = (BLOCK_BYTES / PART_BYTES) as u8;
 pub const PAYLOAD_BYTES_MAX: usize = PART_BYTES;
@@ -31,8 +33,8 @@ pub const MESSAGE_BYTES_MAX: usize = HEADER_BYTES + PAYLOAD_BYTES_MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// Primary → standby. `argument`: the device block; `part`: which quarter; payload: its
-    /// 1024 bytes.
+    /// Primary → standby. `argument`: the device block; `part`: which part (0: a block is
+    /// one part); payload: its [`PART_BYTES`] bytes.
     BlockPart = 1,
     /// Primary → standby. Everything before it in the stream is durable on the primary;
     /// the standby makes it durable on its disks too and says so in its next [`Kind::Ack`].
@@ -386,7 +388,7 @@ mod tests {
     fn a_message_decodes_to_what_was_encoded() {
         let payload = [7u8; PART_BYTES];
         let message = Message {
-            part: 3,
+            part: 0,
             payload: &payload,
             ..Message::new(Kind::BlockPart, 0xfeed, 42, 1234)
         };
@@ -418,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn a_block_part_must_be_a_whole_quarter() {
+    fn a_block_part_must_be_a_whole_part() {
         let payload = [0u8; 100];
         let mut out = [0u8; MESSAGE_BYTES_MAX];
         let length = Message {
