@@ -72,7 +72,7 @@ if ((${#terraform_missing[@]})); then
     DEBIAN_FRONTEND=noninteractive "${terraform_sudo[@]}" apt-get install -y -qq --no-install-recommends "${terraform_missing[@]}"
 fi
 if ! command -v go >/dev/null; then
-    echo "ci/setup: go not found: the Terraform provider needs Go 1.24 or newer (https://go.dev/dl)" >&2
+    echo "ci/setup: go not found: the Terraform provider needs Go 1.25 or newer (https://go.dev/dl)" >&2
     exit 1
 fi
 (cd terraform && go mod download)

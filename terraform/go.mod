@@ -1,6 +1,6 @@
 module github.com/holdfast/terraform-provider-holdfast
 
-go 1.26.8
+go 1.25.8
 
 require (
 	github.com/digitalocean/go-libvirt v0.0.0-20261013170128-efbbdf578ac8

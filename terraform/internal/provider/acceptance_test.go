@@ -24,8 +24,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 )
 
 const (
@@ -97,6 +99,9 @@ func setUpLibvirt() error {
 		return err
 	}
 	defer l.Disconnect()
+	if err := removeLeftovers(l); err != nil {
+		return err
+	}
 	if _, err := l.StoragePoolLookupByName(testPool); err == nil {
 		return nil
 	}
@@ -124,6 +129,39 @@ func reachableTempDir(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+// removeLeftovers removes the domains and volumes (all named tfacc-...) that an earlier run
+// killed half-way left behind, so that this run does not trip over them.
+func removeLeftovers(l *libvirt.Libvirt) error {
+	domains, _, err := l.ConnectListAllDomains(1, 0)
+	if err != nil {
+		return err
+	}
+	for _, domain := range domains {
+		if strings.HasPrefix(domain.Name, "tfacc-") {
+			_ = l.DomainDestroy(domain)
+			if err := l.DomainUndefine(domain); err != nil {
+				return fmt.Errorf("removing leftover domain %s: %w", domain.Name, err)
+			}
+		}
+	}
+	pool, err := l.StoragePoolLookupByName(testPool)
+	if err != nil {
+		return nil
+	}
+	volumes, _, err := l.StoragePoolListAllVolumes(pool, 1, 0)
+	if err != nil {
+		return err
+	}
+	for _, volume := range volumes {
+		if strings.HasPrefix(volume.Name, "tfacc-") {
+			if err := l.StorageVolDelete(volume, libvirt.StorageVolDeleteNormal); err != nil {
+				return fmt.Errorf("removing leftover volume %s: %w", volume.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 func freePort(t *testing.T) int {
@@ -286,7 +324,7 @@ func TestAccApplianceLifecycle(t *testing.T) {
 	}
 	consoleLog := filepath.Join(stateDir, name, "console.log")
 	controlSocket := filepath.Join(stateDir, name, "control.sock")
-	var firstID, secondID, thirdID int32
+	var firstID, secondID, thirdID, fourthID int32
 	var generationBeforeDestroy uint64
 	var disks []string
 	resource.Test(t, resource.TestCase{
@@ -344,6 +382,37 @@ func TestAccApplianceLifecycle(t *testing.T) {
 						return nil
 					},
 					consoleSays(consoleLog, "HOLDFAST-READY"),
+				),
+			},
+			{
+				// The VM stops behind Terraform's back (a crash, virsh destroy): the plan
+				// shows running = false -> true, and apply starts it again.
+				PreConfig: func() {
+					l, err := testLibvirt()
+					if err == nil {
+						defer l.Disconnect()
+						var domain libvirt.Domain
+						if domain, err = l.DomainLookupByName(name); err == nil {
+							err = l.DomainDestroy(domain)
+						}
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: config("  shutdown_timeout_seconds = 45\n  memory_mib = 320\n"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("holdfast_appliance.vm", plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue("holdfast_appliance.vm", tfjsonpath.New("running"), knownvalue.Bool(true)),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					domainRunning(name, 320, &fourthID),
+					func(*terraform.State) error {
+						if fourthID == thirdID {
+							return fmt.Errorf("the VM was not started again (id %d)", fourthID)
+						}
+						return nil
+					},
 				),
 			},
 			{

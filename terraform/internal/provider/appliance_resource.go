@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
@@ -45,6 +46,7 @@ type applianceModel struct {
 	ReadyLine              types.String `tfsdk:"ready_line"`
 	ReadyTimeoutSeconds    types.Int64  `tfsdk:"ready_timeout_seconds"`
 	ShutdownTimeoutSeconds types.Int64  `tfsdk:"shutdown_timeout_seconds"`
+	Running                types.Bool   `tfsdk:"running"`
 	ConsoleLog             types.String `tfsdk:"console_log"`
 	ControlSocket          types.String `tfsdk:"control_socket"`
 }
@@ -123,6 +125,12 @@ func (r *applianceResource) Schema(_ context.Context, _ resource.SchemaRequest, 
 				Description: "Destroy and restarts first take a checkpoint through the admin service and wait for it to " +
 					"commit, at most this long (default 60), then stop QEMU with SIGTERM.",
 			},
+			"running": schema.BoolAttribute{
+				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+				Description: "Whether the VM runs (default true). A VM found stopped (its kernel ended it, or someone " +
+					"did) is a change back to true in the next plan, and apply starts it and waits for its ready line; " +
+					"false stops it as destroy does and keeps its definition.",
+			},
 			"console_log": schema.StringAttribute{
 				Computed: true, PlanModifiers: known,
 				Description: "The serial console's log file (kept after destroy).",
@@ -160,6 +168,7 @@ func (m *applianceModel) spec(ctx context.Context) (applianceSpec, diag.Diagnost
 		ReadyTimeoutSeconds:    m.ReadyTimeoutSeconds.ValueInt64(),
 		ShutdownTimeoutSeconds: m.ShutdownTimeoutSeconds.ValueInt64(),
 		StateDir:               stateDir,
+		Running:                m.Running.ValueBool(),
 	}, diagnostics
 }
 
@@ -176,6 +185,7 @@ func (m *applianceModel) setFrom(spec applianceSpec) {
 	m.ReadyLine = types.StringValue(spec.ReadyLine)
 	m.ReadyTimeoutSeconds = types.Int64Value(spec.ReadyTimeoutSeconds)
 	m.ShutdownTimeoutSeconds = types.Int64Value(spec.ShutdownTimeoutSeconds)
+	m.Running = types.BoolValue(spec.Running)
 	m.ConsoleLog = types.StringValue(spec.ConsoleLog)
 	m.ControlSocket = types.StringValue(spec.ControlSocket)
 }
@@ -250,6 +260,11 @@ func (r *applianceResource) Create(ctx context.Context, req resource.CreateReque
 	}
 	// From here a failure removes the domain: a failed apply leaves nothing half-made for
 	// the next one to trip over (upstream #921), and Terraform's state has no VM either.
+	if !spec.Running {
+		plan.setFrom(spec)
+		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+		return
+	}
 	if err := startAndWait(ctx, l, domain, spec); err != nil {
 		_ = l.DomainDestroy(domain)
 		if undefineErr := l.DomainUndefine(domain); undefineErr != nil {
@@ -354,9 +369,9 @@ func (r *applianceResource) Read(ctx context.Context, req resource.ReadRequest, 
 		resp.Diagnostics.AddError("Cannot read the Holdfast appliance", err.Error())
 		return
 	}
-	if active, err := isActive(l, domain); err == nil && !active {
-		resp.Diagnostics.AddWarning("Holdfast appliance "+spec.Name+" is not running",
-			"its domain is defined but stopped (see "+spec.ConsoleLog+"); start it with virsh start "+spec.Name)
+	if spec.Running, err = isActive(l, domain); err != nil {
+		resp.Diagnostics.AddError("Cannot read the Holdfast appliance", err.Error())
+		return
 	}
 	state.setFrom(spec)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
@@ -379,17 +394,24 @@ func (r *applianceResource) Update(ctx context.Context, req resource.UpdateReque
 	fail := func(err error) {
 		resp.Diagnostics.AddError("Cannot update the Holdfast appliance "+next.Name, err.Error())
 	}
-	restart := previous.restartDiffers(next)
-	if restart {
-		if err := preflight(next); err != nil {
-			fail(err)
-			return
-		}
-	}
 	l, domain, err := r.lookup(next.Name)
 	if err != nil {
 		fail(err)
 		return
+	}
+	active, err := isActive(l, domain)
+	if err != nil {
+		fail(err)
+		return
+	}
+	restart := previous.restartDiffers(next)
+	stop := active && (restart || !next.Running)
+	start := next.Running && (restart || !active)
+	if start {
+		if err := preflight(next); err != nil {
+			fail(err)
+			return
+		}
 	}
 	next.UUID = uuidString(domain.UUID)
 	domainXML, err := next.DomainXML()
@@ -397,7 +419,7 @@ func (r *applianceResource) Update(ctx context.Context, req resource.UpdateReque
 		fail(err)
 		return
 	}
-	if restart {
+	if stop {
 		warning, err := stopGracefully(ctx, l, domain, previous)
 		if warning != "" {
 			resp.Diagnostics.AddWarning("Holdfast appliance "+next.Name+" was not stopped gracefully", warning)
@@ -413,8 +435,13 @@ func (r *applianceResource) Update(ctx context.Context, req resource.UpdateReque
 		fail(fmt.Errorf("redefining the domain: %w", err))
 		return
 	}
-	if restart {
+	if start {
 		if err := startAndWait(ctx, l, domain, next); err != nil {
+			// The new definition is in place but the VM does not run: the state says so,
+			// and the next plan shows running = false -> true.
+			next.Running = false
+			plan.setFrom(next)
+			resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 			fail(err)
 			return
 		}

@@ -63,6 +63,7 @@ type applianceSpec struct {
 	ReadyTimeoutSeconds    int64
 	ShutdownTimeoutSeconds int64
 	StateDir               string
+	Running                bool // not in the XML: whether libvirt runs the domain
 }
 
 func (s applianceSpec) kernelPath() string { return filepath.Join(s.ImageDir, kernelFileName) }
