@@ -64,6 +64,9 @@ var setUpError error
 // preCheck starts virtlogd and libvirtd when none runs (there is no systemd here) and
 // makes the test pool, once for every test.
 func preCheck(t *testing.T) {
+	if os.Getenv("TF_ACC") == "" {
+		t.Skip("acceptance tests run with TF_ACC=1 (they start libvirtd and boot guests)")
+	}
 	setUpOnce.Do(func() { setUpError = setUpLibvirt() })
 	if setUpError != nil {
 		t.Fatal(setUpError)
@@ -632,4 +635,47 @@ type startClock struct{ started *time.Time }
 
 func (c startClock) CheckPlan(context.Context, plancheck.CheckPlanRequest, *plancheck.CheckPlanResponse) {
 	*c.started = time.Now()
+}
+
+// TestAccStoreLostMirrorIsNotReplaced: a mirror volume deleted outside Terraform does not
+// turn into a plan that replaces the store (which would destroy the mirror holding the
+// data); the plan stays empty and a warning says how to give Holdfast a blank volume to
+// resilver.
+func TestAccStoreLostMirrorIsNotReplaced(t *testing.T) {
+	preCheck(t)
+	config := providerBlock(t) + storeBlock("tfacc-lost", 8)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testProviders,
+		CheckDestroy: func(*terraform.State) error {
+			for _, mirror := range []int{0, 1} {
+				if _, err := os.Stat(filepath.Join(testPoolDir, volumeName("tfacc-lost", mirror))); !os.IsNotExist(err) {
+					return fmt.Errorf("volume %d of tfacc-lost is still there (%v)", mirror, err)
+				}
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{
+			{Config: config},
+			{
+				PreConfig: func() {
+					l, err := testLibvirt()
+					if err == nil {
+						defer l.Disconnect()
+						var pool libvirt.StoragePool
+						var volume libvirt.StorageVol
+						if pool, err = l.StoragePoolLookupByName(testPool); err == nil {
+							if volume, err = l.StorageVolLookupByName(pool, volumeName("tfacc-lost", 1)); err == nil {
+								err = l.StorageVolDelete(volume, libvirt.StorageVolDeleteNormal)
+							}
+						}
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:   config,
+				PlanOnly: true,
+			},
+		},
+	})
 }

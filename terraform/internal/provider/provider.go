@@ -5,9 +5,11 @@ package provider
 
 import (
 	"context"
+	"net/url"
 	"os"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -66,6 +68,12 @@ func (p *holdfastProvider) Configure(ctx context.Context, req provider.Configure
 		return
 	}
 	uri := firstNonEmpty(config.URI.ValueString(), os.Getenv(uriVariable), defaultURI)
+	if parsed, err := url.Parse(uri); err != nil || parsed.Host != "" {
+		resp.Diagnostics.AddAttributeError(path.Root("uri"), "The provider must run on the libvirt host",
+			uri+" is not a local libvirt URI: the provider formats stores, checks what QEMU can reach and reads "+
+				"console logs on the host itself. Run Terraform there, with a URI such as qemu:///system.")
+		return
+	}
 	command := firstNonEmpty(config.HoldfastCommand.ValueString(), os.Getenv(holdfastCommandVariable), "holdfast")
 	// The connection is made when a resource first needs it, so that `terraform validate`
 	// and a plan with nothing to read work without a libvirtd.

@@ -231,6 +231,16 @@ func (r *storeResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		resp.State.RemoveResource(ctx)
 		return
 	}
+	if known := state.Mirrors.ValueInt64(); !state.Mirrors.IsNull() && int64(len(paths)) < known {
+		// A lost mirror is not a smaller store: reading it as one would plan to replace the
+		// store, destroying the mirror that holds the data. Holdfast resilvers a blank
+		// volume online, so say how to give it one, and keep the state as it was.
+		missing := volumeName(name, len(paths))
+		resp.Diagnostics.AddWarning("A mirror of Holdfast store "+state.ID.ValueString()+" is missing",
+			fmt.Sprintf("volume %s is gone from pool %s. Make a blank one of the same size (virsh vol-create-as %s %s %dM "+
+				"--format raw); the appliance resilvers it online.", missing, poolName, poolName, missing, capacityBytes>>20))
+		return
+	}
 	state.Name = types.StringValue(name)
 	state.Pool = types.StringValue(poolName)
 	state.SizeMiB = types.Int64Value(int64(capacityBytes >> 20))
