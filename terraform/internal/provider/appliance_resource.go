@@ -155,10 +155,11 @@ func (m *applianceModel) spec(ctx context.Context) (applianceSpec, diag.Diagnost
 	name := m.Name.ValueString()
 	stateDir := m.StateDir.ValueString()
 	return applianceSpec{
-		Name:                   name,
-		DomainType:             m.DomainType.ValueString(),
-		MemoryMiB:              m.MemoryMiB.ValueInt64(),
-		ImageDir:               filepath.Clean(m.ImageDir.ValueString()),
+		Name:       name,
+		DomainType: m.DomainType.ValueString(),
+		MemoryMiB:  m.MemoryMiB.ValueInt64(),
+		// As written: Terraform requires the state to hold what the configuration says.
+		ImageDir:               m.ImageDir.ValueString(),
 		KernelAppend:           m.KernelAppend.ValueString(),
 		Disks:                  disks,
 		TP1Port:                m.TP1Port.ValueInt64(),

@@ -367,7 +367,7 @@ func parseDomainXML(text string) (applianceSpec, error) {
 	spec.ShutdownTimeoutSeconds = metadata.ShutdownTimeoutSeconds
 	spec.StateDir = metadata.StateDir
 	spec.ImageDir = metadata.ImageDir
-	if filepath.Dir(domain.OS.Kernel) != spec.ImageDir {
+	if filepath.Dir(domain.OS.Kernel) != filepath.Clean(spec.ImageDir) {
 		return spec, fmt.Errorf("domain %q boots %s, not the kernel of its image directory %s", domain.Name, domain.OS.Kernel, spec.ImageDir)
 	}
 	for _, disk := range domain.Devices.Disks {
