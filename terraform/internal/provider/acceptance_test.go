@@ -80,9 +80,14 @@ func testLibvirt() (*libvirt.Libvirt, error) {
 
 func setUpLibvirt() error {
 	if _, err := testLibvirt(); err != nil {
-		for _, daemon := range []string{"virtlogd", "libvirtd"} {
-			if output, err := exec.Command(daemon, "-d").CombinedOutput(); err != nil {
-				return fmt.Errorf("starting %s: %v: %s", daemon, err, output)
+		// virtlogd may run without libvirtd (it outlives it): start only what does not answer.
+		for _, daemon := range [][2]string{{"virtlogd", "/run/libvirt/virtlogd-sock"}, {"libvirtd", "/run/libvirt/libvirt-sock"}} {
+			if connection, err := net.Dial("unix", daemon[1]); err == nil {
+				connection.Close()
+				continue
+			}
+			if output, err := exec.Command(daemon[0], "-d").CombinedOutput(); err != nil {
+				return fmt.Errorf("starting %s: %v: %s", daemon[0], err, output)
 			}
 		}
 		deadline := time.Now().Add(30 * time.Second)
