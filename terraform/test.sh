@@ -59,7 +59,7 @@ echo "== terraform acceptance tests (TF_ACC=1, the local libvirtd, guests under 
 : >"$work/empty.tfrc"
 # OpenTofu knows the in-process provider's legacy address only on its own registry host.
 provider_host=registry.terraform.io
-if "$terraform_binary" version | grep -q OpenTofu; then provider_host=registry.opentofu.org; fi
+if [[ $("$terraform_binary" version 2>&1) == *OpenTofu* ]]; then provider_host=registry.opentofu.org; fi
 if ! TF_ACC=1 TF_ACC_TERRAFORM_PATH="$terraform_binary" TF_ACC_PROVIDER_HOST="$provider_host" TF_CLI_CONFIG_FILE="$work/empty.tfrc" go test -count=1 -timeout 10m -v -run '^TestAcc' ./internal/provider \
     >"$work/acceptance.log" 2>&1; then
     cat "$work/acceptance.log"

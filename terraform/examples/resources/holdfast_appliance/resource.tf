@@ -10,6 +10,7 @@ resource "holdfast_appliance" "app" {
   kernel_append = "holdfast.checkpoint-interval-ms=2000"
   tp1_port      = 7100
 
+  running                  = true
   ready_line               = "HOLDFAST-READY"
   ready_timeout_seconds    = 300
   shutdown_timeout_seconds = 60
