@@ -684,3 +684,60 @@ func TestAccStoreLostMirrorIsNotReplaced(t *testing.T) {
 		},
 	})
 }
+
+// TestAccStoreInactivePool: a pool that exists but is stopped is an error naming
+// `virsh pool-start`, not a failure deep inside volume creation.
+func TestAccStoreInactivePool(t *testing.T) {
+	preCheck(t)
+	const pool = "tfacc-inactive-pool"
+	l, err := testLibvirt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Disconnect()
+	if old, err := l.StoragePoolLookupByName(pool); err == nil {
+		_ = l.StoragePoolUndefine(old)
+	}
+	defined, err := l.StoragePoolDefineXML(fmt.Sprintf(`<pool type="dir"><name>%s</name><target><path>%s</path></target></pool>`,
+		pool, filepath.Join(reachableTempDir(t), "pool")), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.StoragePoolUndefine(defined) })
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testProviders,
+		Steps: []resource.TestStep{{
+			Config: providerBlock(t) + fmt.Sprintf(`
+resource "holdfast_store" "store" {
+  name     = "tfacc-inactive"
+  pool     = %q
+  size_mib = 8
+}
+`, pool),
+			ExpectError: wrappedText(fmt.Sprintf(`storage pool %q exists but is not active. Fix: virsh pool-start %s`, pool, pool)),
+		}},
+	})
+}
+
+// TestAccStoreFailedFormatLeavesNoVolume: when `holdfast store format` cannot run, the
+// volumes made for it are deleted and the error names the setting to fix (upstream #921,
+// for stores).
+func TestAccStoreFailedFormatLeavesNoVolume(t *testing.T) {
+	preCheck(t)
+	missing := filepath.Join(t.TempDir(), "no-holdfast-here")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testProviders,
+		Steps: []resource.TestStep{{
+			Config:      fmt.Sprintf("provider \"holdfast\" {\n  holdfast_command = %q\n}\n", missing) + storeBlock("tfacc-noformat", 8),
+			ExpectError: wrappedText(`Fix: set the provider's holdfast_command`),
+		}},
+		CheckDestroy: func(*terraform.State) error {
+			for _, mirror := range []int{0, 1} {
+				if _, err := os.Stat(filepath.Join(testPoolDir, volumeName("tfacc-noformat", mirror))); !os.IsNotExist(err) {
+					return fmt.Errorf("volume %d of the store that failed is still there (%v)", mirror, err)
+				}
+			}
+			return nil
+		},
+	})
+}

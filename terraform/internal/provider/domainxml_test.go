@@ -56,3 +56,21 @@ func TestADomainWithoutHoldfastMetadataIsRefused(t *testing.T) {
 		t.Errorf("want a refusal naming the domain as not an appliance, got %v", err)
 	}
 }
+
+func TestAKVMDomainRunsTheHostCPU(t *testing.T) {
+	spec := testSpec()
+	spec.DomainType = "kvm"
+	text, err := spec.DomainXML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<domain type="kvm"`, `<cpu mode="host-passthrough" check="none">`,
+		`<feature policy="disable" name="arch-capabilities"></feature>`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the kvm domain XML lacks %s", want)
+		}
+	}
+	if strings.Contains(text, "<model") {
+		t.Errorf("the kvm domain XML names a CPU model:\n%s", text)
+	}
+}
