@@ -720,24 +720,38 @@ resource "holdfast_store" "store" {
 }
 
 // TestAccStoreFailedFormatLeavesNoVolume: when `holdfast store format` cannot run, the
-// volumes made for it are deleted and the error names the setting to fix (upstream #921,
-// for stores).
+// volumes made for it are deleted and the error names the setting to fix; the next plan
+// creates the store afresh (upstream #921, for stores).
 func TestAccStoreFailedFormatLeavesNoVolume(t *testing.T) {
 	preCheck(t)
 	missing := filepath.Join(t.TempDir(), "no-holdfast-here")
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testProviders,
-		Steps: []resource.TestStep{{
-			Config:      fmt.Sprintf("provider \"holdfast\" {\n  holdfast_command = %q\n}\n", missing) + storeBlock("tfacc-noformat", 8),
-			ExpectError: wrappedText(`Fix: set the provider's holdfast_command`),
-		}},
-		CheckDestroy: func(*terraform.State) error {
-			for _, mirror := range []int{0, 1} {
-				if _, err := os.Stat(filepath.Join(testPoolDir, volumeName("tfacc-noformat", mirror))); !os.IsNotExist(err) {
-					return fmt.Errorf("volume %d of the store that failed is still there (%v)", mirror, err)
-				}
-			}
-			return nil
+		Steps: []resource.TestStep{
+			{
+				Config:      fmt.Sprintf("provider \"holdfast\" {\n  holdfast_command = %q\n}\n", missing) + storeBlock("tfacc-noformat", 8),
+				ExpectError: wrappedText(`Fix: set the provider's holdfast_command`),
+			},
+			{
+				Config:             providerBlock(t) + storeBlock("tfacc-noformat", 8),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPreRefresh: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("holdfast_store.store", plancheck.ResourceActionCreate),
+					volumesAbsentCheck{"tfacc-noformat"},
+				}},
+			},
 		},
 	})
+}
+
+type volumesAbsentCheck struct{ store string }
+
+func (c volumesAbsentCheck) CheckPlan(_ context.Context, _ plancheck.CheckPlanRequest, resp *plancheck.CheckPlanResponse) {
+	for _, mirror := range []int{0, 1} {
+		if _, err := os.Stat(filepath.Join(testPoolDir, volumeName(c.store, mirror))); !os.IsNotExist(err) {
+			resp.Error = fmt.Errorf("volume %d of store %s, whose creation failed, is still there (%v)", mirror, c.store, err)
+			return
+		}
+	}
 }
