@@ -259,13 +259,13 @@ func (r *applianceResource) Create(ctx context.Context, req resource.CreateReque
 		fail(fmt.Errorf("defining the domain: %w", err))
 		return
 	}
-	// From here a failure removes the domain: a failed apply leaves nothing half-made for
-	// the next one to trip over (upstream #921), and Terraform's state has no VM either.
 	if !spec.Running {
 		plan.setFrom(spec)
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		return
 	}
+	// From here a failure removes the domain: a failed apply leaves nothing half-made for
+	// the next one to trip over (upstream #921), and Terraform's state has no VM either.
 	if err := startAndWait(ctx, l, domain, spec); err != nil {
 		_ = l.DomainDestroy(domain)
 		if undefineErr := l.DomainUndefine(domain); undefineErr != nil {
