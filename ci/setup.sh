@@ -53,4 +53,38 @@ fi
 if ! rustup component list --installed --toolchain "$toolchain" | grep -q '^clippy'; then
     rustup component add --toolchain "$toolchain" clippy
 fi
+# The Terraform provider (terraform/, terraform/test.sh): libvirt, whose daemons the
+# acceptance tests start themselves (no systemd here); Go from the machine (Debian's is too
+# old for terraform-plugin-framework); the provider's Go modules; and a terraform binary:
+# when neither terraform nor tofu is on PATH, OpenTofu built from its Go module source.
+terraform_packages=(libvirt-daemon-system libvirt-clients)
+terraform_missing=()
+for package in "${terraform_packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        terraform_missing+=("$package")
+    fi
+done
+terraform_sudo=()
+if [[ $(id -u) -ne 0 ]]; then terraform_sudo=(sudo); fi
+if ((${#terraform_missing[@]})); then
+    echo "ci/setup: installing ${terraform_missing[*]}"
+    "${terraform_sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${terraform_sudo[@]}" apt-get install -y -qq --no-install-recommends "${terraform_missing[@]}"
+fi
+if ! command -v go >/dev/null; then
+    echo "ci/setup: go not found: the Terraform provider needs Go 1.25 or newer (https://go.dev/dl)" >&2
+    exit 1
+fi
+(cd terraform && go mod download)
+if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
+    opentofu_version=v1.12.6
+    echo "ci/setup: no terraform or tofu on PATH: building OpenTofu $opentofu_version from its Go module source (minutes, once)"
+    # Built inside its own module, not by `go install`, which refuses a module with replace
+    # directives (OpenTofu replaces hcl with its fork).
+    opentofu_dir="$(go mod download -json "github.com/opentofu/opentofu@$opentofu_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    opentofu_binary="$(mktemp -d)/tofu"
+    (cd "$opentofu_dir" && go build -o "$opentofu_binary" ./cmd/tofu)
+    "${terraform_sudo[@]}" install -m 0755 "$opentofu_binary" /usr/local/bin/tofu
+fi
+
 echo "ci/setup: ready (Rust $toolchain, $(qemu-system-x86_64 --version | head -1))"
