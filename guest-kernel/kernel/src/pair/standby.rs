@@ -43,27 +43,37 @@ impl Disks {
         if self.run.is_empty() {
             return;
         }
-        for index in 0..self.disks.len() {
-            if let Err(error) = BlockDevice::write(&mut self.disks[index], self.run_first, &self.run) {
-                self.say_failed(index, "writing", error);
-            }
-        }
+        let (first, run) = (self.run_first, core::mem::take(&mut self.run));
+        self.each_disk("writing", |disk| BlockDevice::write(disk, first, &run));
+        self.run = run;
         self.run.clear();
     }
 
     fn flush(&mut self) {
         self.write_run();
-        for index in 0..self.disks.len() {
-            if let Err(error) = BlockDevice::flush(&mut self.disks[index]) {
-                self.say_failed(index, "flushing", error);
-            }
-        }
+        self.each_disk("flushing", BlockDevice::flush);
     }
 
-    fn say_failed(&mut self, index: usize, doing: &str, error: holdfast_store::DeviceError) {
-        if !self.failed {
-            println!("holdfast: pair: standby disk {index}: {doing} failed ({error:?}); the copy on it is not whole");
-            self.failed = true;
+    /// Does `request` on every disk. A disk that fails is dropped while another carries on
+    /// (it no longer holds the copy; the store resilvers it once it is a mirror again); the
+    /// last one failing leaves this standby with no whole copy, and it says so.
+    fn each_disk(&mut self, doing: &str, mut request: impl FnMut(&mut Block) -> Result<(), holdfast_store::DeviceError>) {
+        let mut index = 0;
+        while index < self.disks.len() {
+            match request(&mut self.disks[index]) {
+                Ok(()) => index += 1,
+                Err(error) if self.disks.len() > 1 => {
+                    println!("holdfast: pair: standby disk {index}: {doing} failed ({error:?}); going on with the other");
+                    self.disks.remove(index);
+                }
+                Err(error) => {
+                    if !self.failed {
+                        println!("holdfast: pair: standby disk {index}: {doing} failed ({error:?}); this standby holds no whole copy now");
+                    }
+                    self.failed = true;
+                    index += 1;
+                }
+            }
         }
     }
 
@@ -133,7 +143,12 @@ pub fn run(disks: Vec<Block>, mut link: Net, options: &PairOptions) -> (Vec<Bloc
         }
         if now >= heartbeat_ms + HEARTBEAT_INTERVAL_MS {
             heartbeat_ms = now;
-            let length = receiver.status().encode_heartbeat(receiver.stream(), &mut frame[ETHERNET_HEADER_BYTES..]);
+            let mut status = receiver.status();
+            if disks.failed {
+                // No disk holds the copy: the supervisor must not count on this standby.
+                status.standby_state = StandbyState::Empty;
+            }
+            let length = status.encode_heartbeat(receiver.stream(), &mut frame[ETHERNET_HEADER_BYTES..]);
             send(&mut link, &mut frame, length);
         }
         if !took_one {
