@@ -25,5 +25,5 @@ pub use accel::{AccelCache, AccelChoice, AccelDecision, AccelVerdict, Accelerato
 pub use binary::{QemuBinary, QemuNotFound};
 pub use command_line::{Boot, NetConnect, VmSpec};
 pub use qmp::{QmpClient, QmpError, RunStatus};
-pub use serial::{ReadyMarker, SelftestVerdict, SerialLine};
+pub use serial::{LineSplitter, ReadyMarker, SelftestVerdict, SerialLine};
 pub use vm::{RunningVm, VmEnding, VmReport};

@@ -53,12 +53,12 @@ pub const SERIAL_LINE_BYTES_MAX: usize = 16 * 1024;
 /// Serial bytes to text lines: splits on `\n`, drops a `\r` before it, and replaces bytes
 /// that are not UTF-8 (a guest may print anything).
 #[derive(Default)]
-pub(crate) struct LineSplitter {
+pub struct LineSplitter {
     pending: Vec<u8>,
 }
 
 impl LineSplitter {
-    pub(crate) fn push(&mut self, bytes: &[u8], mut emit: impl FnMut(String)) {
+    pub fn push(&mut self, bytes: &[u8], mut emit: impl FnMut(String)) {
         for &byte in bytes {
             if byte == b'\n' {
                 emit(Self::take_text(&mut self.pending));
@@ -72,7 +72,7 @@ impl LineSplitter {
     }
 
     /// The last line if it had no line ending.
-    pub(crate) fn finish(&mut self) -> Option<String> {
+    pub fn finish(&mut self) -> Option<String> {
         (!self.pending.is_empty()).then(|| Self::take_text(&mut self.pending))
     }
 
