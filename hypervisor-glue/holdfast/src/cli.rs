@@ -444,6 +444,13 @@ pub struct RunArguments {
     /// until it is stopped]
     #[arg(long, value_name = "N")]
     pub timeout_seconds: Option<u64>,
+    /// Run the VM under libvirtd at this URI (`qemu:///system`) instead of as a QEMU child:
+    /// a transient domain `holdfast-NAME` (or `holdfast-run-PID`), PVH boot only, which ends
+    /// with this command. Ctrl-C or SIGTERM stops it: a final checkpoint (with a store and
+    /// the admin service), then QEMU's orderly exit, then a forced one. The paths given
+    /// must be valid where libvirtd runs
+    #[arg(long, value_name = "URI", conflicts_with_all = ["net_connect", "disk_blkdebug"])]
+    pub libvirt: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,6 +8,7 @@ pub mod exporter;
 pub mod image;
 pub mod monitor;
 pub mod run;
+pub mod run_libvirt;
 pub mod snapshot;
 pub mod store;
 pub mod tp1;

@@ -20,7 +20,7 @@ use crate::paths;
 /// `--stay-up` is given: such a boot ends by itself, a TCG one within about a second, so
 /// one that has not ended is stuck. A VM with a store is an appliance and runs until it is
 /// stopped.
-const SELFTEST_TIME_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const SELFTEST_TIME_LIMIT: Duration = Duration::from_secs(120);
 
 /// The kernel command-line word that keeps the VM up after its self-test.
 const STAY_UP_WORD: &str = "holdfast.after=stay";
@@ -28,6 +28,9 @@ const STAY_UP_WORD: &str = "holdfast.after=stay";
 pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
     if let Some(name) = &arguments.name {
         paths::check_vm_name(name)?;
+    }
+    if let Some(uri) = &arguments.libvirt {
+        return super::run_libvirt::run(&arguments, uri);
     }
     if arguments.boot == BootMethod::Grub {
         if arguments.append.is_some() {
@@ -129,7 +132,7 @@ fn report_host_disk_errors(qmp_socket: &Path, disks: &[PathBuf]) -> Result<(), F
 
 /// `--timeout-seconds`, else no limit for a VM that stays up or has a store, else the
 /// self-test's limit.
-fn time_limit(arguments: &RunArguments) -> Option<Duration> {
+pub(crate) fn time_limit(arguments: &RunArguments) -> Option<Duration> {
     match arguments.timeout_seconds {
         Some(seconds) => Some(Duration::from_secs(seconds)),
         None if arguments.stay_up || !arguments.disks.is_empty() => None,
@@ -138,7 +141,7 @@ fn time_limit(arguments: &RunArguments) -> Option<Duration> {
 }
 
 /// `--append`'s words, then `holdfast.after=stay` for `--stay-up`.
-fn kernel_command_line(arguments: &RunArguments) -> String {
+pub(crate) fn kernel_command_line(arguments: &RunArguments) -> String {
     let mut words: Vec<&str> = arguments
         .append
         .as_deref()
@@ -154,7 +157,7 @@ fn kernel_command_line(arguments: &RunArguments) -> String {
 /// Each disk image must be a regular file or a block device that this user can read and
 /// write, and no image may be given twice, so that the user gets one clear line before QEMU
 /// starts rather than QEMU's error, or a guest whose store silently does not persist.
-fn check_disk_images(disks: &[PathBuf]) -> Result<(), Failure> {
+pub(crate) fn check_disk_images(disks: &[PathBuf]) -> Result<(), Failure> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let mut seen: Vec<(u64, u64, &Path)> = Vec::with_capacity(disks.len());
     for disk in disks {
@@ -338,7 +341,7 @@ impl Drop for QmpSocket {
 
 /// The host port `--tp1-port` forwards: the one given, or (0 or none given) a free one on
 /// 127.0.0.1, printed so that a client can find it.
-fn tp1_port(asked: Option<u16>) -> Result<Option<u16>, Failure> {
+pub(crate) fn tp1_port(asked: Option<u16>) -> Result<Option<u16>, Failure> {
     let Some(asked) = asked else {
         return Ok(None);
     };
