@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 
+pub mod libvirtd;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
