@@ -15,7 +15,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Prometheus and promtool: the alert rules' tests (monitoring/rules) and the exporter's test
 # against a real Prometheus (the package's own service is not used); headless Chromium for
 # the picture `holdfast monitor snapshot` takes of the dashboards. libvirt, whose daemons
-# the Terraform provider's acceptance tests start themselves (no systemd here).
+# the Terraform provider's acceptance tests and tests/libvirt.rs (`holdfast run --libvirt`)
+# start themselves (no systemd here); virsh (libvirt-clients) is tests/libvirt.rs's witness
+# that a domain is gone; libvirt-dev and pkg-config, which the `virt` crate (libvirt's Rust
+# bindings, hypervisor-glue/libvirt) builds and links against.
 packages=(
     qemu-system-x86 qemu-utils
     grub-pc-bin grub-common xorriso mtools
@@ -24,7 +27,7 @@ packages=(
     postgresql-15
     mmdebstrap e2fsprogs
     prometheus chromium-headless-shell
-    libvirt-daemon-system libvirt-clients
+    libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
 )
 missing=()
 for package in "${packages[@]}"; do

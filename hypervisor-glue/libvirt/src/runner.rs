@@ -263,10 +263,10 @@ impl Drop for RunningDomain {
     fn drop(&mut self) {
         // A domain is never left running unwatched: destroy it (closing the connection
         // would too, by auto-destroy; this does not wait for that).
-        if let Some(domain) = self.domain.take() {
-            if domain.is_active().unwrap_or(false) {
-                let _ = domain.destroy();
-            }
+        if let Some(domain) = self.domain.take()
+            && domain.is_active().unwrap_or(false)
+        {
+            let _ = domain.destroy();
         }
         // The console reader is not waited for: if the domain could not be destroyed its
         // stream may never end. Closing the connection (the `hypervisor` field, dropped
