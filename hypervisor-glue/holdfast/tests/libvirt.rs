@@ -104,6 +104,37 @@ fn no_libvirtd_is_an_error_that_names_the_fix() {
         "{}",
         absent.transcript()
     );
+    refused_user_is_an_error_that_names_the_fix(&image_dir);
     let grub = run_holdfast(&["run", "--libvirt", SYSTEM_URI, "--boot", "grub"]);
     assert_one_line_error(&grub, 2, "holdfast: --libvirt boots by PVH only (libvirt's <os><kernel>); --boot grub is for the QEMU runner");
+}
+
+/// A user libvirtd refuses (here `nobody`: polkit decides, and without a system bus it
+/// refuses) gets the group to join. Needs root to become `nobody`, and a tree `nobody` can
+/// read; otherwise it says so and checks nothing.
+fn refused_user_is_an_error_that_names_the_fix(image_dir: &std::path::Path) {
+    libvirtd::ensure_running();
+    let binary = env!("CARGO_BIN_EXE_holdfast");
+    let can_run = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "test", "-x", binary, "-a", "-r"])
+        .arg(image_dir.join("holdfast-kernel.elf"))
+        .status()
+        .is_ok_and(|status| status.success());
+    if !can_run {
+        eprintln!("skipped: cannot run {binary} as nobody (not root, or the tree is not readable by nobody)");
+        return;
+    }
+    let output = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "env", "HOLDFAST_STATE_DIR=/nonexistent/state", "HOLDFAST_CACHE_DIR=/nonexistent/cache"])
+        .args([binary, "run", "--libvirt", SYSTEM_URI, "--accel", "tcg", "--image-dir"])
+        .arg(image_dir)
+        .output()
+        .expect("runuser");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.starts_with("holdfast: libvirt at qemu:///system refused this user (")
+            && stderr.ends_with("): run as root, or add the user to the 'libvirt' group ('adduser USER libvirt', then log in again)\n"),
+        "{stderr}"
+    );
 }
