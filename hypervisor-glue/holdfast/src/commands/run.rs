@@ -75,6 +75,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         disks: arguments.disks.clone(),
         blkdebug: blkdebug_disks(&arguments)?,
         net_connect: arguments.net_connect.clone(),
+        link_connect: None,
         tp1_port: tp1_port(arguments.tp1_port)?,
         accelerator,
         memory_mib: arguments.memory_mib,
