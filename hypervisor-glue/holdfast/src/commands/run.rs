@@ -109,7 +109,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
 /// Says on standard error, once per disk and kind of error, when the host fails the
 /// guest's reads or writes of a disk image (a full file system, a file gone): the guest
 /// is told too and marks that mirror failed, but only the host knows why.
-fn report_host_disk_errors(qmp_socket: &Path, disks: &[PathBuf]) -> Result<(), Failure> {
+pub(crate) fn report_host_disk_errors(qmp_socket: &Path, disks: &[PathBuf]) -> Result<(), Failure> {
     let disks = disks.to_vec();
     let mut reported = std::collections::HashSet::new();
     holdfast_qemu::events::watch_block_io_errors(paths::event_socket_beside(qmp_socket), move |error| {
@@ -155,7 +155,7 @@ fn kernel_command_line(arguments: &RunArguments) -> String {
 /// Each disk image must be a regular file or a block device that this user can read and
 /// write, and no image may be given twice, so that the user gets one clear line before QEMU
 /// starts rather than QEMU's error, or a guest whose store silently does not persist.
-fn check_disk_images(disks: &[PathBuf]) -> Result<(), Failure> {
+pub(crate) fn check_disk_images(disks: &[PathBuf]) -> Result<(), Failure> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let mut seen: Vec<(u64, u64, &Path)> = Vec::with_capacity(disks.len());
     for disk in disks {
@@ -262,12 +262,12 @@ fn outcome(report: &VmReport) -> Result<ExitCode, Failure> {
 
 /// The VM's QMP socket: named VMs' sockets are in the state directory (for `holdfast vm`),
 /// others' in a private temporary directory. Removed when dropped.
-struct QmpSocket {
-    path: PathBuf,
+pub(crate) struct QmpSocket {
+    pub(crate) path: PathBuf,
 }
 
 impl QmpSocket {
-    fn claim(name: Option<&str>) -> Result<Self, Failure> {
+    pub(crate) fn claim(name: Option<&str>) -> Result<Self, Failure> {
         let path = match name {
             Some(name) => paths::qmp_socket_of(name)?,
             None => paths::private_qmp_socket()?,
@@ -299,7 +299,7 @@ impl QmpSocket {
 
 impl QmpSocket {
     /// Writes QEMU's pid beside the socket, for `holdfast vm kill`.
-    fn record_pid(&self, pid: u32) -> Result<(), Failure> {
+    pub(crate) fn record_pid(&self, pid: u32) -> Result<(), Failure> {
         let file = paths::pid_file_beside(&self.path);
         std::fs::write(&file, format!("{pid}\n")).map_err(|error| {
             Failure::other(format!("cannot write '{}': {error}", file.display()))
@@ -309,7 +309,7 @@ impl QmpSocket {
 
 impl QmpSocket {
     /// Writes the VM's disk images beside the socket, for `holdfast vm list`.
-    fn record_disks(&self, disks: &[PathBuf]) -> Result<(), Failure> {
+    pub(crate) fn record_disks(&self, disks: &[PathBuf]) -> Result<(), Failure> {
         let file = paths::disks_file_beside(&self.path);
         let mut text = String::new();
         for disk in disks {
