@@ -40,6 +40,7 @@ LAYERS = [
     ["ipc", "services", "methods"],
     ["user_memory"],
     ["persistence", "control", "initial_system", "network"],
+    ["pair"],
     ["process"],
     ["objects", "space", "bootinfo", "message"],
     ["drivers"],

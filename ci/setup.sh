@@ -14,7 +14,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # minutes, once: the image is cached in ~/.cache/holdfast).
 # Prometheus and promtool: the alert rules' tests (monitoring/rules) and the exporter's test
 # against a real Prometheus (the package's own service is not used); headless Chromium for
-# the picture `holdfast monitor snapshot` takes of the dashboards.
+# the picture `holdfast monitor snapshot` takes of the dashboards. libvirt, whose daemons
+# the Terraform provider's acceptance tests start themselves (no systemd here).
 packages=(
     qemu-system-x86 qemu-utils
     grub-pc-bin grub-common xorriso mtools
@@ -23,6 +24,7 @@ packages=(
     postgresql-15
     mmdebstrap e2fsprogs
     prometheus chromium-headless-shell
+    libvirt-daemon-system libvirt-clients
 )
 missing=()
 for package in "${packages[@]}"; do
@@ -30,9 +32,9 @@ for package in "${packages[@]}"; do
         missing+=("$package")
     fi
 done
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
 if ((${#missing[@]})); then
-    sudo=()
-    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
     echo "ci/setup: installing ${missing[*]}"
     "${sudo[@]}" apt-get update -qq
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
@@ -53,4 +55,24 @@ fi
 if ! rustup component list --installed --toolchain "$toolchain" | grep -q '^clippy'; then
     rustup component add --toolchain "$toolchain" clippy
 fi
+# The Terraform provider (terraform/, terraform/test.sh): Go from the machine (Debian's is
+# too old for terraform-plugin-framework); the provider's Go modules; and a terraform
+# binary: when neither terraform nor tofu is on PATH, OpenTofu built from its Go module
+# source.
+if ! command -v go >/dev/null; then
+    echo "ci/setup: go not found: the Terraform provider needs Go 1.25 or newer (https://go.dev/dl)" >&2
+    exit 1
+fi
+(cd terraform && go mod download)
+if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
+    opentofu_version=v1.12.6
+    echo "ci/setup: no terraform or tofu on PATH: building OpenTofu $opentofu_version from its Go module source (minutes, once)"
+    # Built inside its own module, not by `go install`, which refuses a module with replace
+    # directives (OpenTofu replaces hcl with its fork).
+    opentofu_dir="$(go mod download -json "github.com/opentofu/opentofu@$opentofu_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    opentofu_binary="$(mktemp -d)/tofu"
+    (cd "$opentofu_dir" && go build -o "$opentofu_binary" ./cmd/tofu)
+    "${sudo[@]}" install -m 0755 "$opentofu_binary" /usr/local/bin/tofu
+fi
+
 echo "ci/setup: ready (Rust $toolchain, $(qemu-system-x86_64 --version | head -1))"

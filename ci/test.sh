@@ -26,6 +26,9 @@ echo "== cargo clippy (host crates, then guest crates for the guest target)"
 cargo clippy -q --all-targets -- -D warnings
 cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p holdfast-selftest -p holdfast-admin -p holdfast-net -p holdfast-tp1 -p holdfast-userlib -p holdfast-tp1-protocol -p holdfast-tp1-ledger -- -D warnings
 
+echo "== terraform provider: go vet, the examples' fmt -check and validate, acceptance tests against libvirtd"
+bash terraform/test.sh
+
 echo "== store simulator: a campaign of seeds beyond the unit tests' (prints its crash points)"
 cargo run -q --release -p holdfast-store-sim -- --campaign --seed 1000 --crash-points 50000 --jobs 2
 

@@ -4,8 +4,8 @@ library only: run `python3 monitoring/grafana/generate.py`; `--check` fails if a
 from what it would write, which ci/test.sh runs). Every query names series `holdfast exporter`
 serves or monitoring/rules records; tests/monitoring.rs runs each one against a real
 Prometheus scraping a TP1 appliance and checks that it parses and (outside the pair
-dashboard) returns data. The pair dashboard reads the series issue 18's pair will export:
-the exporter serves none of them yet."""
+dashboard) returns data. The pair dashboard reads series only a pair serves (the
+primary's replication series, the supervisor's role, promotions and heartbeats)."""
 
 import json
 import sys
@@ -155,13 +155,22 @@ STORE = dashboard(
 PAIR = dashboard(
     "holdfast-pair",
     "Holdfast: pair",
-    "Roles, replication lag and promotions: the series issue 18's pair will export (none yet).",
+    "Roles, replication lag and promotions: the primary's kernel exports the replication series, the pair's supervisor the role, promotions and heartbeats.",
     [
         panel("Role", [f"holdfast_pair_role{{{VM}}}"], kind="stat"),
+        panel(
+            "Standby in step, pair degraded",
+            [
+                (f"holdfast_replication_standby_in_step{{{VM}}}", "in step {{vm}}"),
+                (f"holdfast_replication_degraded{{{VM}}}", "degraded {{vm}}"),
+            ],
+            kind="stat",
+        ),
         panel("Replication lag (time)", [f"holdfast_replication_lag_seconds{{{VM}}}"], unit="s"),
         panel("Replication lag (bytes)", [f"holdfast_replication_lag_bytes{{{VM}}}"], unit="bytes"),
         panel("Promotions", [f"increase(holdfast_pair_promotions_total{{{VM}}}[1h])"]),
         panel("Heartbeats missed per minute", [f"increase(holdfast_pair_heartbeats_missed_total{{{VM}}}[1m])"]),
+        panel("Stream resent per minute", [f"increase(holdfast_replication_resent_messages_total{{{VM}}}[1m])"]),
     ],
 )
 

@@ -436,6 +436,8 @@ mod tests {
                 max_us: p99_ms * 2000,
                 mean_us: 1000.0,
             },
+            silence_us_max: p99_ms * 2000,
+            silence_from_seconds: 1.0,
         }
     }
 

@@ -14,7 +14,7 @@ use crate::arch::{self, timer};
 use crate::bootinfo::{self, BootInformation};
 use crate::persistence::{self, Opened};
 use crate::selftest::{self, check, finish};
-use crate::{console, control, drivers, idle, initial_system, ipc, memory, network, println, process, space, traps};
+use crate::{console, control, drivers, idle, initial_system, ipc, memory, network, pair, println, process, space, traps};
 
 /// Called from `start64_low` (`arch::boot`) on the kernel stack: the kernel's entry, by
 /// symbol, so that `arch` names nothing above it.
@@ -175,7 +175,7 @@ fn run(
     if let drivers::Device::Ready(net) = devices.net {
         network::install(net);
     }
-    let disks = devices
+    let mut disks = devices
         .blocks
         .into_iter()
         .filter_map(|disk| match disk {
@@ -183,7 +183,31 @@ fn run(
             _ => None,
         })
         .collect();
-    let opened = persistence::open(disks, options.recover);
+    let mut pair_options = pair::PairOptions::parse(boot.command_line);
+    let mut link = match devices.link {
+        drivers::Device::Ready(link) => Some(link),
+        _ => None,
+    };
+    if pair_options.role != pair::Role::Single && link.is_none() {
+        println!("selftest: pair: a {:?} boot needs the link device (holdfast pair gives it one) [{}]", pair_options.role, check(false));
+        finish()
+    }
+    if pair_options.role == pair::Role::Standby
+        && let Some(standby_link) = link.take()
+    {
+        // Until the supervisor promotes it, a standby only copies the primary's store.
+        let (copied_disks, standby_link, term) = pair::standby::run(disks, standby_link, &pair_options);
+        disks = copied_disks;
+        link = Some(standby_link);
+        pair_options.role = pair::Role::Primary;
+        pair_options.term = term;
+    }
+    let mut opened = persistence::open(disks, options.recover);
+    if let (pair::Role::Primary, Some(link), Ok(Opened::Checkpointed(store) | Opened::Fresh(store))) =
+        (pair_options.role, link, &mut opened)
+    {
+        pair::primary::install(link, &pair_options, store);
+    }
     // A restart serves as soon as it can: the timer's rate was checked when the system was
     // first built (its calibration is still printed, for the benchmarks' TSC conversion).
     selftest::timer_check(calibration, !matches!(opened, Ok(Opened::Checkpointed(_))));

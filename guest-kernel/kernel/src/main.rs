@@ -31,6 +31,7 @@ mod message;
 mod network;
 mod methods;
 mod objects;
+mod pair;
 mod persistence;
 mod process;
 mod selftest;

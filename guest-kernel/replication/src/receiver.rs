@@ -18,6 +18,8 @@ pub enum Action<'a> {
     Nothing,
     /// Write this block to every disk (it may wait for the next [`Action::Flush`]).
     Write { block: u64, data: &'a [u8; BLOCK_BYTES] },
+    /// Write `blocks` zero blocks from `first_block` to every disk.
+    Zeros { first_block: u64, blocks: u64 },
     /// Make everything written durable, then call [`Receiver::durable_to`] with `sequence`
     /// and send an acknowledgement.
     Flush { sequence: u64 },
@@ -120,6 +122,11 @@ impl Receiver {
                 }
                 Action::Nothing
             }
+            Kind::Zeros if self.parts == 0 => Action::Zeros {
+                first_block: message.argument,
+                blocks: crate::wire::zero_run_blocks(message.payload).unwrap_or(0),
+            },
+            Kind::Zeros => self.start_over(),
             Kind::Flush => Action::Flush { sequence: message.sequence },
             Kind::CopyEnd => {
                 self.copy_end = Some(message.sequence);
@@ -201,6 +208,7 @@ impl Receiver {
             standby_state: self.state,
             degraded: false,
             standby_heard: false,
+            fenced: false,
         }
     }
 

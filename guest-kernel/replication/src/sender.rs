@@ -21,12 +21,18 @@ pub const RESEND_AFTER_MS: u64 = 200;
 pub const HEARD_WITHIN_MS: u64 = 1000;
 /// Superblock slots: copied last in a full copy, after resilver records marked them.
 const SUPERBLOCK_BLOCKS: u64 = 2;
+/// Blocks (4 MiB) after which the stream gets a flush of its own even if the store
+/// made none (a full copy makes none): the standby then makes them durable and the primary
+/// lets them go, so the retained stream never fills up with data only a flush would free.
+const FLUSH_EVERY_PARTS: u64 = 1024;
 
 struct Entry {
     kind: Kind,
     part: u8,
     argument: u64,
     payload: Option<Box<[u8; PART_BYTES]>>,
+    /// A [`Kind::Zeros`] run's length in blocks.
+    zero_run_blocks: u64,
     queued_ms: u64,
 }
 
@@ -66,6 +72,7 @@ pub struct Sender {
     ring: VecDeque<Entry>,
     /// Block parts in the ring.
     retained_parts: u64,
+    parts_since_flush: u64,
     send_next: u64,
     received: u64,
     durable: u64,
@@ -78,9 +85,13 @@ pub struct Sender {
     standby_state: StandbyState,
     /// The standby has been whole and in step in this stream: commits wait for it.
     protected: bool,
+    /// A standby follows this stream (a copy began, or it resumed): what it lacks is kept.
+    followed: bool,
     degraded: bool,
     /// Stream messages sent again after a cut, since boot.
     resent_total: u64,
+    /// A primary of a later term spoke: this one was fenced and acknowledges nothing more.
+    superseded_by: Option<u64>,
 }
 
 impl Sender {
@@ -95,6 +106,7 @@ impl Sender {
             ring_first: 1,
             ring: VecDeque::new(),
             retained_parts: 0,
+            parts_since_flush: 0,
             send_next: 1,
             received: 0,
             durable: 0,
@@ -104,8 +116,10 @@ impl Sender {
             copy_end: None,
             standby_state: StandbyState::Empty,
             protected: false,
+            followed: false,
             degraded: false,
             resent_total: 0,
+            superseded_by: None,
         }
     }
 
@@ -124,23 +138,50 @@ impl Sender {
 
     fn push(&mut self, kind: Kind, part: u8, argument: u64, payload: Option<Box<[u8; PART_BYTES]>>, now_ms: u64) -> u64 {
         let sequence = self.next_sequence();
+        if !self.followed {
+            // No standby follows the stream: the one that comes gets a full copy, so
+            // nothing is kept for it; the sequence still moves on.
+            self.ring_first += 1;
+            self.received = self.ring_first - 1;
+            self.durable = self.ring_first - 1;
+            self.send_next = self.ring_first;
+            return sequence;
+        }
         self.retained_parts += u64::from(payload.is_some());
         self.ring.push_back(Entry {
             kind,
             part,
             argument,
             payload,
+            zero_run_blocks: 0,
             queued_ms: now_ms,
         });
         sequence
     }
 
     fn push_block(&mut self, block: u64, data: &[u8], now_ms: u64) {
+        if !self.followed {
+            return;
+        }
+        if self.parts_since_flush >= FLUSH_EVERY_PARTS {
+            self.queue_flush(now_ms);
+        }
+        self.parts_since_flush += u64::from(PARTS_PER_BLOCK);
         for part in 0..PARTS_PER_BLOCK {
             let mut payload = Box::new([0u8; PART_BYTES]);
             let start = part as usize * PART_BYTES;
             payload.copy_from_slice(&data[start..start + PART_BYTES]);
             self.push(Kind::BlockPart, part, block, Some(payload), now_ms);
+        }
+    }
+
+    fn push_zeros(&mut self, first_block: u64, blocks: u64, now_ms: u64) {
+        let sequence = self.push(Kind::Zeros, 0, first_block, None, now_ms);
+        if let Some(entry) = sequence
+            .checked_sub(self.ring_first)
+            .and_then(|index| self.ring.get_mut(index as usize))
+        {
+            entry.zero_run_blocks = blocks;
         }
     }
 
@@ -172,6 +213,7 @@ impl Sender {
         self.copy = None;
         self.copy_end = None;
         self.protected = false;
+        self.followed = false;
         self.standby_state = StandbyState::Empty;
     }
 
@@ -203,6 +245,7 @@ impl Sender {
     /// Puts a flush in the stream and returns its sequence: a commit that flushed waits
     /// until [`Sender::satisfied`] says the mode is met for it.
     pub fn queue_flush(&mut self, now_ms: u64) -> u64 {
+        self.parts_since_flush = 0;
         self.push(Kind::Flush, 0, 0, None, now_ms)
     }
 
@@ -213,6 +256,9 @@ impl Sender {
     /// the supervisor said it is gone ([`Kind::Degrade`]). Asynchronously, a standby that
     /// stopped answering is not waited for.
     pub fn satisfied(&self, sequence: u64, now_ms: u64) -> bool {
+        if self.superseded_by.is_some() {
+            return false;
+        }
         if !self.protected || self.degraded {
             return true;
         }
@@ -255,8 +301,21 @@ impl Sender {
         let Some(mut copy) = self.copy else {
             return;
         };
+        // Runs of zero blocks (most of a new store) go as one message each.
+        let mut zero_run: Option<(u64, u64)> = None;
         for (index, block) in data.chunks_exact(BLOCK_BYTES).enumerate() {
-            self.push_block(first_block + index as u64, block, now_ms);
+            let block_number = first_block + index as u64;
+            if copy.phase != CopyPhase::Markers && block.iter().all(|&byte| byte == 0) {
+                zero_run = Some(zero_run.map_or((block_number, 1), |(first, count)| (first, count + 1)));
+                continue;
+            }
+            if let Some((first, count)) = zero_run.take() {
+                self.push_zeros(first, count, now_ms);
+            }
+            self.push_block(block_number, block, now_ms);
+        }
+        if let Some((first, count)) = zero_run {
+            self.push_zeros(first, count, now_ms);
         }
         let blocks = (data.len() / BLOCK_BYTES) as u64;
         copy.phase = match copy.phase {
@@ -276,6 +335,7 @@ impl Sender {
     /// stream it cannot resume, or holds none).
     fn start_copy(&mut self, block_count: u64, now_ms: u64) {
         self.protected = false;
+        self.followed = true;
         self.copy_end = None;
         self.copy = Some(Copy {
             block_count,
@@ -294,27 +354,23 @@ impl Sender {
             Kind::Ack if message.stream == self.stream => {
                 self.acknowledged(message.sequence, message.argument, now_ms);
             }
-            Kind::Hello => {
-                self.heard_ms = Some(now_ms);
-                let resumable = message.stream == self.stream && message.sequence + 1 >= self.ring_first;
-                if resumable {
-                    self.received = message.sequence.min(self.next_sequence() - 1);
-                    self.send_next = self.received + 1;
-                    self.progress_ms = now_ms;
-                } else if self.copy.is_none() || message.stream == self.stream {
-                    // A hello from another stream while a copy is under way was sent before
-                    // the copy's beginning reached the standby; if that was lost, the resend
-                    // timer sends it again.
-                    self.start_copy(block_count, now_ms);
-                }
-            }
+            Kind::Hello => self.hello(message.stream, message.sequence, block_count, now_ms),
             Kind::Heartbeat => {
                 if let Some(status) = Status::decode(message.payload)
+                    && status.role == crate::wire::Role::Primary
+                    && status.term > self.term
+                {
+                    self.superseded_by = Some(status.term);
+                } else if let Some(status) = Status::decode(message.payload)
                     && status.role == crate::wire::Role::Standby
                 {
-                    self.heard_ms = Some(now_ms);
                     if message.stream == self.stream {
                         self.acknowledged(status.received, status.durable, now_ms);
+                    } else {
+                        // A standby that follows another stream (or none) says so in every
+                        // heartbeat: a hello that was lost (sent before this primary
+                        // listened) costs no more than a heartbeat interval.
+                        self.hello(message.stream, status.received, block_count, now_ms);
                     }
                     if !self.protected {
                         self.standby_state = status.standby_state;
@@ -334,6 +390,24 @@ impl Sender {
                 self.degraded = true;
             }
             _ => {}
+        }
+    }
+
+    /// The standby holds `stream` up to `position`: resume from there if this primary still
+    /// has what follows, else copy everything.
+    fn hello(&mut self, stream: u64, position: u64, block_count: u64, now_ms: u64) {
+        self.heard_ms = Some(now_ms);
+        let resumable = stream == self.stream && position + 1 >= self.ring_first;
+        if resumable {
+            self.followed = true;
+            self.received = position.min(self.next_sequence() - 1);
+            self.send_next = self.received + 1;
+            self.progress_ms = now_ms;
+        } else if (self.copy.is_none() && self.copy_end.is_none()) || stream == self.stream {
+            // A hello from another stream while a copy is under way was sent before the
+            // copy's beginning reached the standby; if that was lost, the resend timer sends
+            // it again.
+            self.start_copy(block_count, now_ms);
         }
     }
 
@@ -380,7 +454,12 @@ impl Sender {
         }
         let sequence = self.send_next.max(self.ring_first);
         let entry = &self.ring[(sequence - self.ring_first) as usize];
-        let payload: &[u8] = entry.payload.as_deref().map_or(&[], |payload| &payload[..]);
+        let zero_run_blocks = entry.zero_run_blocks.to_le_bytes();
+        let payload: &[u8] = match (&entry.payload, entry.kind) {
+            (Some(payload), _) => &payload[..],
+            (None, Kind::Zeros) => &zero_run_blocks,
+            (None, _) => &[],
+        };
         let length = Message {
             part: entry.part,
             payload,
@@ -407,7 +486,13 @@ impl Sender {
             standby_state: self.standby_state,
             degraded: self.degraded,
             standby_heard: self.heard(now_ms),
+            fenced: self.superseded_by.is_some(),
         }
+    }
+
+    /// The term of a later primary this one heard of, if it did: it was fenced.
+    pub fn superseded_by(&self) -> Option<u64> {
+        self.superseded_by
     }
 
     pub fn resent_total(&self) -> u64 {

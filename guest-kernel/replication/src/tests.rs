@@ -77,7 +77,11 @@ impl Pair {
     fn write(&mut self, block: u64, fill: u8) {
         let data = [fill; BLOCK_BYTES];
         self.primary.written[block as usize] = data;
-        while !self.sender.make_room(self.now_ms) {
+        for waited_ms in 0.. {
+            if self.sender.make_room(self.now_ms) {
+                break;
+            }
+            assert!(waited_ms < 100_000, "a write waited for room for good");
             self.step();
         }
         self.sender.queue_write(block, &data, self.now_ms);
@@ -110,6 +114,11 @@ impl Pair {
             let mut reply = None;
             match self.receiver.receive(&message, self.now_ms) {
                 Action::Write { block, data } => self.standby.written[block as usize] = *data,
+                Action::Zeros { first_block, blocks } => {
+                    for block in first_block..first_block + blocks {
+                        self.standby.written[block as usize] = [0; BLOCK_BYTES];
+                    }
+                }
                 Action::Flush { sequence } | Action::CopyEnd { sequence } => {
                     self.standby.durable = self.standby.written.clone();
                     self.receiver.durable_to(sequence);
@@ -161,8 +170,12 @@ impl Pair {
 #[test]
 fn a_blank_standby_gets_a_full_copy_then_the_stream() {
     let mut pair = Pair::new(Mode::SynchronousDurable, 1);
+    // Every third block zero on the primary, the standby's old contents everywhere: the
+    // zero runs must overwrite them.
     for block in 2..BLOCKS {
-        pair.primary.written[block as usize] = [block as u8; BLOCK_BYTES];
+        let fill = if block % 3 == 0 { 0 } else { block as u8 };
+        pair.primary.written[block as usize] = [fill; BLOCK_BYTES];
+        pair.standby.written[block as usize] = [0x77; BLOCK_BYTES];
     }
     pair.flush();
     pair.hello();
@@ -243,4 +256,42 @@ fn asynchronous_commits_go_on_without_an_answering_standby() {
     pair.now_ms += crate::sender::HEARD_WITHIN_MS;
     assert!(pair.sender.satisfied(flush, pair.now_ms), "a silent standby is not waited for");
     assert!(pair.sender.status(0, 0, pair.now_ms).lag_bytes > 0, "and the lag says so");
+}
+
+#[test]
+fn a_copy_larger_than_the_retained_bound_flushes_as_it_goes() {
+    // Far more than RETAINED_BYTES_MAX of stream with no flush of the store's: the
+    // stream's own flushes let the retained part go, so writes never wait for good.
+    let mut pair = Pair::new(Mode::SynchronousDurable, 6);
+    pair.hello();
+    pair.run_until(|pair| pair.sender.is_protected());
+    let blocks = 2 * crate::sender::RETAINED_BYTES_MAX / BLOCK_BYTES as u64;
+    for index in 0..blocks {
+        pair.write(2 + index % (BLOCKS - 2), index as u8);
+    }
+    let flush = pair.flush();
+    pair.run_until(|pair| pair.sender.satisfied(flush, pair.now_ms));
+    assert!(pair.standby.durable == pair.primary.durable);
+}
+
+#[test]
+fn a_primary_that_hears_of_a_later_term_acknowledges_nothing_more() {
+    let mut pair = Pair::new(Mode::Asynchronous, 7);
+    pair.hello();
+    pair.run_until(|pair| pair.sender.is_protected());
+    let mut frame = [0u8; MESSAGE_BYTES_MAX];
+    let newer = crate::wire::Status {
+        role: crate::wire::Role::Primary,
+        term: 2,
+        ..pair.receiver.status()
+    };
+    let length = newer.encode_heartbeat(0x1234, &mut frame);
+    pair.sender.receive(&Message::decode(&frame[..length]).unwrap(), BLOCKS, pair.now_ms);
+    pair.write(4, 4);
+    let flush = pair.flush();
+    for _ in 0..2_000 {
+        pair.step();
+        assert!(!pair.sender.satisfied(flush, pair.now_ms), "a fenced primary acknowledged a commit");
+    }
+    assert_eq!(pair.sender.superseded_by(), Some(2));
 }

@@ -1,7 +1,8 @@
 //! The link's messages, byte for byte (`docs/replication.md` is the reader's version).
 //!
-//! Every message rides alone in one Ethernet frame of EtherType [`ETHERTYPE`]: a 48-byte
-//! header, then at most [`PAYLOAD_BYTES_MAX`] bytes of payload. All integers are
+//! Every message rides alone in one Ethernet frame of EtherType [`ETHERTYPE`] (jumbo: up to
+//! 14 + [`MESSAGE_BYTES_MAX`] bytes): a 48-byte header, then at most [`PAYLOAD_BYTES_MAX`]
+//! bytes of payload. All integers are
 //! little-endian. The checksum (XXH64, seed 0) covers the header with its checksum field
 //! zeroed and the payload, so a message damaged anywhere, cut short or padded is refused
 //! whole; a message of another version is refused by its version field before anything in
@@ -17,9 +18,10 @@ pub const MAGIC: [u8; 4] = *b"HFRL";
 /// Bumped on any change to a header field or a payload layout.
 pub const VERSION: u16 = 1;
 pub const HEADER_BYTES: usize = 48;
-/// A block travels in [`PARTS_PER_BLOCK`] parts of this size, so that a message fits a
-/// standard 1500-byte Ethernet payload with room to spare.
-pub const PART_BYTES: usize = 1024;
+/// A block travels whole in one message: the link is a point-to-point wire through the
+/// host, which carries frames of any length, and every frame costs a notification and a
+/// trip through the host. (The `part` field stays, for a link with a smaller MTU.)
+pub const PART_BYTES: usize = 4096;
 pub const BLOCK_BYTES: usize = 4096;
 pub const PARTS_PER_BLOCK: u8 = (BLOCK_BYTES / PART_BYTES) as u8;
 pub const PAYLOAD_BYTES_MAX: usize = PART_BYTES;
@@ -31,8 +33,8 @@ pub const MESSAGE_BYTES_MAX: usize = HEADER_BYTES + PAYLOAD_BYTES_MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// Primary → standby. `argument`: the device block; `part`: which quarter; payload: its
-    /// 1024 bytes.
+    /// Primary → standby. `argument`: the device block; `part`: which part (0: a block is
+    /// one part); payload: its [`PART_BYTES`] bytes.
     BlockPart = 1,
     /// Primary → standby. Everything before it in the stream is durable on the primary;
     /// the standby makes it durable on its disks too and says so in its next [`Kind::Ack`].
@@ -58,7 +60,14 @@ pub enum Kind {
     /// Supervisor → primary: the standby is gone (its VM died, the supervisor sees it);
     /// stop waiting for it until it is back in step, and say so.
     Degrade = 10,
+    /// Primary → standby, in a full copy: `argument` the first block of a run of all-zero
+    /// blocks; payload: the run's length in blocks (u64, at least 1). A store is mostly
+    /// zeros when new; a copy sends them in one message.
+    Zeros = 11,
 }
+
+/// The longest run one [`Kind::Zeros`] message may name (4 GiB of blocks).
+pub const ZERO_RUN_BLOCKS_MAX: u64 = 1 << 20;
 
 impl Kind {
     fn from_u8(value: u8) -> Option<Self> {
@@ -73,13 +82,14 @@ impl Kind {
             8 => Self::Promote,
             9 => Self::SetMode,
             10 => Self::Degrade,
+            11 => Self::Zeros,
             _ => return None,
         })
     }
 
     /// Whether the message is part of the numbered stream.
     pub fn is_stream(self) -> bool {
-        matches!(self, Self::BlockPart | Self::Flush | Self::CopyBegin | Self::CopyEnd)
+        matches!(self, Self::BlockPart | Self::Flush | Self::CopyBegin | Self::CopyEnd | Self::Zeros)
     }
 }
 
@@ -141,7 +151,8 @@ pub enum WireError {
     Kind(u8),
     Length,
     Checksum,
-    /// A block part numbered past the block, or whose payload is not a whole part.
+    /// A block part numbered past the block, or whose payload is not a whole part; a zero
+    /// run of no blocks or too many.
     Part,
 }
 
@@ -227,6 +238,9 @@ impl<'a> Message<'a> {
         if kind == Kind::BlockPart && (part >= PARTS_PER_BLOCK || length != PART_BYTES) {
             return Err(WireError::Part);
         }
+        if kind == Kind::Zeros && zero_run_blocks(payload).is_none() {
+            return Err(WireError::Part);
+        }
         let word = |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
         Ok(Self {
             kind,
@@ -237,6 +251,12 @@ impl<'a> Message<'a> {
             payload,
         })
     }
+}
+
+/// The run length a [`Kind::Zeros`] payload names, if it is a valid one.
+pub fn zero_run_blocks(payload: &[u8]) -> Option<u64> {
+    let blocks = u64::from_le_bytes(payload.try_into().ok()?);
+    (1..=ZERO_RUN_BLOCKS_MAX).contains(&blocks).then_some(blocks)
 }
 
 /// Who sends a heartbeat.
@@ -286,6 +306,9 @@ pub struct Status {
     pub degraded: bool,
     /// Primary: the standby answered within the last second.
     pub standby_heard: bool,
+    /// Primary: a primary of a later term spoke; this one was fenced and acknowledges
+    /// nothing more.
+    pub fenced: bool,
 }
 
 pub const HEARTBEAT_INTERVAL_MS: u64 = 50;
@@ -297,7 +320,7 @@ impl Status {
         out[0] = self.role as u8;
         out[1] = self.mode as u8;
         out[2] = self.standby_state as u8;
-        out[3] = u8::from(self.degraded) | (u8::from(self.standby_heard) << 1);
+        out[3] = u8::from(self.degraded) | (u8::from(self.standby_heard) << 1) | (u8::from(self.fenced) << 2);
         let words = [
             self.term,
             self.checkpoint_generation,
@@ -333,6 +356,7 @@ impl Status {
             },
             degraded: bytes[3] & 1 != 0,
             standby_heard: bytes[3] & 2 != 0,
+            fenced: bytes[3] & 4 != 0,
             term: word(0),
             checkpoint_generation: word(1),
             journal_ticket_next: word(2),
@@ -364,7 +388,7 @@ mod tests {
     fn a_message_decodes_to_what_was_encoded() {
         let payload = [7u8; PART_BYTES];
         let message = Message {
-            part: 3,
+            part: 0,
             payload: &payload,
             ..Message::new(Kind::BlockPart, 0xfeed, 42, 1234)
         };
@@ -396,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn a_block_part_must_be_a_whole_quarter() {
+    fn a_block_part_must_be_a_whole_part() {
         let payload = [0u8; 100];
         let mut out = [0u8; MESSAGE_BYTES_MAX];
         let length = Message {
@@ -423,6 +447,7 @@ mod tests {
             standby_state: StandbyState::Consistent,
             degraded: false,
             standby_heard: true,
+            fenced: false,
         };
         let mut out = [0u8; MESSAGE_BYTES_MAX];
         let length = status.encode_heartbeat(5, &mut out);

@@ -45,6 +45,8 @@ pub struct FaultCounts {
     pub vanished_disks: u64,
     /// Durable log records damaged on every copy (by the scenario).
     pub log_records_damaged: u64,
+    /// Restarts that opened the replica (the pair's standby) instead of the primary's disk.
+    pub replicas_promoted: u64,
 }
 
 impl core::ops::AddAssign for FaultCounts {
@@ -56,6 +58,7 @@ impl core::ops::AddAssign for FaultCounts {
         self.rotted_blocks += other.rotted_blocks;
         self.vanished_disks += other.vanished_disks;
         self.log_records_damaged += other.log_records_damaged;
+        self.replicas_promoted += other.replicas_promoted;
     }
 }
 
@@ -63,14 +66,15 @@ impl core::fmt::Display for FaultCounts {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "faults injected: {} torn and {} dropped cached writes, {} lost and {} misdirected writes, {} blocks rotted, {} disks vanished, {} durable log records damaged on every copy",
+            "faults injected: {} torn and {} dropped cached writes, {} lost and {} misdirected writes, {} blocks rotted, {} disks vanished, {} durable log records damaged on every copy, {} replicas promoted",
             self.torn_writes,
             self.dropped_writes,
             self.lost_writes,
             self.misdirected_writes,
             self.rotted_blocks,
             self.vanished_disks,
-            self.log_records_damaged
+            self.log_records_damaged,
+            self.replicas_promoted
         )
     }
 }

@@ -8,10 +8,12 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use holdfast_objects::{ObjectId, Version};
 use holdfast_store::format::log_record::{Expected, LogHeader, RecordKind};
 use holdfast_store::format::superblock::Superblock;
+use holdfast_store::mirror::Replica;
 use holdfast_store::{
     BLOCK_SIZE, BlockDevice, CheckpointPhase, Geometry, JournalPage, MigrationProgress,
     MirrorState, RecoveryNote, Recover, Region, Store, StoreError,
@@ -64,11 +66,16 @@ pub enum FaultMode {
     /// mirror 1 alone must be refused ([`StoreError::ResilverIncomplete`]), by a read-write
     /// open and by the read-only one `store check` uses. Beside mirror 0 it is copied again.
     InterruptedResilver,
+    /// One disk and a replica (the pair's standby: `holdfast_store::mirror::Replica`) that
+    /// gets every write and flush in order; every restart (a crash or a planned power cut)
+    /// is a failover: the store must open on the replica's disk, crashed with a random part
+    /// of its cache, with everything acknowledged. The run goes on there with a new replica.
+    Failover,
 }
 
 impl FaultMode {
     pub fn of_seed(seed: u64) -> Self {
-        match seed % 10 {
+        match seed % 11 {
             0 => Self::SingleDisk,
             1 => Self::Mirrored,
             2 => Self::MisdirectedWrites,
@@ -78,7 +85,8 @@ impl FaultMode {
             6 => Self::BitRotBothMirrors,
             7 => Self::StaleMirrorReturns,
             8 => Self::MidLogDamage,
-            _ => Self::InterruptedResilver,
+            9 => Self::InterruptedResilver,
+            _ => Self::Failover,
         }
     }
 
@@ -100,6 +108,7 @@ impl FaultMode {
                 (faults.vanished_disks, "vanished disks")
             }
             Self::MidLogDamage => (faults.log_records_damaged, "damaged log records"),
+            Self::Failover => (faults.replicas_promoted, "promoted replicas"),
         };
         if injected == 0 {
             return Err(format!("fault mode {self:?} injected no {what}"));
@@ -108,7 +117,7 @@ impl FaultMode {
     }
 
     fn mirror_count(self) -> usize {
-        if self == Self::SingleDisk { 1 } else { 2 }
+        if matches!(self, Self::SingleDisk | Self::Failover) { 1 } else { 2 }
     }
 }
 
@@ -213,6 +222,33 @@ struct Run {
     /// The step at which that copy is cut, and whether that is due before the next step.
     resilver_cut_step: usize,
     pending_resilver_cut: bool,
+    /// [`FaultMode::Failover`]: what the replica holds — the disk as it was when the
+    /// replica was set, and every write and flush since.
+    replica: Option<ReplicaLog>,
+}
+
+/// The replica's disk as a log: a base image, then the store's writes and flushes in order.
+struct ReplicaLog {
+    base: Vec<u8>,
+    operations: Arc<Mutex<Vec<ReplicaOperation>>>,
+}
+
+enum ReplicaOperation {
+    Write { first_block: u64, data: Vec<u8> },
+    Flush,
+}
+
+/// The store's replica in the simulator: records what the pair's standby would be sent.
+struct RecordingReplica(Arc<Mutex<Vec<ReplicaOperation>>>);
+
+impl Replica for RecordingReplica {
+    fn write(&mut self, first_block: u64, data: &[u8]) {
+        self.0.lock().expect("one thread").push(ReplicaOperation::Write { first_block, data: data.to_vec() });
+    }
+
+    fn flush(&mut self) {
+        self.0.lock().expect("one thread").push(ReplicaOperation::Flush);
+    }
 }
 
 pub fn run(options: &Options) -> Result<RunReport, Failure> {
@@ -321,7 +357,10 @@ impl Run {
             resilver_left_blocks: None,
             resilver_cut_step: 0,
             pending_resilver_cut: false,
+            replica: None,
         };
+        let mut run = run;
+        run.set_replica();
         run.trace(format_args!("seed {seed}: {mode:?}, geometry {geometry:?}"));
         Ok(run)
     }
@@ -717,6 +756,55 @@ impl Run {
         }
     }
 
+    /// In [`FaultMode::Failover`], gives the open store a new replica: a copy of its disk
+    /// as it is now, then every write and flush from here.
+    fn set_replica(&mut self) {
+        if self.mode != FaultMode::Failover {
+            return;
+        }
+        let mut disk = self.disks[0].clone();
+        let mut base = vec![0u8; disk.block_count() as usize * BLOCK_SIZE];
+        disk.read(0, &mut base).expect("the primary's disk reads whole");
+        let operations = Arc::new(Mutex::new(Vec::new()));
+        self.store().set_replica(Box::new(RecordingReplica(Arc::clone(&operations))));
+        self.replica = Some(ReplicaLog { base, operations });
+    }
+
+    /// In [`FaultMode::Failover`], at a restart: the replica's disk, built from its log —
+    /// the base, then each write and flush in order, as the standby made them — and crashed
+    /// like any disk (its writes since its last flush torn or lost) takes the primary's
+    /// place. Its requests are not crash points (the machine that crashed was the primary).
+    fn promote_replica(&mut self) {
+        let Some(replica) = self.replica.take() else {
+            return;
+        };
+        let (crash_point, requests) = {
+            let mut world = self.world.borrow_mut();
+            (world.crash_point.take(), world.device_requests_total)
+        };
+        let block_count = self.disks[0].block_count();
+        let mut disk = SimDisk::new(&self.world, block_count, self.disk_seed_next);
+        self.disk_seed_next += 1;
+        disk.write(0, &replica.base).expect("the replica's disk takes its base");
+        disk.flush().expect("and keeps it");
+        for operation in replica.operations.lock().expect("one thread").iter() {
+            match operation {
+                ReplicaOperation::Write { first_block, data } => disk.write(*first_block, data),
+                ReplicaOperation::Flush => disk.flush(),
+            }
+            .expect("the replica's disk takes the stream");
+        }
+        disk.crash(&mut self.rng);
+        {
+            let mut world = self.world.borrow_mut();
+            world.crash_point = crash_point;
+            world.device_requests_total = requests;
+            world.faults.replicas_promoted += 1;
+        }
+        self.trace(format_args!("failover: the replica's disk takes the primary's place"));
+        self.disks = vec![disk];
+    }
+
     fn planned_restart(&mut self) -> Step<()> {
         self.trace(format_args!("restart (power cut)"));
         self.restart()
@@ -737,6 +825,7 @@ impl Run {
                     world.crash_point = None;
                 }
             }
+            self.promote_replica();
             self.check_incomplete_mirror_refused()?;
             let damaged = self.damage_a_durable_log_record();
             let opened = match Store::open(self.disks.clone()) {
@@ -753,6 +842,7 @@ impl Run {
                 Ok(()) => {
                     self.report.crash_points_checked += 1;
                     self.note_resilver_begun();
+                    self.set_replica();
                     return Ok(());
                 }
                 Err(Stop::Crash) => self.trace(format_args!("crash during recovery")),

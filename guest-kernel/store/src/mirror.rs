@@ -4,6 +4,7 @@
 //! degraded and says so); a blank, replaced or stale mirror is resilvered online
 //! (`resilver.rs`) while writes already go to it.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
@@ -32,6 +33,20 @@ pub enum MirrorState {
     },
 }
 
+/// A copy of the store kept elsewhere: the pair's standby (`holdfast-replication`). It is
+/// told every write the mirrors take, in the order they take them, and every flush once
+/// the mirrors have flushed — not a repair or a resilvering copy, which make one mirror
+/// equal to what the others already hold. Because the store survives a crash that keeps any
+/// subset of unflushed writes, a replica that makes the same writes and flushes in the same
+/// order holds, at every moment, a store that can be opened.
+pub trait Replica: Send {
+    fn write(&mut self, first_block: u64, data: &[u8]);
+    /// Everything written so far is durable here; the replica makes it durable there too.
+    /// It does not wait for that: whoever acknowledges a commit asks the replica whether
+    /// its flush has arrived (the kernel's journal, `pair::primary`).
+    fn flush(&mut self);
+}
+
 pub(crate) struct Mirror<D> {
     pub(crate) device: D,
     pub(crate) state: MirrorState,
@@ -48,6 +63,7 @@ pub(crate) struct MirrorSet<D> {
     /// Opened read-only: nothing is written or flushed, repairs included (bad copies stay
     /// for `check` to report and for the next read-write open to repair).
     pub(crate) read_only: bool,
+    pub(crate) replica: Option<Box<dyn Replica>>,
 }
 
 impl<D: BlockDevice> MirrorSet<D> {
@@ -74,6 +90,7 @@ impl<D: BlockDevice> MirrorSet<D> {
             repaired_blocks_total: 0,
             failures_unrecorded: false,
             read_only: false,
+            replica: None,
         })
     }
 
@@ -143,13 +160,20 @@ impl<D: BlockDevice> MirrorSet<D> {
     /// Writes to every live mirror (resilvering ones included, so that copied blocks stay
     /// current).
     pub(crate) fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), StoreError> {
-        self.write_each(first_block, data.len(), |device| device.write(first_block, data))
+        self.write_each(first_block, data.len(), |device| device.write(first_block, data))?;
+        if let Some(replica) = &mut self.replica {
+            replica.write(first_block, data);
+        }
+        Ok(())
     }
 
     /// Writes like [`MirrorSet::write`], handing the buffer to the devices
     /// ([`BlockDevice::write_owned`]): they may still be writing when this returns.
     pub(crate) fn write_owned(&mut self, first_block: u64, data: Vec<u8>) -> Result<(), StoreError> {
         let length = data.len();
+        if let Some(replica) = &mut self.replica {
+            replica.write(first_block, &data);
+        }
         let data = Arc::new(data);
         self.write_each(first_block, length, |device| device.write_owned(first_block, Arc::clone(&data)))
     }
@@ -211,7 +235,11 @@ impl<D: BlockDevice> MirrorSet<D> {
     }
 
     pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
-        self.flush_each(|device| device.flush())
+        self.flush_each(|device| device.flush())?;
+        if let Some(replica) = &mut self.replica {
+            replica.flush();
+        }
+        Ok(())
     }
 
     /// `flush` on every live mirror; an error drops the mirror if another can carry on.

@@ -155,6 +155,24 @@ impl<D: BlockDevice> Store<D> {
         Self::open(devices)
     }
 
+    /// Streams every later write and flush to `replica` as well (the pair's standby).
+    pub fn set_replica(&mut self, replica: alloc::boxed::Box<dyn crate::mirror::Replica>) {
+        self.mirrors.replica = Some(replica);
+    }
+
+    /// Reads whole blocks as they are on the devices, from the first mirror that has them,
+    /// unverified: for a full copy to a replica, which must see exactly what a mirror holds.
+    pub fn read_device_blocks(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        let mut last_error = StoreError::NoMirror;
+        for index in self.mirrors.readable(first_block, (buf.len() / crate::BLOCK_SIZE) as u64) {
+            match self.mirrors.read_from(index, first_block, buf) {
+                Ok(()) => return Ok(()),
+                Err(error) => last_error = StoreError::Device { mirror: index, error },
+            }
+        }
+        Err(last_error)
+    }
+
     pub fn geometry(&self) -> Geometry {
         self.geometry
     }
@@ -189,6 +207,11 @@ impl<D: BlockDevice> Store<D> {
     /// The newest committed checkpoint generation.
     pub fn checkpoint_generation(&self) -> u64 {
         self.checkpoint_generation
+    }
+
+    /// The ticket the next journal commit gets: the journal's position.
+    pub fn journal_ticket_next(&self) -> u64 {
+        self.journal.ticket_next
     }
 
     pub fn mirror_status(&self) -> MirrorStatus {

@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::io::Write;
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -190,5 +192,63 @@ fn checkpoint_now_puts_what_was_done_just_before_on_disk() {
         }
     };
     assert!(first >= before, "restarted at count {first}, behind {before}, printed before 'checkpoint now':\n{}", seen.join("\n"));
+    assert_eq!(run_holdfast(&["vm", "kill", &name]).status, Some(0));
+}
+
+/// A request line cut short, then a checkpoint that holds the admin service with the part it
+/// read, then a crash: after the restart the next client's request must be answered, not
+/// glued onto the part of a line whose client is long gone (the admin service tells a
+/// restart by its clock's boot count).
+#[test]
+fn a_request_cut_short_before_a_crash_does_not_spoil_the_next_one() {
+    let manifest = source_dir().join("services/persist-manifest.toml");
+    let image_dir = build_image("persist-image", Some(&manifest));
+    let directory = scratch_dir("request-cut-short");
+    let store = directory.join("store.img");
+    let store_path = store.to_str().expect("UTF-8 path");
+    assert_eq!(run_holdfast(&["store", "format", "--size-mib", "16", "--force", store_path]).status, Some(0));
+    let name = format!("request-cut-short-{}", std::process::id());
+    let boot = || {
+        spawn_reading_lines(
+            holdfast()
+                .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "300", "--disk", store_path])
+                .args(["--append", "holdfast.checkpoint-interval-ms=300"])
+                .arg("--image-dir")
+                .arg(&image_dir),
+        )
+    };
+    let wait_for = |vm: &support::LineReader, what: &str, prefix: &str| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let line = vm.lines.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+            let line = line.unwrap_or_else(|_| panic!("no {what} within 120 s"));
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    };
+    let vm = boot();
+    wait_for(&vm, "first checkpoint", "holdfast: checkpoint 1 committed");
+    // The admin service answers: it is reading its control channel.
+    holdfast_ok(&["checkpoint", "status", &name]);
+    let control_socket = Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state").join(&name).join("control.sock");
+    let mut client = std::os::unix::net::UnixStream::connect(&control_socket).expect("the control socket");
+    client.write_all(b"checkpoint sta").expect("half a request");
+    drop(client);
+    // Two checkpoints later the part read is on disk with the admin service's memory.
+    let committed = |line: &str| line.strip_prefix("holdfast: checkpoint ")?.split(' ').next()?.parse::<u64>().ok();
+    let first = committed(&wait_for(&vm, "a checkpoint", "holdfast: checkpoint ")).unwrap_or(0);
+    loop {
+        if committed(&wait_for(&vm, "a checkpoint", "holdfast: checkpoint ")).is_some_and(|generation| generation >= first + 2) {
+            break;
+        }
+    }
+    support::kill_and_wait(&name, vm);
+
+    let vm = boot();
+    wait_for(&vm, "the restart", "holdfast: restarted from checkpoint ");
+    let status = run_holdfast(&["checkpoint", "status", &name]);
+    assert_eq!(status.status, Some(0), "the first request after the restart: {}", status.transcript());
+    assert!(status.stdout.starts_with(&format!("{name}: generation ")), "{}", status.stdout);
     assert_eq!(run_holdfast(&["vm", "kill", &name]).status, Some(0));
 }

@@ -113,6 +113,11 @@ pub struct RunReport {
     pub reconnects: u64,
     /// Latency of acknowledged transactions (from intended send time in open loop).
     pub latency: Latency,
+    /// The longest time between two acknowledgements (any clients'): what the clients saw
+    /// of an outage — a crash and restart, or a pair's failover.
+    pub silence_us_max: u64,
+    /// When that silence began, in seconds from the start of the run.
+    pub silence_from_seconds: f64,
 }
 
 impl RunReport {
@@ -140,7 +145,8 @@ impl RunReport {
              rate          offered {:.1}/s, accepted {:.1}/s\n\
              transactions  {} sent, {} acknowledged, {refused} refused{refused_detail}, {} failed, {} unfinished, {} not sent\n\
              retries       {} retries, {} reconnects\n\
-             latency       p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms  (mean {:.3} ms, {} samples)\n",
+             latency       p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms  (mean {:.3} ms, {} samples)\n\
+             silence       {:.1} ms at most without an acknowledgement, from {:.1} s\n",
             self.target,
             self.scale,
             self.clients,
@@ -163,6 +169,8 @@ impl RunReport {
             millis(self.latency.max_us),
             self.latency.mean_us / 1000.0,
             self.latency.count,
+            millis(self.silence_us_max),
+            self.silence_from_seconds,
         )
     }
 }
@@ -179,6 +187,9 @@ struct Stats {
     retries: AtomicU64,
     reconnects: AtomicU64,
     last_acknowledged_us: AtomicU64,
+    /// The longest gap between acknowledgements, and when it began (microseconds from the
+    /// start).
+    silence: Mutex<(u64, u64)>,
 }
 
 impl Stats {
@@ -195,6 +206,7 @@ impl Stats {
             retries: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             last_acknowledged_us: AtomicU64::new(0),
+            silence: Mutex::new((0, 0)),
         })
     }
 
@@ -380,6 +392,7 @@ pub async fn run<T: Target>(
     let accepted_per_second =
         acknowledged as f64 / last_acknowledged_seconds.max(duration_seconds).max(1e-6);
     let latency = Latency::of(&lock(&stats.histograms).0);
+    let (silence_us_max, silence_from_us) = *lock(&stats.silence);
     Ok(RunReport {
         target: target.describe(),
         scale,
@@ -406,6 +419,8 @@ pub async fn run<T: Target>(
         retries: stats.retries.load(Ordering::Relaxed),
         reconnects: stats.reconnects.load(Ordering::Relaxed),
         latency,
+        silence_us_max,
+        silence_from_seconds: silence_from_us as f64 / 1e6,
     })
 }
 
@@ -509,9 +524,16 @@ fn account(
             let since_start_us =
                 u64::try_from(now.saturating_duration_since(run_start).as_micros())
                     .unwrap_or(u64::MAX);
-            stats
+            let previous_us = stats
                 .last_acknowledged_us
                 .fetch_max(since_start_us, Ordering::Relaxed);
+            // From the first acknowledgement on (before it, the run was starting up).
+            if previous_us > 0 && since_start_us > previous_us {
+                let mut silence = lock(&stats.silence);
+                if since_start_us - previous_us > silence.0 {
+                    *silence = (since_start_us - previous_us, previous_us);
+                }
+            }
         }
         Outcome::Refused(status) => *lock(&stats.refused).entry(status).or_default() += 1,
         Outcome::Failed => {

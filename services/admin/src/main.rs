@@ -13,13 +13,13 @@
 //! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
 //! appliance with the TP1 service, 3 its tokens page, 4 the journal, 5 a space whose first
 //! page is the tokens page (the journal's guarded `write` writes through it), 6 the TP1
-//! service's counters page (read-only).
+//! service's counters page (read-only); 7 the clock (its boot count tells a restart).
 #![no_std]
 #![no_main]
 
 use holdfast_userlib as user;
 use holdfast_tp1_ledger::{counters, tokens};
-use user::interface::{checkpoint, control, journal, page};
+use user::interface::{checkpoint, clock, control, journal, page};
 use user::syscall::{CapReg, Error};
 
 const CONTROL: CapReg = CapReg::new(1);
@@ -28,6 +28,8 @@ const TOKENS_PAGE: CapReg = CapReg::new(3);
 const JOURNAL: CapReg = CapReg::new(4);
 const TOKENS_SPACE: CapReg = CapReg::new(5);
 const TP1_COUNTERS: CapReg = CapReg::new(6);
+/// The clock, whose boot count tells a restart.
+const CLOCK: CapReg = CapReg::new(7);
 /// Attempts at a token write whose guard moved (a restart between reading the page and
 /// writing it) before giving up.
 const MINT_ATTEMPTS_MAX: usize = 4;
@@ -253,6 +255,8 @@ fn main() -> u64 {
     // A line longer than the buffer: skipped up to its end, then refused.
     let mut overlong = false;
     let mut input = [0u8; 512];
+    let boot_now = || clock::now(CLOCK).map(|now| now.boot).ok();
+    let mut boot = boot_now();
     loop {
         let count = match control::read(CONTROL, input.len() as u64, &mut input) {
             Ok(count) => count,
@@ -261,6 +265,13 @@ fn main() -> u64 {
                 return 1;
             }
         };
+        // The part of a line read before a restart came back with the checkpoint, but its
+        // client is gone: the new client's request must not be glued onto it.
+        if boot_now() != boot {
+            boot = boot_now();
+            length = 0;
+            overlong = false;
+        }
         for &byte in &input[..count] {
             if byte != b'\n' {
                 if length < line.len() {

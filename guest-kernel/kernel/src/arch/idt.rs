@@ -279,8 +279,8 @@ extern "C" fn interrupt_dispatch(frame: &mut TrapFrame) {
                 (user_mode_handlers().timer)(frame.user_registers());
             }
         }
-        // Only wakes a driver halted for its disk (`drivers::block`), which then looks at
-        // its queue itself.
+        // Only wakes a driver halted for its disk (`drivers::block`) or the kernel halted
+        // for the pair's link (`pair`), which then looks at its queue itself.
         BLOCK_VECTOR => super::timer::end_of_interrupt(),
         NET_VECTOR => {
             NETWORK_INTERRUPTED.store(true, core::sync::atomic::Ordering::Relaxed);

@@ -38,13 +38,20 @@ pub struct Devices {
     /// Disk `i` is the `i`-th virtio-blk function found; `Absent` past the last.
     pub blocks: [Device<Block>; DISKS_MAX],
     pub net: Device<Net>,
+    /// The pair's replication link: the virtio-net device whose MAC address begins with
+    /// [`LINK_MAC_PREFIX`] (`holdfast pair` gives it one), driven by the kernel itself.
+    pub link: Device<Net>,
 }
+
+/// `52:54:00` (QEMU's locally administered range) then `HF`.
+pub const LINK_MAC_PREFIX: [u8; 5] = [0x52, 0x54, 0x00, 0x48, 0x46];
 
 /// Finds the devices the kernel drives, printing one line per virtio function.
 pub fn probe() -> Devices {
     let mut devices = Devices {
         blocks: [const { Device::Absent }; DISKS_MAX],
         net: Device::Absent,
+        link: Device::Absent,
     };
     for pci::Found {
         location,
@@ -54,7 +61,7 @@ pub fn probe() -> Devices {
     {
         let status = match device_type {
             DeviceType::Block => attach_disk(&mut devices.blocks, location, transport),
-            DeviceType::Network => attach_net(&mut devices.net, location, transport),
+            DeviceType::Network => attach_net(&mut devices, location, transport),
             _ => String::from("not driven"),
         };
         println!("holdfast: pci {location}: virtio {device_type:?}, {status}");
@@ -81,17 +88,46 @@ fn attach_disk(
     if index == 0 { status } else { format!("{status} (disk {index})") }
 }
 
-/// Starts the driver of the first network device, its receptions routed to
-/// [`crate::arch::idt::NET_VECTOR`] (or polled, if they cannot be).
-fn attach_net(slot: &mut Device<Net>, location: DeviceFunction, transport: Result<PciTransport, String>) -> String {
-    let was_absent = matches!(slot, Device::Absent);
-    let mut status = attach(slot, location, transport, Net::new);
-    if let (true, Device::Ready(net)) = (was_absent, slot) {
-        match pci::route_queue_interrupt(location, crate::arch::idt::NET_VECTOR) {
-            Ok(()) => net.use_interrupts(),
-            Err(why) => status = format!("{status}, polled ({why})"),
+/// Starts the driver of a network device: the pair's link (by its MAC address, polled), or
+/// else the first other one, its receptions routed to [`crate::arch::idt::NET_VECTOR`] (or
+/// polled, if they cannot be).
+fn attach_net(devices: &mut Devices, location: DeviceFunction, transport: Result<PciTransport, String>) -> String {
+    let net = match transport.and_then(Net::new) {
+        Ok(net) => net,
+        Err(error) => {
+            if matches!(devices.net, Device::Absent) {
+                devices.net = Device::Unusable(format!("pci {location}: {error}"));
+            }
+            return format!("unusable: {error}");
         }
+    };
+    if net.mac_address()[..5] == LINK_MAC_PREFIX {
+        if !matches!(devices.link, Device::Absent) {
+            return String::from("a second pair link, not driven");
+        }
+        let mut link = net;
+        // Its receptions only wake a halted kernel (the vector the disks use for that);
+        // the pair's code looks at the queue itself.
+        let status = match pci::route_queue_interrupt(location, crate::arch::idt::BLOCK_VECTOR) {
+            Ok(()) => {
+                link.use_interrupts();
+                String::from("driven (the pair's link)")
+            }
+            Err(why) => format!("driven (the pair's link), polled ({why})"),
+        };
+        devices.link = Device::Ready(link);
+        return status;
     }
+    if !matches!(devices.net, Device::Absent) {
+        return String::from("not driven (the kernel drives the first of each type)");
+    }
+    let mut status = String::from("driven");
+    let mut net = net;
+    match pci::route_queue_interrupt(location, crate::arch::idt::NET_VECTOR) {
+        Ok(()) => net.use_interrupts(),
+        Err(why) => status = format!("{status}, polled ({why})"),
+    }
+    devices.net = Device::Ready(net);
     status
 }
 

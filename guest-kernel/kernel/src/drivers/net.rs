@@ -29,10 +29,17 @@ const TRANSMIT_BUFFERS: usize = 8;
 const TRANSMIT_WAIT_MICROSECONDS: u64 = 10_000;
 /// The longest frame sent: an Ethernet header and a 1500-byte payload.
 const FRAME_BYTES_MAX: usize = 1514;
+/// On the pair's link ([`super::LINK_MAC_PREFIX`]), a point-to-point wire between two
+/// Holdfast VMs through the host, frames carry a whole 4 KiB block and its message header
+/// (`holdfast_replication::wire`): a quarter of the frames, each costing a notification
+/// and a trip through the host, that 1500-byte ones would take.
+const LINK_FRAME_BYTES_MAX: usize = 14 + holdfast_replication::wire::MESSAGE_BYTES_MAX;
 /// The shortest: an Ethernet header.
 const FRAME_BYTES_MIN: usize = 14;
-/// Room for the virtio-net header and a 1514-byte frame.
-const BUFFER_BYTES: usize = 2048;
+/// Room for the virtio-net header (12 bytes) and the longest frame.
+const fn buffer_bytes(frame_bytes_max: usize) -> usize {
+    (frame_bytes_max + 12).next_multiple_of(64)
+}
 
 /// The self-test's EtherType (IEEE 802 "local experimental 1").
 pub const TEST_ETHERTYPE: u16 = 0x88b5;
@@ -52,12 +59,13 @@ pub struct Net {
     receiving: Vec<(u16, Box<[u8]>)>,
     /// The transmit buffers, each with the token of the transmission that still owns it.
     transmit: Vec<(Box<[u8]>, Option<u16>)>,
+    frame_bytes_max: usize,
 }
 
 /// Why a frame was not sent.
 #[derive(Debug)]
 pub enum SendError {
-    /// Shorter than an Ethernet header or longer than [`FRAME_BYTES_MAX`].
+    /// Shorter than an Ethernet header or longer than the device's longest frame.
     Length,
     /// Every transmit buffer stayed in flight for [`TRANSMIT_WAIT_MICROSECONDS`].
     Busy,
@@ -69,15 +77,22 @@ impl Net {
     pub fn new(transport: PciTransport) -> Result<Self, String> {
         let mut device = VirtIONetRaw::new(transport).map_err(|error| format!("{error}"))?;
         device.disable_interrupts();
+        let frame_bytes_max = if device.mac_address()[..5] == super::LINK_MAC_PREFIX {
+            LINK_FRAME_BYTES_MAX
+        } else {
+            FRAME_BYTES_MAX
+        };
+        let buffer_bytes = buffer_bytes(frame_bytes_max);
         let mut net = Self {
             device,
             receiving: Vec::with_capacity(RECEIVE_BUFFERS),
             transmit: (0..TRANSMIT_BUFFERS)
-                .map(|_| (vec![0; BUFFER_BYTES].into_boxed_slice(), None))
+                .map(|_| (vec![0; buffer_bytes].into_boxed_slice(), None))
                 .collect(),
+            frame_bytes_max,
         };
         for _ in 0..RECEIVE_BUFFERS {
-            net.post_receive(vec![0; BUFFER_BYTES].into_boxed_slice())?;
+            net.post_receive(vec![0; buffer_bytes].into_boxed_slice())?;
         }
         Ok(net)
     }
@@ -125,7 +140,7 @@ impl Net {
     /// Queues one Ethernet frame (without FCS) for transmission, waiting up to
     /// [`TRANSMIT_WAIT_MICROSECONDS`] for a transmit buffer if all are in flight.
     pub fn send(&mut self, frame: &[u8]) -> Result<(), SendError> {
-        if !(FRAME_BYTES_MIN..=FRAME_BYTES_MAX).contains(&frame.len()) {
+        if !(FRAME_BYTES_MIN..=self.frame_bytes_max).contains(&frame.len()) {
             return Err(SendError::Length);
         }
         let start = arch::read_tsc();
@@ -168,10 +183,11 @@ impl Net {
         // SAFETY: the same buffer that `receive_begin` was given under this token.
         let (header, length) = unsafe { self.device.receive_complete(token, &mut buffer) }
             .map_err(|error| format!("completing a reception: {error}"))?;
+        let buffer_bytes = buffer.len();
         let frame = buffer.get(header..header + length).map(receive);
         self.post_receive(buffer)?;
         frame.map(Some).ok_or_else(|| {
-            format!("the device reported a {length}-byte frame in a {BUFFER_BYTES}-byte buffer")
+            format!("the device reported a {length}-byte frame in a {buffer_bytes}-byte buffer")
         })
     }
 

@@ -164,7 +164,8 @@ impl Persistence {
     fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, Failure> {
         // Queued journal commits first: their processes wait for them, and nothing else
         // here is waited for (a scrub step before them added its reads to every commit).
-        let mut worked = false;
+        // Groups the standby has now (its acknowledgement's interrupt woke the idle loop).
+        let mut worked = self.journal_release(objects);
         if self.journal_may_write() {
             self.journal_write(objects)?;
             worked = true;
@@ -172,6 +173,8 @@ impl Persistence {
         // The mirrors: a blank or stale one resilvered in bounded steps beside the checkpoint
         // work, repairs and status changes reported.
         worked |= mirror_disks::step(&mut self.store);
+        // The pair's stream: a full copy in bounded steps, acknowledgements, the heartbeat.
+        worked |= crate::pair::primary::step(&mut self.store);
         worked |= self.scrub_if_due(idle, worked);
         if self.retry_pending() {
             return Ok(worked);

@@ -93,22 +93,51 @@ impl Persistence {
     }
 
     /// Writes every queued journal commit in one group and lets its processes run on;
-    /// returns the newest ticket now durable, `None` if nothing was queued.
+    /// returns the newest ticket now acknowledged, `None` if nothing was queued or, in a
+    /// pair, the group waits for the standby ([`Persistence::journal_release`]).
     pub(super) fn journal_write(&mut self, objects: &mut Objects) -> Result<Option<u64>, Failure> {
         let Some(durable) = self.store.journal_write()? else {
             return Ok(None);
         };
+        self.kernel_counters.journal_writes_total += 1;
+        if let Some(position) = crate::pair::primary::last_flush()
+            && !crate::pair::primary::flush_arrived(position)
+        {
+            // Durable here, not yet there: the processes run on meanwhile, and the next
+            // groups are written beside it.
+            self.journal_awaiting_standby.push_back((durable.0, position));
+            return Ok(None);
+        }
+        Ok(Some(self.journal_acknowledge(objects, durable.0)))
+    }
+
+    /// Acknowledges the groups whose flush the standby now has, oldest first; returns
+    /// whether any was.
+    pub(super) fn journal_release(&mut self, objects: &mut Objects) -> bool {
+        let mut released = false;
+        while let Some(&(ticket, position)) = self.journal_awaiting_standby.front() {
+            if !crate::pair::primary::flush_arrived(position) {
+                break;
+            }
+            self.journal_awaiting_standby.pop_front();
+            self.journal_acknowledge(objects, ticket);
+            released = true;
+        }
+        released
+    }
+
+    /// Wakes the processes waiting for commits up to `durable` and counts their latency.
+    fn journal_acknowledge(&mut self, objects: &mut Objects, durable: u64) -> u64 {
         let now = arch::read_tsc();
         let counters = &mut self.kernel_counters;
-        counters.journal_writes_total += 1;
         while let Some(entry) = self.journal_submitted_tsc.first_entry()
-            && *entry.key() <= durable.0
+            && *entry.key() <= durable
         {
             let submitted = entry.remove();
             counters.journal_commit_seconds_sum += timer::tsc_to_nanoseconds(now - submitted) as f64 / 1e9;
             counters.journal_commit_seconds_count += 1;
         }
-        (self.on_journal_durable)(objects, durable.0);
-        Ok(Some(durable.0))
+        (self.on_journal_durable)(objects, durable);
+        durable
     }
 }

@@ -62,7 +62,8 @@ pub fn counters_text() -> Option<String> {
             // Every process's, kept in its root node: they count across restarts.
             ("holdfast_invocations_total", invocations_total as f64),
         ];
-        for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics) {
+        let pair_metrics = crate::pair::primary::metrics();
+        for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics).chain(pair_metrics.into_iter().flatten()) {
             let _ = writeln!(text, "{name} {value}");
         }
         text

@@ -65,6 +65,9 @@ pub struct Persistence {
     stabilization: Option<Stabilization>,
     /// When each queued journal commit was made (TSC), by ticket: for its latency.
     journal_submitted_tsc: BTreeMap<u64, u64>,
+    /// Journal groups durable here whose flush the pair's standby does not have yet, as
+    /// (newest ticket, stream position), oldest first: acknowledged when it has.
+    journal_awaiting_standby: alloc::collections::VecDeque<(u64, u64)>,
     kernel_counters: KernelCounters,
     /// The scrub under way: one after every boot, a group of home blocks per step.
     scrub: Option<holdfast_store::ScrubCursor>,

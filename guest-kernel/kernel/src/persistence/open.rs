@@ -69,6 +69,7 @@ pub fn attach(store: Store<Block>, interval_ms: u64, on_journal_durable: fn(&mut
         retry_tick: 0,
         stabilization: None,
         journal_submitted_tsc: BTreeMap::new(),
+        journal_awaiting_standby: alloc::collections::VecDeque::new(),
         kernel_counters: KernelCounters::default(),
         scrub: Some(holdfast_store::ScrubCursor::default()),
         ticks_since_scrub: 0,
