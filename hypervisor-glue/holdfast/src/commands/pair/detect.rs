@@ -168,6 +168,7 @@ mod tests {
             standby_state,
             degraded: false,
             standby_heard: true,
+            fenced: false,
         }
     }
 

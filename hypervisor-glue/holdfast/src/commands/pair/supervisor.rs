@@ -48,9 +48,12 @@ enum Event {
     Exited { node: usize, ending: String },
     LinkUp { node: usize },
     LinkDown { node: usize, why: String },
-    Heartbeat { node: usize, status: Status, at: Instant },
     Request { line: String, reply: Sender<Value> },
 }
+
+/// Each node's newest heartbeat, as its relay thread read it: shared rather than queued,
+/// so that detection never takes heartbeats waiting behind console lines for silence.
+type Heartbeats = Arc<[Mutex<Option<(Instant, Status)>>; 2]>;
 
 /// Whether a VM's QEMU is gone, for the fence to wait on.
 #[derive(Default)]
@@ -94,6 +97,8 @@ struct Node {
     serving: bool,
     link_connected: bool,
     heartbeats_total: u64,
+    /// The newest heartbeat taken from the shared slot.
+    seen_at: Option<Instant>,
     console: Option<File>,
     ending: Option<String>,
 }
@@ -111,6 +116,7 @@ struct Supervisor {
     episode: Episode,
     supervisor_sequence: u64,
     started_at: Instant,
+    heartbeats: Heartbeats,
 }
 
 pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
@@ -147,6 +153,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
     let qemu = QemuBinary::find().map_err(Failure::other)?;
     let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
     let link = Arc::new(Link::default());
+    let heartbeats: Heartbeats = Arc::default();
     let (events, inbox) = mpsc::channel();
     let endpoint_listener = TcpListener::bind(("127.0.0.1", arguments.tp1_port)).map_err(|error| {
         Failure::input(format!("cannot listen on 127.0.0.1:{} for the pair's clients: {error}", arguments.tp1_port))
@@ -157,7 +164,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .map_err(|error| Failure::other(format!("cannot listen on 127.0.0.1 for a link socket: {error}")))?;
         *port = listener.local_addr()?.port();
-        serve_link(index, listener, Arc::clone(&link), events.clone())?;
+        serve_link(index, listener, Arc::clone(&link), Arc::clone(&heartbeats), events.clone())?;
     }
     serve_control(control, events.clone())?;
 
@@ -173,6 +180,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
         serving: false,
         link_connected: false,
         heartbeats_total: 0,
+        seen_at: None,
         console: OpenOptions::new().create(true).append(true).open(paths.console_log(index)).ok(),
         ending: None,
     });
@@ -192,6 +200,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
         episode: Episode::default(),
         supervisor_sequence: 0,
         started_at: Instant::now(),
+        heartbeats,
     };
     supervisor.say(&format!("endpoint 127.0.0.1:{}", supervisor.endpoint.address().port()));
     for index in [primary, 1 - primary] {
@@ -273,6 +282,15 @@ impl Supervisor {
                     return Err(Failure::other("the supervisor's threads all ended"));
                 }
             }
+            for index in 0..2 {
+                let newest = *self.heartbeats[index].lock().expect("heartbeat slot");
+                if let Some((at, status)) = newest
+                    && self.nodes[index].seen_at.is_none_or(|seen| at > seen)
+                {
+                    self.nodes[index].seen_at = Some(at);
+                    self.heartbeat(index, status, at);
+                }
+            }
             self.detect();
             if self.nodes.iter().all(|node| node.health.gone) {
                 self.say("both VMs are gone: the supervisor ends");
@@ -321,7 +339,6 @@ impl Supervisor {
                     self.say(&format!("node {} ({}) link closed: {why}", entry.number, entry.vm_name));
                 }
             }
-            Event::Heartbeat { node, status, at } => self.heartbeat(node, status, at),
             Event::Request { line, reply } => {
                 let (answer, flow) = self.request(&line);
                 let _ = reply.send(answer);
@@ -352,6 +369,9 @@ impl Supervisor {
                 detect::standby_state_name(status.standby_state),
                 if status.standby_state == StandbyState::Consistent { ", it can take over" } else { "" }
             ));
+        }
+        if previous.is_none_or(|previous| !previous.fenced) && status.fenced {
+            self.say(&format!("node {number} ({name}) says it is FENCED: a later term spoke; it acknowledges nothing more"));
         }
         if previous.is_some_and(|previous| !previous.degraded) && status.degraded {
             self.say(&format!("node {number} ({name}) says it is DEGRADED: it acknowledges without the standby"));
@@ -572,7 +592,7 @@ impl Supervisor {
                     "tp1": format!("127.0.0.1:{}", node.tp1_port),
                     "pid": node.process.lock().expect("process").as_ref().map(|process| process.pid),
                     "link_connected": node.link_connected,
-                    "heartbeats": node.heartbeats_total,
+                    "heartbeats_seen": node.heartbeats_total,
                     "heartbeat_age_ms": node.health.heard_at.map(|at| now.saturating_duration_since(at).as_millis() as u64),
                     "lag_bytes": lag.map(|status| status.lag_bytes),
                     "lag_ms": lag.map(|status| status.lag_ms),
@@ -624,6 +644,7 @@ pub fn status_json(status: Status) -> Value {
         "standby_state": detect::standby_state_name(status.standby_state),
         "degraded": status.degraded,
         "standby_heard": status.standby_heard,
+        "fenced": status.fenced,
     })
 }
 
@@ -705,7 +726,7 @@ fn serve_control(listener: UnixListener, events: Sender<Event>) -> Result<(), Fa
 
 /// Accepts node `index`'s link connections (QEMU's, one at a time) and relays each until it
 /// closes.
-fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, events: Sender<Event>) -> Result<(), Failure> {
+fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, heartbeats: Heartbeats, events: Sender<Event>) -> Result<(), Failure> {
     thread::Builder::new().name("pair-link".into()).spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
@@ -718,7 +739,7 @@ fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, events: Send
                 if message.kind == Kind::Heartbeat
                     && let Some(status) = Status::decode(message.payload)
                 {
-                    let _ = events.send(Event::Heartbeat { node: index, status, at: Instant::now() });
+                    *heartbeats[index].lock().expect("heartbeat slot") = Some((Instant::now(), status));
                 }
             });
             link.attach(index, None);
