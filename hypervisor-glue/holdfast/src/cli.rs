@@ -58,6 +58,178 @@ pub enum Command {
     /// command, in the background; both verbs may be repeated.
     #[command(subcommand)]
     Monitor(MonitorCommand),
+    /// A hot-standby pair of TP1 appliances: a supervisor that starts both VMs, relays the
+    /// replication link between them, watches them and fails over; and the verbs that ask
+    /// it what it sees and tell it what to do.
+    #[command(subcommand, after_help = PAIR_HELP)]
+    Pair(PairCommand),
+}
+
+const PAIR_HELP: &str = "\
+A pair NAME keeps its state in pairs/NAME in the state directory ($HOLDFAST_STATE_DIR, else \
+$XDG_STATE_HOME/holdfast, else ~/.local/state/holdfast): each node's two store mirrors \
+(node-1/, node-2/), its console log, pair.json (which node is the primary, the term, the \
+mode, the history of promotions) and supervisor.sock, where `pair up` answers the other \
+verbs. The VMs are named NAME-1 and NAME-2, so that `holdfast vm` and `holdfast tp1 token` \
+reach them.
+
+Exit status: 0 done, 2 a usage error or no such pair, 3 the supervisor refused or failed \
+(its reason is printed).";
+
+#[derive(Debug, Subcommand)]
+pub enum PairCommand {
+    /// Start the pair and supervise it in the foreground until `pair down` (or a signal,
+    /// which ends both VMs with it): formats the stores the first time (node 1's as a
+    /// store, node 2's blank: it gets a full copy over the link), boots the primary and the
+    /// standby, relays the link, serves the client endpoint, prints each VM's console
+    /// (prefixed NAME-N:) and every event of the pair (prefixed `pair NAME:`).
+    #[command(after_help = PAIR_UP_HELP)]
+    Up(PairUpArguments),
+    /// Per node: role, state, checkpoint generation, journal position, lag in bytes and
+    /// milliseconds, and how long ago its last heartbeat came; the link's counters.
+    Status(PairStatusArguments),
+    /// Fence the primary (SIGKILL to its QEMU, and wait until it is gone) and promote the
+    /// standby now. Refused, with the reason, unless the standby holds a whole copy.
+    Failover(PairName),
+    /// Switch the primary's replication mode at run time (recorded for the next `up`)
+    Mode(PairModeArguments),
+    /// The promotions so far: time, reason, term, journal position, the new primary (read
+    /// from pair.json: works when the pair is down too)
+    History(PairHistoryArguments),
+    /// End both VMs and the supervisor (the stores stay: `pair up` starts from them again)
+    Down(PairName),
+    /// Test aid, not for production: on the host side of the link, drop every frame
+    /// between the VMs (cut), relay them again (restore), or delay each by N ms (hold-ms N)
+    Link(PairLinkArguments),
+}
+
+const PAIR_UP_HELP: &str = "\
+Failure detection: a VM whose QEMU exits, or whose heartbeats (one every 50 ms on the link) \
+stop for more than --heartbeat-timeout-ms once it has sent one, is failed. A failed primary \
+with a standby that holds a whole copy is fenced (its QEMU killed, and gone) before the \
+standby is promoted (Promote with the next term); then the endpoint moves to it, and the \
+promotion is written to pair.json before it is printed. A standby that does not hold a whole \
+copy is not promoted: the supervisor says why. A failed standby under a synchronous mode \
+makes the primary acknowledge without it (--on-standby-loss degrade, printed as DEGRADED) or \
+wait for it (wait, printed too).
+
+Runs in the foreground, as `holdfast run` does: QEMU dies with the process that started it, \
+so the VMs never outlive their supervisor; run it in the background (&) or under a service \
+manager.
+
+Exit status: 0 after `pair down`, 2 a usage error or the pair is already up, 3 a VM could not \
+be started, or both failed.";
+
+/// The replication modes (`holdfast.pair-mode=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PairMode {
+    /// A commit is acknowledged once durable on the primary and on the standby's disks
+    SyncDurable,
+    /// A commit is acknowledged once durable on the primary and received by the standby
+    SyncReceived,
+    /// A commit is acknowledged once durable on the primary; the standby lags by at most
+    /// --lag-bytes-max
+    Async,
+}
+
+#[derive(Debug, Args)]
+pub struct PairName {
+    /// The pair's name (as given to `pair up`)
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PairUpArguments {
+    /// The pair's name: 1 to 62 letters, digits, '-', '_' or '.'
+    pub name: String,
+    /// Replication mode [default: the one recorded for the pair, else sync-durable]
+    #[arg(long, value_enum)]
+    pub mode: Option<PairMode>,
+    /// The asynchronous mode's lag bound in bytes [default: the one recorded, else 16 MiB]
+    #[arg(long, value_name = "N")]
+    pub lag_bytes_max: Option<u64>,
+    /// Size of each store mirror in MiB, when the stores are made (the first `up`)
+    #[arg(long, value_name = "N", default_value_t = 2048,
+          value_parser = clap::value_parser!(u64).range(4..=1_048_576))]
+    pub store_mib: u64,
+    /// The client endpoint's port on 127.0.0.1 (0: a free one); printed
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
+    pub tp1_port: u16,
+    /// Directory made by `holdfast image build --manifest services/tp1-manifest.toml`
+    /// [default: build/tp1-image in the source tree]
+    #[arg(long, value_name = "DIR")]
+    pub image_dir: Option<PathBuf>,
+    /// Accelerator for both VMs
+    #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
+    pub accel: AccelArgument,
+    /// Guest memory in MiB, for each VM
+    #[arg(long, value_name = "N", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(128..=1_048_576))]
+    pub memory_mib: u32,
+    /// A VM whose heartbeats stop for longer than this is failed
+    #[arg(long, value_name = "MS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub heartbeat_timeout_ms: u64,
+    /// What a synchronous primary does when the standby fails
+    #[arg(long, value_enum, default_value_t = crate::commands::pair::StandbyLoss::Degrade)]
+    pub on_standby_loss: crate::commands::pair::StandbyLoss,
+    /// Extra kernel command-line words for both VMs
+    #[arg(long, value_name = "WORDS")]
+    pub append: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PairStatusArguments {
+    /// The pair's name
+    pub name: String,
+    /// Print the supervisor's answer as one JSON object
+    #[arg(long)]
+    pub json: bool,
+    /// Print it again every second until interrupted
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PairModeArguments {
+    /// The pair's name
+    pub name: String,
+    #[arg(value_enum)]
+    pub mode: PairMode,
+    /// The asynchronous mode's lag bound in bytes [default: the pair's current one]
+    #[arg(long, value_name = "N")]
+    pub lag_bytes_max: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct PairHistoryArguments {
+    /// The pair's name
+    pub name: String,
+    /// Print the promotions as a JSON array
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `pair link` does to the link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PairLinkAction {
+    /// Drop every frame between the VMs
+    Cut,
+    /// Relay every frame again, at once
+    Restore,
+    /// Delay each frame by MS milliseconds (0: none)
+    HoldMs,
+}
+
+#[derive(Debug, Args)]
+pub struct PairLinkArguments {
+    /// The pair's name
+    pub name: String,
+    #[arg(value_enum)]
+    pub action: PairLinkAction,
+    /// For hold-ms: the delay, 0 to 60000
+    #[arg(value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub milliseconds: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Tp1(command) => commands::tp1::run(command),
         Command::Exporter(arguments) => commands::exporter::run(arguments),
         Command::Monitor(command) => commands::monitor::run(command),
+        Command::Pair(command) => commands::pair::run(command),
     };
     match result {
         Ok(code) => code,

@@ -83,6 +83,27 @@ impl fmt::Display for NetConnect {
     }
 }
 
+/// The first five bytes of a pair's link MAC addresses: the kernel takes the NIC whose MAC
+/// starts so for the replication link (guest-kernel/replication), never for its network.
+pub const LINK_MAC_PREFIX: &str = "52:54:00:48:46";
+
+/// A second virtio-net device, the pair's replication link: a `-netdev stream` client
+/// socket to the host supervisor, which relays each VM's frames to the other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkConnect {
+    pub connect: NetConnect,
+    /// The VM's number in its pair, 1 to 9: the last digit of its link MAC address
+    /// ([`LINK_MAC_PREFIX`]`:0N`; the supervisor itself sends as 0).
+    pub node: u8,
+}
+
+impl LinkConnect {
+    /// `52:54:00:48:46:0N`.
+    pub fn mac_address(&self) -> String {
+        format!("{LINK_MAC_PREFIX}:{:02x}", self.node)
+    }
+}
+
 /// Everything that makes one Holdfast VM.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmSpec {
@@ -93,6 +114,8 @@ pub struct VmSpec {
     /// I/O passes through QEMU's error-injecting `blkdebug` driver.
     pub blkdebug: Vec<(usize, PathBuf)>,
     pub net_connect: Option<NetConnect>,
+    /// The pair's replication link, beside the network device (`holdfast pair up`).
+    pub link_connect: Option<LinkConnect>,
     /// QEMU user-mode networking with this host port on 127.0.0.1 forwarded to the guest's
     /// TCP port [`GUEST_TP1_PORT`] at [`GUEST_ADDRESS`] (`holdfast run --tp1-port`). The
     /// guest reaches nothing outside QEMU (`restrict=on`).
@@ -117,6 +140,7 @@ impl VmSpec {
             disks: Vec::new(),
             blkdebug: Vec::new(),
             net_connect: None,
+            link_connect: None,
             tp1_port: None,
             accelerator,
             memory_mib: DEFAULT_MEMORY_MIB,
@@ -241,6 +265,18 @@ impl VmSpec {
                 // No option ROM: the guest never boots from the network, and loading
                 // iPXE costs BIOS boots time.
                 format!("virtio-net-pci,netdev=net0,mac={GUEST_MAC_ADDRESS},romfile="),
+            ]);
+        }
+        if let Some(link) = &self.link_connect {
+            let NetConnect { host, port } = &link.connect;
+            assert!((1..=9).contains(&link.node), "a pair's node number is 1 to 9");
+            arguments.add([
+                "-netdev".to_owned(),
+                format!(
+                    "stream,id=link0,server=off,addr.type=inet,addr.host={host},addr.port={port}"
+                ),
+                "-device".to_owned(),
+                format!("virtio-net-pci,netdev=link0,mac={},romfile=", link.mac_address()),
             ]);
         }
         arguments.0
@@ -422,6 +458,38 @@ mod tests {
             "-netdev",
             "stream,id=net0,server=off,addr.type=inet,addr.host=127.0.0.1,addr.port=7000"
         ));
+        assert!(contains_pair(
+            &words,
+            "-device",
+            "virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56,romfile="
+        ));
+    }
+
+    #[test]
+    fn a_pair_link_is_a_second_stream_client_with_the_link_mac() {
+        let mut spec = VmSpec::new(
+            Boot::Disk {
+                boot_disk: "b".into(),
+            },
+            Accelerator::Tcg,
+        );
+        spec.tp1_port = Some(47100);
+        spec.link_connect = Some(LinkConnect {
+            connect: "127.0.0.1:41234".parse().unwrap(),
+            node: 2,
+        });
+        let words = words(&spec);
+        assert!(contains_pair(
+            &words,
+            "-netdev",
+            "stream,id=link0,server=off,addr.type=inet,addr.host=127.0.0.1,addr.port=41234"
+        ));
+        assert!(contains_pair(
+            &words,
+            "-device",
+            "virtio-net-pci,netdev=link0,mac=52:54:00:48:46:02,romfile="
+        ));
+        // The network device stays: the kernel tells the two apart by MAC address.
         assert!(contains_pair(
             &words,
             "-device",

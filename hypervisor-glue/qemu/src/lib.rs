@@ -23,7 +23,7 @@ pub mod vm;
 
 pub use accel::{AccelCache, AccelChoice, AccelDecision, AccelVerdict, Accelerator, VerdictSource};
 pub use binary::{QemuBinary, QemuNotFound};
-pub use command_line::{Boot, NetConnect, VmSpec};
+pub use command_line::{Boot, LinkConnect, NetConnect, VmSpec};
 pub use qmp::{QmpClient, QmpError, RunStatus};
 pub use serial::{LineSplitter, ReadyMarker, SelftestVerdict, SerialLine};
 pub use vm::{RunningVm, VmEnding, VmReport};

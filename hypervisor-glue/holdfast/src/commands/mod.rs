@@ -7,6 +7,7 @@ pub mod control;
 pub mod exporter;
 pub mod image;
 pub mod monitor;
+pub mod pair;
 pub mod run;
 pub mod run_libvirt;
 pub mod snapshot;

@@ -78,6 +78,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         disks: arguments.disks.clone(),
         blkdebug: blkdebug_disks(&arguments)?,
         net_connect: arguments.net_connect.clone(),
+        link_connect: None,
         tp1_port: tp1_port(arguments.tp1_port)?,
         accelerator,
         memory_mib: arguments.memory_mib,
@@ -111,7 +112,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
 /// Says on standard error, once per disk and kind of error, when the host fails the
 /// guest's reads or writes of a disk image (a full file system, a file gone): the guest
 /// is told too and marks that mirror failed, but only the host knows why.
-fn report_host_disk_errors(qmp_socket: &Path, disks: &[PathBuf]) -> Result<(), Failure> {
+pub(crate) fn report_host_disk_errors(qmp_socket: &Path, disks: &[PathBuf]) -> Result<(), Failure> {
     let disks = disks.to_vec();
     let mut reported = std::collections::HashSet::new();
     holdfast_qemu::events::watch_block_io_errors(paths::event_socket_beside(qmp_socket), move |error| {
@@ -264,12 +265,12 @@ fn outcome(report: &VmReport) -> Result<ExitCode, Failure> {
 
 /// The VM's QMP socket: named VMs' sockets are in the state directory (for `holdfast vm`),
 /// others' in a private temporary directory. Removed when dropped.
-struct QmpSocket {
-    path: PathBuf,
+pub(crate) struct QmpSocket {
+    pub(crate) path: PathBuf,
 }
 
 impl QmpSocket {
-    fn claim(name: Option<&str>) -> Result<Self, Failure> {
+    pub(crate) fn claim(name: Option<&str>) -> Result<Self, Failure> {
         let path = match name {
             Some(name) => paths::qmp_socket_of(name)?,
             None => paths::private_qmp_socket()?,
@@ -301,7 +302,7 @@ impl QmpSocket {
 
 impl QmpSocket {
     /// Writes QEMU's pid beside the socket, for `holdfast vm kill`.
-    fn record_pid(&self, pid: u32) -> Result<(), Failure> {
+    pub(crate) fn record_pid(&self, pid: u32) -> Result<(), Failure> {
         let file = paths::pid_file_beside(&self.path);
         std::fs::write(&file, format!("{pid}\n")).map_err(|error| {
             Failure::other(format!("cannot write '{}': {error}", file.display()))
@@ -311,7 +312,7 @@ impl QmpSocket {
 
 impl QmpSocket {
     /// Writes the VM's disk images beside the socket, for `holdfast vm list`.
-    fn record_disks(&self, disks: &[PathBuf]) -> Result<(), Failure> {
+    pub(crate) fn record_disks(&self, disks: &[PathBuf]) -> Result<(), Failure> {
         let file = paths::disks_file_beside(&self.path);
         let mut text = String::new();
         for disk in disks {

@@ -1,0 +1,844 @@
+//! `holdfast pair up`: the supervisor. One thread owns the pair's state and acts on events
+//! from the others: each VM's thread (its console lines, its QEMU's exit), each link
+//! socket's relay (the heartbeats it reads in passing), and the control socket (the other
+//! `pair` verbs). Every tick it asks [`super::detect::decide`] what to do.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::ops::ControlFlow;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use holdfast_image_builder::ImageDir;
+use holdfast_qemu::{Accelerator, Boot, LinkConnect, NetConnect, QemuBinary, RunningVm, VmSpec};
+use holdfast_replication::wire::{Kind, Message, Mode, Role, StandbyState, Status};
+use serde_json::{Value, json};
+
+use super::detect::{self, Action, Episode, NodeHealth, Policy};
+use super::endpoint::Endpoint;
+use super::relay::{Link, LinkSettings, Outbox};
+use super::state::{PairState, Promotion, STATE_VERSION, unix_ms_now, utc_text};
+use super::{PairPaths, mode_of};
+use crate::cli::PairUpArguments;
+use crate::commands::accel;
+use crate::commands::run::{QmpSocket, check_disk_images, report_host_disk_errors};
+use crate::failure::{Failure, exit_status};
+use crate::paths;
+
+/// How often detection runs when nothing else happens: a sixth of the default heartbeat
+/// timeout, so a failure is acted on within about 350 ms of the last heartbeat.
+const TICK: Duration = Duration::from_millis(50);
+/// How long a fenced QEMU may take to be gone after SIGKILL before the supervisor gives up
+/// on the promotion (it never promotes while the old primary might still run).
+const FENCE_TIME_LIMIT: Duration = Duration::from_secs(30);
+/// The lag bound when neither the command line nor pair.json gives one.
+const LAG_BYTES_MAX_DEFAULT: u64 = 16 << 20;
+/// Console lines that say the TP1 appliance serves: its first boot, a restart.
+const SERVING_LINES: [&str; 2] = ["tp1: serving on 7100", "net: the system restarted"];
+
+/// What the other threads tell the supervisor.
+enum Event {
+    Line { node: usize, text: String },
+    Exited { node: usize, ending: String },
+    LinkUp { node: usize },
+    LinkDown { node: usize, why: String },
+    Request { line: String, reply: Sender<Value> },
+}
+
+/// Each node's newest heartbeat, as its relay thread read it: shared rather than queued,
+/// so that detection never takes heartbeats waiting behind console lines for silence.
+type Heartbeats = Arc<[Mutex<Option<(Instant, Status)>>; 2]>;
+
+/// Whether a VM's QEMU is gone, for the fence to wait on.
+#[derive(Default)]
+struct Gone {
+    gone: Mutex<bool>,
+    changed: Condvar,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeRole {
+    Primary,
+    Standby,
+    /// Killed by the supervisor before a promotion: never started again by this supervisor.
+    Fenced,
+    /// Its QEMU ended of itself.
+    Exited,
+}
+
+impl NodeRole {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Primary => "primary",
+            Self::Standby => "standby",
+            Self::Fenced => "fenced",
+            Self::Exited => "exited",
+        }
+    }
+}
+
+struct Node {
+    number: u8,
+    vm_name: String,
+    tp1_port: u16,
+    role: NodeRole,
+    process: Arc<Mutex<Option<Process>>>,
+    gone: Arc<Gone>,
+    health: NodeHealth,
+    /// After a promotion: heartbeats count only once they say "primary" (the VM restarts
+    /// in between, and its silence then is not a failure).
+    awaiting_primary_heartbeat: bool,
+    serving: bool,
+    link_connected: bool,
+    heartbeats_total: u64,
+    /// The newest heartbeat taken from the shared slot.
+    seen_at: Option<Instant>,
+    console: Option<File>,
+    ending: Option<String>,
+}
+
+struct Supervisor {
+    name: String,
+    paths: PairPaths,
+    state: PairState,
+    nodes: [Node; 2],
+    primary: usize,
+    standby: Option<usize>,
+    policy: Policy,
+    link: Arc<Link>,
+    endpoint: Endpoint,
+    episode: Episode,
+    supervisor_sequence: u64,
+    started_at: Instant,
+    heartbeats: Heartbeats,
+}
+
+pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
+    let paths = PairPaths::of(&arguments.name)?;
+    std::fs::create_dir_all(&paths.dir)
+        .map_err(|error| Failure::other(format!("cannot create '{}': {error}", paths.dir.display())))?;
+    let control = claim_control_socket(&arguments.name, &paths.socket)?;
+    let image_dir = ImageDir::new(arguments.image_dir.clone().unwrap_or_else(|| paths::source_dir().join("build/tp1-image")));
+    image_dir.check_for_pvh_boot().map_err(Failure::input)?;
+    let mut state = match PairState::read(&paths.dir).map_err(Failure::input)? {
+        Some(state) => state,
+        None => PairState {
+            version: STATE_VERSION,
+            primary: 1,
+            term: 0,
+            mode: Mode::SynchronousDurable.name().into(),
+            lag_bytes_max: LAG_BYTES_MAX_DEFAULT,
+            on_standby_loss: arguments.on_standby_loss,
+            store_mib: arguments.store_mib,
+            promotions: Vec::new(),
+        },
+    };
+    if let Some(mode) = arguments.mode {
+        state.mode = mode_of(mode).name().into();
+    }
+    if let Some(lag_bytes_max) = arguments.lag_bytes_max {
+        state.lag_bytes_max = lag_bytes_max;
+    }
+    state.on_standby_loss = arguments.on_standby_loss;
+    let primary = usize::from(state.primary - 1);
+    prepare_stores(&paths, primary, state.store_mib)?;
+    state.write(&paths.dir).map_err(Failure::other)?;
+
+    let qemu = QemuBinary::find().map_err(Failure::other)?;
+    let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
+    let link = Arc::new(Link::default());
+    let heartbeats: Heartbeats = Arc::default();
+    let (events, inbox) = mpsc::channel();
+    let endpoint_listener = TcpListener::bind(("127.0.0.1", arguments.tp1_port)).map_err(|error| {
+        Failure::input(format!("cannot listen on 127.0.0.1:{} for the pair's clients: {error}", arguments.tp1_port))
+    })?;
+    let endpoint = Endpoint::start(endpoint_listener)?;
+    let mut link_ports = [0u16; 2];
+    for (index, port) in link_ports.iter_mut().enumerate() {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .map_err(|error| Failure::other(format!("cannot listen on 127.0.0.1 for a link socket: {error}")))?;
+        *port = listener.local_addr()?.port();
+        serve_link(index, listener, Arc::clone(&link), Arc::clone(&heartbeats), events.clone())?;
+    }
+    serve_control(control, events.clone())?;
+
+    let nodes = [0usize, 1].map(|index| Node {
+        number: index as u8 + 1,
+        vm_name: paths.vm_name(index),
+        tp1_port: 0,
+        role: if index == primary { NodeRole::Primary } else { NodeRole::Standby },
+        process: Arc::default(),
+        gone: Arc::default(),
+        health: NodeHealth::default(),
+        awaiting_primary_heartbeat: false,
+        serving: false,
+        link_connected: false,
+        heartbeats_total: 0,
+        seen_at: None,
+        console: OpenOptions::new().create(true).append(true).open(paths.console_log(index)).ok(),
+        ending: None,
+    });
+    let mut supervisor = Supervisor {
+        name: arguments.name.clone(),
+        policy: Policy {
+            heartbeat_timeout: Duration::from_millis(arguments.heartbeat_timeout_ms),
+            on_standby_loss: arguments.on_standby_loss,
+        },
+        paths,
+        state,
+        nodes,
+        primary,
+        standby: Some(1 - primary),
+        link,
+        endpoint,
+        episode: Episode::default(),
+        supervisor_sequence: 0,
+        started_at: Instant::now(),
+        heartbeats,
+    };
+    supervisor.say(&format!("endpoint 127.0.0.1:{}", supervisor.endpoint.address().port()));
+    for index in [primary, 1 - primary] {
+        let port = free_port()?;
+        supervisor.nodes[index].tp1_port = port;
+        let spec = supervisor.vm_spec(index, &image_dir, accelerator, arguments.memory_mib, link_ports[index], arguments.append.as_deref());
+        launch(&supervisor.nodes[index], &qemu, spec, events.clone())?;
+        let node = &supervisor.nodes[index];
+        supervisor.say(&format!(
+            "node {} ({}) starting as the {}: TP1 at 127.0.0.1:{}, term {}, mode {}",
+            node.number,
+            node.vm_name,
+            node.role.name(),
+            port,
+            supervisor.state.term,
+            supervisor.state.mode
+        ));
+    }
+    let primary_port = supervisor.nodes[primary].tp1_port;
+    supervisor.endpoint.switch(Some(SocketAddr::from(([127, 0, 0, 1], primary_port))));
+    drop(events);
+    supervisor.run(inbox)
+}
+
+impl Supervisor {
+    fn say(&self, text: &str) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "pair {}: {text}", self.name);
+        let _ = stdout.flush();
+    }
+
+    fn mode(&self) -> Mode {
+        Mode::from_name(&self.state.mode).unwrap_or(Mode::SynchronousDurable)
+    }
+
+    fn vm_spec(&self, index: usize, image_dir: &ImageDir, accelerator: Accelerator, memory_mib: u32, link_port: u16, append: Option<&str>) -> VmSpec {
+        let node = &self.nodes[index];
+        let role = if node.role == NodeRole::Primary { "primary" } else { "standby" };
+        let mut words = vec![
+            format!("holdfast.pair-role={role}"),
+            format!("holdfast.pair-mode={}", self.state.mode),
+            format!("holdfast.pair-term={}", self.state.term),
+            format!("holdfast.pair-lag-bytes-max={}", self.state.lag_bytes_max),
+        ];
+        words.extend(append.unwrap_or_default().split_whitespace().map(str::to_owned));
+        let qmp_socket = paths::qmp_socket_of(&node.vm_name).ok();
+        VmSpec {
+            boot: Boot::Pvh {
+                kernel: image_dir.kernel(),
+                initial_image: Some(image_dir.initial_image()),
+                command_line: words.join(" "),
+            },
+            disks: self.paths.store_images(index).to_vec(),
+            blkdebug: Vec::new(),
+            net_connect: None,
+            link_connect: Some(LinkConnect {
+                connect: NetConnect { host: "127.0.0.1".into(), port: link_port },
+                node: node.number,
+            }),
+            tp1_port: Some(node.tp1_port),
+            accelerator,
+            memory_mib,
+            control_socket: qmp_socket.as_deref().map(paths::control_socket_beside),
+            event_socket: qmp_socket.as_deref().map(paths::event_socket_beside),
+            qmp_socket,
+        }
+    }
+
+    fn run(mut self, inbox: Receiver<Event>) -> Result<ExitCode, Failure> {
+        loop {
+            match inbox.recv_timeout(TICK) {
+                Ok(event) => {
+                    if let ControlFlow::Break(code) = self.handle(event) {
+                        return Ok(code);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(Failure::other("the supervisor's threads all ended"));
+                }
+            }
+            for index in 0..2 {
+                let newest = *self.heartbeats[index].lock().expect("heartbeat slot");
+                if let Some((at, status)) = newest
+                    && self.nodes[index].seen_at.is_none_or(|seen| at > seen)
+                {
+                    self.nodes[index].seen_at = Some(at);
+                    self.heartbeat(index, status, at);
+                }
+            }
+            self.detect();
+            if self.nodes.iter().all(|node| node.health.gone) {
+                self.say("both VMs are gone: the supervisor ends");
+                return Ok(ExitCode::from(exit_status::OTHER_FAILURE));
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) -> ControlFlow<ExitCode> {
+        match event {
+            Event::Line { node, text } => {
+                let entry = &mut self.nodes[node];
+                if let Some(console) = &mut entry.console {
+                    let _ = writeln!(console, "{text}");
+                }
+                println!("{}: {text}", entry.vm_name);
+                if !entry.serving && SERVING_LINES.iter().any(|line| text.starts_with(line)) {
+                    entry.serving = true;
+                    let (number, name, role, port) = (entry.number, entry.vm_name.clone(), entry.role, entry.tp1_port);
+                    self.say(&format!(
+                        "node {number} ({name}) ready, {}: TP1 at 127.0.0.1:{port}, endpoint 127.0.0.1:{}",
+                        role.name(),
+                        self.endpoint.address().port()
+                    ));
+                }
+            }
+            Event::Exited { node, ending } => {
+                let entry = &mut self.nodes[node];
+                entry.health.gone = true;
+                if entry.role != NodeRole::Fenced {
+                    entry.role = NodeRole::Exited;
+                }
+                entry.ending = Some(ending.clone());
+                let (number, name) = (entry.number, entry.vm_name.clone());
+                self.say(&format!("node {number} ({name}) ended: {ending}"));
+            }
+            Event::LinkUp { node } => {
+                self.nodes[node].link_connected = true;
+                let entry = &self.nodes[node];
+                self.say(&format!("node {} ({}) link connected", entry.number, entry.vm_name));
+            }
+            Event::LinkDown { node, why } => {
+                self.nodes[node].link_connected = false;
+                let entry = &self.nodes[node];
+                if !entry.health.gone {
+                    self.say(&format!("node {} ({}) link closed: {why}", entry.number, entry.vm_name));
+                }
+            }
+            Event::Request { line, reply } => {
+                let (answer, flow) = self.request(&line);
+                let _ = reply.send(answer);
+                return flow;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn heartbeat(&mut self, index: usize, status: Status, at: Instant) {
+        let previous = self.nodes[index].health.status;
+        let node = &mut self.nodes[index];
+        node.heartbeats_total += 1;
+        node.health.status = Some(status);
+        if node.awaiting_primary_heartbeat {
+            if status.role != Role::Primary {
+                return;
+            }
+            node.awaiting_primary_heartbeat = false;
+        }
+        node.health.heard_at = Some(at);
+        let (number, name) = (node.number, node.vm_name.clone());
+        if previous.map(|previous| (previous.role, previous.standby_state)) != Some((status.role, status.standby_state))
+            && status.role == Role::Standby
+        {
+            self.say(&format!(
+                "node {number} ({name}) standby: {}{}",
+                detect::standby_state_name(status.standby_state),
+                if status.standby_state == StandbyState::Consistent { ", it can take over" } else { "" }
+            ));
+        }
+        if previous.is_none_or(|previous| !previous.fenced) && status.fenced {
+            self.say(&format!("node {number} ({name}) says it is FENCED: a later term spoke; it acknowledges nothing more"));
+        }
+        if previous.is_some_and(|previous| !previous.degraded) && status.degraded {
+            self.say(&format!("node {number} ({name}) says it is DEGRADED: it acknowledges without the standby"));
+        }
+    }
+
+    fn detect(&mut self) {
+        let primary = &self.nodes[self.primary].health;
+        let standby = self.standby.map(|index| &self.nodes[index].health);
+        let mode = self.mode();
+        match detect::decide(primary, standby, mode, self.policy, &mut self.episode, Instant::now()) {
+            Action::Nothing => {}
+            Action::FenceAndPromote { reason } => {
+                if let Err(why) = self.fence_and_promote(&reason) {
+                    self.say(&format!("FAILOVER FAILED: {why}"));
+                }
+            }
+            Action::RefusePromotion { reason } => self.say(&format!("NOT PROMOTING: {reason}")),
+            Action::Degrade { reason } => {
+                let sent = self.send(self.primary, Kind::Degrade, 0, 0);
+                self.say(&format!(
+                    "DEGRADED: {reason}{}",
+                    if sent { "" } else { " (but the primary's link socket is closed: not told)" }
+                ));
+            }
+            Action::ReportStandbyLoss { reason } => self.say(&reason),
+        }
+    }
+
+    /// Sends one supervisor message to node `index`; false if its link is not connected.
+    fn send(&mut self, index: usize, kind: Kind, sequence: u64, argument: u64) -> bool {
+        self.supervisor_sequence += 1;
+        let sequence = if sequence == 0 { self.supervisor_sequence } else { sequence };
+        self.link.send_from_supervisor(index, &Message::new(kind, 0, sequence, argument))
+    }
+
+    /// Fences the primary, promotes the standby, moves the endpoint, records the promotion.
+    fn fence_and_promote(&mut self, reason: &str) -> Result<(), String> {
+        let detected_at = Instant::now();
+        let Some(standby) = self.standby else {
+            return Err("the pair has no standby".into());
+        };
+        let old = self.primary;
+        let fenced_in = self.fence(old)?;
+        let old_status = self.nodes[old].health.status;
+        let standby_status = self.nodes[standby].health.status;
+        let term = self.state.term + 1;
+        if !self.send(standby, Kind::Promote, 0, term) {
+            // Left as it is, the pair has no primary: say so, and try again next tick.
+            self.nodes[old].role = NodeRole::Fenced;
+            return Err(format!(
+                "node {} fenced, but node {}'s link socket is closed: Promote not sent (retrying)",
+                self.nodes[old].number, self.nodes[standby].number
+            ));
+        }
+        let takeover_ms = detected_at.elapsed().as_millis() as u64;
+        self.nodes[old].role = NodeRole::Fenced;
+        let new = &mut self.nodes[standby];
+        new.role = NodeRole::Primary;
+        new.awaiting_primary_heartbeat = true;
+        new.serving = false;
+        new.health.heard_at = None;
+        self.primary = standby;
+        self.standby = None;
+        self.episode = Episode::default();
+        let new_port = self.nodes[standby].tp1_port;
+        self.endpoint.switch(Some(SocketAddr::from(([127, 0, 0, 1], new_port))));
+        let now_ms = unix_ms_now();
+        let promotion = Promotion {
+            time_unix_ms: now_ms,
+            time: utc_text(now_ms),
+            reason: reason.to_owned(),
+            term,
+            old_primary: self.nodes[old].number,
+            new_primary: self.nodes[standby].number,
+            checkpoint_generation: old_status.map_or(0, |status| status.checkpoint_generation),
+            journal_ticket_next: old_status.map_or(0, |status| status.journal_ticket_next),
+            standby_received: standby_status.map_or(0, |status| status.received),
+            standby_durable: standby_status.map_or(0, |status| status.durable),
+            takeover_ms,
+        };
+        self.state.term = term;
+        self.state.primary = self.nodes[standby].number;
+        self.state.promotions.push(promotion.clone());
+        let recorded = self.state.write(&self.paths.dir);
+        self.say(&format!(
+            "FAILOVER: {reason}; node {} fenced (gone {fenced_in} ms after SIGKILL); node {} ({}) promoted, term {term}, \
+             at journal ticket {} / standby durable {}; endpoint now to 127.0.0.1:{new_port}; {takeover_ms} ms from detection",
+            promotion.old_primary, promotion.new_primary, self.nodes[standby].vm_name, promotion.journal_ticket_next, promotion.standby_durable
+        ));
+        recorded.map_err(|why| format!("the promotion happened but was not recorded: {why}"))
+    }
+
+    /// Kills node `index`'s QEMU and waits until it is gone; returns how long that took.
+    fn fence(&mut self, index: usize) -> Result<u64, String> {
+        let started = Instant::now();
+        let node = &self.nodes[index];
+        let gone = node.gone.gone.lock().expect("gone flag");
+        if !*gone
+            && let Some(process) = node.process.lock().expect("process").as_ref()
+        {
+            process.kill().map_err(|error| format!("SIGKILL to node {}'s QEMU (pid {}): {error}", node.number, process.pid))?;
+        }
+        let (gone, timeout) = node
+            .gone
+            .changed
+            .wait_timeout_while(gone, FENCE_TIME_LIMIT, |gone| !*gone)
+            .expect("gone flag");
+        if timeout.timed_out() && !*gone {
+            return Err(format!(
+                "node {}'s QEMU was not gone {} s after SIGKILL: not promoting while it may run",
+                node.number,
+                FENCE_TIME_LIMIT.as_secs()
+            ));
+        }
+        drop(gone);
+        self.nodes[index].health.gone = true;
+        Ok(started.elapsed().as_millis() as u64)
+    }
+
+    fn request(&mut self, line: &str) -> (Value, ControlFlow<ExitCode>) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let refuse = |why: String| (json!({ "ok": false, "error": why }), ControlFlow::Continue(()));
+        match words.as_slice() {
+            ["status"] => (self.status(), ControlFlow::Continue(())),
+            ["failover"] => {
+                let Some(standby) = self.standby else {
+                    return refuse("the pair has no standby to promote".into());
+                };
+                let node = &self.nodes[standby];
+                if let Some(why) = node.health.failure(Instant::now(), self.policy.heartbeat_timeout) {
+                    return refuse(format!("the standby (node {}) has failed: {why}", node.number));
+                }
+                if !node.health.consistent_standby() {
+                    let state = node.health.status.map_or("not heard from yet", |status| detect::standby_state_name(status.standby_state));
+                    return refuse(format!("the standby (node {}) holds no whole copy ({state}): promoting it would lose data", node.number));
+                }
+                match self.fence_and_promote("failover requested") {
+                    Ok(()) => (json!({ "ok": true, "primary": self.nodes[self.primary].number, "term": self.state.term }), ControlFlow::Continue(())),
+                    Err(why) => refuse(why),
+                }
+            }
+            ["mode", name, lag] => {
+                let (Some(mode), Ok(lag_bytes_max)) = (Mode::from_name(name), lag.parse::<u64>()) else {
+                    return refuse(format!("'{line}' is not a mode request"));
+                };
+                let sent = self.send(self.primary, Kind::SetMode, lag_bytes_max, mode as u64);
+                if !sent {
+                    return refuse(format!("the primary (node {})'s link socket is closed: mode not sent", self.nodes[self.primary].number));
+                }
+                self.state.mode = mode.name().into();
+                self.state.lag_bytes_max = lag_bytes_max;
+                if let Err(why) = self.state.write(&self.paths.dir) {
+                    return refuse(format!("the mode was sent but not recorded: {why}"));
+                }
+                self.say(&format!("mode {} (lag bound {lag_bytes_max} bytes) sent to the primary", mode.name()));
+                (json!({ "ok": true, "mode": mode.name(), "lag_bytes_max": lag_bytes_max }), ControlFlow::Continue(()))
+            }
+            ["link", "cut"] => self.link_settings(LinkSettings { cut: true, ..self.link.settings() }),
+            ["link", "restore"] => self.link_settings(LinkSettings { cut: false, hold_ms: 0 }),
+            ["link", "hold-ms", milliseconds] => match milliseconds.parse() {
+                Ok(hold_ms) => self.link_settings(LinkSettings { hold_ms, ..self.link.settings() }),
+                Err(_) => refuse(format!("'{milliseconds}' is not a number of milliseconds")),
+            },
+            ["down"] => {
+                for index in [self.primary, 1 - self.primary] {
+                    if let Err(why) = self.fence(index) {
+                        return refuse(why);
+                    }
+                }
+                self.say("down: both VMs ended");
+                (json!({ "ok": true }), ControlFlow::Break(ExitCode::SUCCESS))
+            }
+            _ => refuse(format!("unknown request '{line}'")),
+        }
+    }
+
+    fn link_settings(&mut self, settings: LinkSettings) -> (Value, ControlFlow<ExitCode>) {
+        self.link.set(settings);
+        self.say(&format!("link: {}", if settings.cut { "CUT".to_owned() } else { format!("relaying, each frame held {} ms", settings.hold_ms) }));
+        (json!({ "ok": true, "cut": settings.cut, "hold_ms": settings.hold_ms }), ControlFlow::Continue(()))
+    }
+
+    fn status(&self) -> Value {
+        let now = Instant::now();
+        let primary_status = self.nodes[self.primary].health.status;
+        let nodes: Vec<Value> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let state = if node.health.gone {
+                    node.role.name().to_owned()
+                } else if let Some(why) = node.health.failure(now, self.policy.heartbeat_timeout) {
+                    format!("failed: {why}")
+                } else if node.role == NodeRole::Primary {
+                    if node.awaiting_primary_heartbeat {
+                        "promoting".into()
+                    } else if primary_status.is_some_and(|status| status.degraded) {
+                        "serving, degraded".into()
+                    } else if node.serving {
+                        "serving".into()
+                    } else {
+                        "starting".into()
+                    }
+                } else {
+                    node.health
+                        .status
+                        .map_or("starting".into(), |status| detect::standby_state_name(status.standby_state).to_owned())
+                };
+                // The lag is the primary's view of its standby: shown on the standby's row.
+                let lag = (Some(index) == self.standby).then_some(primary_status).flatten();
+                json!({
+                    "node": node.number,
+                    "vm": node.vm_name,
+                    "role": node.role.name(),
+                    "state": state,
+                    "tp1": format!("127.0.0.1:{}", node.tp1_port),
+                    "pid": node.process.lock().expect("process").as_ref().map(|process| process.pid),
+                    "link_connected": node.link_connected,
+                    "heartbeats_seen": node.heartbeats_total,
+                    "heartbeat_age_ms": node.health.heard_at.map(|at| now.saturating_duration_since(at).as_millis() as u64),
+                    "lag_bytes": lag.map(|status| status.lag_bytes),
+                    "lag_ms": lag.map(|status| status.lag_ms),
+                    "status": node.health.status.map(status_json),
+                    "ended": node.ending,
+                })
+            })
+            .collect();
+        let settings = self.link.settings();
+        let counter = |value: &std::sync::atomic::AtomicU64| value.load(std::sync::atomic::Ordering::Relaxed);
+        json!({
+            "ok": true,
+            "name": self.name,
+            "endpoint": self.endpoint.address().to_string(),
+            "endpoint_target": self.endpoint.target().map(|target| target.to_string()),
+            "endpoint_connections": self.endpoint.open_connections(),
+            "endpoint_forwarded_total": self.endpoint.forwarded_total(),
+            "term": self.state.term,
+            "mode": self.state.mode,
+            "lag_bytes_max": self.state.lag_bytes_max,
+            "promotions": self.state.promotions.len(),
+            "primary": self.nodes[self.primary].number,
+            "uptime_ms": self.started_at.elapsed().as_millis() as u64,
+            "link": {
+                "cut": settings.cut,
+                "hold_ms": settings.hold_ms,
+                "relayed_frames": counter(&self.link.counters.relayed),
+                "cut_frames": counter(&self.link.counters.cut),
+                "damaged_frames": counter(&self.link.counters.damaged),
+                "undeliverable_frames": counter(&self.link.counters.undeliverable),
+            },
+            "nodes": nodes,
+        })
+    }
+}
+
+pub fn status_json(status: Status) -> Value {
+    json!({
+        "role": match status.role { Role::Primary => "primary", Role::Standby => "standby" },
+        "term": status.term,
+        "checkpoint_generation": status.checkpoint_generation,
+        "journal_ticket_next": status.journal_ticket_next,
+        "mode": status.mode.name(),
+        "sequence": status.sequence,
+        "received": status.received,
+        "durable": status.durable,
+        "lag_bytes": status.lag_bytes,
+        "lag_ms": status.lag_ms,
+        "standby_state": detect::standby_state_name(status.standby_state),
+        "degraded": status.degraded,
+        "standby_heard": status.standby_heard,
+        "fenced": status.fenced,
+    })
+}
+
+/// The first `up` makes each node's two mirrors: the primary's a formatted store, the
+/// standby's blank files of the same size (its first full copy comes over the link). Later
+/// ones find them, both or neither.
+fn prepare_stores(paths: &PairPaths, primary: usize, store_mib: u64) -> Result<(), Failure> {
+    for index in [primary, 1 - primary] {
+        let images = paths.store_images(index);
+        let present = images.iter().filter(|image| image.exists()).count();
+        match present {
+            2 => {}
+            0 => {
+                let dir = images[0].parent().expect("in the node's directory");
+                std::fs::create_dir_all(dir).map_err(|error| Failure::other(format!("cannot create '{}': {error}", dir.display())))?;
+                if index == primary {
+                    println!("pair: formatting node {}'s store ({store_mib} MiB a mirror)", index + 1);
+                    crate::commands::store::format_images(&images, store_mib, false)?;
+                } else {
+                    for image in &images {
+                        File::create_new(image)
+                            .and_then(|file| file.set_len(store_mib * 1024 * 1024))
+                            .map_err(|error| Failure::other(format!("cannot make '{}': {error}", image.display())))?;
+                    }
+                }
+            }
+            _ => {
+                return Err(Failure::input(format!(
+                    "node {}'s store has one of its two mirrors ({} and {}): put the other back, or remove both to start that node blank",
+                    index + 1,
+                    images[0].display(),
+                    images[1].display()
+                )));
+            }
+        }
+        check_disk_images(&images)?;
+    }
+    Ok(())
+}
+
+/// The supervisor's socket for the other verbs: refused if a supervisor answers there.
+fn claim_control_socket(name: &str, socket: &Path) -> Result<UnixListener, Failure> {
+    if UnixStream::connect(socket).is_ok() {
+        return Err(Failure::input(format!("pair '{name}' is already up (its supervisor answers on {})", socket.display())));
+    }
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(Failure::other(format!("cannot remove '{}': {error}", socket.display()))),
+    }
+    UnixListener::bind(socket).map_err(|error| Failure::other(format!("cannot listen on '{}': {error}", socket.display())))
+}
+
+/// Answers the other verbs: one request line in, one JSON line out, per connection.
+fn serve_control(listener: UnixListener, events: Sender<Event>) -> Result<(), Failure> {
+    thread::Builder::new().name("pair-control".into()).spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let events = events.clone();
+            let _ = thread::Builder::new().name("pair-control-conn".into()).spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut line = String::new();
+                let Ok(mut writer) = stream.try_clone() else { return };
+                if BufReader::new(stream).read_line(&mut line).is_err() {
+                    return;
+                }
+                let (reply, answer) = mpsc::channel();
+                if events.send(Event::Request { line: line.trim().to_owned(), reply }).is_err() {
+                    return;
+                }
+                if let Ok(answer) = answer.recv() {
+                    let _ = writeln!(writer, "{answer}");
+                }
+            });
+        }
+    })?;
+    Ok(())
+}
+
+/// Accepts node `index`'s link connections (QEMU's, one at a time) and relays each until it
+/// closes.
+fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, heartbeats: Heartbeats, events: Sender<Event>) -> Result<(), Failure> {
+    thread::Builder::new().name("pair-link".into()).spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let _ = stream.set_nodelay(true);
+            let Ok(writer) = stream.try_clone() else { continue };
+            let Ok(outbox) = Outbox::start(writer) else { continue };
+            link.attach(index, Some(outbox));
+            let _ = events.send(Event::LinkUp { node: index });
+            let why = link.relay_from(index, stream, |message| {
+                if message.kind == Kind::Heartbeat
+                    && let Some(status) = Status::decode(message.payload)
+                {
+                    *heartbeats[index].lock().expect("heartbeat slot") = Some((Instant::now(), status));
+                }
+            });
+            link.attach(index, None);
+            let _ = events.send(Event::LinkDown { node: index, why: why.to_string() });
+        }
+    })?;
+    Ok(())
+}
+
+/// Starts node's QEMU from a thread of its own, which follows its console and lives as long
+/// as it does (QEMU dies with the thread that launched it).
+fn launch(node: &Node, qemu: &QemuBinary, spec: VmSpec, events: Sender<Event>) -> Result<(), Failure> {
+    let qmp_socket = QmpSocket::claim(Some(&node.vm_name))?;
+    let index = usize::from(node.number - 1);
+    let (process_slot, gone) = (Arc::clone(&node.process), Arc::clone(&node.gone));
+    let qemu = qemu.clone();
+    let (started, start_result) = mpsc::channel();
+    thread::Builder::new().name(format!("pair-vm-{}", node.number)).spawn(move || {
+        let vm = match RunningVm::launch(&qemu, &spec) {
+            Ok(vm) => vm,
+            Err(error) => {
+                let _ = started.send(Err(Failure::other(format!("cannot start QEMU ({}): {error}", qemu.path().display()))));
+                return;
+            }
+        };
+        *process_slot.lock().expect("process") = Some(Process::of(vm.pid()));
+        let recorded = qmp_socket
+            .record_pid(vm.pid())
+            .and_then(|()| qmp_socket.record_disks(&spec.disks))
+            .and_then(|()| report_host_disk_errors(&qmp_socket.path, &spec.disks));
+        let _ = started.send(recorded);
+        let report = vm.wait(None, |line| {
+            let _ = events.send(Event::Line { node: index, text: line.text.clone() });
+            ControlFlow::Continue(())
+        });
+        {
+            let mut flag = gone.gone.lock().expect("gone flag");
+            *flag = true;
+            gone.changed.notify_all();
+        }
+        let ending = match report {
+            Ok(report) => {
+                let said: Vec<&str> = report.qemu_stderr.lines().filter(|line| !line.trim().is_empty()).collect();
+                if said.is_empty() { report.ending.to_string() } else { format!("{}: {}", report.ending, said.join("; ")) }
+            }
+            Err(error) => format!("lost track of QEMU: {error}"),
+        };
+        let _ = events.send(Event::Exited { node: index, ending });
+        drop(qmp_socket);
+    })?;
+    start_result.recv().map_err(|_| Failure::other("the VM's thread ended before QEMU started"))?
+}
+
+/// A VM's QEMU, to be fenced. The pid file descriptor, opened while the thread that
+/// reaps QEMU cannot yet have done so, names that process and no other even after it is
+/// reaped, so that a fence never hits a process that took its pid.
+struct Process {
+    pid: u32,
+    descriptor: Option<std::os::fd::OwnedFd>,
+}
+
+impl Process {
+    fn of(pid: u32) -> Self {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1;
+        // it touches no memory of ours.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        // SAFETY: a non-negative result is a descriptor that nothing else owns.
+        let descriptor = (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) });
+        Self { pid, descriptor }
+    }
+
+    fn kill(&self) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let result = match &self.descriptor {
+            // SAFETY: pidfd_send_signal(2) with a descriptor we own, a signal number, no
+            // siginfo (null, allowed) and no flags.
+            Some(descriptor) => unsafe {
+                libc::syscall(libc::SYS_pidfd_send_signal, descriptor.as_raw_fd(), libc::SIGKILL, std::ptr::null::<libc::siginfo_t>(), 0)
+            },
+            // A host kernel older than 5.3: the pid, which its thread has not reaped unless
+            // `gone` (held by the caller) would say so but for the moment between the two.
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+            None => i64::from(unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) }),
+        };
+        match result {
+            0 => Ok(()),
+            _ => match std::io::Error::last_os_error() {
+                // Already dead (exited and reaped): what a fence wants.
+                error if error.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+                error => Err(error),
+            },
+        }
+    }
+}
+
+/// A free port on 127.0.0.1, released for QEMU's forward to take (as `run --tp1-port`).
+fn free_port() -> Result<u16, Failure> {
+    let listener = TcpListener::bind(("127.0.0.1", 0))
+        .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?;
+    Ok(listener.local_addr()?.port())
+}
