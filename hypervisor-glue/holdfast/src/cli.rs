@@ -109,7 +109,9 @@ stop for more than --heartbeat-timeout-ms once it has sent one, is failed. A fai
 with a standby that holds a whole copy is fenced (its QEMU killed, and gone) before the \
 standby is promoted (Promote with the next term); then the endpoint moves to it, and the \
 promotion is written to pair.json before it is printed. A standby that does not hold a whole \
-copy is not promoted: the supervisor says why. A failed standby under a synchronous mode \
+copy is not promoted: the supervisor says why; nor, under a synchronous mode, one the primary \
+last said was out of step or degraded (it acknowledged commits the standby may lack). A \
+failed standby under a synchronous mode \
 makes the primary acknowledge without it (--on-standby-loss degrade, printed as DEGRADED) or \
 wait for it (wait, printed too).
 
@@ -166,8 +168,10 @@ pub struct PairUpArguments {
     #[arg(long, value_name = "N", default_value_t = 512,
           value_parser = clap::value_parser!(u32).range(128..=1_048_576))]
     pub memory_mib: u32,
-    /// A VM whose heartbeats stop for longer than this is failed
-    #[arg(long, value_name = "MS", default_value_t = 300,
+    /// A VM whose heartbeats stop for longer than this is failed (a QEMU that exits is
+    /// failed at once). Under TCG on a loaded host a VM busy copying went 700 ms without one,
+    /// and a healthy primary taken for dead is fenced: hence two seconds
+    #[arg(long, value_name = "MS", default_value_t = 2000,
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub heartbeat_timeout_ms: u64,
     /// What a synchronous primary does when the standby fails

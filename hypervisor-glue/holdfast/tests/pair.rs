@@ -50,7 +50,7 @@ fn a_killed_primary_is_fenced_the_standby_takes_over_and_no_acknowledged_transac
 
     let up = spawn_reading_lines(
         holdfast()
-            .args(["pair", "up", &name, "--accel", "tcg", "--mode", "sync-durable", "--store-mib", "2048", "--heartbeat-timeout-ms", "2000"])
+            .args(["pair", "up", &name, "--accel", "tcg", "--mode", "sync-durable", "--store-mib", "2048"])
             .arg("--image-dir")
             .arg(&image_dir),
     );

@@ -108,6 +108,18 @@ pub fn decide(
                 reason: format!("the primary failed ({why}) but the standby {state}: promoting it would lose data"),
             });
         }
+        // The standby's own word is not enough in a synchronous mode: a primary that last
+        // said it was degraded, or that the standby was not in step with it, acknowledged
+        // commits the standby may lack.
+        if mode != Mode::Asynchronous
+            && let Some(last) = primary.status
+            && (last.degraded || last.standby_state != StandbyState::Consistent)
+        {
+            let said = if last.degraded { "it was degraded".to_owned() } else { format!("its standby was {}", standby_state_name(last.standby_state)) };
+            return once(&mut episode.primary_reported, || Action::RefusePromotion {
+                reason: format!("the primary failed ({why}) and last said {said}: it acknowledged commits the standby may lack, promoting it would lose them"),
+            });
+        }
         // Not once: a promotion changes the pair, and the supervisor stops asking.
         return Action::FenceAndPromote { reason: format!("the primary failed: {why}") };
     }
@@ -196,6 +208,26 @@ mod tests {
         let mut episode = Episode::default();
         let action = decide(&primary, Some(&standby), Mode::SynchronousDurable, POLICY, &mut episode, start + Duration::from_millis(350));
         assert_eq!(action, Action::FenceAndPromote { reason: "the primary failed: no heartbeat for 350 ms".into() });
+    }
+
+    #[test]
+    fn a_standby_the_primary_last_called_out_of_step_or_degraded_is_not_promoted() {
+        let start = Instant::now();
+        let standby = heard(Role::Standby, StandbyState::Consistent, start + Duration::from_millis(300));
+        let now = start + Duration::from_millis(350);
+        for last in [
+            Status { degraded: true, standby_state: StandbyState::Empty, ..status(Role::Primary, StandbyState::Empty) },
+            status(Role::Primary, StandbyState::Copying),
+        ] {
+            let primary = NodeHealth { gone: false, heard_at: Some(start), status: Some(last) };
+            let mut episode = Episode::default();
+            let action = decide(&primary, Some(&standby), Mode::SynchronousDurable, POLICY, &mut episode, now);
+            assert!(matches!(&action, Action::RefusePromotion { reason } if reason.contains("would lose them")), "{action:?}");
+            // Asynchronously a consistent standby is taken as it is: the mode accepts the lag.
+            let mut episode = Episode::default();
+            let action = decide(&primary, Some(&standby), Mode::Asynchronous, POLICY, &mut episode, now);
+            assert!(matches!(action, Action::FenceAndPromote { .. }), "{action:?}");
+        }
     }
 
     #[test]

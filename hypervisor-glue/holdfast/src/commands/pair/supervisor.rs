@@ -48,7 +48,9 @@ enum Event {
     Exited { node: usize, ending: String },
     LinkUp { node: usize },
     LinkDown { node: usize, why: String },
-    Request { line: String, reply: Sender<Value> },
+    /// `written` says when the answer is on the socket: the supervisor waits for it before
+    /// it exits on `down`, so that the client gets its answer.
+    Request { line: String, reply: Sender<Value>, written: mpsc::Receiver<()> },
 }
 
 /// Each node's newest heartbeat, as its relay thread read it: shared rather than queued,
@@ -339,9 +341,12 @@ impl Supervisor {
                     self.say(&format!("node {} ({}) link closed: {why}", entry.number, entry.vm_name));
                 }
             }
-            Event::Request { line, reply } => {
+            Event::Request { line, reply, written } => {
                 let (answer, flow) = self.request(&line);
                 let _ = reply.send(answer);
+                if flow.is_break() {
+                    let _ = written.recv_timeout(Duration::from_secs(2));
+                }
                 return flow;
             }
         }
@@ -712,11 +717,14 @@ fn serve_control(listener: UnixListener, events: Sender<Event>) -> Result<(), Fa
                     return;
                 }
                 let (reply, answer) = mpsc::channel();
-                if events.send(Event::Request { line: line.trim().to_owned(), reply }).is_err() {
+                let (written_sender, written) = mpsc::channel();
+                if events.send(Event::Request { line: line.trim().to_owned(), reply, written }).is_err() {
                     return;
                 }
                 if let Ok(answer) = answer.recv() {
                     let _ = writeln!(writer, "{answer}");
+                    let _ = writer.flush();
+                    let _ = written_sender.send(());
                 }
             });
         }
