@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Ansible roles' checks (ci/test.sh runs this): ansible-lint, then site.yml against
 # localhost and the local libvirtd: once in check mode on a host without the appliance,
-# once for real, once more (which must change nothing), and once more in check mode (which
-# must report nothing to change). Then the exporter must see the VM under libvirt. Everything
+# once for real, once more (which must change nothing), once more in check mode (which
+# must report nothing to change), and once with more memory (which must restart the running
+# appliance after a checkpoint, with the new size). Then the exporter must see the VM under libvirt. Everything
 # made here (the domain, the store's mirrors, monitoring, the state directory) is removed
 # at the end, and also at the start, after a killed run.
 set -euo pipefail
@@ -14,6 +15,9 @@ state_dir=/var/lib/holdfast/ansible-test
 store_dir=/var/lib/holdfast/ansible-test-stores
 uri=qemu:///system
 work="$(mktemp -d)"
+# The playbook logs (with each task's time) are kept where HOLDFAST_ANSIBLE_LOG_DIR says.
+log_dir="${HOLDFAST_ANSIBLE_LOG_DIR:-}"
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 tp1_port="$(free_port)"
@@ -26,7 +30,8 @@ teardown() {
     virsh -c "$uri" undefine "$name" >/dev/null 2>&1 || true
     rm -rf "$state_dir" "$store_dir"
 }
-trap 'teardown; rm -rf "$work"' EXIT
+keep_logs() { if [[ -n $log_dir ]]; then mkdir -p "$log_dir" && cp "$work"/*.log "$log_dir"/ 2>/dev/null || true; fi; }
+trap 'keep_logs; teardown; rm -rf "$work"' EXIT
 teardown
 
 echo "== ansible-lint"
@@ -78,8 +83,28 @@ if ((changed != 0)); then
     exit 1
 fi
 
+echo "== a changed definition: the running appliance is checkpointed, stopped and started with it"
+changed="$(play restart -e holdfast_appliance_memory_mib=576 3>&1 >/dev/null)"
+if ((changed == 0)) || ! grep -q 'Restart the appliance with its new definition' "$work/restart.log" ||
+    grep -q 'committed no checkpoint within' "$work/restart.log"; then
+    cat "$work/restart.log" >&2
+    echo "ansible/test.sh: a new memory size did not restart the appliance after a checkpoint" >&2
+    exit 1
+fi
+if [[ $(virsh -c "$uri" dominfo "$name") != *"Used memory:    589824 KiB"* ]]; then
+    virsh -c "$uri" dominfo "$name" >&2
+    echo "ansible/test.sh: the restarted domain does not run with 576 MiB" >&2
+    exit 1
+fi
+
 echo "== the appliance under libvirt: ready, serving TP1 on 127.0.0.1:$tp1_port, seen by the exporter"
-grep -q 'tp1: serving on 7100' "$state_dir/$name/console.log"
+# The restarted appliance resumed from its checkpoint: TP1 kept its listener.
+if ! grep -q 'restarted from checkpoint' "$state_dir/$name/console.log" ||
+    ! grep -Eq 'net: the system restarted \(boot [0-9]+\): connections reset, listeners kept' "$state_dir/$name/console.log"; then
+    cat "$state_dir/$name/console.log" >&2
+    echo "ansible/test.sh: the restarted appliance did not resume from its checkpoint with its listeners" >&2
+    exit 1
+fi
 if [[ $(virsh -c "$uri" domstate "$name") != running ]]; then
     echo "ansible/test.sh: domain $name is not running" >&2
     exit 1
