@@ -18,7 +18,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # the Terraform provider's acceptance tests and tests/libvirt.rs (`holdfast run --libvirt`)
 # start themselves (no systemd here); virsh (libvirt-clients) is tests/libvirt.rs's witness
 # that a domain is gone; libvirt-dev and pkg-config, which the `virt` crate (libvirt's Rust
-# bindings, hypervisor-glue/libvirt) builds and links against.
+# bindings, hypervisor-glue/libvirt) builds and links against, as pip's libvirt-python
+# for Ansible does.
 packages=(
     qemu-system-x86 qemu-utils
     grub-pc-bin grub-common xorriso mtools
@@ -76,6 +77,14 @@ if ! command -v terraform >/dev/null && ! command -v tofu >/dev/null; then
     opentofu_binary="$(mktemp -d)/tofu"
     (cd "$opentofu_dir" && go build -o "$opentofu_binary" ./cmd/tofu)
     "${sudo[@]}" install -m 0755 "$opentofu_binary" /usr/local/bin/tofu
+fi
+
+# Ansible (ansible/, ansible/test.sh): pip's `ansible` package (ansible-core with the
+# community.libvirt collection; Galaxy is not reachable from here), ansible-lint, and the
+# libvirt-python and lxml that community.libvirt's modules import.
+if ! python3 -m pip show -q ansible ansible-lint libvirt-python lxml >/dev/null 2>&1; then
+    echo "ci/setup: installing ansible, ansible-lint, libvirt-python and lxml with pip"
+    python3 -m pip install -q ansible ansible-lint libvirt-python lxml
 fi
 
 echo "ci/setup: ready (Rust $toolchain, $(qemu-system-x86_64 --version | head -1))"

@@ -29,6 +29,9 @@ cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p hol
 echo "== terraform provider: go vet, the examples' fmt -check and validate, acceptance tests against libvirtd"
 bash terraform/test.sh
 
+echo "== ansible: ansible-lint, site.yml against localhost and libvirtd (check mode, twice for idempotence, check mode, a graceful restart)"
+bash ansible/test.sh
+
 echo "== store simulator: a campaign of seeds beyond the unit tests' (prints its crash points)"
 cargo run -q --release -p holdfast-store-sim -- --campaign --seed 1000 --crash-points 50000 --jobs 2
 

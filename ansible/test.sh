@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The Ansible roles' checks (ci/test.sh runs this): ansible-lint, then site.yml against
+# localhost and the local libvirtd: once in check mode on a host without the appliance,
+# once for real, once more (which must change nothing), once more in check mode (which
+# must report nothing to change), and once with more memory (which must restart the running
+# appliance after a checkpoint, with the new size). Then the exporter must see the VM under libvirt. Everything
+# made here (the domain, the store's mirrors, monitoring, the state directory) is removed
+# at the end, and also at the start, after a killed run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+source_dir="$(cd .. && pwd)"
+
+name=ansible-test
+state_dir=/var/lib/holdfast/ansible-test
+store_dir=/var/lib/holdfast/ansible-test-stores
+uri=qemu:///system
+work="$(mktemp -d)"
+# The playbook logs (with each task's time) are kept where HOLDFAST_ANSIBLE_LOG_DIR says.
+log_dir="${HOLDFAST_ANSIBLE_LOG_DIR:-}"
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+tp1_port="$(free_port)"
+exporter_port="$(free_port)"
+prometheus_port="$(free_port)"
+
+teardown() {
+    HOLDFAST_STATE_DIR="$state_dir" "$source_dir/holdfast" monitor down >/dev/null 2>&1 || true
+    virsh -c "$uri" destroy "$name" >/dev/null 2>&1 || true
+    virsh -c "$uri" undefine "$name" >/dev/null 2>&1 || true
+    rm -rf "$state_dir" "$store_dir"
+}
+keep_logs() { if [[ -n $log_dir ]]; then mkdir -p "$log_dir" && cp "$work"/*.log "$log_dir"/ 2>/dev/null || true; fi; }
+trap 'keep_logs; teardown; rm -rf "$work"' EXIT
+teardown
+
+echo "== ansible-lint"
+ansible-lint --offline -q site.yml roles
+
+variables=(
+    -e "holdfast_source=$source_dir"
+    -e "holdfast_state_dir=$state_dir"
+    -e "holdfast_appliance_name=$name"
+    -e "holdfast_appliance_store_dir=$store_dir"
+    -e "holdfast_appliance_tp1_port=$tp1_port"
+    -e "holdfast_monitoring_exporter_port=$exporter_port"
+    -e "holdfast_monitoring_prometheus_port=$prometheus_port"
+)
+# Runs site.yml (extra arguments appended), keeps its output, prints its recap and the
+# number of tasks it changed on fd 3.
+play() {
+    local label=$1
+    shift
+    local log="$work/$label.log" started=$SECONDS
+    if ! ansible-playbook site.yml "${variables[@]}" "$@" >"$log" 2>&1; then
+        cat "$log"
+        echo "ansible/test.sh: the $label run failed" >&2
+        exit 1
+    fi
+    local changed
+    changed="$(sed -n 's/^localhost *:.* changed=\([0-9]*\).*/\1/p' "$log")"
+    echo "$label: changed=$changed in $((SECONDS - started)) s" >&2
+    echo "$changed" >&3
+}
+
+echo "== site.yml: check mode on a host without the appliance, two runs, check mode again"
+changed="$(play check-first --check 3>&1 >/dev/null)"
+if ((changed == 0)); then
+    echo "ansible/test.sh: check mode on a host without the appliance reported nothing to change" >&2
+    exit 1
+fi
+play first 3>/dev/null
+changed="$(play second 3>&1 >/dev/null)"
+if ((changed != 0)); then
+    grep -B1 -A3 '^changed:' "$work/second.log" >&2 || true
+    echo "ansible/test.sh: the second run changed $changed tasks: the roles are not idempotent" >&2
+    exit 1
+fi
+changed="$(play check-last --check 3>&1 >/dev/null)"
+if ((changed != 0)); then
+    grep -B1 -A3 '^changed:' "$work/check-last.log" >&2 || true
+    echo "ansible/test.sh: check mode after two runs would change $changed tasks" >&2
+    exit 1
+fi
+
+echo "== a changed definition: the running appliance is checkpointed, stopped and started with it"
+changed="$(play restart -e holdfast_appliance_memory_mib=576 3>&1 >/dev/null)"
+if ((changed == 0)) || ! grep -q 'Restart the appliance with its new definition' "$work/restart.log" ||
+    grep -q 'committed no checkpoint within' "$work/restart.log"; then
+    cat "$work/restart.log" >&2
+    echo "ansible/test.sh: a new memory size did not restart the appliance after a checkpoint" >&2
+    exit 1
+fi
+if [[ $(virsh -c "$uri" dominfo "$name") != *"Used memory:    589824 KiB"* ]]; then
+    virsh -c "$uri" dominfo "$name" >&2
+    echo "ansible/test.sh: the restarted domain does not run with 576 MiB" >&2
+    exit 1
+fi
+
+echo "== the appliance under libvirt: ready, serving TP1 on 127.0.0.1:$tp1_port, seen by the exporter"
+# The restarted appliance resumed from its checkpoint: TP1 kept its listener.
+if ! grep -q 'restarted from checkpoint' "$state_dir/$name/console.log" ||
+    ! grep -Eq 'net: the system restarted \(boot [0-9]+\): connections reset, listeners kept' "$state_dir/$name/console.log"; then
+    cat "$state_dir/$name/console.log" >&2
+    echo "ansible/test.sh: the restarted appliance did not resume from its checkpoint with its listeners" >&2
+    exit 1
+fi
+if [[ $(virsh -c "$uri" domstate "$name") != running ]]; then
+    echo "ansible/test.sh: domain $name is not running" >&2
+    exit 1
+fi
+python3 -c "import socket; socket.create_connection(('127.0.0.1', $tp1_port), timeout=5).close()"
+# The exporter polls every 5 s: wait (bounded) for its first answer from the VM.
+for _ in $(seq 30); do
+    if curl -fsS "http://127.0.0.1:$exporter_port/metrics" | grep -q "^holdfast_exporter_vm_up{vm=\"$name\",role=\"standalone\"} 1"; then
+        echo "ansible/test.sh: passed"
+        exit 0
+    fi
+    sleep 1
+done
+curl -fsS "http://127.0.0.1:$exporter_port/metrics" | grep holdfast_exporter_vm_up >&2 || true
+echo "ansible/test.sh: the exporter does not see $name answer" >&2
+exit 1
