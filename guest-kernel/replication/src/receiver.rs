@@ -1,10 +1,10 @@
-//! The standby's end: takes the stream in order, one message after the last it took,
-//! assembles blocks from their parts, and tells the kernel what to do with each — write a
-//! block, flush its disks, start or end a copy, become the primary. It asks the primary to
+//! The standby's end: takes the stream in order, one message after the last it took, and
+//! tells the kernel what to do with each — write a block, flush its disks, start or end a
+//! copy, become the primary. It asks the primary to
 //! resend (a [`Kind::Hello`] with its position) when it sees a gap, and a stream it does
 //! not follow is ignored until a full copy of it begins.
 
-use crate::wire::{BLOCK_BYTES, Kind, Message, Mode, PART_BYTES, PARTS_PER_BLOCK, Role, StandbyState, Status};
+use crate::wire::{BLOCK_BYTES, Kind, Message, Mode, Role, StandbyState, Status};
 
 /// A gap is answered with one [`Kind::Hello`] per this interval at most: the primary
 /// resends everything after it anyway.
@@ -38,10 +38,6 @@ pub struct Receiver {
     received: u64,
     durable: u64,
     state: StandbyState,
-    /// The block being assembled, and how many parts of it came.
-    block: u64,
-    parts: u8,
-    data: [u8; BLOCK_BYTES],
     /// The copy's end arrived; whole once durable.
     copy_end: Option<u64>,
     hello_ms: Option<u64>,
@@ -63,9 +59,6 @@ impl Receiver {
             received: 0,
             durable: 0,
             state: StandbyState::Empty,
-            block: 0,
-            parts: 0,
-            data: [0; BLOCK_BYTES],
             copy_end: None,
             hello_ms: None,
             acked_received: 0,
@@ -78,7 +71,7 @@ impl Receiver {
     }
 
     /// Takes one message; `now_ms` paces the requests to resend.
-    pub fn receive<'a>(&'a mut self, message: &Message<'_>, now_ms: u64) -> Action<'a> {
+    pub fn receive<'a>(&mut self, message: &Message<'a>, now_ms: u64) -> Action<'a> {
         if message.kind == Kind::Promote {
             return Action::Promote { term: message.argument };
         }
@@ -92,7 +85,6 @@ impl Receiver {
             self.received = message.sequence;
             self.durable = message.sequence - 1;
             self.state = StandbyState::Copying;
-            self.parts = 0;
             self.copy_end = None;
             return Action::CopyBegin { block_count: message.argument };
         }
@@ -103,30 +95,14 @@ impl Receiver {
         }
         self.received = message.sequence;
         match message.kind {
-            Kind::BlockPart => {
-                if message.part != self.parts || (message.part > 0 && message.argument != self.block) {
-                    // Parts arrive in order in an ordered stream; anything else is a broken
-                    // primary: start over from a copy rather than write a mixed block.
-                    return self.start_over();
-                }
-                self.block = message.argument;
-                let start = message.part as usize * PART_BYTES;
-                self.data[start..start + PART_BYTES].copy_from_slice(message.payload);
-                self.parts += 1;
-                if self.parts == PARTS_PER_BLOCK {
-                    self.parts = 0;
-                    return Action::Write {
-                        block: self.block,
-                        data: &self.data,
-                    };
-                }
-                Action::Nothing
-            }
-            Kind::Zeros if self.parts == 0 => Action::Zeros {
+            Kind::BlockPart => Action::Write {
+                block: message.argument,
+                data: message.payload.try_into().expect("decode checked a block's length"),
+            },
+            Kind::Zeros => Action::Zeros {
                 first_block: message.argument,
                 blocks: crate::wire::zero_run_blocks(message.payload).unwrap_or(0),
             },
-            Kind::Zeros => self.start_over(),
             Kind::Flush => Action::Flush { sequence: message.sequence },
             Kind::CopyEnd => {
                 self.copy_end = Some(message.sequence);
@@ -151,7 +127,6 @@ impl Receiver {
         self.received = 0;
         self.durable = 0;
         self.state = StandbyState::Empty;
-        self.parts = 0;
         self.copy_end = None;
         self.hello_ms = None;
         Action::Hello

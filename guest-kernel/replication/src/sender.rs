@@ -7,7 +7,7 @@
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 
-use crate::wire::{BLOCK_BYTES, Kind, Message, Mode, PART_BYTES, PARTS_PER_BLOCK, StandbyState, Status};
+use crate::wire::{BLOCK_BYTES, Kind, Message, Mode, PART_BYTES, StandbyState, Status};
 
 /// Stream messages sent and not yet acknowledged as received, at most.
 pub const WINDOW_MESSAGES: u64 = 512;
@@ -166,13 +166,10 @@ impl Sender {
         if self.parts_since_flush >= FLUSH_EVERY_PARTS {
             self.queue_flush(now_ms);
         }
-        self.parts_since_flush += u64::from(PARTS_PER_BLOCK);
-        for part in 0..PARTS_PER_BLOCK {
-            let mut payload = Box::new([0u8; PART_BYTES]);
-            let start = part as usize * PART_BYTES;
-            payload.copy_from_slice(&data[start..start + PART_BYTES]);
-            self.push(Kind::BlockPart, part, block, Some(payload), now_ms);
-        }
+        self.parts_since_flush += 1;
+        let mut payload = Box::new([0u8; PART_BYTES]);
+        payload.copy_from_slice(data);
+        self.push(Kind::BlockPart, 0, block, Some(payload), now_ms);
     }
 
     fn push_zeros(&mut self, first_block: u64, blocks: u64, now_ms: u64) {

@@ -23,7 +23,6 @@ pub const HEADER_BYTES: usize = 48;
 /// trip through the host. (The `part` field stays, for a link with a smaller MTU.)
 pub const PART_BYTES: usize = 4096;
 pub const BLOCK_BYTES: usize = 4096;
-pub const PARTS_PER_BLOCK: u8 = (BLOCK_BYTES / PART_BYTES) as u8;
 pub const PAYLOAD_BYTES_MAX: usize = PART_BYTES;
 pub const MESSAGE_BYTES_MAX: usize = HEADER_BYTES + PAYLOAD_BYTES_MAX;
 
@@ -235,7 +234,7 @@ impl<'a> Message<'a> {
         }
         let kind = Kind::from_u8(header[6]).ok_or(WireError::Kind(header[6]))?;
         let part = header[7];
-        if kind == Kind::BlockPart && (part >= PARTS_PER_BLOCK || length != PART_BYTES) {
+        if kind == Kind::BlockPart && (part != 0 || length != PART_BYTES) {
             return Err(WireError::Part);
         }
         if kind == Kind::Zeros && zero_run_blocks(payload).is_none() {
