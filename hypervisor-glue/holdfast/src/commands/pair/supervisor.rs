@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use holdfast_image_builder::ImageDir;
 use holdfast_qemu::{Accelerator, Boot, LinkConnect, NetConnect, QemuBinary, RunningVm, VmSpec};
-use holdfast_replication::wire::{Kind, Message, Mode, Role, StandbyState, Status};
+use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Kind, Message, Mode, Role, StandbyState, Status};
 use serde_json::{Value, json};
 
 use super::detect::{self, Action, Episode, NodeHealth, Policy};
@@ -55,7 +55,38 @@ enum Event {
 
 /// Each node's newest heartbeat, as its relay thread read it: shared rather than queued,
 /// so that detection never takes heartbeats waiting behind console lines for silence.
-type Heartbeats = Arc<[Mutex<Option<(Instant, Status)>>; 2]>;
+type Heartbeats = Arc<[HeartbeatSlot; 2]>;
+
+#[derive(Default)]
+struct HeartbeatSlot {
+    newest: Mutex<Option<(Instant, Status)>>,
+    /// When the previous heartbeat on this link connection came.
+    previous_at: Mutex<Option<Instant>>,
+    /// Heartbeats that did not come: counted by the relay thread, which sees every one, from
+    /// the gaps between them (a gap of n intervals is n - 1 missed), so that a slow link or
+    /// a paused VM shows before the timeout fails it.
+    missed_total: std::sync::atomic::AtomicU64,
+}
+
+impl HeartbeatSlot {
+    /// Records one heartbeat that arrived at `at`.
+    fn record(&self, at: Instant, status: Status) {
+        if let Some(previous) = self.previous_at.lock().expect("heartbeat slot").replace(at) {
+            let intervals = at.saturating_duration_since(previous).as_millis() as u64 / HEARTBEAT_INTERVAL_MS;
+            // One interval late is scheduling; two or more is a heartbeat that was not sent
+            // or not relayed.
+            if intervals >= 2 {
+                self.missed_total.fetch_add(intervals - 1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        *self.newest.lock().expect("heartbeat slot") = Some((at, status));
+    }
+
+    /// A new link connection (a VM started again): the time it was down is not counted.
+    fn connected(&self) {
+        *self.previous_at.lock().expect("heartbeat slot") = None;
+    }
+}
 
 /// Whether a VM's QEMU is gone, for the fence to wait on.
 #[derive(Default)]
@@ -285,7 +316,7 @@ impl Supervisor {
                 }
             }
             for index in 0..2 {
-                let newest = *self.heartbeats[index].lock().expect("heartbeat slot");
+                let newest = *self.heartbeats[index].newest.lock().expect("heartbeat slot");
                 if let Some((at, status)) = newest
                     && self.nodes[index].seen_at.is_none_or(|seen| at > seen)
                 {
@@ -598,6 +629,7 @@ impl Supervisor {
                     "pid": node.process.lock().expect("process").as_ref().map(|process| process.pid),
                     "link_connected": node.link_connected,
                     "heartbeats_seen": node.heartbeats_total,
+                    "heartbeats_missed": self.heartbeats[index].missed_total.load(std::sync::atomic::Ordering::Relaxed),
                     "heartbeat_age_ms": node.health.heard_at.map(|at| now.saturating_duration_since(at).as_millis() as u64),
                     "lag_bytes": lag.map(|status| status.lag_bytes),
                     "lag_ms": lag.map(|status| status.lag_ms),
@@ -742,12 +774,13 @@ fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, heartbeats: 
             let Ok(writer) = stream.try_clone() else { continue };
             let Ok(outbox) = Outbox::start(writer) else { continue };
             link.attach(index, Some(outbox));
+            heartbeats[index].connected();
             let _ = events.send(Event::LinkUp { node: index });
             let why = link.relay_from(index, stream, |message| {
                 if message.kind == Kind::Heartbeat
                     && let Some(status) = Status::decode(message.payload)
                 {
-                    *heartbeats[index].lock().expect("heartbeat slot") = Some((Instant::now(), status));
+                    heartbeats[index].record(Instant::now(), status);
                 }
             });
             link.attach(index, None);
