@@ -90,7 +90,24 @@ pub enum PairCommand {
     Status(PairStatusArguments),
     /// Fence the primary (SIGKILL to its QEMU, and wait until it is gone) and promote the
     /// standby now. Refused, with the reason, unless the standby holds a whole copy.
-    Failover(PairName),
+    Failover(PairFailoverArguments),
+    /// A planned change of primary that loses no acknowledged commit in any mode: the
+    /// primary is made synchronous for the change, the standby waited for (at most 20 s;
+    /// if it does not catch up nothing changes), then the primary is fenced, the standby
+    /// promoted, and the old primary rejoins as the standby.
+    Switchover(PairName),
+    /// Start the node that is not the primary (fenced, deposed, or a standby whose QEMU
+    /// ended) again as the standby, on its own disks: it gets a full copy of the primary's store over
+    /// the link and can take over once `status` says it is consistent.
+    Rejoin(PairName),
+    /// Failover drills under TP1 load: for each, fail the primary at a random moment
+    /// (kill: SIGKILL of its QEMU; freeze: QMP stop; cut: isolate it on the link), wait for
+    /// the promotion, check the new primary with the generator's ledger, rejoin the old
+    /// one; print detection, promotion and client-visible outage times and transactions
+    /// lost. Exit status 3 if any acknowledged transaction was lost or the TP1 invariant
+    /// failed.
+    #[command(after_help = PAIR_DRILL_HELP)]
+    Drill(PairDrillArguments),
     /// Switch the primary's replication mode at run time (recorded for the next `up`)
     Mode(PairModeArguments),
     /// The promotions so far: time, reason, term, journal position, the new primary (read
@@ -99,7 +116,8 @@ pub enum PairCommand {
     /// End both VMs and the supervisor (the stores stay: `pair up` starts from them again)
     Down(PairName),
     /// Test aid, not for production: on the host side of the link, drop every frame
-    /// between the VMs (cut), relay them again (restore), or delay each by N ms (hold-ms N)
+    /// between the VMs (cut), cut one VM off from the other and the supervisor (isolate N),
+    /// relay everything again (restore), or delay each frame by N ms (hold-ms N)
     Link(PairLinkArguments),
 }
 
@@ -223,6 +241,9 @@ pub enum PairLinkAction {
     Restore,
     /// Delay each frame by MS milliseconds (0: none)
     HoldMs,
+    /// Cut node N (1 or 2) off from the other and from the supervisor, as a partition of
+    /// its host would: the supervisor fails it once its heartbeats are missed
+    Isolate,
 }
 
 #[derive(Debug, Args)]
@@ -231,9 +252,68 @@ pub struct PairLinkArguments {
     pub name: String,
     #[arg(value_enum)]
     pub action: PairLinkAction,
-    /// For hold-ms: the delay, 0 to 60000
-    #[arg(value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    /// For hold-ms: the delay, 0 to 60000; for isolate: the node, 1 or 2
+    #[arg(value_name = "MS|NODE", value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub milliseconds: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct PairFailoverArguments {
+    /// The pair's name
+    pub name: String,
+    /// Test aid, not for production: promote without killing the old primary, as a
+    /// supervisor cut off from its host would have to; it keeps running (shown as
+    /// "deposed") and must acknowledge no commit from then on
+    #[arg(long)]
+    pub no_fence: bool,
+}
+
+const PAIR_DRILL_HELP: &str = "\
+Each drill waits until the primary serves and the standby is consistent, runs TP1 load \
+through the pair's endpoint, fails the primary 1 to 3 s into it (chosen from --seed), and \
+reports: detection (from the fault to the supervisor's decision), promotion (the decision \
+to the Promote sent), ready (the fault to the new primary serving), the outage the clients \
+saw (the longest time without any acknowledgement), transactions acknowledged and lost \
+(`tp1 check` on the new primary against the ledger of every drill so far) and whether the \
+TP1 invariant holds. Then the old primary rejoins as the standby.
+
+The first drill loads TP1 at --scale (replacing what the appliance held) and empties the \
+drill's ledger (pairs/NAME/drill-ledger). A freeze or a cut is detected only after \
+--heartbeat-timeout-ms (the supervisor's), so their outage includes it.";
+
+/// What a drill does to the primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DrillKind {
+    /// SIGKILL to the primary's QEMU
+    Kill,
+    /// QMP `stop`: the primary's VM is frozen, its QEMU alive
+    Freeze,
+    /// The primary is isolated on the link: neither the standby nor the supervisor hears it
+    Cut,
+}
+
+#[derive(Debug, Args)]
+pub struct PairDrillArguments {
+    /// The pair's name (it must be up)
+    pub name: String,
+    /// How many drills
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub count: u32,
+    /// The faults, taken in turn (e.g. kill,freeze,cut)
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kill")]
+    pub kinds: Vec<DrillKind>,
+    /// TP1 client connections
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub clients: u32,
+    /// TP1 scale for the first drill's load
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub scale: u32,
+    /// Seed for the moments and the load [default: random, printed]
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

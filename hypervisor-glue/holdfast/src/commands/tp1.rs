@@ -155,19 +155,21 @@ fn with_target<T: Target>(
 
 /// `holdfast tp1 token VM NAME [--admin]`: asks the appliance's admin service to mint one.
 fn mint_token(arguments: &crate::cli::Tp1TokenArguments) -> Result<ExitCode, Failure> {
-    let name = &arguments.name;
+    println!("{}", mint(&arguments.vm, &arguments.name, arguments.admin)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks VM `vm`'s admin service for a token named `name`; returns it in hexadecimal.
+pub fn mint(vm: &str, name: &str, admin: bool) -> Result<String, Failure> {
     if name.is_empty() || name.len() > 32 || !name.bytes().all(|byte| byte.is_ascii_graphic()) {
         return Err(Failure::input(format!(
             "'{name}' is not a token name: use 1 to 32 printable characters without spaces"
         )));
     }
-    let request = format!("tp1 token {name}{}", if arguments.admin { " admin" } else { "" });
-    let reply = super::control::request(&arguments.vm, &request)?;
+    let request = format!("tp1 token {name}{}", if admin { " admin" } else { "" });
+    let reply = super::control::request(vm, &request)?;
     match reply.trim_end().strip_prefix("ok token ") {
-        Some(token) if Token::from_hex(token).is_some() => {
-            println!("{token}");
-            Ok(ExitCode::SUCCESS)
-        }
-        _ => Err(Failure::other(format!("{}: the appliance answered '{}'", arguments.vm, reply.trim_end()))),
+        Some(token) if Token::from_hex(token).is_some() => Ok(token.to_owned()),
+        _ => Err(Failure::other(format!("{vm}: the appliance answered '{}'", reply.trim_end()))),
     }
 }

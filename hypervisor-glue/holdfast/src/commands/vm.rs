@@ -63,7 +63,7 @@ pub fn run(command: VmCommand) -> Result<ExitCode, Failure> {
 
 /// Sends SIGKILL to the QEMU that serves `socket` (it answered just now), after checking
 /// that the recorded pid is a QEMU process: a stale pid may name another program.
-fn kill_qemu(name: &str, socket: &std::path::Path) -> Result<u32, Failure> {
+pub fn kill_qemu(name: &str, socket: &std::path::Path) -> Result<u32, Failure> {
     let pid_file = paths::pid_file_beside(socket);
     let text = std::fs::read_to_string(&pid_file).map_err(|error| {
         Failure::other(format!("VM '{name}': cannot read its pid from '{}': {error}", pid_file.display()))

@@ -8,9 +8,11 @@
 //! - [`detect`]: failure detection without I/O;
 //! - [`state`]: pair.json, the pair's state and history, written durably;
 //! - here: the verbs that ask the running supervisor over its socket (`status`, `failover`,
-//!   `mode`, `down`, `link`) and `history`, which reads pair.json.
+//!   `mode`, `switchover`, `rejoin`, `down`, `link`) and `history`, which reads pair.json;
+//! - [`drill`]: `pair drill`, failover drills under TP1 load, driven through those verbs.
 
 pub mod detect;
+pub mod drill;
 pub mod endpoint;
 pub mod relay;
 pub mod state;
@@ -51,11 +53,25 @@ pub fn run(command: PairCommand) -> Result<ExitCode, Failure> {
             println!();
             std::thread::sleep(Duration::from_secs(1));
         },
-        PairCommand::Failover(pair) => {
-            let answer = ask(&pair.name, "failover")?;
-            println!("{}: node {} is the primary, term {}", pair.name, answer["primary"], answer["term"]);
+        PairCommand::Failover(arguments) => {
+            let answer = ask(&arguments.name, if arguments.no_fence { "failover no-fence" } else { "failover" })?;
+            println!("{}: node {} is the primary, term {}", arguments.name, answer["primary"], answer["term"]);
             Ok(ExitCode::SUCCESS)
         }
+        PairCommand::Switchover(pair) => {
+            let answer = ask(&pair.name, "switchover")?;
+            println!(
+                "{}: node {} is the primary, term {}; node {} rejoins as the standby",
+                pair.name, answer["primary"], answer["term"], answer["standby"]
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PairCommand::Rejoin(pair) => {
+            let answer = ask(&pair.name, "rejoin")?;
+            println!("{}: node {} rejoins as the standby (a full copy comes over the link)", pair.name, answer["standby"]);
+            Ok(ExitCode::SUCCESS)
+        }
+        PairCommand::Drill(arguments) => drill::run(&arguments),
         PairCommand::Mode(arguments) => {
             let lag_bytes_max = match arguments.lag_bytes_max {
                 Some(lag_bytes_max) => lag_bytes_max,
@@ -80,10 +96,15 @@ pub fn run(command: PairCommand) -> Result<ExitCode, Failure> {
                 (PairLinkAction::Restore, None) => "link restore".to_owned(),
                 (PairLinkAction::HoldMs, Some(milliseconds)) => format!("link hold-ms {milliseconds}"),
                 (PairLinkAction::HoldMs, None) => return Err(Failure::input("hold-ms needs a number of milliseconds")),
-                (_, Some(_)) => return Err(Failure::input("only hold-ms takes a number of milliseconds")),
+                (PairLinkAction::Isolate, Some(node @ 1..=2)) => format!("link isolate {node}"),
+                (PairLinkAction::Isolate, _) => return Err(Failure::input("isolate needs a node number, 1 or 2")),
+                (_, Some(_)) => return Err(Failure::input("only hold-ms (milliseconds) and isolate (a node) take a number")),
             };
             let answer = ask(&arguments.name, &request)?;
-            let text = if answer["cut"] == true { "cut".to_owned() } else { format!("relaying, each frame held {} ms", answer["hold_ms"]) };
+            let mut text = if answer["cut"] == true { "cut".to_owned() } else { format!("relaying, each frame held {} ms", answer["hold_ms"]) };
+            if let Some(node) = answer["isolated"].as_u64() {
+                text.push_str(&format!("; node {node} isolated"));
+            }
             println!("{}: link {text}", arguments.name);
             Ok(ExitCode::SUCCESS)
         }
@@ -147,7 +168,7 @@ impl PairPaths {
 
 /// Sends `request` to pair `name`'s supervisor and returns its answer, or its refusal as a
 /// failure.
-fn ask(name: &str, request: &str) -> Result<Value, Failure> {
+pub fn ask(name: &str, request: &str) -> Result<Value, Failure> {
     let paths = PairPaths::of(name)?;
     let stream = UnixStream::connect(&paths.socket).map_err(|error| match error.kind() {
         ErrorKind::NotFound | ErrorKind::ConnectionRefused => Failure::input(format!(

@@ -123,13 +123,26 @@ impl FrameReader {
 pub struct LinkSettings {
     pub cut: bool,
     pub hold_ms: u64,
+    /// A node (by index) cut off from everything: its frames are dropped before the
+    /// supervisor reads them, and nothing reaches it, as in a partition of its host.
+    pub isolated: Option<usize>,
+}
+
+impl LinkSettings {
+    pub fn describe(&self) -> String {
+        let mut text = if self.cut { "CUT".to_owned() } else { format!("relaying, each frame held {} ms", self.hold_ms) };
+        if let Some(index) = self.isolated {
+            text.push_str(&format!("; node {} ISOLATED", index + 1));
+        }
+        text
+    }
 }
 
 /// The frames the relay has seen, by fate.
 #[derive(Default)]
 pub struct LinkCounters {
     pub relayed: AtomicU64,
-    /// Dropped by a cut.
+    /// Dropped by a cut or an isolation.
     pub cut: AtomicU64,
     /// Not a link message (bad Ethernet header, bad checksum, another version...).
     pub damaged: AtomicU64,
@@ -204,6 +217,10 @@ impl Link {
     }
 
     fn deliver(&self, index: usize, due: Instant, frame: &[u8]) -> bool {
+        if self.settings().isolated == Some(index) {
+            self.counters.cut.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let outbox = self.outboxes[index].lock().expect("outbox");
         let sent = outbox.as_ref().is_some_and(|outbox| outbox.send(due, frame));
         if !sent {
@@ -234,6 +251,10 @@ impl Link {
                     Ok(None) => break,
                     Err(error) => return error,
                 };
+                if self.settings().isolated == Some(from) {
+                    self.counters.cut.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 match inspect(&frame) {
                     Ok(message) => observe(&message),
                     Err(_) => {
@@ -358,7 +379,7 @@ mod tests {
     #[test]
     fn a_cut_drops_frames_but_the_supervisor_still_reads_them() {
         let (link, written) = link_to_node_1();
-        link.set(LinkSettings { cut: true, hold_ms: 0 });
+        link.set(LinkSettings { cut: true, ..LinkSettings::default() });
         let heartbeat = frame_from(1, &Message::new(Kind::Heartbeat, 1, 0, 0));
         let mut observed = 0;
         link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat.clone(), heartbeat.clone()])), |_| observed += 1);
@@ -377,9 +398,26 @@ mod tests {
     }
 
     #[test]
+    fn an_isolated_node_is_heard_by_no_one_and_reached_by_nothing() {
+        let (link, written) = link_to_node_1();
+        let heartbeat = frame_from(1, &Message::new(Kind::Heartbeat, 1, 0, 0));
+        link.set(LinkSettings { isolated: Some(0), ..LinkSettings::default() });
+        let mut observed = 0;
+        link.relay_from(0, io::Cursor::new(stream_of(std::slice::from_ref(&heartbeat))), |_| observed += 1);
+        assert_eq!(observed, 0, "the supervisor must not hear an isolated node");
+        // Node 1 is not isolated: it is heard, but nothing of it reaches node 0.
+        link.set(LinkSettings { isolated: Some(1), ..LinkSettings::default() });
+        assert!(!link.send_from_supervisor(1, &Message::new(Kind::Degrade, 0, 1, 0)));
+        link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat])), |_| observed += 1);
+        assert_eq!(observed, 1);
+        assert_eq!(link.counters.cut.load(Ordering::Relaxed), 3);
+        assert!(written.frames(1, Duration::from_millis(300)).is_empty());
+    }
+
+    #[test]
     fn a_hold_delays_each_frame_in_order() {
         let (link, written) = link_to_node_1();
-        link.set(LinkSettings { cut: false, hold_ms: 300 });
+        link.set(LinkSettings { hold_ms: 300, ..LinkSettings::default() });
         let frames: Vec<Vec<u8>> = (0..3u64).map(|sequence| frame_from(1, &Message::new(Kind::Flush, 7, sequence, 0))).collect();
         let started = Instant::now();
         link.relay_from(0, io::Cursor::new(stream_of(&frames)), |_| {});

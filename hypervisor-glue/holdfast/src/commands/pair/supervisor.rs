@@ -37,10 +37,20 @@ const TICK: Duration = Duration::from_millis(50);
 /// How long a fenced QEMU may take to be gone after SIGKILL before the supervisor gives up
 /// on the promotion (it never promotes while the old primary might still run).
 const FENCE_TIME_LIMIT: Duration = Duration::from_secs(30);
+/// How long a switchover waits for the standby to hold everything the primary streamed.
+const SWITCHOVER_TIME_LIMIT: Duration = Duration::from_secs(20);
 /// The lag bound when neither the command line nor pair.json gives one.
 const LAG_BYTES_MAX_DEFAULT: u64 = 16 << 20;
 /// Console lines that say the TP1 appliance serves: its first boot, a restart.
 const SERVING_LINES: [&str; 2] = ["tp1: serving on 7100", "net: the system restarted"];
+
+/// Whether a promotion kills the old primary first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fence {
+    Kill,
+    /// `failover --no-fence`: a test aid.
+    Skip,
+}
 
 /// What the other threads tell the supervisor.
 enum Event {
@@ -99,8 +109,12 @@ struct Gone {
 enum NodeRole {
     Primary,
     Standby,
-    /// Killed by the supervisor before a promotion: never started again by this supervisor.
+    /// Killed by the supervisor before a promotion; `rejoin` starts it again as the standby.
     Fenced,
+    /// Promoted past without being killed (`failover --no-fence`, a test aid standing for a
+    /// partition the supervisor cannot fence through): it still runs, and must acknowledge
+    /// nothing more. `rejoin` kills it first.
+    Deposed,
     /// Its QEMU ended of itself.
     Exited,
 }
@@ -111,6 +125,7 @@ impl NodeRole {
             Self::Primary => "primary",
             Self::Standby => "standby",
             Self::Fenced => "fenced",
+            Self::Deposed => "deposed",
             Self::Exited => "exited",
         }
     }
@@ -136,8 +151,20 @@ struct Node {
     ending: Option<String>,
 }
 
+/// What the supervisor needs to start a VM again (`rejoin`, `switchover`).
+struct Launcher {
+    qemu: QemuBinary,
+    image_dir: ImageDir,
+    accelerator: Accelerator,
+    memory_mib: u32,
+    link_ports: [u16; 2],
+    append: Option<String>,
+    events: Sender<Event>,
+}
+
 struct Supervisor {
     name: String,
+    launcher: Launcher,
     paths: PairPaths,
     state: PairState,
     nodes: [Node; 2],
@@ -219,6 +246,15 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
     });
     let mut supervisor = Supervisor {
         name: arguments.name.clone(),
+        launcher: Launcher {
+            qemu,
+            image_dir,
+            accelerator,
+            memory_mib: arguments.memory_mib,
+            link_ports,
+            append: arguments.append.clone(),
+            events,
+        },
         policy: Policy {
             heartbeat_timeout: Duration::from_millis(arguments.heartbeat_timeout_ms),
             on_standby_loss: arguments.on_standby_loss,
@@ -237,24 +273,10 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
     };
     supervisor.say(&format!("endpoint 127.0.0.1:{}", supervisor.endpoint.address().port()));
     for index in [primary, 1 - primary] {
-        let port = free_port()?;
-        supervisor.nodes[index].tp1_port = port;
-        let spec = supervisor.vm_spec(index, &image_dir, accelerator, arguments.memory_mib, link_ports[index], arguments.append.as_deref());
-        launch(&supervisor.nodes[index], &qemu, spec, events.clone())?;
-        let node = &supervisor.nodes[index];
-        supervisor.say(&format!(
-            "node {} ({}) starting as the {}: TP1 at 127.0.0.1:{}, term {}, mode {}",
-            node.number,
-            node.vm_name,
-            node.role.name(),
-            port,
-            supervisor.state.term,
-            supervisor.state.mode
-        ));
+        supervisor.start_node(index)?;
     }
     let primary_port = supervisor.nodes[primary].tp1_port;
     supervisor.endpoint.switch(Some(SocketAddr::from(([127, 0, 0, 1], primary_port))));
-    drop(events);
     supervisor.run(inbox)
 }
 
@@ -269,7 +291,27 @@ impl Supervisor {
         Mode::from_name(&self.state.mode).unwrap_or(Mode::SynchronousDurable)
     }
 
-    fn vm_spec(&self, index: usize, image_dir: &ImageDir, accelerator: Accelerator, memory_mib: u32, link_port: u16, append: Option<&str>) -> VmSpec {
+    /// Starts node `index`'s VM in its role, on a new TP1 port.
+    fn start_node(&mut self, index: usize) -> Result<(), Failure> {
+        let port = free_port()?;
+        self.nodes[index].tp1_port = port;
+        let spec = self.vm_spec(index);
+        launch(&self.nodes[index], &self.launcher.qemu, spec, self.launcher.events.clone())?;
+        let node = &self.nodes[index];
+        self.say(&format!(
+            "node {} ({}) starting as the {}: TP1 at 127.0.0.1:{port}, term {}, mode {}",
+            node.number,
+            node.vm_name,
+            node.role.name(),
+            self.state.term,
+            self.state.mode
+        ));
+        Ok(())
+    }
+
+    fn vm_spec(&self, index: usize) -> VmSpec {
+        let Launcher { image_dir, accelerator, memory_mib, link_ports, append, .. } = &self.launcher;
+        let (accelerator, memory_mib, link_port) = (*accelerator, *memory_mib, link_ports[index]);
         let node = &self.nodes[index];
         let role = if node.role == NodeRole::Primary { "primary" } else { "standby" };
         let mut words = vec![
@@ -278,7 +320,7 @@ impl Supervisor {
             format!("holdfast.pair-term={}", self.state.term),
             format!("holdfast.pair-lag-bytes-max={}", self.state.lag_bytes_max),
         ];
-        words.extend(append.unwrap_or_default().split_whitespace().map(str::to_owned));
+        words.extend(append.as_deref().unwrap_or_default().split_whitespace().map(str::to_owned));
         let qmp_socket = paths::qmp_socket_of(&node.vm_name).ok();
         VmSpec {
             boot: Boot::Pvh {
@@ -353,7 +395,7 @@ impl Supervisor {
             Event::Exited { node, ending } => {
                 let entry = &mut self.nodes[node];
                 entry.health.gone = true;
-                if entry.role != NodeRole::Fenced {
+                if entry.role != NodeRole::Fenced && entry.role != NodeRole::Deposed {
                     entry.role = NodeRole::Exited;
                 }
                 entry.ending = Some(ending.clone());
@@ -394,7 +436,14 @@ impl Supervisor {
                 return;
             }
             node.awaiting_primary_heartbeat = false;
+            // A promoted standby starts in the mode it booted with: the pair's may have
+            // changed since (`pair mode`, a switchover's temporary synchronous mode).
+            if status.mode != self.mode() {
+                let (mode, lag_bytes_max) = (self.mode(), self.state.lag_bytes_max);
+                self.send(index, Kind::SetMode, lag_bytes_max, mode as u64);
+            }
         }
+        let node = &mut self.nodes[index];
         node.health.heard_at = Some(at);
         let (number, name) = (node.number, node.vm_name.clone());
         if previous.map(|previous| (previous.role, previous.standby_state)) != Some((status.role, status.standby_state))
@@ -421,7 +470,7 @@ impl Supervisor {
         match detect::decide(primary, standby, mode, self.policy, &mut self.episode, Instant::now()) {
             Action::Nothing => {}
             Action::FenceAndPromote { reason } => {
-                if let Err(why) = self.fence_and_promote(&reason) {
+                if let Err(why) = self.fence_and_promote(&reason, Fence::Kill) {
                     self.say(&format!("FAILOVER FAILED: {why}"));
                 }
             }
@@ -444,27 +493,31 @@ impl Supervisor {
         self.link.send_from_supervisor(index, &Message::new(kind, 0, sequence, argument))
     }
 
-    /// Fences the primary, promotes the standby, moves the endpoint, records the promotion.
-    fn fence_and_promote(&mut self, reason: &str) -> Result<(), String> {
+    /// Fences the primary (unless `fence` is [`Fence::Skip`]), promotes the standby, moves the
+    /// endpoint, records the promotion.
+    fn fence_and_promote(&mut self, reason: &str, fence: Fence) -> Result<(), String> {
         let detected_at = Instant::now();
         let Some(standby) = self.standby else {
             return Err("the pair has no standby".into());
         };
         let old = self.primary;
-        let fenced_in = self.fence(old)?;
+        let (old_role, fenced) = match fence {
+            Fence::Kill => (NodeRole::Fenced, format!("fenced (gone {} ms after SIGKILL)", self.fence(old)?)),
+            Fence::Skip => (NodeRole::Deposed, "NOT fenced (--no-fence): it still runs".to_owned()),
+        };
         let old_status = self.nodes[old].health.status;
         let standby_status = self.nodes[standby].health.status;
         let term = self.state.term + 1;
         if !self.send(standby, Kind::Promote, 0, term) {
             // Left as it is, the pair has no primary: say so, and try again next tick.
-            self.nodes[old].role = NodeRole::Fenced;
+            self.nodes[old].role = old_role;
             return Err(format!(
                 "node {} fenced, but node {}'s link socket is closed: Promote not sent (retrying)",
                 self.nodes[old].number, self.nodes[standby].number
             ));
         }
         let takeover_ms = detected_at.elapsed().as_millis() as u64;
-        self.nodes[old].role = NodeRole::Fenced;
+        self.nodes[old].role = old_role;
         let new = &mut self.nodes[standby];
         new.role = NodeRole::Primary;
         new.awaiting_primary_heartbeat = true;
@@ -494,11 +547,99 @@ impl Supervisor {
         self.state.promotions.push(promotion.clone());
         let recorded = self.state.write(&self.paths.dir);
         self.say(&format!(
-            "FAILOVER: {reason}; node {} fenced (gone {fenced_in} ms after SIGKILL); node {} ({}) promoted, term {term}, \
+            "FAILOVER: {reason}; node {} {fenced}; node {} ({}) promoted, term {term}, \
              at journal ticket {} / standby durable {}; endpoint now to 127.0.0.1:{new_port}; {takeover_ms} ms from detection",
             promotion.old_primary, promotion.new_primary, self.nodes[standby].vm_name, promotion.journal_ticket_next, promotion.standby_durable
         ));
         recorded.map_err(|why| format!("the promotion happened but was not recorded: {why}"))
+    }
+
+    /// Starts the node that is not the primary again, as the standby (it was fenced, deposed,
+    /// or a standby whose QEMU ended): the
+    /// primary's stream is not one it follows, so a full copy comes over the link. Returns
+    /// its index.
+    fn rejoin(&mut self) -> Result<usize, String> {
+        let index = 1 - self.primary;
+        if self.standby.is_some() && !self.nodes[index].health.gone {
+            return Err(format!("the pair has a standby already (node {}, running)", self.nodes[index].number));
+        }
+        if !self.nodes[index].health.gone {
+            // A deposed primary still runs: it may not serve, nor be copied over while it does.
+            self.fence(index)?;
+        }
+        let node = &mut self.nodes[index];
+        node.role = NodeRole::Standby;
+        node.process = Arc::default();
+        node.gone = Arc::default();
+        node.health = NodeHealth::default();
+        node.awaiting_primary_heartbeat = false;
+        node.serving = false;
+        node.ending = None;
+        self.start_node(index).map_err(|failure| failure.to_string())?;
+        self.standby = Some(index);
+        self.episode = Episode::default();
+        let node = &self.nodes[index];
+        self.say(&format!("node {} ({}) rejoins as the standby: a full copy comes over the link", node.number, node.vm_name));
+        Ok(index)
+    }
+
+    /// A planned change of primary that loses nothing in any mode: the primary is made
+    /// synchronous (if it is not), the standby is waited for until it holds, durably, all
+    /// the primary had put in the stream once it was, then the primary is fenced, the
+    /// standby promoted and the old primary rejoins as the standby. Refused, with nothing
+    /// changed, if the standby does not catch up in time.
+    fn switchover(&mut self) -> Result<(), String> {
+        let Some(standby) = self.standby else {
+            return Err("the pair has no standby to switch over to".into());
+        };
+        let now = Instant::now();
+        for (index, what) in [(self.primary, "primary"), (standby, "standby")] {
+            if let Some(why) = self.nodes[index].health.failure(now, self.policy.heartbeat_timeout) {
+                return Err(format!("the {what} (node {}) has failed: {why}", self.nodes[index].number));
+            }
+        }
+        if !self.nodes[standby].health.consistent_standby() {
+            return Err(format!("the standby (node {}) holds no whole copy yet", self.nodes[standby].number));
+        }
+        let mode = self.mode();
+        let asked_at = Instant::now();
+        if mode == Mode::Asynchronous && !self.send(self.primary, Kind::SetMode, self.state.lag_bytes_max, Mode::SynchronousDurable as u64) {
+            return Err("the primary's link socket is closed".into());
+        }
+        // Waits here, not in the loop: detection pauses for as long (at most the limit),
+        // which a planned change may ask.
+        let mut stream_end = None;
+        let caught_up = loop {
+            if asked_at.elapsed() > SWITCHOVER_TIME_LIMIT {
+                break false;
+            }
+            let newest = *self.heartbeats[self.primary].newest.lock().expect("heartbeat slot");
+            if let Some((at, status)) = newest
+                && at > asked_at
+                && status.mode != Mode::Asynchronous
+                && !status.degraded
+                && !status.fenced
+            {
+                // Everything acknowledged so far is in the stream up to here; everything
+                // acknowledged from now on is on the standby before it is acknowledged.
+                let end = *stream_end.get_or_insert(status.sequence);
+                if status.durable >= end {
+                    break true;
+                }
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        if !caught_up {
+            if mode == Mode::Asynchronous {
+                self.send(self.primary, Kind::SetMode, self.state.lag_bytes_max, mode as u64);
+            }
+            return Err(format!(
+                "the standby did not hold all the primary had streamed within {} s: nothing changed",
+                SWITCHOVER_TIME_LIMIT.as_secs()
+            ));
+        }
+        self.fence_and_promote("switchover requested", Fence::Kill)?;
+        self.rejoin().map(|_| ())
     }
 
     /// Kills node `index`'s QEMU and waits until it is gone; returns how long that took.
@@ -533,7 +674,8 @@ impl Supervisor {
         let refuse = |why: String| (json!({ "ok": false, "error": why }), ControlFlow::Continue(()));
         match words.as_slice() {
             ["status"] => (self.status(), ControlFlow::Continue(())),
-            ["failover"] => {
+            ["failover"] | ["failover", "no-fence"] => {
+                let fence = if words.len() == 2 { Fence::Skip } else { Fence::Kill };
                 let Some(standby) = self.standby else {
                     return refuse("the pair has no standby to promote".into());
                 };
@@ -545,11 +687,23 @@ impl Supervisor {
                     let state = node.health.status.map_or("not heard from yet", |status| detect::standby_state_name(status.standby_state));
                     return refuse(format!("the standby (node {}) holds no whole copy ({state}): promoting it would lose data", node.number));
                 }
-                match self.fence_and_promote("failover requested") {
+                let reason = if fence == Fence::Skip { "failover requested, without fencing" } else { "failover requested" };
+                match self.fence_and_promote(reason, fence) {
                     Ok(()) => (json!({ "ok": true, "primary": self.nodes[self.primary].number, "term": self.state.term }), ControlFlow::Continue(())),
                     Err(why) => refuse(why),
                 }
             }
+            ["switchover"] => match self.switchover() {
+                Ok(()) => (
+                    json!({ "ok": true, "primary": self.nodes[self.primary].number, "term": self.state.term, "standby": self.standby.map(|index| self.nodes[index].number) }),
+                    ControlFlow::Continue(()),
+                ),
+                Err(why) => refuse(why),
+            },
+            ["rejoin"] => match self.rejoin() {
+                Ok(index) => (json!({ "ok": true, "standby": self.nodes[index].number }), ControlFlow::Continue(())),
+                Err(why) => refuse(why),
+            },
             ["mode", name, lag] => {
                 let (Some(mode), Ok(lag_bytes_max)) = (Mode::from_name(name), lag.parse::<u64>()) else {
                     return refuse(format!("'{line}' is not a mode request"));
@@ -567,7 +721,11 @@ impl Supervisor {
                 (json!({ "ok": true, "mode": mode.name(), "lag_bytes_max": lag_bytes_max }), ControlFlow::Continue(()))
             }
             ["link", "cut"] => self.link_settings(LinkSettings { cut: true, ..self.link.settings() }),
-            ["link", "restore"] => self.link_settings(LinkSettings { cut: false, hold_ms: 0 }),
+            ["link", "restore"] => self.link_settings(LinkSettings::default()),
+            ["link", "isolate", number] => match number.parse::<usize>() {
+                Ok(number @ 1..=2) => self.link_settings(LinkSettings { isolated: Some(number - 1), ..self.link.settings() }),
+                _ => refuse(format!("'{number}' is not a node number (1 or 2)")),
+            },
             ["link", "hold-ms", milliseconds] => match milliseconds.parse() {
                 Ok(hold_ms) => self.link_settings(LinkSettings { hold_ms, ..self.link.settings() }),
                 Err(_) => refuse(format!("'{milliseconds}' is not a number of milliseconds")),
@@ -587,8 +745,9 @@ impl Supervisor {
 
     fn link_settings(&mut self, settings: LinkSettings) -> (Value, ControlFlow<ExitCode>) {
         self.link.set(settings);
-        self.say(&format!("link: {}", if settings.cut { "CUT".to_owned() } else { format!("relaying, each frame held {} ms", settings.hold_ms) }));
-        (json!({ "ok": true, "cut": settings.cut, "hold_ms": settings.hold_ms }), ControlFlow::Continue(()))
+        self.say(&format!("link: {}", settings.describe()));
+        let isolated = settings.isolated.map(|index| index + 1);
+        (json!({ "ok": true, "cut": settings.cut, "hold_ms": settings.hold_ms, "isolated": isolated }), ControlFlow::Continue(()))
     }
 
     fn status(&self) -> Value {
@@ -650,12 +809,14 @@ impl Supervisor {
             "term": self.state.term,
             "mode": self.state.mode,
             "lag_bytes_max": self.state.lag_bytes_max,
+            "heartbeat_timeout_ms": self.policy.heartbeat_timeout.as_millis() as u64,
             "promotions": self.state.promotions.len(),
             "primary": self.nodes[self.primary].number,
             "uptime_ms": self.started_at.elapsed().as_millis() as u64,
             "link": {
                 "cut": settings.cut,
                 "hold_ms": settings.hold_ms,
+                "isolated": settings.isolated.map(|index| index + 1),
                 "relayed_frames": counter(&self.link.counters.relayed),
                 "cut_frames": counter(&self.link.counters.cut),
                 "damaged_frames": counter(&self.link.counters.damaged),
