@@ -277,8 +277,10 @@ saw (the longest time without any acknowledgement), transactions acknowledged an
 (`tp1 check` on the new primary against the ledger of every drill so far) and whether the \
 TP1 invariant holds. Then the old primary rejoins as the standby.
 
-The first drill loads TP1 at --scale (replacing what the appliance held) and empties the \
-drill's ledger (pairs/NAME/drill-ledger). A freeze or a cut is detected only after \
+The drills keep one ledger of every transaction sent, pairs/NAME/drill-ledger. If the \
+appliance holds no TP1 data, the drill loads it at --scale and empties that ledger; if it \
+does, the ledger must be the one its transactions were recorded in (`holdfast tp1 load` and \
+`tp1 run` with --state-dir pairs/NAME/drill-ledger), else the drill refuses. A freeze or a cut is detected only after \
 --heartbeat-timeout-ms (the supervisor's), so their outage includes it.";
 
 /// What a drill does to the primary.
@@ -305,7 +307,7 @@ pub struct PairDrillArguments {
     /// TP1 client connections
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub clients: u32,
-    /// TP1 scale for the first drill's load
+    /// TP1 scale, if the drill has to load the appliance
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub scale: u32,
     /// Seed for the moments and the load [default: random, printed]

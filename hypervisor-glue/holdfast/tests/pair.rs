@@ -1,26 +1,140 @@
-//! A pair of TP1 appliances under `holdfast pair up`, driven as an operator would: the
-//! primary serves through the pair's endpoint, the standby gets a whole copy over the link,
-//! TP1 load runs through the endpoint, the primary's QEMU is SIGKILLed under that load, the
-//! supervisor fences it and promotes the standby, the generator reconnects through the same
-//! endpoint and retries by id, and `holdfast tp1 check` on the new primary finds every
-//! acknowledged transaction once and the sums equal. Then `pair history`, `status` and
-//! `down`.
+//! Pairs of TP1 appliances under `holdfast pair up`, driven as an operator would.
+//!
+//! - Drills: ten failovers under TP1 load through the pair's endpoint (SIGKILL, a frozen
+//!   VM, an isolated one), each checked on the new primary with no acknowledged
+//!   transaction lost, the old primary rejoining as the standby each time; then a planned
+//!   switchover under load, `history`, `status` and `down`.
+//! - Faults beyond the primary's death: a delayed link, a standby crash (commits wait, then
+//!   go on once it rejoins; or the primary degrades, and says so), a primary promoted past
+//!   without being killed (it acknowledges nothing, and says FENCED once it hears the new
+//!   term), and both VMs crashing under load.
 
 mod support;
 
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use support::*;
 
-/// Waits for a line of the supervisor's output that `wanted` accepts, failing on a line
-/// that says something went wrong.
-fn wait_for(lines: &Receiver<String>, seen: &mut Vec<String>, within: Duration, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+/// A `pair up` in the background and the lines it printed so far.
+struct Pair {
+    name: String,
+    dir: PathBuf,
+    up: LineReader,
+    seen: Vec<String>,
+    /// Whether dropping this removes the pair's directory (four 2 GiB images, sparse).
+    remove_on_drop: bool,
+    /// Lines that would fail the test, as `wait_for` reads them.
+    bad: Vec<&'static str>,
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // The VMs die with their supervisor.
+        let _ = self.up.child.0.kill();
+        let _ = self.up.child.0.wait();
+        if self.remove_on_drop {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Pair {
+    fn up(name: &str, extra: &[&str], fresh: bool) -> Self {
+        let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state").join("pairs").join(name);
+        if fresh {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        let up = spawn_reading_lines(
+            holdfast()
+                .args(["pair", "up", name, "--accel", "tcg", "--mode", "sync-durable", "--store-mib", "2048"])
+                .args(extra)
+                .arg("--image-dir")
+                .arg(&image_dir),
+        );
+        Self { name: name.to_owned(), dir, up, seen: Vec::new(), remove_on_drop: true, bad: BAD_LINES.to_vec() }
+    }
+
+    /// Waits for a line of the supervisor's output that `wanted` accepts, failing on one
+    /// that says something went wrong.
+    fn wait_for(&mut self, within: Duration, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        wait_for(&self.up.lines, &mut self.seen, &self.bad, within, what, wanted)
+    }
+
+    /// Waits for "pair NAME: <text>..." from the supervisor.
+    fn said(&mut self, within: Duration, text: &str) -> String {
+        let line = format!("pair {}: {text}", self.name);
+        self.wait_for(within, text, |said| said.starts_with(&line))
+    }
+
+    fn endpoint(&mut self) -> String {
+        let line = self.said(Duration::from_secs(120), "endpoint ");
+        line.rsplit(' ').next().expect("an address").to_owned()
+    }
+
+    fn vm(&self, node: u8) -> String {
+        format!("{}-{node}", self.name)
+    }
+
+    fn ready(&mut self, primary: u8, standby: u8) {
+        let (primary_vm, standby_vm) = (self.vm(primary), self.vm(standby));
+        self.said(Duration::from_secs(300), &format!("node {primary} ({primary_vm}) ready, primary"));
+        self.said(Duration::from_secs(300), &format!("node {standby} ({standby_vm}) standby: consistent"));
+    }
+
+    fn verb(&self, arguments: &[&str]) -> Run {
+        let mut all = vec!["pair"];
+        all.extend_from_slice(&arguments[..1]);
+        all.push(&self.name);
+        all.extend_from_slice(&arguments[1..]);
+        let run = run_holdfast(&all);
+        if run.status != Some(0) {
+            let unread: Vec<String> = self.up.lines.try_iter().collect();
+            panic!("pair {arguments:?}\n{}\n{}\n{}", run.transcript(), self.tail(), unread.join("\n"));
+        }
+        run
+    }
+
+    fn status(&self) -> Value {
+        serde_json::from_str(&self.verb(&["status", "--json"]).stdout).expect("status is JSON")
+    }
+
+    fn token(&self, node: u8, who: &str, admin: bool) -> String {
+        let vm = self.vm(node);
+        let mut arguments = vec!["tp1", "token", &vm, who];
+        if admin {
+            arguments.push("--admin");
+        }
+        let minted = run_holdfast(&arguments);
+        assert_eq!(minted.status, Some(0), "{}", minted.transcript());
+        minted.stdout.trim().to_owned()
+    }
+
+    fn tail(&self) -> String {
+        tail(&self.seen)
+    }
+
+    fn down(mut self) {
+        self.verb(&["down"]);
+        let ended = self.up.child.0.wait().expect("pair up ends");
+        assert!(ended.success(), "pair up after down: {ended}");
+    }
+}
+
+/// Lines that say something went wrong.
+const BAD_LINES: [&str; 4] = ["kernel panic", "STORE LOST", "FAILOVER FAILED", "NOT PROMOTING"];
+
+fn wait_for(lines: &Receiver<String>, seen: &mut Vec<String>, bad: &[&str], within: Duration, what: &str, wanted: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + within;
     loop {
         match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(line) => {
-                for bad in ["kernel panic", "STORE LOST", "FAILOVER FAILED", "NOT PROMOTING"] {
+                for bad in bad {
                     assert!(!line.contains(bad), "{line}\n{}", tail(seen));
                 }
                 seen.push(line.clone());
@@ -39,115 +153,181 @@ fn tail(lines: &[String]) -> String {
     lines[lines.len().saturating_sub(60)..].join("\n")
 }
 
-#[test]
-fn a_killed_primary_is_fenced_the_standby_takes_over_and_no_acknowledged_transaction_is_lost() {
-    let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
-    let name = format!("pair-{}", std::process::id());
-    let state_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state");
-    let pair_dir = state_dir.join("pairs").join(&name);
-    let _ = std::fs::remove_dir_all(&pair_dir);
-    let ledger = scratch_dir("pair-ledger");
+/// `holdfast tp1 ARGUMENTS --address ADDRESS --token TOKEN --state-dir LEDGER`.
+fn tp1(arguments: &[&str], address: &str, token: &str, ledger: &Path) -> Command {
+    let mut command = holdfast();
+    command.arg("tp1").args(arguments).args(["--address", address, "--token", token]).arg("--state-dir").arg(ledger);
+    command
+}
 
-    let up = spawn_reading_lines(
-        holdfast()
-            .args(["pair", "up", &name, "--accel", "tcg", "--mode", "sync-durable", "--store-mib", "2048"])
-            .arg("--image-dir")
-            .arg(&image_dir),
-    );
-    let mut seen = Vec::new();
-    let prefix = format!("pair {name}: ");
-    let endpoint_line = wait_for(&up.lines, &mut seen, Duration::from_secs(120), "endpoint", |line| {
-        line.starts_with(&format!("{prefix}endpoint "))
-    });
-    let endpoint = endpoint_line.rsplit(' ').next().expect("an address").to_owned();
-    wait_for(&up.lines, &mut seen, Duration::from_secs(300), "ready primary", |line| {
-        line.starts_with(&format!("{prefix}node 1 ({name}-1) ready, primary"))
-    });
-    wait_for(&up.lines, &mut seen, Duration::from_secs(300), "consistent standby", |line| {
-        line.starts_with(&format!("{prefix}node 2 ({name}-2) standby: consistent"))
-    });
+fn tp1_json(command: &mut Command) -> Value {
+    let run = run_command(command);
+    assert_eq!(run.status, Some(0), "{}", run.transcript());
+    serde_json::from_str(&run.stdout).expect("the report is JSON")
+}
 
-    let token = |who: &str, admin: bool| {
-        let vm = format!("{name}-1");
-        let mut arguments = vec!["tp1", "token", &vm, who];
-        if admin {
-            arguments.push("--admin");
-        }
-        let minted = run_holdfast(&arguments);
-        assert_eq!(minted.status, Some(0), "{}", minted.transcript());
-        minted.stdout.trim().to_owned()
-    };
-    let admin = token("root", true);
-    let client = token("alice", false);
-    let tp1 = |arguments: &[&str], token: &str| {
-        let mut command = holdfast();
-        command.arg("tp1").args(arguments).args(["--address", &endpoint, "--token", token]).arg("--state-dir").arg(&ledger);
-        run_command(&mut command)
-    };
-    let loaded = tp1(&["load", "--scale", "1"], &admin);
-    assert_eq!(loaded.status, Some(0), "{}", loaded.transcript());
+/// A `tp1 run` in the background: started, and its first progress line seen.
+struct Generator {
+    child: KillOnDrop,
+}
 
-    let status = run_holdfast(&["pair", "status", &name]);
-    assert_eq!(status.status, Some(0), "{}", status.transcript());
-    println!("{}", status.stdout);
-
-    // Load through the endpoint; the primary is killed a second into it.
-    let mut generator = KillOnDrop(
-        holdfast()
-            .args(["tp1", "run", "--clients", "4", "--duration", "6", "--drain", "120"])
-            .args(["--address", &endpoint, "--token", &client, "--seed", "7"])
-            .arg("--state-dir")
-            .arg(&ledger)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the generator"),
-    );
-    let progress = std::io::BufReader::new(generator.0.stderr.take().expect("piped"));
-    let (sender, progress_lines) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
+impl Generator {
+    fn start(command: &mut Command) -> Self {
+        let mut child = KillOnDrop(command.arg("--json").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the generator"));
+        let mut progress = std::io::BufReader::new(child.0.stderr.take().expect("piped"));
+        let mut first = String::new();
         use std::io::BufRead;
-        for line in progress.lines().map_while(Result::ok) {
-            let _ = sender.send(line);
+        progress.read_line(&mut first).expect("the generator's progress");
+        assert!(first.starts_with("tp1 "), "no load: {first:?}");
+        // Keep reading, so that the generator never blocks on a full pipe.
+        std::thread::spawn(move || for _ in progress.lines() {});
+        Self { child }
+    }
+
+    fn report(mut self) -> Value {
+        use std::io::Read;
+        let mut out = String::new();
+        self.child.0.stdout.take().expect("piped").read_to_string(&mut out).expect("the report");
+        let ended = self.child.0.wait().expect("the generator ends");
+        assert!(ended.success(), "the generator failed: {ended}\n{out}");
+        serde_json::from_str(&out).expect("the report is JSON")
+    }
+}
+
+#[test]
+fn ten_failover_drills_and_a_switchover_under_load_lose_no_acknowledged_transaction() {
+    let name = format!("drill-{}", std::process::id());
+    let mut pair = Pair::up(&name, &[], true);
+    let endpoint = pair.endpoint();
+    pair.ready(1, 2);
+
+    // Six SIGKILLs, two frozen VMs and two isolated ones, the primary alternating.
+    let drill = run_holdfast(&["pair", "drill", &name, "--count", "10", "--kinds", "kill,kill,freeze,kill,cut", "--seed", "11", "--json"]);
+    println!("{}", drill.stderr);
+    assert_eq!(drill.status, Some(0), "{}\n{}", drill.transcript(), pair.tail());
+    let reports: Value = serde_json::from_str(&drill.stdout).expect("the drill's JSON");
+    let reports = reports.as_array().expect("one report per drill");
+    assert_eq!(reports.len(), 10, "{}", drill.stdout);
+    for report in reports {
+        assert_eq!(report["lost"], 0, "{report}");
+        assert_eq!(report["check_passed"], true, "{report}");
+        assert_ne!(report["old_primary"], report["new_primary"], "{report}");
+        if report["kind"] == "kill" {
+            // A SIGKILLed QEMU is seen at once, not after the heartbeat timeout.
+            assert!(report["detection_ms"].as_u64().unwrap() < 1000, "{report}");
+        } else {
+            assert!(report["detection_ms"].as_u64().unwrap() >= 2000, "detected before the heartbeat timeout: {report}");
         }
-    });
-    let first = progress_lines.recv_timeout(Duration::from_secs(60));
-    assert!(first.as_deref().is_ok_and(|line| line.starts_with("tp1 ")), "no load: {first:?}");
-    let killed_at = Instant::now();
-    let kill = run_holdfast(&["vm", "kill", &format!("{name}-1")]);
-    assert_eq!(kill.status, Some(0), "{}", kill.transcript());
-    let failover = wait_for(&up.lines, &mut seen, Duration::from_secs(60), "failover", |line| line.starts_with(&format!("{prefix}FAILOVER: ")));
-    println!("failover {:.0} ms after the kill: {failover}", killed_at.elapsed().as_secs_f64() * 1000.0);
-    let ended = generator.0.wait().expect("the generator ends");
-    reader.join().expect("the progress reader");
-    let said: Vec<String> = progress_lines.try_iter().collect();
-    let mut report = String::new();
-    use std::io::Read;
-    generator.0.stdout.take().expect("piped").read_to_string(&mut report).expect("the report");
-    assert!(ended.success(), "the generator failed: {ended}\n{}\n{}", said.join("\n"), tail(&seen));
-    println!("{report}");
+    }
+    let history: Value = serde_json::from_str(&pair.verb(&["history", "--json"]).stdout).expect("JSON");
+    assert_eq!(history.as_array().map(Vec::len), Some(10), "{history}");
+    // Ten promotions from node 1: node 1 is the primary again.
+    let status = pair.status();
+    assert_eq!(status["primary"], 1, "{status}");
+    assert_eq!(status["term"], 10, "{status}");
 
-    // The new primary has every acknowledged transaction, once.
-    let check = tp1(&["check"], &client);
-    assert_eq!(check.status, Some(0), "acknowledged transactions lost after the failover\n{}\n{}", check.transcript(), tail(&seen));
-    println!("{}", check.stdout);
+    // A planned switchover under load: nothing acknowledged is lost, and the old primary
+    // is the standby after it.
+    let ledger = pair.dir.join("drill-ledger");
+    let client = pair.token(1, "switchover", false);
+    let generator = Generator::start(&mut tp1(&["run", "--clients", "4", "--duration", "6", "--drain", "120"], &endpoint, &client, &ledger));
+    let switched = pair.verb(&["switchover"]);
+    assert!(switched.stdout.contains("node 2 is the primary"), "{}", switched.stdout);
+    let report = generator.report();
+    println!("switchover under load: {report}");
+    assert!(report["acknowledged"].as_u64().unwrap() > 0, "{report}");
+    let check = run_command(&mut tp1(&["check"], &endpoint, &client, &ledger));
+    assert_eq!(check.status, Some(0), "acknowledged transactions lost in a switchover\n{}\n{}", check.transcript(), pair.tail());
+    pair.said(Duration::from_secs(300), &format!("node 1 ({}) standby: consistent", pair.vm(1)));
+    let history: Value = serde_json::from_str(&pair.verb(&["history", "--json"]).stdout).expect("JSON");
+    assert_eq!(history[10]["reason"], "switchover requested", "{history}");
+    let status = pair.status();
+    assert_eq!((status["primary"].clone(), status["nodes"][0]["role"].clone()), (2.into(), "standby".into()), "{status}");
+    println!("{}", pair.verb(&["status"]).stdout);
+    pair.down();
+}
 
-    let history = run_holdfast(&["pair", "history", &name, "--json"]);
-    assert_eq!(history.status, Some(0), "{}", history.transcript());
-    let promotions: serde_json::Value = serde_json::from_str(&history.stdout).expect("JSON");
-    assert_eq!(promotions.as_array().map(Vec::len), Some(1), "{}", history.stdout);
-    assert_eq!(promotions[0]["new_primary"], 2);
-    assert_eq!(promotions[0]["term"], 1);
-    let status = run_holdfast(&["pair", "status", &name, "--json"]);
-    assert_eq!(status.status, Some(0), "{}", status.transcript());
-    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("JSON");
-    assert_eq!(status["primary"], 2, "{status}");
-    assert_eq!(status["nodes"][0]["role"], "fenced", "{status}");
+#[test]
+fn a_delayed_link_a_standby_crash_a_deposed_primary_and_a_double_crash_lose_nothing() {
+    let name = format!("faults-{}", std::process::id());
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let mut pair = Pair::up(&name, &["--on-standby-loss", "wait", "--tp1-port", &port], true);
+    let endpoint = pair.endpoint();
+    assert_eq!(endpoint, format!("127.0.0.1:{port}"));
+    pair.ready(1, 2);
+    let ledger = scratch_dir(&format!("pair-faults-ledger-{}", std::process::id()));
+    let (admin, client) = (pair.token(1, "root", true), pair.token(1, "alice", false));
+    let loaded = run_command(&mut tp1(&["load", "--scale", "1"], &endpoint, &admin, &ledger));
+    assert_eq!(loaded.status, Some(0), "{}", loaded.transcript());
+    let check = |pair: &Pair, when: &str| {
+        let check = run_command(&mut tp1(&["check"], &endpoint, &client, &ledger));
+        assert_eq!(check.status, Some(0), "{when}: acknowledged transactions lost\n{}\n{}", check.transcript(), pair.tail());
+    };
 
-    let down = run_holdfast(&["pair", "down", &name]);
-    assert_eq!(down.status, Some(0), "{}", down.transcript());
-    let mut up = up;
-    let ended = up.child.0.wait().expect("pair up ends");
-    assert!(ended.success(), "pair up after down: {ended}");
-    let _ = std::fs::remove_dir_all(&pair_dir);
+    // A delayed link: every synchronous commit waits for the stream and its
+    // acknowledgement, each held 150 ms on the host.
+    pair.verb(&["link", "hold-ms", "150"]);
+    let held = tp1_json(&mut tp1(&["run", "--clients", "2", "--duration", "3", "--quiet", "--json"], &endpoint, &client, &ledger));
+    pair.verb(&["link", "restore"]);
+    assert!(held["acknowledged"].as_u64().unwrap() > 0, "{held}");
+    assert!(held["latency"]["p50_us"].as_u64().unwrap() >= 300_000, "commits did not wait for the held link: {held}");
+
+    // The standby crashes; under --on-standby-loss wait the primary acknowledges nothing
+    // until it is back.
+    run_holdfast(&["vm", "kill", &pair.vm(2)]);
+    pair.said(Duration::from_secs(60), "the standby failed (its QEMU exited): synchronous commits wait");
+    let waiting = tp1_json(&mut tp1(&["run", "--clients", "2", "--duration", "2", "--drain", "1", "--quiet", "--json"], &endpoint, &client, &ledger));
+    assert_eq!(waiting["acknowledged"], 0, "acknowledged without the standby under --on-standby-loss wait: {waiting}");
+    pair.verb(&["rejoin"]);
+    pair.said(Duration::from_secs(300), &format!("node 2 ({}) standby: consistent", pair.vm(2)));
+    let resumed = tp1_json(&mut tp1(&["run", "--clients", "2", "--duration", "2", "--quiet", "--json"], &endpoint, &client, &ledger));
+    assert!(resumed["acknowledged"].as_u64().unwrap() > 0, "{resumed}");
+    check(&pair, "after the standby's crash and rejoin");
+
+    // The link is cut and the standby promoted without the primary being killed: the old
+    // primary, still running and still reached directly by clients, acknowledges nothing,
+    // and says FENCED once the new primary's term reaches it.
+    let old_primary = pair.status()["nodes"][0]["tp1"].as_str().expect("node 1's TP1 address").to_owned();
+    pair.verb(&["link", "cut"]);
+    let direct = Generator::start(&mut tp1(&["run", "--clients", "2", "--duration", "5", "--drain", "3"], &old_primary, &client, &ledger));
+    pair.verb(&["failover", "--no-fence"]);
+    pair.said(Duration::from_secs(60), "FAILOVER: failover requested, without fencing; node 1 NOT fenced");
+    pair.wait_for(Duration::from_secs(120), "the new primary serving", |line| line.contains("node 2 (") && line.contains("ready, primary"));
+    pair.verb(&["link", "restore"]);
+    let fenced_line = format!("pair {name}: node 1 ({}) says it is FENCED", pair.vm(1));
+    pair.wait_for(Duration::from_secs(60), "FENCED", |line| line.starts_with(&fenced_line));
+    let direct = direct.report();
+    assert_eq!(direct["acknowledged"], 0, "the deposed primary acknowledged commits: {direct}");
+    assert_eq!(pair.status()["nodes"][0]["role"], "deposed");
+    check(&pair, "after the deposed primary's clients");
+
+    // Both VMs crash under load: `pair up` again starts from their disks, the generator
+    // reconnects to the same endpoint and retries by id, nothing acknowledged is lost.
+    pair.verb(&["rejoin"]);
+    pair.said(Duration::from_secs(300), &format!("node 1 ({}) standby: consistent", pair.vm(1)));
+    let generator = Generator::start(&mut tp1(&["run", "--clients", "4", "--duration", "4", "--drain", "300"], &endpoint, &client, &ledger));
+    // With both gone the supervisor cannot promote, and says so.
+    pair.bad.retain(|bad| *bad != "NOT PROMOTING");
+    run_holdfast(&["vm", "kill", &pair.vm(1)]);
+    run_holdfast(&["vm", "kill", &pair.vm(2)]);
+    pair.said(Duration::from_secs(60), "both VMs are gone");
+    let ended = pair.up.child.0.wait().expect("the supervisor ends");
+    assert!(!ended.success(), "a supervisor whose VMs both died is not a success: {ended}");
+    pair.remove_on_drop = false;
+    drop(pair);
+    let mut pair = Pair::up(&name, &["--on-standby-loss", "degrade", "--tp1-port", &port], false);
+    pair.ready(2, 1);
+    let report = generator.report();
+    assert!(report["reconnects"].as_u64().unwrap() > 0, "{report}");
+    check(&pair, "after both VMs crashed");
+
+    // Under --on-standby-loss degrade, a standby crash makes the primary acknowledge
+    // without it, and the supervisor and the primary both say so.
+    run_holdfast(&["vm", "kill", &pair.vm(1)]);
+    pair.said(Duration::from_secs(60), "DEGRADED: the standby failed");
+    pair.wait_for(Duration::from_secs(60), "the primary's DEGRADED", |line| line.contains("says it is DEGRADED"));
+    let degraded = tp1_json(&mut tp1(&["run", "--clients", "2", "--duration", "2", "--quiet", "--json"], &endpoint, &client, &ledger));
+    assert!(degraded["acknowledged"].as_u64().unwrap() > 0, "{degraded}");
+    check(&pair, "degraded");
+    pair.down();
 }

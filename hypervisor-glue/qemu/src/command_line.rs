@@ -224,8 +224,12 @@ impl VmSpec {
         // guest, which marks that mirror failed and goes on with the others, rather than
         // pausing the VM (QEMU's default for a full disk: a frozen appliance that says
         // nothing). The event socket tells the host.
+        //
+        // Blocks written as zeros become holes in the image file (detect-zeroes with
+        // discard=unmap): a standby's full copy writes every block of the store, most of
+        // them zero, and would otherwise make its images as large on the host as the store.
         for (index, disk) in self.disks.iter().enumerate() {
-            let drive = format!("format=raw,if=none,id=disk{index},werror=report,rerror=report,");
+            let drive = format!("format=raw,if=none,id=disk{index},werror=report,rerror=report,discard=unmap,detect-zeroes=unmap,");
             let blkdebug = self.blkdebug.iter().find(|(disk_index, _)| *disk_index == index);
             if let Some((_, config)) = blkdebug {
                 // Raw over blkdebug over the file: the raw format's reads and writes raise
@@ -367,11 +371,11 @@ mod tests {
         spec.disks = vec!["a.img".into(), "b,1.img".into()];
         spec.blkdebug = vec![(1, "rules,1.conf".into())];
         let words = words(&spec);
-        assert!(contains_pair(&words, "-drive", "format=raw,if=none,id=disk0,werror=report,rerror=report,file=a.img"));
+        assert!(contains_pair(&words, "-drive", "format=raw,if=none,id=disk0,werror=report,rerror=report,discard=unmap,detect-zeroes=unmap,file=a.img"));
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk1,werror=report,rerror=report,file.driver=blkdebug,file.config=rules,,1.conf,file.image.filename=b,,1.img"
+            "format=raw,if=none,id=disk1,werror=report,rerror=report,discard=unmap,detect-zeroes=unmap,file.driver=blkdebug,file.config=rules,,1.conf,file.image.filename=b,,1.img"
         ));
         assert!(contains_pair(&words, "-device", "virtio-blk-pci,drive=disk1"));
     }
@@ -397,7 +401,7 @@ mod tests {
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk0,werror=report,rerror=report,file=a,,b.img"
+            "format=raw,if=none,id=disk0,werror=report,rerror=report,discard=unmap,detect-zeroes=unmap,file=a,,b.img"
         ));
         assert!(contains_pair(
             &words,
@@ -407,7 +411,7 @@ mod tests {
         assert!(contains_pair(
             &words,
             "-drive",
-            "format=raw,if=none,id=disk1,werror=report,rerror=report,file=c.img"
+            "format=raw,if=none,id=disk1,werror=report,rerror=report,discard=unmap,detect-zeroes=unmap,file=c.img"
         ));
         assert!(contains_pair(
             &words,

@@ -46,6 +46,21 @@ impl HoldfastTarget {
         Ok(HoldfastTarget { address, token })
     }
 
+    /// The scale of the data the appliance holds; `None` if it holds none yet.
+    pub async fn loaded_scale(&self) -> anyhow::Result<Option<u32>> {
+        let body = self
+            .request_once(Operation::Summary, false, CHECK_REQUEST_TIMEOUT)
+            .await?;
+        let reply = Reply::decode(&body).map_err(|error| anyhow::anyhow!("summary: {error}"))?;
+        if reply.status == Status::NotLoaded {
+            return Ok(None);
+        }
+        let summary = reply
+            .summary()
+            .map_err(|error| anyhow::anyhow!("summary: {error}"))?;
+        Ok(Some(summary.scale))
+    }
+
     async fn request_once(
         &self,
         operation: Operation,
@@ -104,20 +119,13 @@ impl Target for HoldfastTarget {
     }
 
     async fn scale(&self) -> anyhow::Result<u32> {
-        let body = self
-            .request_once(Operation::Summary, false, CHECK_REQUEST_TIMEOUT)
-            .await?;
-        let reply = Reply::decode(&body).map_err(|error| anyhow::anyhow!("summary: {error}"))?;
-        if reply.status == Status::NotLoaded {
-            bail!(
+        match self.loaded_scale().await? {
+            Some(scale) => Ok(scale),
+            None => bail!(
                 "{}: no TP1 data loaded (run holdfast tp1 load first)",
                 self.address
-            );
+            ),
         }
-        let summary = reply
-            .summary()
-            .map_err(|error| anyhow::anyhow!("summary: {error}"))?;
-        Ok(summary.scale)
     }
 
     async fn snapshot(&self) -> anyhow::Result<Snapshot> {

@@ -76,8 +76,24 @@ pub fn run(arguments: &PairDrillArguments) -> Result<ExitCode, Failure> {
     let admin = token(&primary_vm, "drill-admin", true)?;
     let client = token(&primary_vm, "drill", false)?;
     let loader = HoldfastTarget::new(endpoint, admin).map_err(|error| Failure::input(format!("{error:#}")))?;
-    holdfast_tp1_load::block_on(loader.load(arguments.scale, true))?.map_err(|error| Failure::other(format!("TP1 load: {error:#}")))?;
-    Ledger::reset(&ledger_dir)?;
+    let loaded = holdfast_tp1_load::block_on(loader.loaded_scale())?.map_err(|error| Failure::other(format!("TP1 summary: {error:#}")))?;
+    if let Some(scale) = loaded
+        && !ledger_dir.exists()
+    {
+        // The check needs every transaction ever sent to tell lost from invented.
+        return Err(Failure::input(format!(
+            "pair '{}' holds TP1 data (scale {scale}) loaded without the drill's ledger {}: load and run TP1 with --state-dir {} \
+             (as the main job does), or drill a fresh pair",
+            arguments.name,
+            ledger_dir.display(),
+            ledger_dir.display()
+        )));
+    }
+    if loaded.is_none() {
+        eprintln!("pair drill {}: loading TP1 at scale {}", arguments.name, arguments.scale);
+        holdfast_tp1_load::block_on(loader.load(arguments.scale, false))?.map_err(|error| Failure::other(format!("TP1 load: {error:#}")))?;
+        Ledger::reset(&ledger_dir)?;
+    }
     let target = Arc::new(HoldfastTarget::new(endpoint, client).map_err(|error| Failure::input(format!("{error:#}")))?);
 
     let mut reports = Vec::new();

@@ -55,7 +55,9 @@ enum Fence {
 /// What the other threads tell the supervisor.
 enum Event {
     Line { node: usize, text: String },
-    Exited { node: usize, ending: String },
+    /// `launch` says which of the node's QEMUs it was: one that a rejoin replaced is not
+    /// the node's news.
+    Exited { node: usize, launch: u64, ending: String },
     LinkUp { node: usize },
     LinkDown { node: usize, why: String },
     /// `written` says when the answer is on the socket: the supervisor waits for it before
@@ -145,6 +147,8 @@ struct Node {
     serving: bool,
     link_connected: bool,
     heartbeats_total: u64,
+    /// QEMUs started for this node so far.
+    launches: u64,
     /// The newest heartbeat taken from the shared slot.
     seen_at: Option<Instant>,
     console: Option<File>,
@@ -218,7 +222,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
     let endpoint_listener = TcpListener::bind(("127.0.0.1", arguments.tp1_port)).map_err(|error| {
         Failure::input(format!("cannot listen on 127.0.0.1:{} for the pair's clients: {error}", arguments.tp1_port))
     })?;
-    let endpoint = Endpoint::start(endpoint_listener)?;
+    let endpoint = Endpoint::start(endpoint_listener, super::endpoint::HOLD_TIME_LIMIT)?;
     let mut link_ports = [0u16; 2];
     for (index, port) in link_ports.iter_mut().enumerate() {
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -240,6 +244,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
         serving: false,
         link_connected: false,
         heartbeats_total: 0,
+        launches: 0,
         seen_at: None,
         console: OpenOptions::new().create(true).append(true).open(paths.console_log(index)).ok(),
         ending: None,
@@ -275,8 +280,6 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
     for index in [primary, 1 - primary] {
         supervisor.start_node(index)?;
     }
-    let primary_port = supervisor.nodes[primary].tp1_port;
-    supervisor.endpoint.switch(Some(SocketAddr::from(([127, 0, 0, 1], primary_port))));
     supervisor.run(inbox)
 }
 
@@ -295,6 +298,7 @@ impl Supervisor {
     fn start_node(&mut self, index: usize) -> Result<(), Failure> {
         let port = free_port()?;
         self.nodes[index].tp1_port = port;
+        self.nodes[index].launches += 1;
         let spec = self.vm_spec(index);
         launch(&self.nodes[index], &self.launcher.qemu, spec, self.launcher.events.clone())?;
         let node = &self.nodes[index];
@@ -385,6 +389,9 @@ impl Supervisor {
                 if !entry.serving && SERVING_LINES.iter().any(|line| text.starts_with(line)) {
                     entry.serving = true;
                     let (number, name, role, port) = (entry.number, entry.vm_name.clone(), entry.role, entry.tp1_port);
+                    if role == NodeRole::Primary {
+                        self.endpoint.switch(Some(SocketAddr::from(([127, 0, 0, 1], port))));
+                    }
                     self.say(&format!(
                         "node {number} ({name}) ready, {}: TP1 at 127.0.0.1:{port}, endpoint 127.0.0.1:{}",
                         role.name(),
@@ -392,7 +399,8 @@ impl Supervisor {
                     ));
                 }
             }
-            Event::Exited { node, ending } => {
+            Event::Exited { node, launch, .. } if launch != self.nodes[node].launches => {}
+            Event::Exited { node, ending, .. } => {
                 let entry = &mut self.nodes[node];
                 entry.health.gone = true;
                 if entry.role != NodeRole::Fenced && entry.role != NodeRole::Deposed {
@@ -527,7 +535,8 @@ impl Supervisor {
         self.standby = None;
         self.episode = Episode::default();
         let new_port = self.nodes[standby].tp1_port;
-        self.endpoint.switch(Some(SocketAddr::from(([127, 0, 0, 1], new_port))));
+        // Clients are held until the new primary serves (see `handle`).
+        self.endpoint.switch(None);
         let now_ms = unix_ms_now();
         let promotion = Promotion {
             time_unix_ms: now_ms,
@@ -548,7 +557,7 @@ impl Supervisor {
         let recorded = self.state.write(&self.paths.dir);
         self.say(&format!(
             "FAILOVER: {reason}; node {} {fenced}; node {} ({}) promoted, term {term}, \
-             at journal ticket {} / standby durable {}; endpoint now to 127.0.0.1:{new_port}; {takeover_ms} ms from detection",
+             at journal ticket {} / standby durable {}; endpoint to 127.0.0.1:{new_port} once it serves; {takeover_ms} ms from detection",
             promotion.old_primary, promotion.new_primary, self.nodes[standby].vm_name, promotion.journal_ticket_next, promotion.standby_durable
         ));
         recorded.map_err(|why| format!("the promotion happened but was not recorded: {why}"))
@@ -955,7 +964,7 @@ fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, heartbeats: 
 /// as it does (QEMU dies with the thread that launched it).
 fn launch(node: &Node, qemu: &QemuBinary, spec: VmSpec, events: Sender<Event>) -> Result<(), Failure> {
     let qmp_socket = QmpSocket::claim(Some(&node.vm_name))?;
-    let index = usize::from(node.number - 1);
+    let (index, launch) = (usize::from(node.number - 1), node.launches);
     let (process_slot, gone) = (Arc::clone(&node.process), Arc::clone(&node.gone));
     let qemu = qemu.clone();
     let (started, start_result) = mpsc::channel();
@@ -977,6 +986,9 @@ fn launch(node: &Node, qemu: &QemuBinary, spec: VmSpec, events: Sender<Event>) -
             let _ = events.send(Event::Line { node: index, text: line.text.clone() });
             ControlFlow::Continue(())
         });
+        // Its files go before the fence hears it is gone: a rejoin starts the VM again at
+        // once, under the same name, and must not have them removed under it.
+        drop(qmp_socket);
         {
             let mut flag = gone.gone.lock().expect("gone flag");
             *flag = true;
@@ -989,8 +1001,7 @@ fn launch(node: &Node, qemu: &QemuBinary, spec: VmSpec, events: Sender<Event>) -
             }
             Err(error) => format!("lost track of QEMU: {error}"),
         };
-        let _ = events.send(Event::Exited { node: index, ending });
-        drop(qmp_socket);
+        let _ = events.send(Event::Exited { node: index, launch, ending });
     })?;
     start_result.recv().map_err(|_| Failure::other("the VM's thread ended before QEMU started"))?
 }
