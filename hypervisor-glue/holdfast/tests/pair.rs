@@ -171,9 +171,10 @@ fn value_of(text: &str, series: &str) -> Option<f64> {
 
 /// `holdfast exporter` beside a real pair finds its supervisor and serves the pair's series:
 /// up, each node's role (a state set), promotions, term, heartbeats missed; the pair's VMs
-/// carry their pair role, never `standalone`; and after `pair down` the series are gone.
-/// (Another pair may be up beside this one, from the test above: only this pair's series
-/// are looked at.)
+/// carry their pair role, never `standalone`; after a `pair failover` the promotion is
+/// counted and the roles have changed, on the pair's series and on the new primary's own;
+/// and after `pair down` the series are gone. (Another pair may be up beside this one, from
+/// the test above: only this pair's series are looked at.)
 #[test]
 fn the_exporter_serves_a_running_pairs_roles_promotions_and_heartbeats() {
     let started = Instant::now();
@@ -243,6 +244,32 @@ fn the_exporter_serves_a_running_pairs_roles_promotions_and_heartbeats() {
         assert!(!text.contains(&standalone), "{standalone} in:\n{text}");
     }
     println!("pair exporter: pair {name} served {:.1} s after the start", started.elapsed().as_secs_f64());
+
+    // A forced failover, once the standby has a whole copy (the supervisor refuses one before).
+    let consistent = format!("{prefix}node 2 ({name}-2) standby: consistent");
+    if !seen.iter().any(|line| line.starts_with(&consistent)) {
+        wait_for(&up.lines, &mut seen, Duration::from_secs(300), "consistent standby", |line| line.starts_with(&consistent));
+    }
+    let failover = run_holdfast(&["pair", "failover", &name]);
+    assert_eq!(failover.status, Some(0), "{}\n{}", failover.transcript(), tail(&seen));
+    let new_primary_up = format!("holdfast_exporter_vm_up{{vm=\"{name}-2\",role=\"primary\"}}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = scrape(port);
+        let promoted = value_of(&text, &format!("holdfast_pair_promotions_total{{{pair}}}")) == Some(1.0)
+            && value_of(&text, &format!("holdfast_pair_term{{{pair}}}")) == Some(1.0)
+            && value_of(&text, &role(1, "fenced")) == Some(1.0)
+            && value_of(&text, &role(1, "primary")) == Some(0.0)
+            && value_of(&text, &role(2, "primary")) == Some(1.0)
+            && value_of(&text, &role(2, "standby")) == Some(0.0)
+            && value_of(&text, &new_primary_up) == Some(1.0);
+        if promoted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the exporter did not show the failover within 120 s:\n{text}\n{}", tail(&seen));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!("pair exporter: failover seen {:.1} s after the start", started.elapsed().as_secs_f64());
 
     let down = run_holdfast(&["pair", "down", &name]);
     assert_eq!(down.status, Some(0), "{}", down.transcript());
