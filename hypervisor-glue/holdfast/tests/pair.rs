@@ -228,7 +228,7 @@ fn the_exporter_serves_a_running_pairs_roles_promotions_and_heartbeats() {
         std::thread::sleep(Duration::from_millis(250));
     };
     for (node, current) in [(1, "primary"), (2, "standby")] {
-        for other in ["primary", "standby", "fenced", "exited"].into_iter().filter(|other| *other != current) {
+        for other in ["primary", "standby", "fenced", "deposed", "exited"].into_iter().filter(|other| *other != current) {
             assert_eq!(value_of(&text, &role(node, other)), Some(0.0), "node {node} {other}:\n{text}");
         }
         let missed = value_of(&text, &format!("holdfast_pair_heartbeats_missed_total{{{pair},node=\"{node}\",vm=\"{name}-{node}\"}}"));

@@ -43,7 +43,7 @@ const ROLE_STANDALONE: &str = "standalone";
 /// 1 for the node's current role and 0 for the others (the state-set shape), so that a
 /// query for `role="primary"` finds the node in that role now and a change of role is a
 /// change of value, not a series that vanishes.
-pub const PAIR_ROLES: [&str; 4] = ["primary", "standby", "fenced", "exited"];
+pub const PAIR_ROLES: [&str; 5] = ["primary", "standby", "fenced", "deposed", "exited"];
 
 /// The content type of the OpenMetrics text prometheus-client writes.
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -470,7 +470,7 @@ impl Collector for PairTable {
         encode_values(
             &mut encoder,
             "holdfast_pair_role",
-            "1 for the node's role in its pair now (primary, standby, fenced, exited), 0 for the others",
+            "1 for the node's role in its pair now (primary, standby, fenced, deposed, exited), 0 for the others",
             MetricType::Gauge,
             &roles,
         )?;
