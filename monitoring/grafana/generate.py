@@ -5,7 +5,8 @@ from what it would write, which ci/test.sh runs). Every query names series `hold
 serves or monitoring/rules records; tests/monitoring.rs runs each one against a real
 Prometheus scraping a TP1 appliance and checks that it parses and (outside the pair
 dashboard) returns data. The pair dashboard reads series only a pair serves (the
-primary's replication series, the supervisor's role, promotions and heartbeats)."""
+primary's replication series, by `vm`; the supervisor's roles, promotions and heartbeats, by
+`pair`)."""
 
 import json
 import sys
@@ -13,6 +14,12 @@ from pathlib import Path
 
 DATASOURCE = {"type": "prometheus", "uid": "holdfast-prometheus"}
 VM = 'vm=~"$vm"'
+PAIR = 'pair=~"$pair"'
+# Grafana variables: name -> (label, the query that lists their values).
+VARIABLES = {
+    "vm": ("VM", "label_values(holdfast_exporter_vm_up, vm)"),
+    "pair": ("Pair", "label_values(holdfast_pair_up, pair)"),
+}
 
 
 def panel(title, exprs, unit="short", kind="timeseries", legend="{{vm}}", description=""):
@@ -32,7 +39,26 @@ def panel(title, exprs, unit="short", kind="timeseries", legend="{{vm}}", descri
     }
 
 
-def dashboard(uid, title, description, panels):
+def variable(name):
+    label, definition = VARIABLES[name]
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": definition, "refId": name},
+        "definition": definition,
+        "refresh": 2,
+        "multi": True,
+        "includeAll": True,
+        # "All" as `.*`, so that a series without the label (a pair's own series under the
+        # VM variable) still matches.
+        **({"allValue": ".*"} if name == "pair" else {}),
+        "current": {"text": "All", "value": "$__all"},
+    }
+
+
+def dashboard(uid, title, description, panels, variables=("vm",)):
     """Lays the panels out two to a row, 12 columns by 8 rows each."""
     for index, one in enumerate(panels):
         one["id"] = index + 1
@@ -48,22 +74,7 @@ def dashboard(uid, title, description, panels):
         "refresh": "10s",
         "time": {"from": "now-30m", "to": "now"},
         "timezone": "utc",
-        "templating": {
-            "list": [
-                {
-                    "name": "vm",
-                    "label": "VM",
-                    "type": "query",
-                    "datasource": DATASOURCE,
-                    "query": {"query": "label_values(holdfast_exporter_vm_up, vm)", "refId": "vm"},
-                    "definition": "label_values(holdfast_exporter_vm_up, vm)",
-                    "refresh": 2,
-                    "multi": True,
-                    "includeAll": True,
-                    "current": {"text": "All", "value": "$__all"},
-                }
-            ]
-        },
+        "templating": {"list": [variable(name) for name in variables]},
         "annotations": {"list": []},
         "panels": panels,
     }
@@ -152,12 +163,18 @@ STORE = dashboard(
     ],
 )
 
-PAIR = dashboard(
+PAIR_BOARD = dashboard(
     "holdfast-pair",
     "Holdfast: pair",
-    "Roles, replication lag and promotions: the primary's kernel exports the replication series, the pair's supervisor the role, promotions and heartbeats.",
+    "Roles, replication lag and promotions: the primary's kernel exports the replication series (by vm), the pair's supervisor the roles, promotions and heartbeats (by pair).",
     [
-        panel("Role", [f"holdfast_pair_role{{{VM}}}"], kind="stat"),
+        panel(
+            "Role",
+            [(f"holdfast_pair_role{{{PAIR}}} == 1", "{{vm}} {{role}}")],
+            kind="stat",
+            description="Each node's role in its pair now (holdfast_pair_role is 1 for the current role, 0 for the others).",
+        ),
+        panel("Supervisors answering", [(f"holdfast_pair_up{{{PAIR}}}", "{{pair}}")], kind="stat"),
         panel(
             "Standby in step, pair degraded",
             [
@@ -168,13 +185,24 @@ PAIR = dashboard(
         ),
         panel("Replication lag (time)", [f"holdfast_replication_lag_seconds{{{VM}}}"], unit="s"),
         panel("Replication lag (bytes)", [f"holdfast_replication_lag_bytes{{{VM}}}"], unit="bytes"),
-        panel("Promotions", [f"increase(holdfast_pair_promotions_total{{{VM}}}[1h])"]),
-        panel("Heartbeats missed per minute", [f"increase(holdfast_pair_heartbeats_missed_total{{{VM}}}[1m])"]),
+        panel(
+            "Promotions and term",
+            [
+                (f"increase(holdfast_pair_promotions_total{{{PAIR}}}[1h])", "promotions in 1 h {{pair}}"),
+                (f"holdfast_pair_term{{{PAIR}}}", "term {{pair}}"),
+            ],
+        ),
+        panel(
+            "Heartbeats missed per minute",
+            [(f"increase(holdfast_pair_heartbeats_missed_total{{{PAIR}}}[1m])", "{{vm}}")],
+            description="Heartbeats come every 50 ms (1200 a minute); the supervisor counts those that did not come.",
+        ),
         panel("Stream resent per minute", [f"increase(holdfast_replication_resent_messages_total{{{VM}}}[1m])"]),
     ],
+    variables=("pair", "vm"),
 )
 
-DASHBOARDS = {"overview.json": OVERVIEW, "store.json": STORE, "pair.json": PAIR}
+DASHBOARDS = {"overview.json": OVERVIEW, "store.json": STORE, "pair.json": PAIR_BOARD}
 
 
 def main():

@@ -129,7 +129,16 @@ fn check_dashboards(prometheus: &Prometheus) {
             .as_array()
             .expect("variables")
             .iter()
-            .map(|variable| variable["definition"].as_str().expect("a definition").replace("label_values(", "group by (vm) (").replace(", vm)", ")"))
+            .map(|variable| {
+                // `label_values(METRIC, LABEL)` asks what `group by (LABEL) (METRIC)` does.
+                let definition = variable["definition"].as_str().expect("a definition");
+                let (metric, label) = definition
+                    .strip_prefix("label_values(")
+                    .and_then(|rest| rest.strip_suffix(')'))
+                    .and_then(|rest| rest.split_once(", "))
+                    .unwrap_or_else(|| panic!("{name}: a variable that is not label_values(METRIC, LABEL): {definition}"));
+                format!("group by ({label}) ({metric})")
+            })
             .collect();
         for panel in board["panels"].as_array().expect("panels") {
             for target in panel["targets"].as_array().expect("targets") {
@@ -137,7 +146,7 @@ fn check_dashboards(prometheus: &Prometheus) {
             }
         }
         for expr in exprs {
-            let expr = expr.replace("$vm", ".*").replace("$__rate_interval", "1m");
+            let expr = expr.replace("$vm", ".*").replace("$pair", ".*").replace("$__rate_interval", "1m");
             // query() asserts that Prometheus accepted the expression.
             prometheus.query(&expr);
             queries += 1;
@@ -175,10 +184,11 @@ fn check_snapshot(prometheus: &Prometheus) {
         let (title, points): (String, usize) = (attribute("data-title"), attribute("data-points").parse().expect("a count"));
         let pair = [
             "Role",
+            "Supervisors answering",
             "Standby in step, pair degraded",
             "Replication lag (time)",
             "Replication lag (bytes)",
-            "Promotions",
+            "Promotions and term",
             "Heartbeats missed per minute",
             "Stream resent per minute",
         ];
@@ -189,7 +199,7 @@ fn check_snapshot(prometheus: &Prometheus) {
             assert!(panel.contains("<polyline"), "panel {title:?} draws no line");
         }
     }
-    assert_eq!(panels, 25, "{}", snapshot.stdout);
+    assert_eq!(panels, 26, "{}", snapshot.stdout);
     println!("monitoring: {} in {:.1} s: {}", png.display(), started.elapsed().as_secs_f64(), snapshot.stdout.trim());
 }
 

@@ -331,3 +331,127 @@ fn a_delayed_link_a_standby_crash_a_deposed_primary_and_a_double_crash_lose_noth
     check(&pair, "degraded");
     pair.down();
 }
+
+/// `GET /metrics` from the exporter on 127.0.0.1:port over HTTP/1.0: the body.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the exporter");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("a read timeout");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("ask");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("the answer");
+    assert!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
+    response.split_once("\r\n\r\n").map_or("", |(_, body)| body).to_owned()
+}
+
+/// The value of the line `series ` (a name and its labels, as the exporter writes them).
+fn value_of(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// `holdfast exporter` beside a real pair finds its supervisor and serves the pair's series:
+/// up, each node's role (a state set), promotions, term, heartbeats missed; the pair's VMs
+/// carry their pair role, never `standalone`; after a `pair failover` the promotion is
+/// counted and the roles have changed, on the pair's series and on the new primary's own;
+/// and after `pair down` the series are gone. (Another pair may be up beside this one, from
+/// the test above: only this pair's series are looked at.)
+#[test]
+fn the_exporter_serves_a_running_pairs_roles_promotions_and_heartbeats() {
+    let started = Instant::now();
+    let name = format!("pairmon-{}", std::process::id());
+    let mut pair_up = Pair::up(&name, &[], true);
+    pair_up.said(Duration::from_secs(300), &format!("node 1 ({name}-1) ready, primary"));
+
+    let mut exporter = KillOnDrop(
+        holdfast()
+            .args(["exporter", "--listen", "127.0.0.1:0", "--poll-interval-ms", "500", "--answer-time-limit-ms", "2000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start holdfast exporter"),
+    );
+    let mut stderr = std::io::BufReader::new(exporter.0.stderr.take().expect("piped"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).expect("the exporter's first line");
+    let port: u16 = line
+        .strip_prefix("holdfast: exporter on http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no address in the exporter's line {line:?}"));
+    // Keep reading its stderr so that it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in std::io::BufRead::lines(stderr) {});
+
+    let pair = format!("pair=\"{name}\"");
+    let role = |node: u8, role: &str| format!("holdfast_pair_role{{{pair},node=\"{node}\",vm=\"{name}-{node}\",role=\"{role}\"}}");
+    let primary_up = format!("holdfast_exporter_vm_up{{vm=\"{name}-1\",role=\"primary\"}}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = scrape(port);
+        let ready = value_of(&text, &format!("holdfast_pair_up{{{pair}}}")) == Some(1.0)
+            && value_of(&text, &role(1, "primary")) == Some(1.0)
+            && value_of(&text, &role(2, "standby")) == Some(1.0)
+            && value_of(&text, &primary_up) == Some(1.0);
+        if ready {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the exporter did not serve pair {name} within 60 s:\n{text}\n{}", pair_up.tail());
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    for (node, current) in [(1, "primary"), (2, "standby")] {
+        for other in ["primary", "standby", "fenced", "deposed", "exited"].into_iter().filter(|other| *other != current) {
+            assert_eq!(value_of(&text, &role(node, other)), Some(0.0), "node {node} {other}:\n{text}");
+        }
+        let missed = value_of(&text, &format!("holdfast_pair_heartbeats_missed_total{{{pair},node=\"{node}\",vm=\"{name}-{node}\"}}"));
+        println!("pair exporter: node {node} heartbeats missed so far: {missed:?}");
+        assert!(missed.is_some(), "no heartbeats_missed for node {node}:\n{text}");
+    }
+    assert_eq!(value_of(&text, &format!("holdfast_pair_promotions_total{{{pair}}}")), Some(0.0), "{text}");
+    assert_eq!(value_of(&text, &format!("holdfast_pair_term{{{pair}}}")), Some(0.0), "{text}");
+    // The primary's own series carry its pair role; neither VM shows as standalone.
+    assert!(value_of(&text, &format!("holdfast_checkpoint_generation{{vm=\"{name}-1\",role=\"primary\"}}")).is_some(), "{text}");
+    for node in [1, 2] {
+        let standalone = format!("vm=\"{name}-{node}\",role=\"standalone\"");
+        assert!(!text.contains(&standalone), "{standalone} in:\n{text}");
+    }
+    println!("pair exporter: pair {name} served {:.1} s after the start", started.elapsed().as_secs_f64());
+
+    // A forced failover, once the standby has a whole copy (the supervisor refuses one before).
+    let consistent = format!("pair {name}: node 2 ({name}-2) standby: consistent");
+    if !pair_up.seen.iter().any(|line| line.starts_with(&consistent)) {
+        pair_up.said(Duration::from_secs(300), &format!("node 2 ({name}-2) standby: consistent"));
+    }
+    pair_up.verb(&["failover"]);
+    let new_primary_up = format!("holdfast_exporter_vm_up{{vm=\"{name}-2\",role=\"primary\"}}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = scrape(port);
+        let promoted = value_of(&text, &format!("holdfast_pair_promotions_total{{{pair}}}")) == Some(1.0)
+            && value_of(&text, &format!("holdfast_pair_term{{{pair}}}")) == Some(1.0)
+            && value_of(&text, &role(1, "fenced")) == Some(1.0)
+            && value_of(&text, &role(1, "primary")) == Some(0.0)
+            && value_of(&text, &role(2, "primary")) == Some(1.0)
+            && value_of(&text, &role(2, "standby")) == Some(0.0)
+            && value_of(&text, &new_primary_up) == Some(1.0);
+        if promoted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the exporter did not show the failover within 120 s:\n{text}\n{}", pair_up.tail());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!("pair exporter: failover seen {:.1} s after the start", started.elapsed().as_secs_f64());
+
+    let down = run_holdfast(&["pair", "down", &name]);
+    assert_eq!(down.status, Some(0), "{}", down.transcript());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = scrape(port);
+        if !text.contains(&pair) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "pair {name}'s series stayed after `pair down`:\n{text}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let ended = pair_up.up.child.0.wait().expect("pair up ends");
+    assert!(ended.success(), "pair up after down: {ended}");
+    println!("pair exporter: test took {:.1} s", started.elapsed().as_secs_f64());
+}

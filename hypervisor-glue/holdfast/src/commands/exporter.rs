@@ -1,12 +1,14 @@
 //! `holdfast exporter`: serves every running VM's counters to Prometheus at
 //! `http://127.0.0.1:PORT/metrics`, each series labelled with its `vm` and `role`, beside
-//! the exporter's own health (`holdfast_exporter_*`).
+//! every pair supervisor's view (`holdfast_pair_*`, labelled with its `pair`) and the
+//! exporter's own health (`holdfast_exporter_*`).
 //!
 //! A scrape never waits for a guest: one poller thread per VM asks its admin service for
 //! `counters` and `checkpoint status` every poll interval, with a short time limit, and keeps
 //! the last answer; `/metrics` only encodes those answers. A slow or hung VM costs its own
 //! poller, never the scrape or the other VMs, and a VM is asked once per interval however
-//! often Prometheus scrapes.
+//! often Prometheus scrapes. Pairs are polled the same way, one thread per supervisor
+//! asking `status` on its socket; a VM that is half of a pair takes its `role` from there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -33,8 +35,15 @@ use crate::paths;
 /// Prometheus's default port allocation list).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9717";
 
-/// The role of a VM that is not half of a pair (issue 18's pair will say primary/standby).
+/// The role of a VM that is not half of a pair (or whose pair's supervisor has not answered
+/// yet): a pair's VMs take the role their supervisor gives them (primary, standby, ...).
 const ROLE_STANDALONE: &str = "standalone";
+
+/// The roles a pair supervisor gives a node: `holdfast_pair_role` has a series for each,
+/// 1 for the node's current role and 0 for the others (the state-set shape), so that a
+/// query for `role="primary"` finds the node in that role now and a change of role is a
+/// change of value, not a series that vanishes.
+pub const PAIR_ROLES: [&str; 5] = ["primary", "standby", "fenced", "deposed", "exited"];
 
 /// The content type of the OpenMetrics text prometheus-client writes.
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -130,7 +139,6 @@ pub fn interval_from_status(reply: &str) -> Option<Sample> {
 /// What the exporter last heard from one VM.
 #[derive(Debug)]
 struct VmState {
-    role: &'static str,
     /// The last poll got an answer.
     up: bool,
     /// The last answer's samples (kept through failed polls, so a hiccup leaves no gap in
@@ -144,6 +152,8 @@ struct VmState {
 #[derive(Debug, Default)]
 pub struct VmTable {
     vms: Mutex<BTreeMap<String, VmState>>,
+    /// Where a VM's role comes from when it is half of a pair.
+    pairs: Arc<PairTable>,
 }
 
 impl VmTable {
@@ -156,7 +166,6 @@ impl VmTable {
     pub fn record(&self, vm: &str, answer: Result<Vec<Sample>, ()>) {
         let mut vms = self.lock();
         let state = vms.entry(vm.to_owned()).or_insert_with(|| VmState {
-            role: ROLE_STANDALONE,
             up: false,
             samples: Vec::new(),
             read_at: None,
@@ -202,12 +211,15 @@ struct FamilyData {
 
 impl Collector for VmTable {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // Read before the VMs are locked, so that no thread holds both locks.
+        let roles = self.pairs.vm_roles();
         let vms = self.lock();
         let mut families: BTreeMap<(String, Kind), FamilyData> = BTreeMap::new();
         let mut up = FamilyData::default();
         let mut age = FamilyData::default();
         for (vm, state) in vms.iter() {
-            let vm_labels = vec![("vm".to_owned(), vm.clone()), ("role".to_owned(), state.role.to_owned())];
+            let role = roles.get(vm).map_or(ROLE_STANDALONE, String::as_str);
+            let vm_labels = vec![("vm".to_owned(), vm.clone()), ("role".to_owned(), role.to_owned())];
             up.values.insert(vm_labels.clone(), if state.up { 1.0 } else { 0.0 });
             if let Some(read_at) = state.read_at {
                 age.values.insert(vm_labels.clone(), read_at.elapsed().as_secs_f64());
@@ -332,6 +344,146 @@ fn encode_values(
     Ok(())
 }
 
+/// What the exporter reads from a pair supervisor's `status` answer (supervisor.rs,
+/// `Supervisor::status`); the answer's other fields are left for `holdfast pair status`.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct PairStatus {
+    pub term: u64,
+    /// How many promotions the pair's history (pair.json) holds: it survives the
+    /// supervisor, so it only ever grows.
+    pub promotions: u64,
+    pub nodes: Vec<PairNodeStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct PairNodeStatus {
+    /// 1 or 2.
+    pub node: u8,
+    pub vm: String,
+    pub role: String,
+    /// Counted by this supervisor since it started.
+    pub heartbeats_missed: u64,
+}
+
+/// Reads a supervisor's one-line `status` answer. A refusal (`"ok": false`) or an answer
+/// without the fields above is an error naming what is wrong: the supervisor and the
+/// exporter disagree about the format.
+pub fn parse_pair_status(line: &str) -> Result<PairStatus, String> {
+    let answer: serde_json::Value =
+        serde_json::from_str(line.trim()).map_err(|error| format!("the supervisor's answer is not JSON: {error}"))?;
+    if answer["ok"] != true {
+        return Err(format!("the supervisor refused `status`: {}", answer["error"].as_str().unwrap_or("no reason given")));
+    }
+    let status: PairStatus = serde_json::from_value(answer)
+        .map_err(|error| format!("the supervisor's status lacks what the exporter reads: {error}"))?;
+    if let Some(node) = status.nodes.iter().find(|node| !matches!(node.node, 1 | 2)) {
+        return Err(format!("the supervisor's status names node {}: a pair has nodes 1 and 2", node.node));
+    }
+    Ok(status)
+}
+
+/// What the exporter last heard from one pair's supervisor.
+#[derive(Debug)]
+struct PairEntry {
+    /// The last poll got an answer.
+    up: bool,
+    /// The last answer (kept through failed polls, as a VM's samples are).
+    status: Option<PairStatus>,
+}
+
+/// Every pair's last answer, by pair name; shared by the pollers, the scrapes and the VM
+/// table (which takes its VMs' roles from here).
+#[derive(Debug, Default)]
+pub struct PairTable {
+    pairs: Mutex<BTreeMap<String, PairEntry>>,
+}
+
+impl PairTable {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, PairEntry>> {
+        self.pairs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a poll's answer (`Ok`) or failure (`Err`) for `pair`.
+    pub fn record(&self, pair: &str, answer: Result<PairStatus, ()>) {
+        let mut pairs = self.lock();
+        let entry = pairs.entry(pair.to_owned()).or_insert(PairEntry { up: false, status: None });
+        match answer {
+            Ok(status) => {
+                entry.up = true;
+                entry.status = Some(status);
+            }
+            Err(()) => entry.up = false,
+        }
+    }
+
+    pub fn forget(&self, pair: &str) {
+        self.lock().remove(pair);
+    }
+
+    /// Each pair VM's role, as its supervisor last gave it.
+    fn vm_roles(&self) -> BTreeMap<String, String> {
+        self.lock()
+            .values()
+            .filter_map(|entry| entry.status.as_ref())
+            .flat_map(|status| status.nodes.iter().map(|node| (node.vm.clone(), node.role.clone())))
+            .collect()
+    }
+}
+
+impl Collector for PairTable {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut up = FamilyData::default();
+        let mut term = FamilyData::default();
+        let mut promotions = FamilyData::default();
+        let mut roles = FamilyData::default();
+        let mut missed = FamilyData::default();
+        for (pair, entry) in self.lock().iter() {
+            let pair_labels = vec![("pair".to_owned(), pair.clone())];
+            up.values.insert(pair_labels.clone(), if entry.up { 1.0 } else { 0.0 });
+            let Some(status) = &entry.status else { continue };
+            term.values.insert(pair_labels.clone(), status.term as f64);
+            promotions.values.insert(pair_labels.clone(), status.promotions as f64);
+            for node in &status.nodes {
+                let mut node_labels = pair_labels.clone();
+                node_labels.push(("node".to_owned(), node.node.to_string()));
+                node_labels.push(("vm".to_owned(), node.vm.clone()));
+                missed.values.insert(node_labels.clone(), node.heartbeats_missed as f64);
+                // A role this exporter does not know still shows, as the node's one role.
+                let known = PAIR_ROLES.contains(&node.role.as_str());
+                let extra = (!known).then_some(node.role.as_str());
+                for role in PAIR_ROLES.iter().copied().chain(extra) {
+                    let mut labels = node_labels.clone();
+                    labels.push(("role".to_owned(), role.to_owned()));
+                    roles.values.insert(labels, if role == node.role { 1.0 } else { 0.0 });
+                }
+            }
+        }
+        encode_values(&mut encoder, "holdfast_pair_up", "1 if the pair's supervisor answered the last poll", MetricType::Gauge, &up)?;
+        encode_values(&mut encoder, "holdfast_pair_term", "The pair's term: each promotion starts the next", MetricType::Gauge, &term)?;
+        encode_values(
+            &mut encoder,
+            "holdfast_pair_promotions",
+            "Promotions of a standby in the pair's history (pair.json)",
+            MetricType::Counter,
+            &promotions,
+        )?;
+        encode_values(
+            &mut encoder,
+            "holdfast_pair_role",
+            "1 for the node's role in its pair now (primary, standby, fenced, deposed, exited), 0 for the others",
+            MetricType::Gauge,
+            &roles,
+        )?;
+        encode_values(
+            &mut encoder,
+            "holdfast_pair_heartbeats_missed",
+            "Heartbeats from the node that did not come, counted by its supervisor since it started",
+            MetricType::Counter,
+            &missed,
+        )
+    }
+}
+
 /// The exporter's own health, kept by prometheus-client's typed metrics.
 #[derive(Debug)]
 struct Health {
@@ -344,13 +496,15 @@ struct Health {
 /// The exporter: the VM table, its health and the registry that encodes both.
 pub struct Exporter {
     pub table: Arc<VmTable>,
+    pub pairs: Arc<PairTable>,
     health: Health,
     registry: Registry,
 }
 
 impl Exporter {
     pub fn new() -> Self {
-        let table = Arc::new(VmTable::default());
+        let pairs = Arc::new(PairTable::default());
+        let table = Arc::new(VmTable { vms: Mutex::default(), pairs: pairs.clone() });
         let health = Health {
             scrapes: Counter::default(),
             scrape_seconds: Gauge::default(),
@@ -378,7 +532,8 @@ impl Exporter {
             health.poll_seconds.clone(),
         );
         registry.register_collector(Box::new(table.clone()));
-        Self { table, health, registry }
+        registry.register_collector(Box::new(pairs.clone()));
+        Self { table, pairs, health, registry }
     }
 
     /// `/metrics`: the OpenMetrics text of every VM's last answer and the exporter's health.
@@ -455,6 +610,61 @@ fn poll(socket: &Path, vm: &str, time_limit: Duration) -> Poll {
     Poll::Answered(samples)
 }
 
+/// What one poll of a pair's supervisor found.
+enum PairPoll {
+    Answered(PairStatus),
+    /// The supervisor answered badly or not in time (it answers after a fence it is
+    /// waiting for, up to 30 s, so a poll during a failover may fail).
+    Failed(String),
+    /// Nothing listens on its socket: the pair is down.
+    Gone,
+}
+
+/// Asks the supervisor on `socket` for `status`: one line in, one JSON line out.
+fn poll_pair(socket: &Path, pair: &str, time_limit: Duration) -> PairPoll {
+    use std::io::{BufRead, BufReader, ErrorKind, Write};
+    let stream = match std::os::unix::net::UnixStream::connect(socket) {
+        Ok(stream) => stream,
+        Err(error) if matches!(error.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => return PairPoll::Gone,
+        Err(error) => return PairPoll::Failed(format!("pair '{pair}': connecting to {}: {error}", socket.display())),
+    };
+    let asked = (|| {
+        stream.set_read_timeout(Some(time_limit))?;
+        stream.set_write_timeout(Some(time_limit))?;
+        (&stream).write_all(b"status\n")?;
+        let mut line = String::new();
+        BufReader::new(&stream).read_line(&mut line)?;
+        Ok::<_, std::io::Error>(line)
+    })();
+    match asked {
+        Ok(line) if line.is_empty() => PairPoll::Failed(format!("pair '{pair}': the supervisor closed the connection without answering")),
+        Ok(line) => match parse_pair_status(&line) {
+            Ok(status) => PairPoll::Answered(status),
+            Err(why) => PairPoll::Failed(format!("pair '{pair}': {why}")),
+        },
+        Err(error) => PairPoll::Failed(format!("pair '{pair}': no answer to `status` within {time_limit:?}: {error}")),
+    }
+}
+
+/// The pairs whose supervisor sockets are in the state directory (`pairs/NAME/
+/// supervisor.sock`, up or not).
+fn discover_pairs(state_dir: &Path) -> Vec<(String, PathBuf)> {
+    let pairs_dir = state_dir.join("pairs");
+    let Ok(entries) = std::fs::read_dir(&pairs_dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, PathBuf)> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| paths::check_vm_name(name).is_ok())
+        .filter_map(|name| {
+            let socket = pairs_dir.join(&name).join("supervisor.sock");
+            socket.exists().then_some((name, socket))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// The VMs whose control sockets are in the state directory (running or not).
 fn discover(state_dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(state_dir) else {
@@ -472,11 +682,38 @@ fn discover(state_dir: &Path) -> Vec<(String, PathBuf)> {
     found
 }
 
-/// Starts the thread that finds VMs and a poller thread for each, which stops when its VM
-/// does. They run for the life of the process.
+/// Starts the thread that finds pairs and VMs and a poller thread for each, which stops when
+/// its supervisor or VM does. They run for the life of the process.
 pub fn start_pollers(exporter: Arc<Exporter>, state_dir: PathBuf, interval: Duration, time_limit: Duration) {
     let polling: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let polling_pairs: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     std::thread::spawn(move || loop {
+        // Pairs first: their VMs' first samples then most likely carry their pair role
+        // rather than `standalone` for one poll.
+        for (pair, socket) in discover_pairs(&state_dir) {
+            let new = polling_pairs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(pair.clone());
+            if !new {
+                continue;
+            }
+            let pairs = exporter.pairs.clone();
+            let polling_pairs = polling_pairs.clone();
+            std::thread::spawn(move || {
+                loop {
+                    let started = Instant::now();
+                    match poll_pair(&socket, &pair, time_limit) {
+                        PairPoll::Answered(status) => pairs.record(&pair, Ok(status)),
+                        PairPoll::Failed(why) => {
+                            eprintln!("holdfast exporter: {why}");
+                            pairs.record(&pair, Err(()));
+                        }
+                        PairPoll::Gone => break,
+                    }
+                    std::thread::sleep(interval.saturating_sub(started.elapsed()));
+                }
+                pairs.forget(&pair);
+                polling_pairs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&pair);
+            });
+        }
         for (vm, socket) in discover(&state_dir) {
             let new = polling.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(vm.clone());
             if !new {
@@ -540,7 +777,7 @@ pub fn run(arguments: ExporterArguments) -> Result<ExitCode, Failure> {
             .map_err(|error| Failure::other(format!("cannot listen on {}: {error}", arguments.listen)))?;
         let address = listener.local_addr()?;
         // Tests and `holdfast monitor up` read the port from this line.
-        eprintln!("holdfast: exporter on http://{address}/metrics (VMs under {})", state_dir.display());
+        eprintln!("holdfast: exporter on http://{address}/metrics (VMs and pairs under {})", state_dir.display());
         let app = axum::Router::new()
             .route(
                 "/metrics",
@@ -664,5 +901,163 @@ ok
         assert!(per_scrape < Duration::from_millis(10), "a scrape of 10 VMs took {per_scrape:?}");
         exporter.forget("vm9");
         assert!(!exporter.scrape().contains("vm=\"vm9\""));
+    }
+
+    /// A supervisor's `status` answer after node 1 was fenced and node 2 promoted, as
+    /// `holdfast pair status --json` printed it (trimmed of nothing: the exporter must skip
+    /// the fields it does not read).
+    const PAIR_STATUS: &str = r#"{"ok":true,"name":"p","endpoint":"127.0.0.1:40001","endpoint_target":"127.0.0.1:40003","endpoint_connections":2,"endpoint_forwarded_total":9,"term":1,"mode":"sync-durable","lag_bytes_max":16777216,"promotions":1,"primary":2,"uptime_ms":60000,"link":{"cut":false,"hold_ms":0,"relayed_frames":100,"cut_frames":0,"damaged_frames":0,"undeliverable_frames":3},"nodes":[{"node":1,"vm":"p-1","role":"fenced","state":"fenced","tp1":"127.0.0.1:40002","pid":null,"link_connected":false,"heartbeats_seen":500,"heartbeats_missed":7,"heartbeat_age_ms":null,"lag_bytes":null,"lag_ms":null,"status":null,"ended":"killed"},{"node":2,"vm":"p-2","role":"primary","state":"serving","tp1":"127.0.0.1:40003","pid":4242,"link_connected":true,"heartbeats_seen":600,"heartbeats_missed":0,"heartbeat_age_ms":12,"lag_bytes":null,"lag_ms":null,"status":null,"ended":null}]}"#;
+
+    /// The value of the series `name{labels}` in a scrape, if it is there.
+    fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let mut wanted: Vec<(String, String)> = labels.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect();
+        wanted.sort();
+        parse_exposition(text).expect("the scrape parses").into_iter().find_map(|sample| {
+            let mut have = sample.labels.clone();
+            have.sort();
+            (sample.name == name && have == wanted).then_some(sample.value)
+        })
+    }
+
+    #[test]
+    fn a_pair_status_is_read_and_a_bad_one_refused_with_its_reason() {
+        let status = parse_pair_status(PAIR_STATUS).unwrap();
+        assert_eq!((status.term, status.promotions, status.nodes.len()), (1, 1, 2));
+        assert_eq!(
+            status.nodes[0],
+            PairNodeStatus { node: 1, vm: "p-1".into(), role: "fenced".into(), heartbeats_missed: 7 }
+        );
+        let error = parse_pair_status(r#"{"ok":false,"error":"unknown request 'status'"}"#).unwrap_err();
+        assert!(error.contains("refused `status`: unknown request"), "{error}");
+        let error = parse_pair_status(&PAIR_STATUS.replace(r#""heartbeats_missed":7,"#, "")).unwrap_err();
+        assert!(error.contains("heartbeats_missed"), "{error}");
+        let error = parse_pair_status(&PAIR_STATUS.replace(r#""node":2,"#, r#""node":3,"#)).unwrap_err();
+        assert!(error.contains("names node 3"), "{error}");
+        assert!(parse_pair_status("pair p: up\n").unwrap_err().contains("not JSON"));
+    }
+
+    /// The pair's series: up, term, promotions, each node's role as a state set and its missed
+    /// heartbeats; its VMs' own series carry their pair role, other VMs stay standalone; a
+    /// supervisor that stops answering keeps its last values with up 0, and one that is gone
+    /// takes its series (and its VMs' pair roles) with it.
+    #[test]
+    fn a_pair_status_becomes_pair_series_and_its_vms_roles() {
+        let exporter = Exporter::new();
+        let samples = parse_exposition(TP1_COUNTERS).unwrap();
+        for vm in ["p-2", "alone"] {
+            exporter.record_poll(vm, Duration::from_millis(3), Ok(samples.clone()));
+        }
+        let before = exporter.scrape();
+        assert!(!before.contains("holdfast_pair_"), "pair series without a pair:\n{before}");
+        assert_eq!(series(&before, "holdfast_exporter_vm_up", &[("vm", "p-2"), ("role", "standalone")]), Some(1.0));
+
+        exporter.pairs.record("p", Ok(parse_pair_status(PAIR_STATUS).unwrap()));
+        let text = exporter.scrape();
+        let pair = ("pair", "p");
+        assert_eq!(series(&text, "holdfast_pair_up", &[pair]), Some(1.0), "{text}");
+        assert_eq!(series(&text, "holdfast_pair_term", &[pair]), Some(1.0));
+        assert_eq!(series(&text, "holdfast_pair_promotions_total", &[pair]), Some(1.0));
+        assert!(text.contains("# TYPE holdfast_pair_promotions counter"), "{text}");
+        assert!(text.contains("# TYPE holdfast_pair_heartbeats_missed counter"), "{text}");
+        for (node, vm, current) in [("1", "p-1", "fenced"), ("2", "p-2", "primary")] {
+            for role in PAIR_ROLES {
+                let expected = if role == current { 1.0 } else { 0.0 };
+                let labels = [pair, ("node", node), ("vm", vm), ("role", role)];
+                assert_eq!(series(&text, "holdfast_pair_role", &labels), Some(expected), "node {node} {role}:\n{text}");
+            }
+        }
+        assert_eq!(series(&text, "holdfast_pair_heartbeats_missed_total", &[pair, ("node", "1"), ("vm", "p-1")]), Some(7.0));
+        assert_eq!(series(&text, "holdfast_pair_heartbeats_missed_total", &[pair, ("node", "2"), ("vm", "p-2")]), Some(0.0));
+        assert_eq!(series(&text, "holdfast_exporter_vm_up", &[("vm", "p-2"), ("role", "primary")]), Some(1.0), "{text}");
+        assert_eq!(series(&text, "holdfast_checkpoint_generation", &[("vm", "p-2"), ("role", "primary")]), Some(42.0));
+        assert_eq!(series(&text, "holdfast_exporter_vm_up", &[("vm", "alone"), ("role", "standalone")]), Some(1.0));
+        assert!(!text.contains("vm=\"p-2\",role=\"standalone\""), "{text}");
+
+        // Silent: up 0, the last values kept.
+        exporter.pairs.record("p", Err(()));
+        let text = exporter.scrape();
+        assert_eq!(series(&text, "holdfast_pair_up", &[pair]), Some(0.0));
+        assert_eq!(series(&text, "holdfast_pair_promotions_total", &[pair]), Some(1.0));
+        assert_eq!(series(&text, "holdfast_exporter_vm_up", &[("vm", "p-2"), ("role", "primary")]), Some(1.0));
+
+        // Gone.
+        exporter.pairs.forget("p");
+        let text = exporter.scrape();
+        assert!(!text.contains("holdfast_pair_"), "{text}");
+        assert_eq!(series(&text, "holdfast_exporter_vm_up", &[("vm", "p-2"), ("role", "standalone")]), Some(1.0));
+    }
+
+    #[test]
+    fn a_role_the_exporter_does_not_know_is_still_the_nodes_one_role() {
+        let exporter = Exporter::new();
+        exporter.pairs.record("p", Ok(parse_pair_status(&PAIR_STATUS.replace(r#""role":"fenced""#, r#""role":"rejoining""#)).unwrap()));
+        let text = exporter.scrape();
+        let node = [("pair", "p"), ("node", "1"), ("vm", "p-1")];
+        let with_role = |role| [node[0], node[1], node[2], ("role", role)];
+        assert_eq!(series(&text, "holdfast_pair_role", &with_role("rejoining")), Some(1.0), "{text}");
+        for role in PAIR_ROLES {
+            assert_eq!(series(&text, "holdfast_pair_role", &with_role(role)), Some(0.0), "{role}");
+        }
+    }
+
+    #[test]
+    fn pairs_are_found_by_their_supervisor_sockets() {
+        let dir = std::env::temp_dir().join(format!("holdfast-exporter-pairs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(discover_pairs(&dir).is_empty(), "no state directory, no pairs");
+        for (pair, socket) in [("b", true), ("a", true), ("down", false), (".hidden", true)] {
+            std::fs::create_dir_all(dir.join("pairs").join(pair)).unwrap();
+            if socket {
+                std::fs::write(dir.join("pairs").join(pair).join("supervisor.sock"), "").unwrap();
+            }
+        }
+        let found: Vec<String> = discover_pairs(&dir).into_iter().map(|(pair, _)| pair).collect();
+        assert_eq!(found, ["a", "b"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Polls over a real Unix socket: an answer, a supervisor that never answers (a failure
+    /// within the time limit, not a hang) and one that is gone.
+    #[test]
+    fn a_supervisor_is_polled_on_its_socket() {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = std::env::temp_dir().join(format!("holdfast-exporter-poll-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("supervisor.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let server = std::thread::spawn(move || {
+            let mut requests = Vec::new();
+            for (index, stream) in listener.incoming().take(2).enumerate() {
+                let mut stream = stream.unwrap();
+                let mut line = String::new();
+                BufReader::new(&stream).read_line(&mut line).unwrap();
+                requests.push(line);
+                if index == 0 {
+                    writeln!(stream, "{PAIR_STATUS}").unwrap();
+                } else {
+                    // Hold the connection without answering until the poller gives up.
+                    std::thread::sleep(Duration::from_millis(600));
+                }
+            }
+            requests
+        });
+        let time_limit = Duration::from_millis(300);
+        match poll_pair(&socket, "p", time_limit) {
+            PairPoll::Answered(status) => assert_eq!(status.promotions, 1),
+            PairPoll::Failed(why) => panic!("{why}"),
+            PairPoll::Gone => panic!("gone"),
+        }
+        let started = Instant::now();
+        match poll_pair(&socket, "p", time_limit) {
+            PairPoll::Failed(why) => assert!(why.contains("no answer to `status`"), "{why}"),
+            _ => panic!("a silent supervisor answered?"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "the poll waited {:?}", started.elapsed());
+        assert_eq!(server.join().unwrap(), ["status\n", "status\n"]);
+        // The listener is closed: the socket file is left, as a killed supervisor leaves it.
+        assert!(matches!(poll_pair(&socket, "p", time_limit), PairPoll::Gone));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(poll_pair(&socket, "p", time_limit), PairPoll::Gone));
     }
 }

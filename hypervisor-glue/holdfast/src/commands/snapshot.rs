@@ -76,7 +76,8 @@ pub fn run(arguments: &MonitorSnapshotArguments, default_prometheus_url: Option<
             let unit = panel["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("short");
             let mut series = Vec::new();
             for target in panel["targets"].as_array().map(Vec::as_slice).unwrap_or_default() {
-                let expr = target["expr"].as_str().unwrap_or("").replace("$vm", ".*").replace("$__rate_interval", "1m");
+                // Every VM and every pair: the dashboards' variables at "All".
+                let expr = target["expr"].as_str().unwrap_or("").replace("$vm", ".*").replace("$pair", ".*").replace("$__rate_interval", "1m");
                 let legend = target["legendFormat"].as_str().unwrap_or("");
                 series.extend(query_range(port, &expr, legend, start, end, step)?);
             }
