@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The main job: brings up the TP1 appliance (the network service, the TP1 service and the
-# admin service on a fresh 2 GiB store), mints an admin token, loads TP1 at scale 1, runs 30 s
-# of closed-loop load from 8 clients (a progress line each second), prints the run's report,
-# then checks the database against everything the run was told. Exits 0 only if the check
-# passes. Everything it opens is on 127.0.0.1; the VM is stopped at the end, whatever happens.
+# The main job: brings up the TP1 appliance as a hot-standby pair (`holdfast pair up`: the
+# primary on a fresh 2 GiB store, the standby given a full copy over the link), mints an
+# admin token, loads TP1 at scale 1, runs 30 s of closed-loop load from 8 clients through
+# the pair's endpoint (a progress line each second), prints the run's report, checks the
+# database against everything the run was told, then runs one failover drill (the primary
+# SIGKILLed under load, the standby promoted, the clients' outage measured, the new primary
+# checked, the old one rejoined) and prints its report. Exits 0 only if both checks pass.
+# Everything it opens is on 127.0.0.1; the pair is stopped at the end, whatever happens.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,35 +14,49 @@ bash ci/setup.sh
 ./holdfast image build --manifest services/tp1-manifest.toml --out build/tp1-image
 
 work="$(mktemp -d)"
-name="holdfast-main-$$"
+# The pair's stores, sockets and ledger live in the job's own state directory.
+export HOLDFAST_STATE_DIR="$work/state"
+name="main"
 stop() {
-    ./holdfast vm kill "$name" >/dev/null 2>&1 || true
+    ./holdfast pair down "$name" >/dev/null 2>&1 || true
     wait 2>/dev/null || true
     rm -rf "$work"
 }
 trap stop EXIT
 
-./holdfast store format --size-mib 2048 "$work/store.img"
-echo "main job: booting the appliance (console in $work/console.log)"
-./holdfast run --name "$name" --memory-mib 512 --disk "$work/store.img" --tp1-port \
-    --image-dir build/tp1-image >"$work/console.log" 2>"$work/run.err" &
+echo "main job: bringing up the pair (the supervisor's output in $work/pair.log)"
+./holdfast pair up "$name" --memory-mib 512 --store-mib 2048 >"$work/pair.log" 2>&1 &
+supervisor=$!
 
-# Ready when the TP1 service says so; the port QEMU forwards is on `holdfast run`'s stderr.
-for _ in $(seq 1 360); do
-    if grep -q '^tp1: serving on 7100' "$work/console.log"; then break; fi
-    if ! kill -0 $! 2>/dev/null; then
-        echo "main job: the appliance stopped before serving:" >&2
-        cat "$work/run.err" "$work/console.log" >&2
-        exit 1
-    fi
-    sleep 0.5
-done
-grep -q '^tp1: serving on 7100' "$work/console.log" || { echo "main job: no TP1 service after 180 s" >&2; exit 1; }
-address="$(sed -n 's/^holdfast: tp1 port \(127\.0\.0\.1:[0-9]*\)$/\1/p' "$work/run.err")"
-echo "main job: the TP1 service is at $address"
+# Ready when the primary serves and the standby holds a whole copy.
+wait_for() {
+    local pattern="$1" what="$2"
+    for _ in $(seq 1 600); do
+        if grep -q "$pattern" "$work/pair.log"; then return 0; fi
+        if ! kill -0 "$supervisor" 2>/dev/null; then
+            echo "main job: the pair stopped before $what:" >&2
+            tail -40 "$work/pair.log" >&2
+            exit 1
+        fi
+        sleep 0.5
+    done
+    echo "main job: no $what after 300 s:" >&2
+    tail -40 "$work/pair.log" >&2
+    exit 1
+}
+wait_for "^pair $name: node 1 ($name-1) ready, primary" "a serving primary"
+wait_for "^pair $name: node 2 ($name-2) standby: consistent" "a consistent standby"
+address="$(sed -n "s/^pair $name: endpoint \(127\.0\.0\.1:[0-9]*\)$/\1/p" "$work/pair.log")"
+echo "main job: the pair serves TP1 at $address"
+./holdfast pair status "$name"
 
-token="$(./holdfast tp1 token "$name" operator --admin)"
-target=(--address "$address" --token "$token" --state-dir "$work/ledger")
+# The drill's ledger is the run's: its check covers every transaction of both.
+token="$(./holdfast tp1 token "$name-1" operator --admin)"
+target=(--address "$address" --token "$token" --state-dir "$HOLDFAST_STATE_DIR/pairs/$name/drill-ledger")
 ./holdfast tp1 load --scale 1 "${target[@]}"
 ./holdfast tp1 run --clients 8 --duration 30 "${target[@]}"
 ./holdfast tp1 check "${target[@]}"
+
+echo "main job: one failover drill under load"
+./holdfast pair drill "$name" --count 1 --kinds kill --clients 8
+./holdfast pair status "$name"

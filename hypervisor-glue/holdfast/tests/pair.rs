@@ -216,7 +216,8 @@ fn ten_failover_drills_and_a_switchover_under_load_lose_no_acknowledged_transact
             // A SIGKILLed QEMU is seen at once, not after the heartbeat timeout.
             assert!(report["detection_ms"].as_u64().unwrap() < 1000, "{report}");
         } else {
-            assert!(report["detection_ms"].as_u64().unwrap() >= 2000, "detected before the heartbeat timeout: {report}");
+            // Heartbeats stop at the fault; the last came up to an interval or two before.
+            assert!(report["detection_ms"].as_u64().unwrap() >= 1800, "detected before the heartbeat timeout: {report}");
         }
     }
     let history: Value = serde_json::from_str(&pair.verb(&["history", "--json"]).stdout).expect("JSON");

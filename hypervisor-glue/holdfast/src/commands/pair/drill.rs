@@ -34,7 +34,7 @@ const READY_TIME_LIMIT: Duration = Duration::from_secs(300);
 const TAKEOVER_TIME_LIMIT: Duration = Duration::from_secs(120);
 /// How long load goes on after the fault, beyond the supervisor's detection time: long
 /// enough for the new primary to serve and the clients to be back.
-const LOAD_AFTER_FAULT: Duration = Duration::from_secs(4);
+const LOAD_AFTER_FAULT: Duration = Duration::from_secs(3);
 /// How long the generator may take to finish what was in flight after the run.
 const DRAIN: Duration = Duration::from_secs(60);
 /// The difference `tp1 check` reports for acknowledged transactions that are gone.
