@@ -339,7 +339,7 @@ fn table(name: &str, seed: u64, reports: &[DrillReport]) -> String {
             format!("{:.0} (worst {worst:.0})", median(&values).unwrap_or_default())
         };
         summary.push(format!(
-            "{kind} ({} drills), median: detection {} ms, promotion {} ms, ready {} ms, outage {} ms",
+            "{kind} ({} of them), median: detection {} ms, promotion {} ms, ready {} ms, outage {} ms",
             of_kind.len(),
             figure(|report| report.detection_ms as f64),
             figure(|report| report.promotion_ms as f64),
