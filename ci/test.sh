@@ -55,7 +55,7 @@ echo "== holdfast bench tp1 --quick (reports its goals, never fails on them)"
 
 # The pair: TP1 on the single appliance and on one pair in sync-durable, sync-received and
 # async, the lag under that load, and a failover drill (SIGKILL of the primary under load);
-# fails only if something breaks (a lost transaction, a pair that does not come up). About
-# 80 s on 2 cores under TCG.
+# fails only if something breaks (a lost transaction, a pair that does not come up). 100 to
+# 130 s on 2 cores under TCG.
 echo "== holdfast bench pair --quick (reports its goals, never fails on them)"
 ./holdfast bench pair --quick --accel tcg

@@ -149,6 +149,8 @@ pub struct PairBenchOptions {
     pub clients: u32,
     pub duration: Duration,
     pub drain: Duration,
+    /// Rounds: each a run on the single appliance and one on the pair in each mode.
+    pub rounds: u32,
     /// The drill's run, and when the primary is killed: this long after every client is
     /// connected through the endpoint.
     pub drill_duration: Duration,
@@ -164,7 +166,8 @@ pub struct PairBenchOptions {
 }
 
 impl PairBenchOptions {
-    /// The full run: scale 10, 16 clients, 30 s a run; the drill 20 s, the kill 5 s in.
+    /// The full run: scale 10, 16 clients, three rounds of 30 s runs; the drill 20 s, the
+    /// kill 5 s in.
     pub fn new(single: HoldfastSide, pair: PairSide) -> Self {
         Self {
             quick: false,
@@ -174,6 +177,7 @@ impl PairBenchOptions {
             clients: 16,
             duration: Duration::from_secs(30),
             drain: Duration::from_secs(30),
+            rounds: 3,
             drill_duration: Duration::from_secs(20),
             drill_kill_after: Duration::from_secs(5),
             drill_drain: Duration::from_secs(120),
@@ -184,12 +188,12 @@ impl PairBenchOptions {
         }
     }
 
-    /// For CI: scale 1, 8 s a run; the drill 8 s, the kill 2 s in.
+    /// For CI: scale 1, 5 s a run; the drill 8 s, the kill 2 s in.
     pub fn quick(single: HoldfastSide, pair: PairSide) -> Self {
         Self {
             quick: true,
             scale: 1,
-            duration: Duration::from_secs(8),
+            duration: Duration::from_secs(5),
             drain: Duration::from_secs(20),
             drill_duration: Duration::from_secs(8),
             drill_kill_after: Duration::from_secs(2),
@@ -225,11 +229,50 @@ impl<T> Measurement<T> {
     }
 }
 
-/// One throughput run and the lag sampled through it (`None` for the single appliance).
+/// A side's throughput runs, one a round, and the lag sampled through them (`None` for the
+/// single appliance). Medians over rounds, and the worst round beside them.
 #[derive(Clone, Debug)]
 pub struct ModeRun {
-    pub report: RunReport,
+    pub rounds: Vec<RunReport>,
     pub lag: Option<LagSummary>,
+}
+
+impl ModeRun {
+    fn median_of(&self, figure: impl Fn(&RunReport) -> f64) -> f64 {
+        let values: Vec<f64> = self.rounds.iter().map(figure).collect();
+        crate::table::median(&values).unwrap_or(0.0)
+    }
+
+    fn worst_of(&self, figure: impl Fn(&RunReport) -> u64) -> u64 {
+        self.rounds.iter().map(figure).max().unwrap_or(0)
+    }
+
+    /// Transactions acknowledged per second: the median round, and the slowest.
+    pub fn tps_median(&self) -> f64 {
+        self.median_of(|report| report.accepted_per_second)
+    }
+
+    pub fn tps_min(&self) -> f64 {
+        self.rounds.iter().map(|report| report.accepted_per_second).fold(f64::INFINITY, f64::min).min(self.tps_median())
+    }
+
+    /// Each round's p50 and p99; the medians of those.
+    pub fn p50_us(&self) -> f64 {
+        self.median_of(|report| report.latency.p50_us as f64)
+    }
+
+    pub fn p99_us(&self) -> f64 {
+        self.median_of(|report| report.latency.p99_us as f64)
+    }
+
+    /// The slowest transaction and the longest silence of any round.
+    pub fn max_us(&self) -> u64 {
+        self.worst_of(|report| report.latency.max_us)
+    }
+
+    pub fn silence_us_max(&self) -> u64 {
+        self.worst_of(|report| report.silence_us_max)
+    }
 }
 
 /// What `check` on the new primary found.
@@ -355,10 +398,13 @@ pub fn pair(options: PairBenchOptions) -> anyhow::Result<PairReport> {
     Ok(report)
 }
 
-/// Measures the single appliance, then the pair, one after the other (each alone on the
-/// machine); prints only progress.
+/// Boots the single appliance and the pair (both loaded and checkpointed), then runs
+/// `rounds` rounds, each a run on the single appliance and one on the pair in each mode, so
+/// that a host whose other work comes and goes weighs on every column alike; then the
+/// drill. Prints only progress.
 pub fn measure(options: &PairBenchOptions) -> anyhow::Result<PairReport> {
     anyhow::ensure!(options.clients >= 1, "a run needs a client");
+    anyhow::ensure!(options.rounds >= 1, "at least one round");
     std::fs::create_dir_all(&options.run_dir)
         .with_context(|| format!("creating {}", options.run_dir.display()))?;
     let request = ApplianceRequest {
@@ -368,22 +414,117 @@ pub fn measure(options: &PairBenchOptions) -> anyhow::Result<PairReport> {
     let host_load_average = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|text| text.split_whitespace().next()?.parse().ok());
+
     let mut single_about = String::new();
-    let single = match &options.single {
-        HoldfastSide::Unavailable(why) => Measurement::NotRun(why.clone()),
+    let mut single = match &options.single {
+        HoldfastSide::Unavailable(why) => Err(Measurement::NotRun(why.clone())),
         HoldfastSide::Launcher(launch) => {
             eprintln!("holdfast bench pair: the single appliance");
-            Measurement::of(
-                measure_single(options, launch.as_ref(), &request, &mut single_about),
-                "the single appliance",
-            )
+            start_single(options, launch.as_ref(), &request)
+                .map(|(appliance, target, ledger)| {
+                    single_about = format!("appliance at {}", appliance.address);
+                    (appliance, target, ledger, Vec::new())
+                })
+                .map_err(|error| failed(error, "the single appliance"))
         }
     };
-    let pair = match &options.pair {
-        PairSide::Unavailable(why) => Measurement::NotRun(why.clone()),
+    let mut pair = match &options.pair {
+        PairSide::Unavailable(why) => Err(Measurement::NotRun(why.clone())),
         PairSide::Launcher(launch) => {
             eprintln!("holdfast bench pair: the pair");
-            Measurement::of(measure_pair(options, launch.as_ref(), &request), "the pair")
+            start_pair(options, launch.as_ref(), &request).map_err(|error| failed(error, "the pair"))
+        }
+    };
+
+    let mut runs: Vec<(ReplicationMode, Result<ModeRun, Measurement<ModeRun>>)> = ReplicationMode::ALL
+        .into_iter()
+        .map(|mode| (mode, Ok(ModeRun { rounds: Vec::new(), lag: None })))
+        .collect();
+    let mut lag_samples: Vec<Vec<LagSample>> = vec![Vec::new(); ReplicationMode::ALL.len()];
+    let mut broken: Option<String> = None;
+    for round in 1..=options.rounds {
+        if let Ok((_, target, ledger, reports)) = &mut single {
+            let seed = run_seed(options.seed, round, 0);
+            let run = spawn_load(options, Arc::clone(target), Arc::clone(ledger), options.duration, options.drain, seed);
+            match join_load(run) {
+                Ok(report) => {
+                    say_run(&format!("round {round}: single appliance"), &report, None);
+                    reports.push(report);
+                }
+                Err(error) => single = Err(failed(error, "the single appliance")),
+            }
+        }
+        let Ok(started) = &mut pair else { continue };
+        for (index, (mode, run)) in runs.iter_mut().enumerate() {
+            if let Some(why) = &broken {
+                if run.is_ok() {
+                    *run = Err(Measurement::NotRun(format!("an earlier run failed: {why}")));
+                }
+                continue;
+            }
+            let measured = (|| -> anyhow::Result<RunReport> {
+                started.pair.set_mode(*mode)?;
+                let seed = run_seed(options.seed, round, 1 + index as u64);
+                let load = spawn_load(options, Arc::clone(&started.target), Arc::clone(&started.ledger), options.duration, options.drain, seed);
+                let samples = sample_lag(&mut *started.pair, &load, options.duration)?;
+                let report = join_load(load)?;
+                say_run(&format!("round {round}: pair, {}", mode.name()), &report, summarize_lag(&samples).as_ref());
+                lag_samples[index].extend(samples);
+                Ok(report)
+            })();
+            match (measured, run) {
+                (Ok(report), Ok(run)) => run.rounds.push(report),
+                (Ok(_), Err(_)) => {}
+                (Err(error), run) => {
+                    broken = Some(format!("{error:#}").lines().next().unwrap_or_default().to_owned());
+                    *run = Err(failed(error, &format!("the pair in {}", mode.name())));
+                }
+            }
+        }
+    }
+    let single = match single {
+        Ok((appliance, _, _, rounds)) => {
+            drop(appliance);
+            Measurement::Measured(ModeRun { rounds, lag: None })
+        }
+        Err(measurement) => measurement,
+    };
+    let pair = match pair {
+        Err(measurement) => measurement,
+        Ok(mut started) => {
+            let drill = match &broken {
+                Some(why) => Measurement::NotRun(format!("an earlier run failed: {why}")),
+                None => Measurement::of(
+                    drill(options, &mut *started.pair, Arc::clone(&started.target), Arc::clone(&started.ledger)),
+                    "the drill",
+                ),
+            };
+            let about = started.pair.about();
+            // The figures stand whether or not the pair ends in order (dropping it ends it
+            // anyway).
+            if let Err(error) = started.pair.down() {
+                eprintln!("holdfast bench pair: pair down: {error:#}");
+            }
+            let runs = runs
+                .into_iter()
+                .zip(lag_samples)
+                .map(|((mode, run), samples)| {
+                    let run = match run {
+                        Ok(mut run) => {
+                            run.lag = summarize_lag(&samples);
+                            Measurement::Measured(run)
+                        }
+                        Err(measurement) => measurement,
+                    };
+                    (mode, run)
+                })
+                .collect();
+            Measurement::Measured(PairFigures {
+                load_time: started.load_time,
+                runs,
+                drill,
+                about,
+            })
         }
     };
     Ok(PairReport {
@@ -394,74 +535,55 @@ pub fn measure(options: &PairBenchOptions) -> anyhow::Result<PairReport> {
     })
 }
 
-fn measure_single(
+fn failed<T>(error: anyhow::Error, what: &str) -> Measurement<T> {
+    eprintln!("holdfast bench pair: {what} failed: {error:#}");
+    Measurement::Failed(format!("{error:#}"))
+}
+
+type SingleStarted = (crate::tp1::Appliance, Arc<HoldfastTarget>, Arc<Ledger>);
+
+/// The single appliance booted, loaded and checkpointed.
+fn start_single(
     options: &PairBenchOptions,
     launch: &dyn Fn(&ApplianceRequest) -> anyhow::Result<crate::tp1::Appliance>,
     request: &ApplianceRequest,
-    about: &mut String,
-) -> anyhow::Result<ModeRun> {
+) -> anyhow::Result<SingleStarted> {
     let mut appliance = launch(request)?;
-    *about = format!("appliance at {}", appliance.address);
     load(options, appliance.address, appliance.admin_token, "single")?;
-    // The loaded data written out before the run, as on the pair.
+    // The loaded data written out before the first run, as on the pair.
     (appliance.checkpoint)()?;
     let ledger = fresh_ledger(options, "single")?;
     let target = Arc::new(HoldfastTarget::new(appliance.address, appliance.client_token)?);
-    let load = spawn_load(options, target, ledger, options.duration, options.drain);
-    let report = join_load(load)?;
-    say_run("single appliance", &report, None);
-    Ok(ModeRun { report, lag: None })
+    Ok((appliance, target, ledger))
 }
 
-fn measure_pair(
+struct PairStarted {
+    pair: Box<dyn RunningPair>,
+    target: Arc<HoldfastTarget>,
+    /// One ledger for every run on the pair: the drill's check covers them all.
+    ledger: Arc<Ledger>,
+    load_time: Duration,
+}
+
+/// The pair up, loaded, checkpointed and its standby caught up.
+fn start_pair(
     options: &PairBenchOptions,
     launch: &dyn Fn(&ApplianceRequest) -> anyhow::Result<Box<dyn RunningPair>>,
     request: &ApplianceRequest,
-) -> anyhow::Result<PairFigures> {
+) -> anyhow::Result<PairStarted> {
     let mut pair = launch(request)?;
     let endpoint = pair.endpoint();
     let load_time = load(options, endpoint, pair.admin_token(), "pair")?;
     // The loaded data written out and streamed to the standby before the first run, so
     // that it does not fall on the first mode.
     pair.checkpoint()?;
-    // One ledger for every run on the pair: the drill's check covers them all.
     let ledger = fresh_ledger(options, "pair")?;
     let target = Arc::new(HoldfastTarget::new(endpoint, pair.client_token())?);
-    let mut runs = Vec::new();
-    let mut broken = None;
-    for mode in ReplicationMode::ALL {
-        if let Some(why) = &broken {
-            runs.push((mode, Measurement::NotRun(format!("an earlier run failed: {why}"))));
-            continue;
-        }
-        let run = (|| -> anyhow::Result<ModeRun> {
-            pair.set_mode(mode)?;
-            let load = spawn_load(options, Arc::clone(&target), Arc::clone(&ledger), options.duration, options.drain);
-            let samples = sample_lag(&mut *pair, &load, options.duration)?;
-            let report = join_load(load)?;
-            let lag = summarize_lag(&samples);
-            say_run(&format!("pair, {}", mode.name()), &report, lag.as_ref());
-            Ok(ModeRun { report, lag })
-        })();
-        if let Err(error) = &run {
-            broken = Some(format!("{error:#}").lines().next().unwrap_or_default().to_owned());
-        }
-        runs.push((mode, Measurement::of(run, &format!("the pair in {}", mode.name()))));
-    }
-    let drill = match broken {
-        Some(why) => Measurement::NotRun(format!("an earlier run failed: {why}")),
-        None => Measurement::of(drill(options, &mut *pair, target, ledger), "the drill"),
-    };
-    let about = pair.about();
-    // The figures stand whether or not the pair ends in order (dropping it ends it anyway).
-    if let Err(error) = pair.down() {
-        eprintln!("holdfast bench pair: pair down: {error:#}");
-    }
-    Ok(PairFigures {
+    Ok(PairStarted {
+        pair,
+        target,
+        ledger,
         load_time,
-        runs,
-        drill,
-        about,
     })
 }
 
@@ -477,7 +599,9 @@ fn drill(
     let mode = ReplicationMode::SyncDurable;
     pair.set_mode(mode)?;
     let started = Instant::now();
-    let load = spawn_load(options, Arc::clone(&target), ledger, options.drill_duration, options.drill_drain);
+    // Round 0 is no throughput run's.
+    let seed = run_seed(options.seed, 0, 0);
+    let load = spawn_load(options, Arc::clone(&target), ledger, options.drill_duration, options.drill_drain, seed);
     // Every client connected, so that the kill comes under the whole load.
     let deadline = Instant::now() + Duration::from_secs(60);
     while pair.endpoint_connections()? < u64::from(options.clients) {
@@ -557,6 +681,14 @@ fn fresh_ledger(options: &PairBenchOptions, name: &str) -> anyhow::Result<Arc<Le
     Ok(Arc::new(Ledger::open(&dir)?))
 }
 
+/// The seed of run `side` (0 the single appliance, 1 + the mode's index the pair) of
+/// `round`: each run's own, because a seed repeats its transaction ids, and a repeated id
+/// is a retry that the appliance answers from its record without applying it again (a run
+/// that repeated the last one's seed measured replies, not transactions).
+fn run_seed(seed: u64, round: u32, side: u64) -> u64 {
+    seed.wrapping_add(u64::from(round) * 4 + side)
+}
+
 /// Closed-loop load at the options' clients on a thread of its own, so that the caller
 /// can sample the pair or kill its primary meanwhile.
 fn spawn_load(
@@ -565,6 +697,7 @@ fn spawn_load(
     ledger: Arc<Ledger>,
     duration: Duration,
     drain: Duration,
+    seed: u64,
 ) -> JoinHandle<anyhow::Result<RunReport>> {
     let load_options = LoadRunOptions {
         clients: options.clients,
@@ -572,7 +705,7 @@ fn spawn_load(
         pipeline: 1,
         duration,
         drain,
-        seed: options.seed,
+        seed,
         progress: false,
     };
     std::thread::spawn(move || holdfast_tp1_load::block_on(run_load(target, ledger, load_options))?)
@@ -629,6 +762,20 @@ mod tests {
         assert_eq!(summary.bytes_max, 1 << 20);
         assert_eq!(summary.ms_median, 1);
         assert_eq!(summary.ms_max, 9);
+    }
+
+    #[test]
+    fn every_run_has_a_seed_of_its_own() {
+        let mut seeds = vec![run_seed(u64::MAX, 0, 0)];
+        for round in 1..=3 {
+            for side in 0..4 {
+                seeds.push(run_seed(u64::MAX, round, side));
+            }
+        }
+        let count = seeds.len();
+        seeds.sort_unstable();
+        seeds.dedup();
+        assert_eq!(seeds.len(), count);
     }
 
     #[test]

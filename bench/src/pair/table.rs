@@ -52,7 +52,7 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
     let single_tps = report
         .single
         .measured()
-        .map(|run| run.report.accepted_per_second)
+        .map(ModeRun::tps_median)
         .filter(|tps| *tps > 0.0);
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut summary = Vec::new();
@@ -68,12 +68,13 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
     };
 
     push(
-        &format!("TP1 tps, {} clients, closed loop", options.clients),
-        &|run| format!("{:.1}", run.report.accepted_per_second),
+        &format!("TP1 tps, {} clients, closed loop: median", options.clients),
+        &|run| format!("{:.1}", run.tps_median()),
         "",
         String::new(),
     );
-    let ratio = |run: &ModeRun| single_tps.map(|single| run.report.accepted_per_second / single);
+    push("  slowest round", &|run| format!("{:.1}", run.tps_min()), "", String::new());
+    let ratio = |run: &ModeRun| single_tps.map(|single| run.tps_median() / single);
     let sync_goal = format!("sync ≥ {GOAL_SYNC_RATIO_MIN:.2}× single");
     let judged: Vec<String> = [ReplicationMode::SyncDurable, ReplicationMode::SyncReceived]
         .into_iter()
@@ -94,12 +95,13 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
         &sync_goal,
         judged,
     );
-    push("  p50 latency, ms", &|run| milliseconds(run.report.latency.p50_us), "", String::new());
-    push("  p99 latency, ms", &|run| milliseconds(run.report.latency.p99_us), "", String::new());
-    push("  max latency, ms (worst)", &|run| milliseconds(run.report.latency.max_us), "", String::new());
+    let ms = |us: f64| format!("{:.1}", us / 1000.0);
+    push("  p50 latency, ms (median round)", &|run| ms(run.p50_us()), "", String::new());
+    push("  p99 latency, ms (median round)", &|run| ms(run.p99_us()), "", String::new());
+    push("  max latency, ms (worst round)", &|run| milliseconds(run.max_us()), "", String::new());
     push(
-        "  longest client silence, ms",
-        &|run| milliseconds(run.report.silence_us_max),
+        "  longest client silence, ms (worst round)",
+        &|run| milliseconds(run.silence_us_max()),
         "",
         String::new(),
     );
@@ -162,10 +164,11 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
     );
 
     let title = format!(
-        "holdfast bench pair{}: TP1 (TPC-B) at scale {}, closed loop at {} clients, {:.0} s a run, seed {}; the single appliance, then one pair switched between modes at run time (`holdfast pair mode`), then a failover drill in {}; QEMU q35, {}, {} MiB and 1 vCPU a VM",
+        "holdfast bench pair{}: TP1 (TPC-B) at scale {}, closed loop at {} clients, {} rounds of {:.0} s runs, each round a run on the single appliance and one on the pair in each mode (one pair, switched at run time with `holdfast pair mode`), seed {} (each run its own: + 4 × round + side); then a failover drill in {}; QEMU q35, {}, {} MiB and 1 vCPU a VM",
         if options.quick { " --quick" } else { "" },
         options.scale,
         options.clients,
+        options.rounds,
         options.duration.as_secs_f64(),
         options.seed,
         drill_mode.name(),
@@ -225,7 +228,7 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
     notes.push("outage: the generator's longest time between two acknowledgements over the drill's run (clients reconnect through the same endpoint and retry by id); one drill a run (a pair that has failed over has no standby until rejoined)".into());
     notes.push("peers, not measured here: CloudNativePG's failover tests allow 10 s; Patroni's defaults (ttl 30 s, loop_wait 10 s) take up to 30 s to fail over".into());
     notes.push(format!(
-        "the pair runs two VMs where the single appliance runs one: on a host with fewer free cores than VMs under TCG they share them, which counts against the pair (this host: {} cores, load average {} when the benchmark started)",
+        "the single appliance and the pair are up together (three VMs), each idle while the other runs, so that other work on a shared host weighs on every column alike; the pair runs two busy VMs where the single appliance runs one: on a host with fewer free cores than that under TCG they share them, which counts against the pair (this host: {} cores, load average {} when the benchmark started)",
         std::thread::available_parallelism().map_or_else(|_| "?".to_owned(), |cores| cores.to_string()),
         report.host_load_average.map_or_else(|| "unknown".to_owned(), |load| format!("{load:.2}")),
     ));
@@ -281,7 +284,7 @@ mod tests {
     }
 
     fn run(tps: f64, lag: Option<LagSummary>) -> Measurement<ModeRun> {
-        Measurement::Measured(ModeRun { report: report(tps, 60), lag })
+        Measurement::Measured(ModeRun { rounds: vec![report(tps * 0.9, 60), report(tps, 60), report(tps * 1.5, 70)], lag })
     }
 
     fn lag(bytes_median: u64, bytes_max: u64) -> Option<LagSummary> {
@@ -364,6 +367,7 @@ mod tests {
         };
         let table = render(&options(), &broken);
         let tps = row(&table, "TP1 tps");
+        assert!(row(&table, "  slowest round").contains("900.0"), "{table}");
         assert!(tps.contains("1000.0") && tps.matches("failed").count() == 3, "{tps}");
         assert!(row(&table, "  ratio to the single appliance").ends_with("sync-durable not judged: not measured, sync-received not judged: not measured"));
         assert!(row(&table, "failover: client-visible outage, ms").contains("failed"));

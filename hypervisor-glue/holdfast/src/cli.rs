@@ -692,7 +692,7 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct BenchPairArguments {
-    /// Scale 1, 8 s a run, an 8 s drill (for CI)
+    /// Scale 1, three rounds of 5 s runs, an 8 s drill (for CI)
     #[arg(long)]
     pub quick: bool,
     /// Accelerator for every VM (the outage goal is set for TCG)
@@ -711,9 +711,13 @@ pub struct BenchPairArguments {
     /// TPC-B scale [default: 10, or 1 with --quick]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
     pub scale: Option<u32>,
-    /// Seconds each throughput run lasts [default: 30, or 8 with --quick]
+    /// Seconds each throughput run lasts [default: 30, or 5 with --quick]
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub duration_s: Option<u32>,
+    /// Rounds, each a run on the single appliance and one on the pair in each mode
+    /// [default: 3]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: Option<u32>,
     /// The transactions' seed [default: random, printed in the title]
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,

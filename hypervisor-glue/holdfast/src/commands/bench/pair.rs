@@ -98,6 +98,9 @@ pub fn pair(arguments: BenchPairArguments) -> Result<ExitCode, Failure> {
     if let Some(seconds) = arguments.duration_s {
         options.duration = Duration::from_secs(u64::from(seconds));
     }
+    if let Some(rounds) = arguments.rounds {
+        options.rounds = rounds;
+    }
     if let Some(seed) = arguments.seed {
         options.seed = seed;
     }
@@ -134,11 +137,16 @@ fn report_json(options: &PairBenchOptions, report: &PairReport) -> Value {
             Measurement::Failed(error) => json!({ "failed": error }),
         }
     }
-    let single_tps = report.single.measured().map(|run| run.report.accepted_per_second);
+    let single_tps = report.single.measured().map(holdfast_bench::pair::ModeRun::tps_median);
     let run = |run: &holdfast_bench::pair::ModeRun| {
         json!({
-            "tps": run.report.accepted_per_second,
-            "ratio_to_single": single_tps.filter(|tps| *tps > 0.0).map(|tps| run.report.accepted_per_second / tps),
+            "tps_median": run.tps_median(),
+            "tps_min": run.tps_min(),
+            "ratio_to_single": single_tps.filter(|tps| *tps > 0.0).map(|tps| run.tps_median() / tps),
+            "p50_us_median": run.p50_us(),
+            "p99_us_median": run.p99_us(),
+            "max_us": run.max_us(),
+            "silence_us_max": run.silence_us_max(),
             "lag": run.lag.map(|lag| json!({
                 "samples": lag.samples,
                 "bytes_median": lag.bytes_median,
@@ -146,7 +154,7 @@ fn report_json(options: &PairBenchOptions, report: &PairReport) -> Value {
                 "ms_median": lag.ms_median,
                 "ms_max": lag.ms_max,
             })),
-            "run": serde_json::to_value(&run.report).unwrap_or(Value::Null),
+            "rounds": serde_json::to_value(&run.rounds).unwrap_or(Value::Null),
         })
     };
     json!({
@@ -156,6 +164,7 @@ fn report_json(options: &PairBenchOptions, report: &PairReport) -> Value {
         "scale": options.scale,
         "clients": options.clients,
         "duration_seconds": options.duration.as_secs_f64(),
+        "rounds": options.rounds,
         "seed": options.seed,
         "goals": {
             "sync_ratio_min": holdfast_bench::pair::GOAL_SYNC_RATIO_MIN,
