@@ -122,12 +122,23 @@ pub trait RunningPair {
     fn endpoint_connections(&mut self) -> anyhow::Result<u64>;
     /// SIGKILLs the primary's QEMU, as an operator's `holdfast vm kill` does.
     fn kill_primary(&mut self) -> anyhow::Result<()>;
-    /// Waits for the supervisor to say it promoted the standby; its line.
-    fn wait_promotion(&mut self, within: Duration) -> anyhow::Result<String>;
+    /// Waits for the supervisor to say it promoted the standby, then (a while) for it to
+    /// say the new primary serves.
+    fn wait_promotion(&mut self, within: Duration) -> anyhow::Result<PromotionSeen>;
     /// Ends the pair in order (`pair down`).
     fn down(self: Box<Self>) -> anyhow::Result<()>;
     /// A line on what runs (the VMs, the heartbeat timeout, the async lag bound).
     fn about(&self) -> String;
+}
+
+/// What the supervisor said of a failover, and when the benchmark read it.
+#[derive(Clone, Debug)]
+pub struct PromotionSeen {
+    /// Its FAILOVER line.
+    pub line: String,
+    pub promoted_at: Instant,
+    /// When it said the new primary serves (`None`: not within the wait).
+    pub serving_at: Option<Instant>,
 }
 
 /// Starts a pair in sync-durable mode and waits until its standby holds a whole copy.
@@ -315,8 +326,10 @@ pub struct Drill {
     /// When the kill came, in seconds from the load's start (its clients' connections
     /// included, so a little later in the run's own clock).
     pub killed_at_seconds: f64,
-    /// From the kill to the supervisor's FAILOVER line.
+    /// From the kill to the supervisor's FAILOVER line, and to its word that the new
+    /// primary serves.
     pub promotion_after: Duration,
+    pub serving_after: Option<Duration>,
     pub promotion_line: String,
     /// `check` over every run on the pair, through the endpoint on the new primary.
     pub check: CheckFigures,
@@ -613,13 +626,15 @@ fn drill(
     let killed_at = Instant::now();
     pair.kill_primary()?;
     let promotion = pair.wait_promotion(Duration::from_secs(60));
-    let promotion_after = killed_at.elapsed();
     let report = join_load(load)?;
-    let promotion_line = promotion?;
+    let promotion = promotion?;
+    let promotion_after = promotion.promoted_at.saturating_duration_since(killed_at);
+    let serving_after = promotion.serving_at.map(|at| at.saturating_duration_since(killed_at));
     say_run("drill", &report, None);
     eprintln!(
-        "holdfast bench pair: drill: promotion announced {:.0} ms after the SIGKILL; longest client silence {:.1} ms from {:.1} s",
+        "holdfast bench pair: drill: promotion announced {:.0} ms after the SIGKILL, the new primary serving {}; longest client silence {:.1} ms from {:.1} s",
         promotion_after.as_secs_f64() * 1000.0,
+        serving_after.map_or_else(|| "(not said)".to_owned(), |after| format!("{:.0} ms after", after.as_secs_f64() * 1000.0)),
         report.silence_us_max as f64 / 1000.0,
         report.silence_from_seconds
     );
@@ -633,7 +648,8 @@ fn drill(
         report,
         killed_at_seconds: killed_at.duration_since(started).as_secs_f64(),
         promotion_after,
-        promotion_line,
+        serving_after,
+        promotion_line: promotion.line,
         check: CheckFigures::of(&checked),
     })
 }

@@ -145,6 +145,12 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
         "",
         String::new(),
     );
+    drill_row(
+        "failover: new primary serving, ms after SIGKILL",
+        &|drill| drill.serving_after.map_or_else(|| "not said".to_owned(), |after| format!("{:.0}", after.as_secs_f64() * 1000.0)),
+        "",
+        String::new(),
+    );
     let lost_judged = match measured_drill {
         Some(drill) => verdict(drill.check.lost == 0 && drill.check.passed).to_owned(),
         None => "not judged: no drill".to_owned(),
@@ -308,6 +314,7 @@ mod tests {
                     report: report(700.0, outage_ms),
                     killed_at_seconds: 3.1,
                     promotion_after: Duration::from_millis(84),
+                    serving_after: Some(Duration::from_millis(300)),
                     promotion_line: "pair p: FAILOVER: ...".into(),
                     check: CheckFigures {
                         passed: lost == 0,

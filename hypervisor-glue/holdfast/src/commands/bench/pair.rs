@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use holdfast_bench::Accelerator;
 use holdfast_bench::pair::{
-    LagSample, Measurement, PairBenchOptions, PairReport, PairSide, ReplicationMode, RunningPair,
+    LagSample, Measurement, PairBenchOptions, PairReport, PairSide, PromotionSeen, ReplicationMode,
+    RunningPair,
 };
 use holdfast_bench::tp1::{ApplianceRequest, HoldfastSide};
 use holdfast_image_builder::ImageDir;
@@ -40,6 +41,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(300);
 const MODE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the standby may take to catch up (lag 0) before a run starts anyway.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long after the promotion the supervisor may take to say the new primary serves.
+const SERVING_TIMEOUT: Duration = Duration::from_secs(20);
 /// Supervisor lines that say the pair broke.
 const BROKEN_LINES: [&str; 4] = ["kernel panic", "STORE LOST", "FAILOVER FAILED", "NOT PROMOTING"];
 
@@ -188,6 +191,7 @@ fn report_json(options: &PairBenchOptions, report: &PairReport) -> Value {
                     "outage_from_seconds": drill.report.silence_from_seconds,
                     "killed_at_seconds": drill.killed_at_seconds,
                     "promotion_after_ms": drill.promotion_after.as_secs_f64() * 1000.0,
+                    "serving_after_ms": drill.serving_after.map(|after| after.as_secs_f64() * 1000.0),
                     "promotion_line": drill.promotion_line,
                     "lost": drill.check.lost,
                     "check_passed": drill.check.passed,
@@ -435,10 +439,23 @@ impl RunningPair for CliPair {
         self.holdfast(&["vm", "kill", &primary]).map(drop)
     }
 
-    fn wait_promotion(&mut self, within: Duration) -> anyhow::Result<String> {
-        let failover = format!("pair {}: FAILOVER: ", self.name);
-        self.wait_line(within, "it promoted the standby (FAILOVER)", |line| line.starts_with(&failover).then(|| line.to_owned()))
-            .map_err(|error| self.with_transcript(error))
+    fn wait_promotion(&mut self, within: Duration) -> anyhow::Result<PromotionSeen> {
+        let prefix = format!("pair {}: ", self.name);
+        let failover = format!("{prefix}FAILOVER: ");
+        let line = self
+            .wait_line(within, "it promoted the standby (FAILOVER)", |line| line.starts_with(&failover).then(|| line.to_owned()))
+            .map_err(|error| self.with_transcript(error))?;
+        let promoted_at = Instant::now();
+        // `node N (NAME-N) ready, primary`, once the promoted VM says it serves; the
+        // figure is left out rather than the drill failed if it does not come.
+        let serving = self.wait_line(SERVING_TIMEOUT, "the new primary serves", |said| {
+            let rest = said.strip_prefix(&prefix)?.strip_prefix("node ")?;
+            rest.contains(") ready, primary").then_some(())
+        });
+        if let Err(error) = &serving {
+            eprintln!("holdfast bench pair: {error:#}");
+        }
+        Ok(PromotionSeen { line, promoted_at, serving_at: serving.ok().map(|()| Instant::now()) })
     }
 
     fn down(mut self: Box<Self>) -> anyhow::Result<()> {
