@@ -16,12 +16,17 @@
 //! `holdfast bench tp1` ([`tp1::tp1`]): TP1 (TPC-B) transactions against the Holdfast
 //! appliance, PostgreSQL 15 in a Debian guest under the same QEMU, and PostgreSQL 15 on the
 //! host, with the same load generator.
+//!
+//! `holdfast bench pair` ([`pair::pair`]): TP1 on the single appliance and on a hot-standby
+//! pair in each replication mode, the replication lag under that load, and a failover
+//! drill's client-visible outage and acknowledged transactions lost.
 
 pub mod boot_table;
 pub mod guests;
 pub mod initramfs;
 pub mod linux_peer;
 pub mod micro;
+pub mod pair;
 pub mod store;
 pub mod runner;
 pub mod setup;

@@ -76,6 +76,10 @@ pub struct Appliance {
     pub admin_token: Token,
     /// Reads its counters, cumulative (`None` where it has none).
     pub counters: Box<dyn FnMut() -> anyhow::Result<Counters>>,
+    /// Takes a checkpoint that starts after every write so far and waits until it is
+    /// committed, so that a run after a load does not pay for writing the loaded data
+    /// (`holdfast bench pair` uses it; `holdfast bench tp1` does not).
+    pub checkpoint: Box<dyn FnMut() -> anyhow::Result<()>>,
     pub guard: Box<dyn std::any::Any>,
 }
 

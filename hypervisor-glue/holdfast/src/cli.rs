@@ -765,6 +765,44 @@ pub enum BenchCommand {
     /// bench/peers/postgres-guest/build-image.sh and cached) and PostgreSQL 15 on the host,
     /// with the same load generator, scale, clients and durations; prints a table.
     Tp1(BenchTp1Arguments),
+    /// A hot-standby pair under TP1 load: throughput and latency of the single appliance and
+    /// of one pair in sync-durable, sync-received and async mode (switched at run time), the
+    /// replication lag under that load, and a failover drill (SIGKILL of the primary): the
+    /// clients' outage and acknowledged transactions lost; prints a table.
+    Pair(BenchPairArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchPairArguments {
+    /// Scale 1, three rounds of 5 s runs, an 8 s drill (for CI)
+    #[arg(long)]
+    pub quick: bool,
+    /// Accelerator for every VM (the outage goal is set for TCG)
+    #[arg(long, value_enum, default_value_t = AccelArgument::Tcg)]
+    pub accel: AccelArgument,
+    /// Print the figures as one JSON object instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Guest memory in MiB, for every VM
+    #[arg(long, value_name = "N", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(128..=1_048_576))]
+    pub memory_mib: u32,
+    /// Client connections in every run, the drill's too [default: 16]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub clients: Option<u32>,
+    /// TPC-B scale [default: 10, or 1 with --quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub scale: Option<u32>,
+    /// Seconds each throughput run lasts [default: 30, or 5 with --quick]
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub duration_s: Option<u32>,
+    /// Rounds, each a run on the single appliance and one on the pair in each mode
+    /// [default: 3]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: Option<u32>,
+    /// The transactions' seed [default: random, printed in the title]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]

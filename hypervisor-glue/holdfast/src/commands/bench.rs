@@ -1,4 +1,4 @@
-//! `holdfast bench boot`, `micro`, `store` and `tp1`: the benchmarks of the
+//! `holdfast bench boot`, `micro`, `store`, `tp1` and `pair`: the benchmarks of the
 //! `holdfast-bench` crate, with the accelerator chosen as `holdfast run` chooses it.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use holdfast_qemu::QemuBinary;
 
 use crate::cli::{BenchBootArguments, BenchCommand, BenchMicroArguments, BenchStoreArguments};
 
+mod pair;
 mod tp1;
 use crate::commands::accel;
 use crate::failure::Failure;
@@ -23,6 +24,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
         BenchCommand::Micro(arguments) => micro(arguments),
         BenchCommand::Store(arguments) => store(arguments),
         BenchCommand::Tp1(arguments) => tp1::tp1(arguments),
+        BenchCommand::Pair(arguments) => pair::pair(arguments),
     }
 }
 

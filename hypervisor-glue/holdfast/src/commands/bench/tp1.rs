@@ -21,13 +21,13 @@ use crate::failure::{Failure, exit_status};
 use crate::paths;
 
 /// The TP1 appliance's system, relative to the source tree.
-const TP1_MANIFEST: &str = "services/tp1-manifest.toml";
+pub(super) const TP1_MANIFEST: &str = "services/tp1-manifest.toml";
 /// Its store: the first checkpoint writes its whole database (~140 MiB) through the log.
 const STORE_MIB: &str = "2048";
 /// How long the appliance may take to boot and mint a token under TCG on a busy host.
-const APPLIANCE_START_TIMEOUT: Duration = Duration::from_secs(300);
+pub(super) const APPLIANCE_START_TIMEOUT: Duration = Duration::from_secs(300);
 /// Lines of the appliance's output kept for an error message.
-const TRANSCRIPT_LINES: usize = 40;
+pub(super) const TRANSCRIPT_LINES: usize = 40;
 
 pub fn tp1(arguments: BenchTp1Arguments) -> Result<ExitCode, Failure> {
     let image_cache_dir = paths::cache_dir()?;
@@ -76,10 +76,19 @@ fn holdfast_side(source_dir: &Path) -> HoldfastSide {
     HoldfastSide::Launcher(Box::new(move |request| launch(&manifest, request)))
 }
 
-/// The appliance's process; killed, and its state folder removed, when dropped.
-struct Running {
-    child: Child,
-    state_dir: PathBuf,
+/// `--accel`'s word for an accelerator.
+pub(super) fn accel_name(accelerator: Accelerator) -> &'static str {
+    match accelerator {
+        Accelerator::Tcg => "tcg",
+        Accelerator::Kvm => "kvm",
+    }
+}
+
+/// The appliance's process (or the pair's supervisor); killed, and its state folder
+/// removed, when dropped.
+pub(super) struct Running {
+    pub(super) child: Child,
+    pub(super) state_dir: PathBuf,
 }
 
 impl Drop for Running {
@@ -90,49 +99,73 @@ impl Drop for Running {
     }
 }
 
-/// Builds the appliance image (`holdfast image build --manifest services/tp1-manifest.toml`),
-/// formats a store for it and boots it with `holdfast run --tp1-port`, in a state folder of
-/// its own, then mints a client and an admin token with `holdfast tp1 token`, retried until
-/// the appliance answers. Its counters come from `holdfast vm counters`.
+/// Builds the appliance image (`holdfast image build --manifest services/tp1-manifest.toml`)
+/// in a state folder of its own, then boots it as [`boot`] does.
 fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Appliance> {
-    let exe = std::env::current_exe().context("finding this program")?;
-    let state_dir =
-        std::env::temp_dir().join(format!("holdfast-bench-tp1-state-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&state_dir);
-    std::fs::create_dir_all(&state_dir)
-        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let state_dir = fresh_state_dir("tp1")?;
     let image_dir = state_dir.join("image");
+    build_image(manifest, &image_dir, &state_dir)?;
+    boot(&image_dir, state_dir, request)
+}
+
+/// An empty folder for a benchmark's `HOLDFAST_STATE_DIR` (VM sockets, stores), named by
+/// the benchmark and this process.
+pub(super) fn fresh_state_dir(bench: &str) -> anyhow::Result<PathBuf> {
+    let state_dir = std::env::temp_dir().join(format!("holdfast-bench-{bench}-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state_dir);
+    std::fs::create_dir_all(&state_dir).with_context(|| format!("creating {}", state_dir.display()))?;
+    Ok(state_dir)
+}
+
+/// Runs this program as `holdfast ARGUMENTS` with `state_dir` as its state folder; its
+/// stderr in the error if it fails.
+pub(super) fn holdfast_step(state_dir: &Path, arguments: &[&std::ffi::OsStr]) -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("finding this program")?;
+    let output = Command::new(&exe)
+        .args(arguments)
+        .env("HOLDFAST_STATE_DIR", state_dir)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running holdfast {arguments:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "holdfast {arguments:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// `holdfast image build --manifest MANIFEST --out IMAGE_DIR`.
+pub(super) fn build_image(manifest: &Path, image_dir: &Path, state_dir: &Path) -> anyhow::Result<()> {
+    holdfast_step(
+        state_dir,
+        &["image".as_ref(), "build".as_ref(), "--manifest".as_ref(), manifest.as_os_str(), "--out".as_ref(), image_dir.as_os_str()],
+    )
+    .map(drop)
+}
+
+/// Formats a store in `state_dir` and boots the image in `image_dir` on it with `holdfast
+/// run --tp1-port`, then mints a client and an admin token with `holdfast tp1 token`,
+/// retried until the appliance answers. Its counters come from `holdfast vm counters`. The
+/// appliance owns `state_dir` and removes it when it stops.
+pub(super) fn boot(image_dir: &Path, state_dir: PathBuf, request: &ApplianceRequest) -> anyhow::Result<Appliance> {
+    let exe = std::env::current_exe().context("finding this program")?;
     let store = state_dir.join("store.img");
-    let step = |arguments: &[&std::ffi::OsStr]| -> anyhow::Result<()> {
-        let output = Command::new(&exe)
-            .args(arguments)
-            .env("HOLDFAST_STATE_DIR", &state_dir)
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running holdfast {arguments:?}"))?;
-        if !output.status.success() {
-            bail!(
-                "holdfast {arguments:?} failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(())
-    };
-    step(&["image".as_ref(), "build".as_ref(), "--manifest".as_ref(), manifest.as_os_str(), "--out".as_ref(), image_dir.as_os_str()])?;
-    step(&["store".as_ref(), "format".as_ref(), "--size-mib".as_ref(), STORE_MIB.as_ref(), store.as_os_str()])?;
+    holdfast_step(
+        &state_dir,
+        &["store".as_ref(), "format".as_ref(), "--size-mib".as_ref(), STORE_MIB.as_ref(), store.as_os_str()],
+    )?;
     let port = holdfast_bench::tp1::free_port()?;
-    let accel = match request.accelerator {
-        Accelerator::Tcg => "tcg",
-        Accelerator::Kvm => "kvm",
-    };
+    let accel = accel_name(request.accelerator);
     let name = format!("bench-tp1-{}", std::process::id());
     let mut command = Command::new(&exe);
     command
         .args(["run", "--name", &name])
         .args(["--tp1-port", &port.to_string()])
         .arg("--image-dir")
-        .arg(&image_dir)
+        .arg(image_dir)
         .arg("--disk")
         .arg(&store)
         .args(["--accel", accel])
@@ -189,13 +222,50 @@ fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Applian
     let (client_token, admin_token) =
         tokens.map_err(|error| anyhow::anyhow!("{error:#}\nholdfast run:\n{}", console()))?;
     let counters_exe = exe.clone();
+    let checkpoint_state_dir = state_dir.clone();
+    let checkpoint_name = name.clone();
     Ok(Appliance {
         address: SocketAddr::from(([127, 0, 0, 1], port)),
         client_token,
         admin_token,
         counters: Box::new(move || appliance_counters(&counters_exe, &name, &state_dir)),
+        checkpoint: Box::new(move || checkpoint_after_writes(&checkpoint_state_dir, &checkpoint_name)),
         guard: Box::new(running),
     })
+}
+
+/// How long a checkpoint asked for may take to be committed.
+const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Takes two checkpoints one after the other with `holdfast checkpoint now VM`, each waited
+/// for with `checkpoint status` (its generation moves): the first may have begun before the
+/// caller's last write, the second began after it.
+pub(super) fn checkpoint_after_writes(state_dir: &Path, vm: &str) -> anyhow::Result<()> {
+    for _ in 0..2 {
+        let before = checkpoint_generation(state_dir, vm)?;
+        holdfast_step(state_dir, &["checkpoint".as_ref(), "now".as_ref(), vm.as_ref()])?;
+        let deadline = Instant::now() + CHECKPOINT_TIMEOUT;
+        while checkpoint_generation(state_dir, vm)? <= before {
+            if Instant::now() >= deadline {
+                bail!("{vm}: no checkpoint committed within {} s of checkpoint now", CHECKPOINT_TIMEOUT.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
+}
+
+/// The newest committed checkpoint's generation, from `holdfast checkpoint status VM`
+/// (`VM: generation G interval-ms ...`).
+fn checkpoint_generation(state_dir: &Path, vm: &str) -> anyhow::Result<u64> {
+    let said = holdfast_step(state_dir, &["checkpoint".as_ref(), "status".as_ref(), vm.as_ref()])?;
+    parse_generation(&said).with_context(|| format!("checkpoint status {vm}: no generation in '{}'", said.trim()))
+}
+
+fn parse_generation(said: &str) -> Option<u64> {
+    let mut words = said.split_whitespace();
+    words.find(|word| *word == "generation")?;
+    words.next()?.parse().ok()
 }
 
 /// The appliance's journal flushes and kernel invocations since it was made, from its
@@ -226,11 +296,11 @@ fn appliance_counters(exe: &Path, name: &str, state_dir: &Path) -> anyhow::Resul
 /// Mints a token with `holdfast tp1 token VM NAME [--admin]`, retried while the appliance
 /// is starting; fails at once if `holdfast run` ended or the command line was refused, else
 /// at `deadline`.
-fn mint(exe: &Path, running: &mut Running, vm: &str, admin: bool, deadline: Instant) -> anyhow::Result<Token> {
+pub(super) fn mint(exe: &Path, running: &mut Running, vm: &str, admin: bool, deadline: Instant) -> anyhow::Result<Token> {
     let command_text = format!("holdfast tp1 token {vm}{}", if admin { " --admin" } else { "" });
     loop {
         if let Some(status) = running.child.try_wait()? {
-            bail!("holdfast run ended ({status}) before {command_text} gave a token");
+            bail!("the VM's holdfast process ended ({status}) before {command_text} gave a token");
         }
         let mut command = Command::new(exe);
         command.args(["tp1", "token", vm, if admin { "bench-admin" } else { "bench" }]);
@@ -270,6 +340,14 @@ fn mint(exe: &Path, running: &mut Running, vm: &str, admin: bool, deadline: Inst
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_generation_is_read_from_checkpoint_status() {
+        let said = "bench-1: generation 42 interval-ms 5000 log-fill-permille 3 degraded 0 failures-since-commit 0\n";
+        assert_eq!(parse_generation(said), Some(42));
+        assert_eq!(parse_generation("bench-1: generation x"), None);
+        assert_eq!(parse_generation("bench-1: interval-ms 5000"), None);
+    }
 
     #[test]
     fn without_the_tp1_manifest_the_column_says_why() {
