@@ -379,7 +379,11 @@ fn measure_system<L: Target, T: Target>(
     let ledger_dir = options.run_dir.join(format!("ledger-{name}"));
     Ledger::reset(&ledger_dir)?;
     let ledger = Arc::new(Ledger::open(&ledger_dir)?);
+    // Each run its own seed: a seed repeats its transaction ids, and a repeated id is
+    // answered as a retry without being applied, which would make later runs cheap.
+    let mut runs = 0u64;
     let mut one_run = |clients: u32, rate: Option<f64>| -> anyhow::Result<Measured> {
+        runs += 1;
         let before = counters()?;
         let load_options = LoadRunOptions {
             clients,
@@ -387,7 +391,7 @@ fn measure_system<L: Target, T: Target>(
             pipeline: 1,
             duration: options.duration,
             drain: options.drain,
-            seed: options.seed,
+            seed: options.seed.wrapping_add(runs - 1),
             progress: false,
         };
         let report = holdfast_tp1_load::block_on(run_load(

@@ -365,7 +365,7 @@ pub fn render(options: &Tp1BenchOptions, report: &Tp1Report) -> String {
 
     let clients: Vec<String> = options.closed_clients.iter().map(u32::to_string).collect();
     let title = format!(
-        "holdfast bench tp1{}: TP1 (TPC-B) at scale {}, closed loop at {} clients, then open loop at {:.0} % of each system's best closed-loop rate with that run's clients; {:.0} s a run, seed {}; guests: QEMU q35, {}, {} MiB, 1 CPU, raw virtio-blk (QEMU's default cache=writeback)",
+        "holdfast bench tp1{}: TP1 (TPC-B) at scale {}, closed loop at {} clients, then open loop at {:.0} % of each system's best closed-loop rate with that run's clients; {:.0} s a run, seed {} (the Nth run of a system: seed + N - 1); guests: QEMU q35, {}, {} MiB, 1 CPU, raw virtio-blk (QEMU's default cache=writeback)",
         if options.quick { " --quick" } else { "" },
         options.scale,
         clients.join(", "),
