@@ -104,7 +104,7 @@ pub enum PairCommand {
     /// (kill: SIGKILL of its QEMU; freeze: QMP stop; cut: isolate it on the link), wait for
     /// the promotion, check the new primary with the generator's ledger, rejoin the old
     /// one; print detection, promotion and client-visible outage times and transactions
-    /// lost. Exit status 3 if any acknowledged transaction was lost or the TP1 invariant
+    /// lost. Returns once the last old primary is a consistent standby again. Exit status 3 if any acknowledged transaction was lost or the TP1 invariant
     /// failed.
     #[command(after_help = PAIR_DRILL_HELP)]
     Drill(PairDrillArguments),

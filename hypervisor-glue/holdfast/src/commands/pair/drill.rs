@@ -121,12 +121,17 @@ pub fn run(arguments: &PairDrillArguments) -> Result<ExitCode, Failure> {
             break;
         }
     }
+    let all_passed = reports.len() == arguments.count as usize && reports.iter().all(|report| report.check_passed);
+    if all_passed {
+        // The pair is left as it was found: the last drill's old primary a consistent
+        // standby again.
+        wait_until_ready(&arguments.name)?;
+    }
     if arguments.json {
         println!("{}", serde_json::to_string_pretty(&reports).expect("reports serialize"));
     } else {
         print!("{}", table(&arguments.name, seed, &reports));
     }
-    let all_passed = reports.len() == arguments.count as usize && reports.iter().all(|report| report.check_passed);
     Ok(if all_passed { ExitCode::SUCCESS } else { ExitCode::from(exit_status::GUEST_FAILED) })
 }
 
