@@ -192,6 +192,11 @@ pub struct PairUpArguments {
     #[arg(long, value_name = "MS", default_value_t = 2000,
           value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub heartbeat_timeout_ms: u64,
+    /// Also serve the exporter (`holdfast exporter`: every VM and pair under the state
+    /// directory) from the supervisor, on ADDRESS (a loopback address; port 0 picks a free
+    /// one) [default with no ADDRESS: 127.0.0.1:9717]; the address is printed
+    #[arg(long, value_name = "ADDRESS", num_args = 0..=1, default_missing_value = crate::commands::exporter::DEFAULT_LISTEN)]
+    pub exporter: Option<std::net::SocketAddr>,
     /// What a synchronous primary does when the standby fails
     #[arg(long, value_enum, default_value_t = crate::commands::pair::StandbyLoss::Degrade)]
     pub on_standby_loss: crate::commands::pair::StandbyLoss,
@@ -364,10 +369,10 @@ pub struct ExporterArguments {
     pub listen: std::net::SocketAddr,
     /// How often each VM's admin service is asked for its counters, however often
     /// Prometheus scrapes
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = crate::commands::exporter::DEFAULT_POLL_INTERVAL_MS)]
     pub poll_interval_ms: u64,
     /// How long a VM may take to answer a poll before it counts as down for that poll
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = crate::commands::exporter::DEFAULT_ANSWER_TIME_LIMIT_MS)]
     pub answer_time_limit_ms: u64,
 }
 
@@ -690,6 +695,11 @@ pub struct RunArguments {
     /// Extra kernel command-line words (PVH boot only: GRUB's command line is in grub.cfg)
     #[arg(long, value_name = "WORDS")]
     pub append: Option<String>,
+    /// Also serve the exporter (`holdfast exporter`: every VM and pair under the state
+    /// directory) from this process, on ADDRESS (a loopback address; port 0 picks a free
+    /// one) [default with no ADDRESS: 127.0.0.1:9717]; the address is printed on stderr
+    #[arg(long, value_name = "ADDRESS", num_args = 0..=1, default_missing_value = crate::commands::exporter::DEFAULT_LISTEN)]
+    pub exporter: Option<std::net::SocketAddr>,
     /// Keep the VM running after its self-test (adds holdfast.after=stay; PVH boot only);
     /// stop it with `holdfast vm quit NAME`
     #[arg(long)]

@@ -197,9 +197,23 @@ impl Generator {
 #[test]
 fn ten_failover_drills_and_a_switchover_under_load_lose_no_acknowledged_transaction() {
     let name = format!("drill-{}", std::process::id());
-    let mut pair = Pair::up(&name, &[], true);
+    let mut pair = Pair::up(&name, &["--exporter", "127.0.0.1:0"], true);
     let endpoint = pair.endpoint();
+    // The exporter started with the pair serves it (the exporter's own test is below).
+    let exporter_line = pair.said(Duration::from_secs(60), "exporter on http://127.0.0.1:");
+    let exporter_port: u16 = exporter_line
+        .rsplit("127.0.0.1:")
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {exporter_line:?}"));
     pair.ready(1, 2);
+    let primary_role = format!("holdfast_pair_role{{pair=\"{name}\",node=\"1\",vm=\"{name}-1\",role=\"primary\"}}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while value_of(&scrape(exporter_port), &primary_role) != Some(1.0) {
+        assert!(Instant::now() < deadline, "pair up --exporter does not serve {primary_role}:\n{}", scrape(exporter_port));
+        std::thread::sleep(Duration::from_millis(500));
+    }
 
     // Six SIGKILLs, two frozen VMs and two isolated ones, the primary alternating.
     let drill = run_holdfast(&["pair", "drill", &name, "--count", "10", "--kinds", "kill,kill,freeze,kill,cut", "--seed", "11", "--json"]);

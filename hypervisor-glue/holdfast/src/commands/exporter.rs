@@ -34,6 +34,10 @@ use crate::paths;
 /// Where the exporter listens unless told otherwise (not an IANA port; 9717 is free in
 /// Prometheus's default port allocation list).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9717";
+/// How often each VM and pair is polled, however often Prometheus scrapes.
+pub const DEFAULT_POLL_INTERVAL_MS: u64 = 5000;
+/// How long a VM or supervisor may take to answer a poll.
+pub const DEFAULT_ANSWER_TIME_LIMIT_MS: u64 = 2000;
 
 /// The role of a VM that is not half of a pair (or whose pair's supervisor has not answered
 /// yet): a pair's VMs take the role their supervisor gives them (primary, standby, ...).
@@ -754,15 +758,47 @@ pub fn check_listen(address: SocketAddr) -> Result<(), Failure> {
 }
 
 pub fn run(arguments: ExporterArguments) -> Result<ExitCode, Failure> {
+    let listener = bind(&arguments)?;
+    // Tests and `holdfast monitor up` read the port from this line.
+    eprintln!("holdfast: exporter on http://{}/metrics (VMs and pairs under {})", listener.local_addr()?, paths::state_dir()?.display());
+    serve(listener, &arguments)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `run --exporter` and `pair up --exporter`: the exporter in a thread of the process that
+/// runs the appliance, on `listen`; returns the address it serves, once it listens (a
+/// refused address is the caller's error at once, not a thread's later).
+pub fn start_beside(listen: SocketAddr) -> Result<SocketAddr, Failure> {
+    let arguments = ExporterArguments { listen, poll_interval_ms: DEFAULT_POLL_INTERVAL_MS, answer_time_limit_ms: DEFAULT_ANSWER_TIME_LIMIT_MS };
+    let listener = bind(&arguments)?;
+    let address = listener.local_addr()?;
+    std::thread::Builder::new().name("exporter".into()).spawn(move || {
+        if let Err(failure) = serve(listener, &arguments) {
+            eprintln!("holdfast: the exporter stopped: {failure}");
+        }
+    })?;
+    Ok(address)
+}
+
+fn bind(arguments: &ExporterArguments) -> Result<std::net::TcpListener, Failure> {
     check_listen(arguments.listen)?;
     if arguments.poll_interval_ms == 0 || arguments.answer_time_limit_ms == 0 {
         return Err(Failure::input("--poll-interval-ms and --answer-time-limit-ms must be above 0"));
     }
+    let listener = std::net::TcpListener::bind(arguments.listen)
+        .map_err(|error| Failure::input(format!("the exporter cannot listen on {}: {error}", arguments.listen)))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Polls the VMs and pairs under the state directory and serves `/metrics` on `listener`
+/// until the HTTP server fails.
+fn serve(listener: std::net::TcpListener, arguments: &ExporterArguments) -> Result<(), Failure> {
     let state_dir = paths::state_dir()?;
     let exporter = Arc::new(Exporter::new());
     start_pollers(
         exporter.clone(),
-        state_dir.clone(),
+        state_dir,
         Duration::from_millis(arguments.poll_interval_ms),
         Duration::from_millis(arguments.answer_time_limit_ms),
     );
@@ -772,12 +808,7 @@ pub fn run(arguments: ExporterArguments) -> Result<ExitCode, Failure> {
         .build()
         .map_err(|error| Failure::other(format!("cannot start the exporter's runtime: {error}")))?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(arguments.listen)
-            .await
-            .map_err(|error| Failure::other(format!("cannot listen on {}: {error}", arguments.listen)))?;
-        let address = listener.local_addr()?;
-        // Tests and `holdfast monitor up` read the port from this line.
-        eprintln!("holdfast: exporter on http://{address}/metrics (VMs and pairs under {})", state_dir.display());
+        let listener = tokio::net::TcpListener::from_std(listener)?;
         let app = axum::Router::new()
             .route(
                 "/metrics",
@@ -790,8 +821,7 @@ pub fn run(arguments: ExporterArguments) -> Result<ExitCode, Failure> {
         axum::serve(listener, app)
             .await
             .map_err(|error| Failure::other(format!("the exporter's HTTP server stopped: {error}")))
-    })?;
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 #[cfg(test)]

@@ -30,6 +30,9 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         paths::check_vm_name(name)?;
     }
     if let Some(uri) = &arguments.libvirt {
+        if arguments.exporter.is_some() {
+            return Err(Failure::input("--exporter is for a VM under QEMU here; under libvirt run `holdfast exporter` beside it"));
+        }
         return super::run_libvirt::run(&arguments, uri);
     }
     if arguments.boot == BootMethod::Grub {
@@ -73,6 +76,10 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
     let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
 
     let qmp_socket = QmpSocket::claim(arguments.name.as_deref())?;
+    if let Some(listen) = arguments.exporter {
+        let address = super::exporter::start_beside(listen)?;
+        eprintln!("holdfast: exporter on http://{address}/metrics");
+    }
     let spec = VmSpec {
         boot,
         disks: arguments.disks.clone(),

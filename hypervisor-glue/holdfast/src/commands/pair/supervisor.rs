@@ -277,6 +277,10 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
         heartbeats,
     };
     supervisor.say(&format!("endpoint 127.0.0.1:{}", supervisor.endpoint.address().port()));
+    if let Some(listen) = arguments.exporter {
+        let address = crate::commands::exporter::start_beside(listen)?;
+        supervisor.say(&format!("exporter on http://{address}/metrics"));
+    }
     for index in [primary, 1 - primary] {
         supervisor.start_node(index)?;
     }
