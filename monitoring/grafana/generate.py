@@ -158,6 +158,7 @@ STORE = dashboard(
             [
                 (f"rate(holdfast_evicted_pages_total{{{VM}}}[1m])", "pages evicted {{vm}}"),
                 (f"rate(holdfast_loaded_nodes_total{{{VM}}}[1m])", "nodes loaded {{vm}}"),
+                (f"rate(holdfast_loaded_pages_total{{{VM}}}[1m])", "pages loaded {{vm}}"),
             ],
         ),
     ],

@@ -106,13 +106,16 @@ fn a_store_four_times_the_guest_memory_is_paged() {
     let evicted = counter("holdfast_evicted_pages_total");
     // Each round touches four times what fits: most pages must have gone out and come back.
     assert!(evicted >= (PAGE_COUNT * ROUNDS) as f64, "only {evicted} pages evicted\n{}", counters.stdout);
+    // ...and came back from the disk, each read timed.
+    let (loaded, load_seconds) = (counter("holdfast_loaded_pages_total"), counter("holdfast_page_load_seconds_total"));
+    assert!(loaded >= evicted / 2.0 && load_seconds > 0.0, "{loaded} pages loaded in {load_seconds} s\n{}", counters.stdout);
     // The space tree's nodes go out with the pages and are loaded again by the walks that
     // need them.
     let (nodes_evicted, nodes_loaded) = (counter("holdfast_evicted_nodes_total"), counter("holdfast_loaded_nodes_total"));
     assert!(nodes_evicted > 0.0 && nodes_loaded > 0.0, "nodes never paged\n{}", counters.stdout);
     eprintln!(
         "{PAGE_COUNT} pages in {MEMORY_MIB} MiB of guest memory: {evicted} page evictions, \
-         {nodes_evicted} node evictions, {nodes_loaded} node loads"
+         {nodes_evicted} node evictions, {nodes_loaded} node loads, {loaded} page loads in {load_seconds:.3} s"
     );
     let _ = run_holdfast(&["vm", "kill", &name]);
 }

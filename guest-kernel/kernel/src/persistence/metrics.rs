@@ -19,6 +19,9 @@ pub(super) struct KernelCounters {
     pub(super) evicted_pages_total: u64,
     pub(super) evicted_nodes_total: u64,
     pub(super) loaded_nodes_total: u64,
+    pub(super) loaded_pages_total: u64,
+    /// Time spent reading those pages.
+    pub(super) page_load_seconds_total: f64,
 }
 
 /// Checkpoints failed since the last commit, and in all since boot.
@@ -59,6 +62,8 @@ pub fn counters_text() -> Option<String> {
             ("holdfast_evicted_pages_total", kernel.evicted_pages_total as f64),
             ("holdfast_evicted_nodes_total", kernel.evicted_nodes_total as f64),
             ("holdfast_loaded_nodes_total", kernel.loaded_nodes_total as f64),
+            ("holdfast_loaded_pages_total", kernel.loaded_pages_total as f64),
+            ("holdfast_page_load_seconds_total", kernel.page_load_seconds_total),
             // Every process's, kept in its root node: they count across restarts.
             ("holdfast_invocations_total", invocations_total as f64),
         ];

@@ -93,7 +93,19 @@ pub fn load_page_version(id: ObjectId) -> Option<Version> {
 /// Reads page `id`'s newest committed contents from the store into `bytes`; returns its
 /// version.
 pub fn read_page(id: ObjectId, bytes: &mut [u8; PAGE_BYTES]) -> Result<Version, String> {
-    let result = with_store(|persistence| persistence.store.read_page(id, bytes));
+    let result = with_store(|persistence| {
+        let started = crate::arch::read_tsc();
+        let read = persistence.store.read_page(id, bytes);
+        if read.is_ok() {
+            // Pages come from the disk on demand: after a restart (or a promotion) the
+            // first work of every process waits on these reads.
+            let counters = &mut persistence.kernel_counters;
+            counters.loaded_pages_total += 1;
+            counters.page_load_seconds_total +=
+                crate::arch::timer::tsc_to_nanoseconds(crate::arch::read_tsc() - started) as f64 / 1e9;
+        }
+        read
+    });
     match result {
         None => Err("no store".to_string()),
         Some(Err(error)) => Err(alloc::format!("page {}: {error}", id.0)),
