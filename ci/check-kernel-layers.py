@@ -38,7 +38,7 @@ LAYERS = [
     ["boot"],
     ["idle", "selftest", "traps"],
     ["ipc", "services", "methods"],
-    ["user_memory"],
+    ["user_memory", "range"],
     ["persistence", "control", "initial_system", "network"],
     ["pair"],
     ["process"],

@@ -1,7 +1,7 @@
 // Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
 // Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
 
-//! The kernel interface, ABI version 3: capability types, order codes, errors, and the
+//! The kernel interface, ABI version 4: capability types, order codes, errors, and the
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
@@ -27,7 +27,7 @@
 
 /// The ABI version: the kernel prints it at boot and loads only programs whose ELF note
 /// names it.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Where the register of each role of `invoke` lies in the register file (the order of
 /// `process.read_registers`), in words: the kernel checks its register file against
@@ -196,6 +196,8 @@ pub enum Type {
     Control = 14,
     /// The virtio-net device, raw Ethernet frames in and out; held only by the network service. Its interrupts become messages (`notify`). After a restart from the store the device is fresh: every method's last result word, `boot`, says which start of the system this device belongs to (the clock's `boot`), so a holder that sees it change knows its old connections are gone; the kernel also sends one `restarted` notification to each process holding this capability in a capability register once it restores the system, through nothing but its own registers: as a send with order `holdfast_abi::network_notification::ORDER`, badge 2^64-1.
     NetworkDevice = 15,
+    /// The authority to make and destroy pages and nodes (KeyKOS's prime range key): held only by the space bank (`services/space-bank`), which every other program buys storage from. Object ids are handed out once by `create_page` and `create_node`; a destroyed object keeps its id, at a new version, for `reissue`. With a store the objects live there, and their number is bounded by its size.
+    Range = 16,
 }
 
 impl Type {
@@ -221,6 +223,7 @@ impl Type {
             13 => Self::Journal,
             14 => Self::Control,
             15 => Self::NetworkDevice,
+            16 => Self::Range,
             _ => return None,
         })
     }
@@ -244,6 +247,7 @@ impl Type {
             Self::Journal => "journal",
             Self::Control => "control",
             Self::NetworkDevice => "network_device",
+            Self::Range => "range",
         }
     }
 }
@@ -1170,6 +1174,90 @@ pub mod network_device {
                     }
                     Ok(Self::Notify { deadline_us })
                 }
+                _ => Err(ObjectError::InvalidOrder),
+            }
+        }
+    }
+}
+
+/// The authority to make and destroy pages and nodes (KeyKOS's prime range key): held only by the space bank (`services/space-bank`), which every other program buys storage from. Object ids are handed out once by `create_page` and `create_node`; a destroyed object keeps its id, at a new version, for `reissue`. With a store the objects live there, and their number is bounded by its size.
+pub mod range {
+    use super::{Message, ObjectError};
+
+    /// Order codes.
+    pub mod order {
+        /// Says what the capability is.
+        pub const IDENTIFY: u64 = 0;
+        /// Makes a new zeroed page.
+        pub const CREATE_PAGE: u64 = 1;
+        /// Makes a new node, every slot void.
+        pub const CREATE_NODE: u64 = 2;
+        /// Destroys an object: its version moves on, so every capability to it, however many and wherever held, is void at once; a page is zeroed and a node's slots made void. A node that is a process's root destroys the process too: it never runs again, and is in no later checkpoint.
+        pub const RESCIND: u64 = 3;
+        /// Returns a page or node capability to object `id` at its current version: the way a destroyed object's id is used again (the bank keeps the ids it destroyed).
+        pub const REISSUE: u64 = 4;
+        /// Says which object a live capability names (a page, or any capability to a node: node, space, process, start, meter, indirector), so that the bank can check that what it is given back is its own.
+        pub const OBJECT_ID: u64 = 5;
+        /// How many more pages and nodes `create_page` and `create_node` can make: the store's room beyond the ids handed out (2^64-1 without a store, where memory is the bound and `exhausted` the refusal).
+        pub const CAPACITY: u64 = 6;
+    }
+
+    /// An invocation of a range capability, decoded and with its arguments checked
+    /// against the ranges the interface names. Capability arguments are the
+    /// capabilities sent, in order.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// Says what the capability is.
+        Identify,
+        /// Makes a new zeroed page.
+        CreatePage,
+        /// Makes a new node, every slot void.
+        CreateNode,
+        /// Destroys an object: its version moves on, so every capability to it, however many and wherever held, is void at once; a page is zeroed and a node's slots made void. A node that is a process's root destroys the process too: it never runs again, and is in no later checkpoint.
+        Rescind {
+            /// 0 a page, 1 a node.
+            kind: u64,
+            /// The object's id.
+            id: u64,
+        },
+        /// Returns a page or node capability to object `id` at its current version: the way a destroyed object's id is used again (the bank keeps the ids it destroyed).
+        Reissue {
+            /// 0 a page, 1 a node.
+            kind: u64,
+            /// The object's id.
+            id: u64,
+        },
+        /// Says which object a live capability names (a page, or any capability to a node: node, space, process, start, meter, indirector), so that the bank can check that what it is given back is its own.
+        ObjectId,
+        /// How many more pages and nodes `create_page` and `create_node` can make: the store's room beyond the ids handed out (2^64-1 without a store, where memory is the bound and `exhausted` the refusal).
+        Capacity,
+    }
+
+    impl Request {
+        /// Decodes `message`, or says which object error the invoker gets.
+        pub fn decode(message: &Message) -> Result<Self, ObjectError> {
+            match message.order {
+                order::IDENTIFY => Ok(Self::Identify),
+                order::CREATE_PAGE => Ok(Self::CreatePage),
+                order::CREATE_NODE => Ok(Self::CreateNode),
+                order::RESCIND => {
+                    let kind = message.words[0];
+                    let id = message.words[1];
+                    if kind > 1 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::Rescind { kind, id })
+                }
+                order::REISSUE => {
+                    let kind = message.words[0];
+                    let id = message.words[1];
+                    if kind > 1 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::Reissue { kind, id })
+                }
+                order::OBJECT_ID => Ok(Self::ObjectId),
+                order::CAPACITY => Ok(Self::Capacity),
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

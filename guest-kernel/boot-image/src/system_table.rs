@@ -83,6 +83,7 @@ pub mod type_code {
     pub const JOURNAL: u8 = 13;
     pub const CONTROL: u8 = 14;
     pub const NETWORK_DEVICE: u8 = 15;
+    pub const RANGE: u8 = 16;
     /// Not a kernel type: a number the kernel takes from its command line (see above).
     pub const BOOT_NUMBER: u8 = 128;
 }
@@ -175,6 +176,8 @@ pub enum Target {
     Journal,
     Control,
     NetworkDevice,
+    /// The range: making and destroying pages and nodes (the space bank's alone).
+    Range,
     /// A number from the kernel's command line, `holdfast.<key>=<value>`.
     BootNumber(BootNumberKey),
 }
@@ -643,7 +646,8 @@ impl<'a> SystemTable<'a> {
             | type_code::CHECKPOINT
             | type_code::JOURNAL
             | type_code::CONTROL
-            | type_code::NETWORK_DEVICE => (false, false, false, false),
+            | type_code::NETWORK_DEVICE
+            | type_code::RANGE => (false, false, false, false),
             type_code::NUMBER | type_code::BOOT_NUMBER => (false, true, true, false),
             type_code::PAGE | type_code::NODE | type_code::PROCESS | type_code::METER => {
                 (true, false, false, false)
@@ -698,6 +702,7 @@ impl<'a> SystemTable<'a> {
             type_code::JOURNAL => Target::Journal,
             type_code::CONTROL => Target::Control,
             type_code::NETWORK_DEVICE => Target::NetworkDevice,
+            type_code::RANGE => Target::Range,
             type_code::BOOT_NUMBER => Target::BootNumber(
                 BootNumberKey::from_words(word0, word1).ok_or(SystemTableError::BootNumberKey { place })?,
             ),
@@ -774,6 +779,7 @@ fn encode_capability(capability: &Capability) -> [u8; CAPABILITY_BYTES] {
         Target::Journal => (type_code::JOURNAL, 0, 0, 0, 0),
         Target::Control => (type_code::CONTROL, 0, 0, 0, 0),
         Target::NetworkDevice => (type_code::NETWORK_DEVICE, 0, 0, 0, 0),
+        Target::Range => (type_code::RANGE, 0, 0, 0, 0),
         Target::BootNumber(key) => {
             let (word0, word1) = key.words();
             (type_code::BOOT_NUMBER, 0, 0, word0, word1)

@@ -62,6 +62,7 @@ fn capability(objects: &Objects, made: &Made<'_>, capability: &table::Capability
         Target::Journal => Capability::new(CapType::Journal, ObjectId(0), Version(0)),
         Target::Control => Capability::new(CapType::Control, ObjectId(0), Version(0)),
         Target::NetworkDevice => Capability::new(CapType::NetworkDevice, ObjectId(0), Version(0)),
+        Target::Range => Capability::new(CapType::Range, ObjectId(0), Version(0)),
     };
     let rights = Rights::from_bits(capability.rights.0).expect("the table checks rights");
     made_capability.restricted(rights)

@@ -34,6 +34,7 @@ mod objects;
 mod pair;
 mod persistence;
 mod process;
+mod range;
 mod selftest;
 mod services;
 mod space;

@@ -99,6 +99,14 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> M
             ]),
             Err(error) => Err(error),
         },
+        CapType::Range => {
+            let mut invoker_destroyed = false;
+            let result = crate::range::invoke(objects, target, message, &mut invoker_destroyed);
+            if invoker_destroyed {
+                INVOKER_STOPPED.store(true, core::sync::atomic::Ordering::Relaxed);
+            }
+            result
+        }
         // Start, resume and indirector capabilities never reach here (the IPC path takes
         // them); void fails before.
         _ => Err(ObjectError::InvalidOrder),

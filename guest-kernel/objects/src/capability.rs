@@ -40,10 +40,12 @@ pub enum CapType {
     Control = codes::Control as u8,
     /// The virtio-net device: frames in and out, interrupts as messages.
     NetworkDevice = codes::NetworkDevice as u8,
+    /// Making and destroying pages and nodes: the space bank's alone.
+    Range = codes::Range as u8,
 }
 
 impl CapType {
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::Void,
         Self::Number,
         Self::Page,
@@ -60,6 +62,7 @@ impl CapType {
         Self::Journal,
         Self::Control,
         Self::NetworkDevice,
+        Self::Range,
     ];
 
     pub fn from_code(code: u8) -> Option<Self> {
@@ -80,7 +83,8 @@ impl CapType {
             | Self::Checkpoint
             | Self::Journal
             | Self::Control
-            | Self::NetworkDevice => None,
+            | Self::NetworkDevice
+            | Self::Range => None,
         }
     }
 

@@ -135,6 +135,7 @@ struct CapabilityEntry {
     journal: Option<NoObject>,
     control: Option<NoObject>,
     network_device: Option<NoObject>,
+    range: Option<NoObject>,
     own_process: Option<NoObject>,
     process: Option<String>,
     start: Option<String>,
@@ -159,7 +160,7 @@ enum Right {
     NoCall,
 }
 
-const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
+const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, range, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
 
 /// The entries' names, by kind, to resolve references.
 struct Names<'a> {
@@ -430,6 +431,7 @@ fn resolve_capability(
     add("journal", written.journal.is_some());
     add("control", written.control.is_some());
     add("network-device", written.network_device.is_some());
+    add("range", written.range.is_some());
     add("own-process", written.own_process.is_some());
     add("process", written.process.is_some());
     add("start", written.start.is_some());
@@ -469,6 +471,7 @@ fn resolve_capability(
         "journal" => Target::Journal,
         "control" => Target::Control,
         "network-device" => Target::NetworkDevice,
+        "range" => Target::Range,
         "own-process" => {
             let process = own_process
                 .ok_or("own-process is only for a process's registers (a node has no owner)")?;

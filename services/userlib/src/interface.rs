@@ -929,3 +929,124 @@ pub mod network_device {
         Ok(received.words[0])
     }
 }
+
+/// The authority to make and destroy pages and nodes (KeyKOS's prime range key): held only by the space bank (`services/space-bank`), which every other program buys storage from. Object ids are handed out once by `create_page` and `create_node`; a destroyed object keeps its id, at a new version, for `reissue`. With a store the objects live there, and their number is bounded by its size.
+pub mod range {
+    use crate::abi::interface::range::order;
+    use crate::syscall::{CapReg, Error, Invocation, invoke};
+
+    /// Makes a new zeroed page.
+    ///
+    /// - `into`: the capability register that receives the page capability.
+    ///
+    /// Returns the page's object id, for `rescind` and `reissue`.
+    ///
+    /// Errors: `exhausted`; and invocation errors.
+    pub fn create_page(range: CapReg, into: CapReg) -> Result<u64, Error> {
+        let received = invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(range, order::CREATE_PAGE)
+        })
+        .check()?;
+        Ok(received.words[0])
+    }
+
+    /// Makes a new node, every slot void.
+    ///
+    /// - `into`: the capability register that receives the node capability.
+    ///
+    /// Returns the node's object id, for `rescind` and `reissue`.
+    ///
+    /// Errors: `exhausted`; and invocation errors.
+    pub fn create_node(range: CapReg, into: CapReg) -> Result<u64, Error> {
+        let received = invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(range, order::CREATE_NODE)
+        })
+        .check()?;
+        Ok(received.words[0])
+    }
+
+    /// Destroys an object: its version moves on, so every capability to it, however many and wherever held, is void at once; a page is zeroed and a node's slots made void. A node that is a process's root destroys the process too: it never runs again, and is in no later checkpoint.
+    ///
+    /// - `kind`: 0 a page, 1 a node. Range 0..=1.
+    /// - `id`: The object's id.
+    ///
+    /// Errors: `out_of_range`, `unavailable`; and invocation errors.
+    pub fn rescind(range: CapReg, kind: u64, id: u64) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [kind, id, 0, 0],
+            ..Invocation::call(range, order::RESCIND)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Returns a page or node capability to object `id` at its current version: the way a destroyed object's id is used again (the bank keeps the ids it destroyed).
+    ///
+    /// - `kind`: 0 a page, 1 a node. Range 0..=1.
+    /// - `id`: The object's id.
+    /// - `into`: the capability register that receives the page or node capability.
+    ///
+    /// Errors: `out_of_range`, `unavailable`; and invocation errors.
+    pub fn reissue(range: CapReg, kind: u64, id: u64, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [kind, id, 0, 0],
+            receive: &[into],
+            ..Invocation::call(range, order::REISSUE)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// What [`object_id`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct ObjectIdResults {
+        /// 0 a page, 1 a node.
+        pub kind: u64,
+        /// The object's id.
+        pub id: u64,
+    }
+
+    /// Says which object a live capability names (a page, or any capability to a node: node, space, process, start, meter, indirector), so that the bank can check that what it is given back is its own.
+    ///
+    /// - `object`: The capability.
+    /// - returns `kind`: 0 a page, 1 a node.
+    /// - returns `id`: The object's id.
+    ///
+    /// Errors: `wrong_type`; and invocation errors.
+    pub fn object_id(range: CapReg, object: CapReg) -> Result<ObjectIdResults, Error> {
+        let received = invoke(Invocation {
+            send: &[object],
+            ..Invocation::call(range, order::OBJECT_ID)
+        })
+        .check()?;
+        Ok(ObjectIdResults {
+            kind: received.words[0],
+            id: received.words[1],
+        })
+    }
+
+    /// What [`capacity`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct CapacityResults {
+        /// Pages that can still be made.
+        pub pages: u64,
+        /// Nodes that can still be made.
+        pub nodes: u64,
+    }
+
+    /// How many more pages and nodes `create_page` and `create_node` can make: the store's room beyond the ids handed out (2^64-1 without a store, where memory is the bound and `exhausted` the refusal).
+    ///
+    /// - returns `pages`: Pages that can still be made.
+    /// - returns `nodes`: Nodes that can still be made.
+    ///
+    /// Errors: invocation errors only.
+    pub fn capacity(range: CapReg) -> Result<CapacityResults, Error> {
+        let received = invoke(Invocation::call(range, order::CAPACITY)).check()?;
+        Ok(CapacityResults {
+            pages: received.words[0],
+            nodes: received.words[1],
+        })
+    }
+}

@@ -19,6 +19,7 @@ pub mod check;
 pub mod net;
 pub mod random;
 pub mod space;
+pub mod bank;
 
 pub const CONSOLE: u8 = 0;
 pub const OWN_PROCESS: u8 = 1;

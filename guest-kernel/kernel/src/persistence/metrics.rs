@@ -2,6 +2,8 @@
 //! `checkpoint status` and `counters` replies built from both.
 
 use alloc::string::String;
+use holdfast_objects::ObjectId;
+
 use super::with_store;
 
 
@@ -73,4 +75,19 @@ pub fn counters_text() -> Option<String> {
         }
         text
     })
+}
+
+/// How many pages and nodes the store has room for, by id (`None` without a store): the
+/// bound on the range's `create_page` and `create_node`.
+pub fn object_capacity() -> Option<(u64, u64)> {
+    with_store(|persistence| {
+        let geometry = persistence.store.geometry();
+        (geometry.page_count, geometry.node_count)
+    })
+}
+
+/// Whether page `id` holds part of the checkpoint directory: kernel state, which no
+/// capability may ever name.
+pub fn is_directory_page(id: ObjectId) -> bool {
+    id == super::DIRECTORY_PAGE || with_store(|persistence| persistence.directory_pages.contains(&id)).unwrap_or(false)
 }

@@ -89,7 +89,7 @@ pub fn write_back(objects: &mut Objects) {
 pub fn check_consistency(objects: &Objects) -> Result<(), alloc::string::String> {
     let scheduler = SCHEDULER.lock();
     let count = scheduler.processes.len();
-    for process in &scheduler.processes {
+    for process in scheduler.processes.iter().filter(|process| !process.root.is_void()) {
         if process.root.kind() != CapType::Process || objects.cache.node(&process.root).is_err() {
             return Err(alloc::format!("process {}: its root node is gone", process.name));
         }

@@ -161,7 +161,7 @@ pub fn adopt(root: Capability) {
     if scheduler.index_of(root.object()).is_some() {
         return;
     }
-    scheduler.processes.push(Process {
+    let process = Process {
         name: "(made)",
         root,
         tables: space::UserTables::new(),
@@ -170,7 +170,41 @@ pub fn adopt(root: Capability) {
         stalled: VecDeque::new(),
         waiting_for_keeper: false,
         invocation_count: 0,
-    });
+    };
+    // A destroyed process's entry is taken again, so that a tenant that makes and destroys
+    // processes all day does not grow the table.
+    match scheduler.processes.iter().position(|entry| entry.root.is_void()) {
+        Some(free) => scheduler.processes[free] = process,
+        None => scheduler.processes.push(process),
+    }
+}
+
+/// Destroys the process whose root node is `root`, if there is one (its root node was
+/// rescinded): it never runs again, callers stalled on it try again and find it void, and
+/// its entry (root void) is left out of every checkpoint and taken by the next `adopt`.
+/// Entries are never removed: the table's indices are held in queues and in `current`.
+/// Returns whether the process destroyed is the one running.
+pub fn destroy(root: ObjectId) -> bool {
+    let mut scheduler = SCHEDULER.lock();
+    let Some(index) = scheduler.index_of(root) else {
+        return false;
+    };
+    let stalled = core::mem::take(&mut scheduler.processes[index].stalled);
+    for waiting in stalled {
+        if scheduler.processes[waiting].state == ProcessState::Stalled {
+            scheduler.processes[waiting].state = ProcessState::Runnable;
+        }
+    }
+    let process = &mut scheduler.processes[index];
+    process.root = Capability::VOID;
+    process.state = ProcessState::Stopped { exit_code: 0 };
+    process.tables.clear();
+    process.waiting_for_keeper = false;
+    if scheduler.installed == index {
+        scheduler.installed = NO_PROCESS;
+        space::flush_live_user_half();
+    }
+    scheduler.current == index
 }
 
 /// Calls `with` on each process, in load order.
@@ -186,6 +220,7 @@ pub fn roots_and_names() -> Vec<(ObjectId, &'static str)> {
         .lock()
         .processes
         .iter()
+        .filter(|process| !process.root.is_void())
         .map(|process| (process.root.object(), process.name))
         .collect()
 }

@@ -1,0 +1,118 @@
+extern crate std;
+
+use std::boxed::Box;
+use std::vec::Vec;
+
+use super::*;
+
+fn accounts(page_limit: u64, node_limit: u64) -> Box<Accounts> {
+    let mut accounts = Box::new(Accounts::empty());
+    accounts.open_prime(page_limit, node_limit);
+    accounts
+}
+
+/// Sells `count` objects of `kind` from `bank`, ids from `first`; stops at the first refusal.
+fn sell(accounts: &mut Accounts, bank: u32, kind: Kind, first: u64, count: u64) -> Result<(), Refusal> {
+    for id in first..first + count {
+        accounts.may_sell(bank, kind)?;
+        accounts.record_sale(bank, kind, id, false);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_bank_sells_up_to_its_limit_and_every_ancestor_counts() {
+    let mut accounts = accounts(100, 100);
+    let tenant = accounts.open(PRIME, 10, 5).unwrap();
+    let child = accounts.open(tenant, 50, 50).unwrap();
+    // The child's own limit is higher, but its parent's bounds it.
+    assert_eq!(sell(&mut accounts, child, Kind::Page, 1, 10), Ok(()));
+    assert_eq!(accounts.may_sell(child, Kind::Page), Err(Refusal::LimitReached));
+    assert_eq!(accounts.may_sell(tenant, Kind::Page), Err(Refusal::LimitReached));
+    assert_eq!(accounts.may_sell(child, Kind::Node), Ok(()));
+    assert_eq!((accounts.bank(child).pages, accounts.bank(tenant).pages, accounts.bank(PRIME).pages), (10, 10, 10));
+    // Another tenant is not touched by the first's exhaustion.
+    let other = accounts.open(PRIME, 10, 5).unwrap();
+    assert_eq!(sell(&mut accounts, other, Kind::Page, 100, 10), Ok(()));
+}
+
+#[test]
+fn selling_back_is_checked_and_frees_the_count_and_the_id() {
+    let mut accounts = accounts(100, 100);
+    let a = accounts.open(PRIME, 10, 10).unwrap();
+    let b = accounts.open(PRIME, 10, 10).unwrap();
+    sell(&mut accounts, a, Kind::Node, 7, 1).unwrap();
+    assert_eq!(accounts.check_return(b, Kind::Node, 7), Err(Refusal::NotOwned));
+    assert_eq!(accounts.check_return(a, Kind::Page, 7), Err(Refusal::NotOwned), "kinds are apart");
+    assert_eq!(accounts.check_return(a, Kind::Node, 7), Ok(()));
+    accounts.forget(Kind::Node, 7);
+    assert_eq!(accounts.bank(a).nodes, 0);
+    assert_eq!(accounts.owner(Kind::Node, 7), None);
+    assert_eq!(accounts.reusable_id(Kind::Node), Some(7));
+    assert_eq!(accounts.reusable_id(Kind::Node), None);
+}
+
+#[test]
+fn destroying_a_bank_destroys_everything_below_it_and_voids_its_badges() {
+    let mut accounts = accounts(1000, 1000);
+    let tenant = accounts.open(PRIME, 100, 100).unwrap();
+    let child = accounts.open(tenant, 100, 100).unwrap();
+    let grandchild = accounts.open(child, 100, 100).unwrap();
+    let bystander = accounts.open(PRIME, 100, 100).unwrap();
+    accounts.may_sell(child, Kind::Node).unwrap();
+    accounts.record_sale(child, Kind::Node, 1, true);
+    sell(&mut accounts, child, Kind::Page, 10, 5).unwrap();
+    sell(&mut accounts, grandchild, Kind::Page, 20, 5).unwrap();
+    sell(&mut accounts, tenant, Kind::Page, 30, 5).unwrap();
+    sell(&mut accounts, bystander, Kind::Page, 40, 5).unwrap();
+    let old_badge = accounts.badge(child);
+
+    let mut destroyed = Vec::new();
+    let count = accounts.destroy(child, |kind, id| destroyed.push((kind, id))).unwrap();
+    destroyed.sort_by_key(|&(kind, id)| (kind.range_word(), id));
+    let mut expected: Vec<_> = (10..15).chain(20..25).map(|id| (Kind::Page, id)).collect();
+    expected.push((Kind::Node, 1));
+    assert_eq!((count, destroyed), (11, expected));
+    assert_eq!(accounts.bank_of(old_badge), Err(Refusal::NoSuchBank));
+    assert!(!accounts.bank(grandchild).live);
+    assert_eq!((accounts.bank(tenant).pages, accounts.bank(tenant).nodes), (5, 0));
+    assert_eq!(accounts.bank(bystander).pages, 5);
+    assert_eq!(accounts.owner(Kind::Page, 30), Some((tenant, false)));
+    // The slot is used again, under a new generation: the old badge still names nothing.
+    let again = accounts.open(PRIME, 1, 1).unwrap();
+    assert_ne!(accounts.badge(again), old_badge);
+    assert_eq!(accounts.bank_of(old_badge), Err(Refusal::NoSuchBank));
+    assert_eq!(accounts.destroy(PRIME, |_, _| {}), Err(Refusal::Prime));
+}
+
+#[test]
+fn forwarders_are_never_sold_back() {
+    let mut accounts = accounts(10, 10);
+    let bank = accounts.open(PRIME, 10, 10).unwrap();
+    accounts.record_sale(bank, Kind::Node, 3, true);
+    assert_eq!(accounts.check_return(bank, Kind::Node, 3), Err(Refusal::NotOwned));
+}
+
+#[test]
+fn the_record_table_refuses_when_full_and_lookups_pass_removed_records() {
+    let mut accounts = accounts(u64::MAX, u64::MAX);
+    let bank = accounts.open(PRIME, u64::MAX, u64::MAX).unwrap();
+    sell(&mut accounts, bank, Kind::Page, 1, OBJECTS_MAX as u64).unwrap();
+    assert_eq!(accounts.may_sell(bank, Kind::Page), Err(Refusal::TooManyObjects));
+    for id in (1..=OBJECTS_MAX as u64).step_by(2) {
+        accounts.forget(Kind::Page, id);
+    }
+    for id in (2..=OBJECTS_MAX as u64).step_by(2) {
+        assert_eq!(accounts.owner(Kind::Page, id), Some((bank, false)), "id {id}");
+    }
+    assert_eq!(accounts.bank(bank).pages, OBJECTS_MAX as u64 / 2);
+}
+
+#[test]
+fn too_many_banks_is_a_refusal() {
+    let mut accounts = accounts(10, 10);
+    for _ in 1..BANKS_MAX {
+        accounts.open(PRIME, 1, 1).unwrap();
+    }
+    assert_eq!(accounts.open(PRIME, 1, 1), Err(Refusal::TooManyBanks));
+}
