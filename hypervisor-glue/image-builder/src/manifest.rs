@@ -160,6 +160,9 @@ enum Right {
     NoCall,
 }
 
+/// The one program that may hold the range (`services/space-bank`).
+const RANGE_HOLDER: &str = "space-bank";
+
 const CAPABILITY_KINDS: &str = "console, clock, checkpoint, journal, control, network-device, range, own-process, process, start, node, space, page, meter, number, boot-number, indirector";
 
 /// The entries' names, by kind, to resolve references.
@@ -247,6 +250,17 @@ impl Manifest {
                 &names,
                 &error,
             )?;
+            // Every other program buys storage from a bank (KeyKOS's prime range key is the
+            // prime bank's alone): the range is where the kernel's storage comes from.
+            let holds_range = registers.iter().position(|capability| capability.target == Target::Range);
+            if let Some(register) = holds_range
+                && process.program != RANGE_HOLDER
+            {
+                return Err(error(
+                    format!("{entry} register {register}"),
+                    format!("only a process running '{RANGE_HOLDER}' may hold the range (others buy storage from a bank)"),
+                ));
+            }
             process_specs.push(ProcessSpec {
                 name: process.name.clone(),
                 program: process.program.clone(),
@@ -451,6 +465,9 @@ fn resolve_capability(
             ));
         }
     };
+    if kind == "range" && own_process.is_none() {
+        return Err(format!("the range is held only in the registers of a '{RANGE_HOLDER}' process, never in a node"));
+    }
     let takes_badge = matches!(kind, "start" | "indirector");
     if written.badge.is_some() && !takes_badge {
         return Err(format!(
@@ -787,7 +804,19 @@ mod tests {
     fn unknown_capability_kind() {
         assert_eq!(
             message(&with_register("{ consol = {} }")),
-            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `network-device`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `boot-number`, `indirector`, `badge`, `height`, `rights`"
+            "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `network-device`, `range`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `boot-number`, `indirector`, `badge`, `height`, `rights`"
+        );
+    }
+
+    #[test]
+    fn only_the_space_bank_holds_the_range() {
+        assert_eq!(
+            message(&with_register("{ range = {} }")),
+            "services/manifest.toml: process 'echo' register 3: only a process running 'space-bank' may hold the range (others buy storage from a bank)"
+        );
+        assert_eq!(
+            message("[[node]]\nname = \"n\"\nslots = { 0 = { range = {} } }\n"),
+            "services/manifest.toml: node 'n' slot 0: the range is held only in the registers of a 'space-bank' process, never in a node"
         );
     }
 
@@ -803,7 +832,7 @@ mod tests {
     fn no_capability_kind() {
         assert_eq!(
             message(&with_register("{ badge = 3 }")),
-            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, checkpoint, journal, control, network-device, own-process, process, start, node, space, page, meter, number, boot-number, indirector)"
+            "services/manifest.toml: process 'echo' register 3: no capability kind (one of console, clock, checkpoint, journal, control, network-device, range, own-process, process, start, node, space, page, meter, number, boot-number, indirector)"
         );
     }
 
