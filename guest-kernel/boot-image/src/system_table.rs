@@ -1,4 +1,4 @@
-//! The system table (entry kind [`crate::EntryKind::SystemTable`]), format version 1: the
+//! The system table (entry kind [`crate::EntryKind::SystemTable`]), format version 2: the
 //! objects of the initial system and the capabilities they hold, as the image builder
 //! resolved them from its manifest. The programs themselves are the image's
 //! [`crate::EntryKind::Program`] entries; a process names its program by its index among
@@ -10,7 +10,7 @@
 //! ```text
 //! header (48 bytes)
 //!  0  8  magic "HFSYSTEM"
-//!  8  4  format version (1)
+//!  8  4  format version (2; version 1 had no process flags)
 //! 12  4  CRC-32C of the whole table, this field taken as zero
 //! 16  8  table length in bytes
 //! 24  4  program count (Program entries of the image)
@@ -19,7 +19,8 @@
 //! 44  4  reserved, zero
 //! then the records, each kind in turn, then the page data:
 //! process (472 bytes): 0 name (32 bytes, UTF-8, NUL-padded, non-empty)
-//!                     32 program index (u32)   36 reserved (u32, zero)
+//!                     32 program index (u32)   36 flags (u32): bit 0 template (made,
+//!                        never started: what a constructor copies); other bits zero
 //!                     40 keeper capability     64 meter capability
 //!                     88 capability registers 0..=15
 //! node (768 bytes):    slots 0..=31
@@ -52,7 +53,9 @@ use core::fmt;
 use crate::{read_u32, read_u64};
 
 pub const SYSTEM_TABLE_MAGIC: [u8; 8] = *b"HFSYSTEM";
-pub const SYSTEM_TABLE_VERSION: u32 = 1;
+pub const SYSTEM_TABLE_VERSION: u32 = 2;
+/// Process flag: made but never started, a constructor's template.
+pub const PROCESS_FLAG_TEMPLATE: u32 = 1;
 pub const SYSTEM_HEADER_BYTES: usize = 48;
 pub const CAPABILITY_BYTES: usize = 24;
 pub const PROCESS_NAME_BYTES: usize = 32;
@@ -212,6 +215,8 @@ pub struct Process<'a> {
     /// Void, or the meter this process runs on.
     pub meter: Capability,
     pub registers: [Capability; CAPABILITY_REGISTER_COUNT],
+    /// Made but never started: a constructor's template ([`PROCESS_FLAG_TEMPLATE`]).
+    pub template: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,6 +281,8 @@ pub enum SystemTableError {
     ReservedNotZero {
         offset: usize,
     },
+    /// A process's flags have a bit no version defines.
+    ProcessFlags { process: usize, flags: u32 },
     ProcessName {
         process: usize,
     },
@@ -351,6 +358,9 @@ impl fmt::Display for SystemTableError {
             }
             Self::ProcessName { process } => {
                 write!(f, "process {process}: name is empty or not UTF-8")
+            }
+            Self::ProcessFlags { process, flags } => {
+                write!(f, "process {process}: flags {flags:#x} have an undefined bit (bit 0, template, is the only one)")
             }
             Self::ProgramIndex {
                 process,
@@ -560,7 +570,10 @@ impl<'a> SystemTable<'a> {
                 program_count: self.layout.program_count,
             });
         }
-        check_zero(bytes, at + 36, 4)?;
+        let flags = read_u32(bytes, at + 36);
+        if flags & !PROCESS_FLAG_TEMPLATE != 0 {
+            return Err(SystemTableError::ProcessFlags { process, flags });
+        }
         let keeper_place = CapabilityPlace::Keeper { process };
         let keeper = self.capability_checked(at + 40, keeper_place)?;
         if !matches!(keeper.target, Target::Void | Target::Start { .. }) {
@@ -590,6 +603,7 @@ impl<'a> SystemTable<'a> {
             keeper,
             meter,
             registers,
+            template: flags & PROCESS_FLAG_TEMPLATE != 0,
         })
     }
 
@@ -816,6 +830,8 @@ pub fn encode(system: &System<'_>) -> Result<alloc::vec::Vec<u8>, EncodeError> {
         let mut record = [0u8; PROCESS_RECORD_BYTES];
         record[..name.len()].copy_from_slice(name);
         record[32..36].copy_from_slice(&process.program.to_le_bytes());
+        let flags = if process.template { PROCESS_FLAG_TEMPLATE } else { 0 };
+        record[36..40].copy_from_slice(&flags.to_le_bytes());
         record[40..64].copy_from_slice(&encode_capability(&process.keeper));
         record[64..88].copy_from_slice(&encode_capability(&process.meter));
         for (register, capability) in process.registers.iter().enumerate() {
@@ -890,6 +906,7 @@ mod tests {
                     }),
                     meter: Capability::new(Target::Meter(0)),
                     registers,
+                    template: false,
                 },
                 Process {
                     name: "keeper",
@@ -897,6 +914,7 @@ mod tests {
                     keeper: Capability::VOID,
                     meter: Capability::VOID,
                     registers: [Capability::VOID; CAPABILITY_REGISTER_COUNT],
+                    template: true,
                 },
             ],
             nodes: vec![
@@ -952,6 +970,17 @@ mod tests {
     }
 
     #[test]
+    fn a_process_flag_no_version_defines_is_refused() {
+        let mut bytes = encode(&sample_system()).unwrap();
+        bytes[offset_of_process(0) + 36] = 2;
+        reseal(&mut bytes);
+        assert_eq!(
+            SystemTable::decode(&bytes).unwrap_err(),
+            SystemTableError::ProcessFlags { process: 0, flags: 2 }
+        );
+    }
+
+    #[test]
     fn an_empty_system_round_trips() {
         let bytes = encode(&System::default()).unwrap();
         assert_eq!(bytes.len(), SYSTEM_HEADER_BYTES);
@@ -994,10 +1023,10 @@ mod tests {
             SystemTableError::BadMagic
         );
         let mut wrong_version = bytes.clone();
-        wrong_version[8] = 2;
+        wrong_version[8] = 1;
         assert_eq!(
             SystemTable::decode(&wrong_version).unwrap_err(),
-            SystemTableError::UnsupportedVersion { version: 2 }
+            SystemTableError::UnsupportedVersion { version: 1 }
         );
         assert!(matches!(
             SystemTable::decode(&bytes[..bytes.len() - 1]),

@@ -92,6 +92,10 @@ pub fn build(
                 process.name, program.name
             )
         })?;
+        if process.template {
+            // A constructor's template: made and kept, never run.
+            process::stop_made(root.object());
+        }
         made.processes.push(root);
     }
     let mut objects = OBJECTS.lock();

@@ -1,8 +1,11 @@
-//! Space banks (services/space-bank, services/bank-manifest.toml): the bank's test program
-//! (services/selftest/src/bank_test.rs) checks limits, selling back, a bank tree and the
-//! destruction of a bank, then the system is killed after a checkpoint and restarted, and
-//! the program checks that the banks and what they sold came back as the checkpoint caught
-//! them, and that destroying a manifest bank voids what it sold.
+//! Space banks and constructors (services/space-bank, services/constructor,
+//! services/bank-manifest.toml). The bank's test program (services/selftest/src/bank_test.rs)
+//! checks limits, selling back, a bank tree and the destruction of a bank; the constructor
+//! test (constructor_test.rs) the confinement answers of three constructors and yields paid
+//! for by a bank, whose processes (constructed.rs) check what they were given. Then the
+//! system is killed after a checkpoint and restarted, and the bank's test checks that the
+//! banks and what they sold came back as the checkpoint caught them, and that destroying a
+//! manifest bank voids what it sold.
 
 mod support;
 
@@ -52,7 +55,19 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
 
     let vm = run();
     let mut seen = Vec::new();
-    wait_for(&vm, &mut seen, |line| line == "bank-test: before the restart: passed");
+    // The programs run side by side: their lines come in any order.
+    let mut awaited = vec!["bank-test: before the restart: passed", "constructor-test: passed", "constructed: passed"];
+    while !awaited.is_empty() {
+        wait_for(&vm, &mut seen, |line| awaited.contains(&line));
+        let last = seen.last().expect("a line was seen").clone();
+        awaited.retain(|line| *line != last);
+    }
+    // Two processes yielded, each printed.
+    let yielded = |seen: &[String]| seen.iter().filter(|line| *line == "constructed: passed").count();
+    if yielded(&seen) < 2 {
+        wait_for(&vm, &mut seen, |line| line == "constructed: passed");
+    }
+    assert_eq!(yielded(&seen), 2, "{}", seen.join("\n"));
     // The second commit from here began after the test's last change.
     wait_for(&vm, &mut seen, committed);
     wait_for(&vm, &mut seen, committed);

@@ -88,6 +88,7 @@ pub fn make_initial_image(
             keeper: process.keeper,
             meter: process.meter,
             registers: process.registers,
+            template: process.template,
         });
     }
     let system = System {

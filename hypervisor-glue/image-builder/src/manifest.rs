@@ -52,6 +52,8 @@ pub struct ProcessSpec {
     pub keeper: Capability,
     pub meter: Capability,
     pub registers: [Capability; CAPABILITY_REGISTER_COUNT],
+    /// Made, never started: a constructor's template.
+    pub template: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +96,9 @@ struct ProcessEntry {
     meter: Option<String>,
     #[serde(default)]
     registers: BTreeMap<String, toml::Value>,
+    /// Made but never started: what a constructor copies (`services/constructor`).
+    #[serde(default)]
+    template: bool,
 }
 
 #[derive(Deserialize)]
@@ -267,6 +272,7 @@ impl Manifest {
                 keeper,
                 meter,
                 registers,
+                template: process.template,
             });
         }
 
@@ -682,7 +688,7 @@ mod tests {
     fn unknown_field_of_an_entry() {
         assert_eq!(
             message("[[process]]\nname = \"echo\"\nprogram = \"hello\"\nkeper = \"x\"\n"),
-            "services/manifest.toml: process 'echo': unknown field `keper`, expected one of `name`, `program`, `keeper`, `meter`, `registers`"
+            "services/manifest.toml: process 'echo': unknown field `keper`, expected one of `name`, `program`, `keeper`, `meter`, `registers`, `template`"
         );
     }
 

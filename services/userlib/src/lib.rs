@@ -20,6 +20,7 @@ pub mod net;
 pub mod random;
 pub mod space;
 pub mod bank;
+pub mod constructor;
 
 pub const CONSOLE: u8 = 0;
 pub const OWN_PROCESS: u8 = 1;

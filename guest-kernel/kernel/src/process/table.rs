@@ -179,6 +179,15 @@ pub fn adopt(root: Capability) {
     }
 }
 
+/// Leaves the process whose root node is `root` stopped (a template the initial system
+/// makes for a constructor to copy, never run).
+pub fn stop_made(root: ObjectId) {
+    let mut scheduler = SCHEDULER.lock();
+    if let Some(index) = scheduler.index_of(root) {
+        scheduler.processes[index].state = ProcessState::Stopped { exit_code: 0 };
+    }
+}
+
 /// Destroys the process whose root node is `root`, if there is one (its root node was
 /// rescinded): it never runs again, callers stalled on it try again and find it void, and
 /// its entry (root void) is left out of every checkpoint and taken by the next `adopt`.

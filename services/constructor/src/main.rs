@@ -1,0 +1,177 @@
+//! A constructor (KeyKOS's factory, EROS's constructor): yields new processes of one
+//! program and says whether they are confined. Orders and refusals:
+//! `holdfast_userlib::constructor`.
+//!
+//! The program is a template process the initial system made and never started
+//! (`template = true` in the manifest). A yield makes a bank below the requester's bank for
+//! the new process, buys from it a root node and a copy of the template's space (nodes
+//! anew; pages the template can write copied; read-only pages, the code, shared), gives the
+//! process the template's registers and the constructor's components as its capability
+//! registers, runs it on the requester's meter, and returns its start capability. If any
+//! purchase fails the bank below is destroyed, and with it all that was bought.
+//!
+//! Confinement (EROS): a yielded process holds its space (fresh nodes, private or
+//! read-only pages) and the components. It is confined if every component is safe — void,
+//! a number, a read-only page, a weak node or space: nothing through which it could write
+//! or speak — or one of the holes the constructor was built with.
+//!
+//! Capability registers: 0 console, 1 own process, 2 the template process, 3 the
+//! components (a node: slot i becomes capability register i of each yielded process), 4
+//! the holes (a number: bit i set when register i is a hole), 5 a node for the space walk;
+//! 6 to 11 and 14 working registers; 12 and 13 the bank and meter a requester sends; 15 the
+//! resume capability.
+#![no_std]
+#![no_main]
+
+use holdfast_userlib::abi::interface::{ObjectError, Type};
+use holdfast_userlib::bank;
+use holdfast_userlib::constructor::{order, refusal};
+use holdfast_userlib::interface::{identify, node, number, page, process, space};
+use holdfast_userlib::syscall::{CapReg, Error};
+use holdfast_userlib::{self as user, Invocation};
+
+const TEMPLATE: CapReg = CapReg::new(2);
+const COMPONENTS: CapReg = CapReg::new(3);
+const HOLES: CapReg = CapReg::new(4);
+const WALK: CapReg = CapReg::new(5);
+const PROCESS_BANK: CapReg = CapReg::new(6);
+const MADE_PROCESS: CapReg = CapReg::new(7);
+const SOURCE: CapReg = CapReg::new(8);
+const TARGET: CapReg = CapReg::new(9);
+const CHILD: CapReg = CapReg::new(10);
+const MADE: CapReg = CapReg::new(11);
+const REQUESTER_BANK: u8 = 12;
+const REQUESTER_METER: u8 = 13;
+const SCRATCH: CapReg = CapReg::new(14);
+const RESUME: u8 = 15;
+
+const READ_ONLY: u64 = 1;
+const WEAK: u64 = 2;
+const SLOTS: u64 = 32;
+const CAPABILITY_REGISTERS: u64 = 16;
+/// A space tree is at most this tall (`holdfast_abi`'s space height 7).
+const SPACE_LEVELS_MAX: u64 = 8;
+
+static mut PAGE_BYTES: [u8; 4096] = [0; 4096];
+
+/// Whether a capability conveys no authority to write or to communicate.
+fn is_safe(register: CapReg) -> bool {
+    let Ok(identity) = identify(register) else {
+        return true; // void, or revoked: void
+    };
+    let code = identity.type_code;
+    code == Type::Void as u64
+        || code == Type::Number as u64
+        || (code == Type::Page as u64 && identity.rights & READ_ONLY != 0)
+        || ((code == Type::Node as u64 || code == Type::Space as u64) && identity.rights & WEAK != 0)
+}
+
+/// The capability registers whose components are neither safe nor holes, as a bitmask.
+fn leaks() -> u64 {
+    let holes = number::value(HOLES).map_or(0, |value| value.word0);
+    (0..CAPABILITY_REGISTERS)
+        .filter(|&register| holes >> register & 1 == 0)
+        .filter(|&register| node::fetch(COMPONENTS, register, SCRATCH).is_err() || !is_safe(SCRATCH))
+        .fold(0, |leaks, register| leaks | 1 << register)
+}
+
+/// Copies the space whose source and copy are in walk slots `2 level` and `2 level + 1`.
+fn copy_space(level: u64, buffer: &mut [u8; 4096]) -> Result<(), Error> {
+    if level >= SPACE_LEVELS_MAX {
+        return Err(Error::Object(ObjectError::OutOfRange));
+    }
+    for slot in 0..SLOTS {
+        node::fetch(WALK, 2 * level, SOURCE)?;
+        space::fetch(SOURCE, slot, CHILD)?;
+        let Ok(identity) = identify(CHILD) else { continue };
+        let copied = if identity.type_code == Type::Page as u64 {
+            if identity.rights & READ_ONLY != 0 {
+                CHILD // code and read-only data: shared
+            } else {
+                bank::buy_page(PROCESS_BANK, MADE)?;
+                let length = page::read(CHILD, 0, 4096, buffer)?;
+                page::write(MADE, 0, &buffer[..length])?;
+                MADE
+            }
+        } else if identity.type_code == Type::Space as u64 {
+            let shape = space::info(CHILD)?;
+            bank::buy_node(PROCESS_BANK, MADE)?;
+            node::make_space(MADE, shape.height, shape.flags, MADE)?;
+            node::swap(WALK, 2 * (level + 1), CHILD, SCRATCH)?;
+            node::swap(WALK, 2 * (level + 1) + 1, MADE, SCRATCH)?;
+            copy_space(level + 1, buffer)?;
+            node::fetch(WALK, 2 * (level + 1) + 1, MADE)?;
+            MADE
+        } else {
+            // A keeper space's keeper: templates are loaded programs, which have none.
+            return Err(Error::Object(ObjectError::WrongType));
+        };
+        node::fetch(WALK, 2 * level + 1, TARGET)?;
+        space::swap(TARGET, slot, copied, SCRATCH)?;
+    }
+    Ok(())
+}
+
+/// Makes the new process in `MADE_PROCESS` from the template and the components, paid for
+/// by `PROCESS_BANK`, and starts it.
+fn build(buffer: &mut [u8; 4096]) -> Result<(), Error> {
+    bank::buy_process(PROCESS_BANK, MADE_PROCESS)?;
+    process::fetch_space(TEMPLATE, SOURCE)?;
+    let shape = space::info(SOURCE)?;
+    bank::buy_node(PROCESS_BANK, MADE)?;
+    node::make_space(MADE, shape.height, shape.flags, MADE)?;
+    node::swap(WALK, 0, SOURCE, SCRATCH)?;
+    node::swap(WALK, 1, MADE, SCRATCH)?;
+    copy_space(0, buffer)?;
+    node::fetch(WALK, 1, MADE)?;
+    process::set_space(MADE_PROCESS, MADE)?;
+    let length = process::read_registers(TEMPLATE, buffer)?;
+    process::write_registers(MADE_PROCESS, &buffer[..length])?;
+    for register in 0..CAPABILITY_REGISTERS {
+        node::fetch(COMPONENTS, register, CHILD)?;
+        process::swap_register(MADE_PROCESS, register, CHILD, SCRATCH)?;
+    }
+    process::set_meter(MADE_PROCESS, CapReg::new(REQUESTER_METER))?;
+    process::start(MADE_PROCESS)?;
+    process::make_start(MADE_PROCESS, 0, MADE)
+}
+
+fn yield_process(buffer: &mut [u8; 4096]) -> Result<(), u64> {
+    // Unlimited below the requester's bank: its own limits and those above it bound it.
+    bank::create_child(CapReg::new(REQUESTER_BANK), u64::MAX, u64::MAX, PROCESS_BANK)
+        .map_err(|_| refusal::BANK_REFUSED)?;
+    build(buffer).map_err(|error| {
+        let _ = bank::destroy(PROCESS_BANK);
+        match error {
+            Error::Reply(_) => refusal::BANK_REFUSED,
+            _ => refusal::COPY_FAILED,
+        }
+    })
+}
+
+fn main() -> u64 {
+    // SAFETY: `main` runs once, on the program's only thread, and never returns: this is the
+    // only reference to the buffer for the program's life.
+    let buffer = unsafe { &mut *core::ptr::addr_of_mut!(PAGE_BYTES) };
+    let wait = |reply: Invocation<'_>| {
+        reply.receiving(&[REQUESTER_BANK, REQUESTER_METER]).resume_into(RESUME).invoke(&mut [])
+    };
+    // Register 14 is void at the start: a return through it only waits.
+    let mut message = wait(Invocation::return_to(SCRATCH.index(), 0, [0; 4]));
+    loop {
+        let reply = match message.code {
+            order::YIELD => match yield_process(buffer) {
+                Ok(()) => Invocation::return_to(RESUME, 0, [0; 4]).sending(&[MADE.index()]),
+                Err(code) => Invocation::return_to(RESUME, code, [0; 4]),
+            },
+            order::IS_CONFINED => {
+                let leaks = leaks();
+                Invocation::return_to(RESUME, 0, [u64::from(leaks == 0), leaks, 0, 0])
+            }
+            _ => Invocation::return_to(RESUME, refusal::BAD_REQUEST, [0; 4]),
+        };
+        message = wait(reply);
+    }
+}
+
+user::entry!(main);

@@ -1,0 +1,62 @@
+//! The constructor test (hypervisor-glue/holdfast/tests/banks.rs, manifest
+//! services/bank-manifest.toml): three constructors of `constructed`, their confinement
+//! answers, and a yield paid for by a bank.
+//!
+//! - `confined`: components a number and a read-only page, no holes: confined.
+//! - `with-console`: the same and the console, listed as a hole: confined (only the hole).
+//! - `leaky`: the console as a hole and a writable node that is not: not confined, and the
+//!   node's register is named.
+//!
+//! Prints `constructor-test: passed` or `constructor-test: MISMATCH: ...`.
+//!
+//! Capability registers: 0 console, 1 own process, 2 bank C, 3 a meter, 4 to 6 the three constructors,
+//! 7 to 9 scratch.
+#![no_std]
+#![no_main]
+
+use holdfast_userlib::bank;
+use holdfast_userlib::constructor::{is_confined, yield_process};
+use holdfast_userlib::syscall::CapReg;
+use holdfast_userlib::{self as user};
+
+const BANK: CapReg = CapReg::new(2);
+const METER: CapReg = CapReg::new(3);
+const CONFINED: CapReg = CapReg::new(4);
+const WITH_CONSOLE: CapReg = CapReg::new(5);
+const LEAKY: CapReg = CapReg::new(6);
+const MADE: CapReg = CapReg::new(7);
+/// The leaky constructor's writable node goes into this register of what it yields.
+const LEAKY_NODE_REGISTER: u64 = 3;
+
+fn check() -> Result<(), &'static str> {
+    let answer = |constructor| is_confined(constructor).map_err(|_| "is_confined refused");
+    if answer(CONFINED)? != (true, 0) {
+        return Err("a constructor of only safe components says it is not confined");
+    }
+    if answer(WITH_CONSOLE)? != (true, 0) {
+        return Err("a constructor whose only unsafe component is a hole says it is not confined");
+    }
+    if answer(LEAKY)? != (false, 1 << LEAKY_NODE_REGISTER) {
+        return Err("a constructor with a writable node that is no hole does not name it");
+    }
+    let before = bank::info(BANK).map_err(|_| "bank info refused")?;
+    yield_process(WITH_CONSOLE, BANK, METER, MADE).map_err(|_| "yield refused")?;
+    let after = bank::info(BANK).map_err(|_| "bank info refused")?;
+    // A root node, a space copied node by node, pages the program can write, and the
+    // process's own bank's forwarder: all bought from the requester's bank.
+    if after.nodes < before.nodes + 3 || after.pages <= before.pages {
+        return Err("the yielded process was not paid for by the requester's bank");
+    }
+    yield_process(WITH_CONSOLE, BANK, METER, MADE).map_err(|_| "a second yield refused")?;
+    Ok(())
+}
+
+fn main() -> u64 {
+    match check() {
+        Ok(()) => user::print("constructor-test: passed\n"),
+        Err(what) => user::print_parts(&[b"constructor-test: MISMATCH: ", what.as_bytes(), b"\n"]),
+    }
+    0
+}
+
+user::entry!(main);
