@@ -308,10 +308,10 @@ fn alert_state(port: u16, name: &str, label: &str, value: &str) -> Option<String
 /// endpoint, `holdfast exporter` beside it and a real Prometheus scraping that with the rules
 /// of monitoring/rules: the TP1, journal, stabilization, replication and pair series exist and
 /// move, the recording rules evaluate on them, every dashboard query parses and finds data,
-/// the dashboards' picture is drawn, and no alert fires on the healthy pair. A frozen standby
-/// shows as down without slowing a scrape. Then the operator's drill: stop the standby
+/// and no alert fires on the healthy pair. Then the operator's drill: stop the standby
 /// (`holdfast vm kill NAME-2`) and see HoldfastStandbyDown, and HoldfastPairDegraded with it,
-/// go from nothing to pending to firing once their `for: 1m` has passed.
+/// go from nothing to pending to firing once their `for: 1m` has passed. Meanwhile the
+/// dashboards' picture is drawn, and a frozen primary shows as down without slowing a scrape.
 #[test]
 fn prometheus_watches_a_pair_under_tp1_load_and_pages_when_its_standby_stops() {
     let started = Instant::now();
