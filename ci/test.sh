@@ -22,6 +22,14 @@ echo "== cargo test"
 # more guests than cores make their timers late.
 RUST_TEST_THREADS=2 cargo test
 
+# tests/monitoring.rs leaves the picture of its pair under TP1 load (the dashboards drawn by
+# `holdfast monitor snapshot` from its real Prometheus): the run's artifact to look at.
+echo "== the dashboards' picture: target/monitoring-snapshot.png (and .html beside it)"
+test -s target/monitoring-snapshot.png
+
+echo "== holdfast exporter: what a scrape of ten VMs and five pairs costs (fails above 10 ms)"
+cargo test -q -p holdfast --bin holdfast benchmark_a_scrape -- --nocapture
+
 echo "== cargo clippy (host crates, then guest crates for the guest target)"
 cargo clippy -q --all-targets -- -D warnings
 cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p holdfast-selftest -p holdfast-admin -p holdfast-net -p holdfast-tp1 -p holdfast-userlib -p holdfast-tp1-protocol -p holdfast-tp1-ledger -p holdfast-space-bank -p holdfast-bank-accounts -p holdfast-constructor -- -D warnings

@@ -424,6 +424,15 @@ impl PairTable {
         self.lock().remove(pair);
     }
 
+    /// Whether `vm` is a pair's standby, as its supervisor last said.
+    pub fn is_standby(&self, vm: &str) -> bool {
+        self.lock()
+            .values()
+            .filter_map(|entry| entry.status.as_ref())
+            .flat_map(|status| status.nodes.iter())
+            .any(|node| node.vm == vm && node.role == "standby")
+    }
+
     /// Each pair VM's role, as its supervisor last gave it.
     fn vm_roles(&self) -> BTreeMap<String, String> {
         self.lock()
@@ -727,6 +736,16 @@ pub fn start_pollers(exporter: Arc<Exporter>, state_dir: PathBuf, interval: Dura
             let polling = polling.clone();
             std::thread::spawn(move || {
                 loop {
+                    // A pair's standby runs only the stream's receiving end, no admin
+                    // service: asking it would cost the time limit and count an error every
+                    // interval, and show it unreachable (a page) while it is healthy. Its
+                    // health is its supervisor's to tell (its role, heartbeats missed), so it
+                    // has no series of its own until it is promoted or ends.
+                    if exporter.pairs.is_standby(&vm) {
+                        exporter.forget(&vm);
+                        std::thread::sleep(interval);
+                        continue;
+                    }
                     let started = Instant::now();
                     match poll(&socket, &vm, time_limit) {
                         Poll::Answered(samples) => exporter.record_poll(&vm, started.elapsed(), Ok(samples)),
@@ -890,10 +909,9 @@ ok
     }
 
     /// The encoding Prometheus reads: types from names, a `vm` and `role` label on every
-    /// series, histograms whole, the exporter's health beside; and a scrape of ten VMs is
-    /// quick because it reads only the table (the figure is printed: `--nocapture`).
+    /// series, histograms whole, the exporter's health beside.
     #[test]
-    fn scrape_of_ten_vms_is_typed_labelled_and_quick() {
+    fn scrape_of_ten_vms_is_typed_and_labelled() {
         let exporter = Exporter::new();
         let samples = parse_exposition(TP1_COUNTERS).unwrap();
         for index in 0..10 {
@@ -921,16 +939,52 @@ ok
         // Each family's descriptor once, whatever the number of VMs.
         assert_eq!(text.matches("# TYPE holdfast_tp1_commit_seconds histogram").count(), 1);
 
-        let rounds = 100;
-        let started = Instant::now();
-        for _ in 0..rounds {
-            std::hint::black_box(exporter.scrape());
-        }
-        let per_scrape = started.elapsed() / rounds;
-        println!("exporter: a scrape of 10 VMs takes {:.3} ms ({} bytes)", per_scrape.as_secs_f64() * 1e3, text.len());
-        assert!(per_scrape < Duration::from_millis(10), "a scrape of 10 VMs took {per_scrape:?}");
         exporter.forget("vm9");
         assert!(!exporter.scrape().contains("vm=\"vm9\""));
+    }
+
+    /// A pair primary's `counters` reply under TP1 load (8 clients, sync-durable), as
+    /// `holdfast vm counters` printed it in tests/monitoring.rs: 55 series.
+    const PRIMARY_COUNTERS: &str = include_str!("testdata/primary-counters.txt");
+
+    /// The benchmark of issue 19's "a scrape takes under 10 ms for 10 VMs": five pairs'
+    /// worth of VMs (ten, each answering with a real primary's counters under load, all
+    /// polled as primaries would be) and their five supervisors; a scrape reads only the
+    /// table, never a guest. ci/test.sh prints the figure (`--nocapture`); the median of a
+    /// hundred scrapes must be under 10 ms.
+    #[test]
+    fn benchmark_a_scrape_of_ten_vms_and_five_pairs_takes_under_10_ms() {
+        let exporter = Exporter::new();
+        let samples = parse_exposition(PRIMARY_COUNTERS).unwrap();
+        assert_eq!(samples.len(), 55, "the fixture changed");
+        for pair in 0..5 {
+            let name = format!("p{pair}");
+            let status = PAIR_STATUS.replace("\"name\":\"p\"", &format!("\"name\":\"{name}\"")).replace("\"p-", &format!("\"{name}-"));
+            exporter.pairs.record(&name, Ok(parse_pair_status(&status).unwrap()));
+            for node in [1, 2] {
+                exporter.record_poll(&format!("{name}-{node}"), Duration::from_millis(3), Ok(samples.clone()));
+            }
+        }
+        let text = exporter.scrape();
+        assert_eq!(text.matches("holdfast_replication_lag_bytes{").count(), 10, "{text}");
+        assert_eq!(text.matches("holdfast_pair_up{").count(), 5, "{text}");
+        let mut times: Vec<Duration> = (0..100)
+            .map(|_| {
+                let started = Instant::now();
+                std::hint::black_box(exporter.scrape());
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        let (median, slowest) = (times[times.len() / 2], times[times.len() - 1]);
+        println!(
+            "exporter benchmark: a scrape of 10 VMs (55 series each) and 5 pairs: median {:.3} ms, slowest of 100 {:.3} ms, {} series, {} bytes",
+            median.as_secs_f64() * 1e3,
+            slowest.as_secs_f64() * 1e3,
+            text.lines().filter(|line| !line.starts_with('#')).count(),
+            text.len()
+        );
+        assert!(median < Duration::from_millis(10), "a scrape of 10 VMs took {median:?} (median of 100)");
     }
 
     /// A supervisor's `status` answer after node 1 was fenced and node 2 promoted, as
@@ -1002,6 +1056,11 @@ ok
         assert_eq!(series(&text, "holdfast_checkpoint_generation", &[("vm", "p-2"), ("role", "primary")]), Some(42.0));
         assert_eq!(series(&text, "holdfast_exporter_vm_up", &[("vm", "alone"), ("role", "standalone")]), Some(1.0));
         assert!(!text.contains("vm=\"p-2\",role=\"standalone\""), "{text}");
+        // Neither node is a standby now (its poller would skip it), nor is a VM of no pair.
+        assert!(!exporter.pairs.is_standby("p-1") && !exporter.pairs.is_standby("p-2") && !exporter.pairs.is_standby("alone"));
+        exporter.pairs.record("q", Ok(parse_pair_status(&PAIR_STATUS.replace("\"p-1\",\"role\":\"fenced\"", "\"q-1\",\"role\":\"standby\"")).unwrap()));
+        assert!(exporter.pairs.is_standby("q-1"));
+        exporter.pairs.forget("q");
 
         // Silent: up 0, the last values kept.
         exporter.pairs.record("p", Err(()));

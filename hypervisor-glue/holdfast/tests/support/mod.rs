@@ -5,6 +5,7 @@
 
 
 pub mod libvirtd;
+pub mod pair;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
