@@ -117,11 +117,16 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 .node_for_translation(&root, process_root::SPACE)
                 .map(|node| node.get(process_root::SPACE));
             match space.map(|space| walk(&objects.cache, space, address)) {
-                Ok(Walk::Page { page, writable }) => {
+                Ok(Walk::Page { page, writable, keeper }) => 'page: {
+                    let access = page_access(error_code, writable, page.may_execute());
+                    if let (None, Some(keeper)) = (access, keeper) {
+                        // An access the path does not allow, under a keeper: its business
+                        // (a write to a virtual copy's shared read-only page).
+                        break 'page Some(Err(keeper));
+                    }
                     if let Err(error) = objects.ensure_resident(&[page.object()], true) {
                         crate::println!("holdfast: page {} cannot be loaded: {}", page.object().0, error.0);
                     }
-                    let access = page_access(error_code, writable, page.may_execute());
                     if access == Some(space::Access::Write) {
                         persistence::limit_dirty_pages(&mut objects);
                         persistence::before_page_write(&objects.cache, page.object());

@@ -353,7 +353,7 @@ mod tests {
         for kind in CapType::ALL {
             assert_eq!(CapType::from_code(kind as u8), Some(kind));
         }
-        assert_eq!(CapType::from_code(16), None);
+        assert_eq!(CapType::from_code(17), None);
     }
 
     #[test]

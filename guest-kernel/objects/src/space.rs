@@ -19,8 +19,9 @@ const PAGE_BITS: u32 = 12;
 pub enum Walk {
     /// A page, and whether every capability on the path allowed writing. `page` carries
     /// the rights of the whole path: [`Capability::may_execute`] tells whether it may be
-    /// mapped executable.
-    Page { page: Capability, writable: bool },
+    /// mapped executable. `keeper` is as for [`Walk::Missing`]: an access the page does not
+    /// allow (a write to a read-only page: a virtual copy's shared page) is its business.
+    Page { page: Capability, writable: bool, keeper: Option<Capability> },
     /// No page there (a void or revoked slot, a malformed tree, an address beyond the
     /// space); `keeper` is the start capability in the innermost keeper node on the path, if
     /// any and if no no-call capability on the way hid it.
@@ -59,6 +60,7 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
                 return Walk::Page {
                     page: capability,
                     writable,
+                    keeper,
                 };
             }
             break;
@@ -147,7 +149,8 @@ mod tests {
             found,
             Walk::Page {
                 page,
-                writable: true
+                writable: true,
+                keeper: None
             }
         );
         assert_eq!(marked(&cache), [true, true, false]);
@@ -187,7 +190,8 @@ mod tests {
             walk(&cache, top, ADDRESS),
             Walk::Page {
                 page: page.restricted(Rights::READ_ONLY),
-                writable: false
+                writable: false,
+                keeper: None
             }
         );
     }
@@ -205,7 +209,8 @@ mod tests {
             walk(&cache, top, ADDRESS),
             Walk::Page {
                 page: page.restricted(Rights::NO_EXECUTE),
-                writable: true
+                writable: true,
+                keeper: None
             }
         );
         let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS) else { panic!("a page") };
@@ -259,7 +264,7 @@ mod tests {
         );
         assert!(matches!(
             walk(&cache, wrapper, ADDRESS),
-            Walk::Page { .. }
+            Walk::Page { keeper: Some(found), .. } if found == keeper
         ));
         let no_call = wrapper.restricted(Rights::NO_CALL);
         assert_eq!(

@@ -2,7 +2,8 @@
 //! services/bank-manifest.toml). The bank's test program (services/selftest/src/bank_test.rs)
 //! checks limits, selling back, a bank tree and the destruction of a bank; the constructor
 //! test (constructor_test.rs) the confinement answers of three constructors and yields paid
-//! for by a bank, whose processes (constructed.rs) check what they were given. Then the
+//! for by a bank, whose processes (constructed.rs) check what they were given; the virtual
+//! copy keeper's test (virtual_copy_test.rs) writes through copies of a space. Then the
 //! system is killed after a checkpoint and restarted, and the bank's test checks that the
 //! banks and what they sold came back as the checkpoint caught them, and that destroying a
 //! manifest bank voids what it sold.
@@ -56,7 +57,8 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     let vm = run();
     let mut seen = Vec::new();
     // The programs run side by side: their lines come in any order.
-    let mut awaited = vec!["bank-test: before the restart: passed", "constructor-test: passed", "constructed: passed"];
+    let mut awaited =
+        vec!["bank-test: before the restart: passed", "constructor-test: passed", "constructed: passed", "virtual-copy-test: passed"];
     while !awaited.is_empty() {
         wait_for(&vm, &mut seen, |line| awaited.contains(&line));
         let last = seen.last().expect("a line was seen").clone();
