@@ -135,7 +135,8 @@ wait for it (wait, printed too).
 
 Runs in the foreground, as `holdfast run` does: QEMU dies with the process that started it, \
 so the VMs never outlive their supervisor (under --libvirt, libvirtd destroys the domains when \
-the supervisor's connection closes); run it under a service manager, or with --detach.
+the supervisor's connection closes); run it under a service manager, or with --detach. \
+SIGTERM or SIGINT (Ctrl-C) takes it down as `pair down` does.
 
 --detach prints, once the pair serves:
   pair NAME: endpoint 127.0.0.1:PORT
