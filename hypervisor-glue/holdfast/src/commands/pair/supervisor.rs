@@ -667,7 +667,16 @@ impl Supervisor {
         node.awaiting_primary_heartbeat = false;
         node.serving = false;
         node.ending = None;
-        self.start_node(index).map_err(|failure| failure.to_string())?;
+        if let Err(failure) = self.start_node(index) {
+            // Nothing runs for the node: it is gone, so that `down` and the next `rejoin`
+            // do not wait for a VM that never started.
+            let node = &mut self.nodes[index];
+            node.role = NodeRole::Exited;
+            node.health.gone = true;
+            *node.gone.gone.lock().expect("gone flag") = true;
+            node.ending = Some(format!("did not start: {failure}"));
+            return Err(failure.to_string());
+        }
         self.standby = Some(index);
         self.episode = Episode::default();
         let node = &self.nodes[index];
