@@ -88,8 +88,9 @@ pub enum PairCommand {
     /// Per node: role, state, checkpoint generation, journal position, lag in bytes and
     /// milliseconds, and how long ago its last heartbeat came; the link's counters.
     Status(PairStatusArguments),
-    /// Fence the primary (SIGKILL to its QEMU, and wait until it is gone) and promote the
-    /// standby now. Refused, with the reason, unless the standby holds a whole copy.
+    /// Fence the primary (SIGKILL to its QEMU, or virDomainDestroy of its domain under
+    /// --libvirt, and wait until it is gone) and promote the standby now. Refused, with the
+    /// reason, unless the standby holds a whole copy.
     Failover(PairFailoverArguments),
     /// A planned change of primary that loses no acknowledged commit in any mode: the
     /// primary is made synchronous for the change, the standby waited for (at most 20 s;
@@ -134,11 +135,19 @@ makes the primary acknowledge without it (--on-standby-loss degrade, printed as 
 wait for it (wait, printed too).
 
 Runs in the foreground, as `holdfast run` does: QEMU dies with the process that started it, \
-so the VMs never outlive their supervisor; run it in the background (&) or under a service \
-manager.
+so the VMs never outlive their supervisor (under --libvirt, libvirtd destroys the domains when \
+the supervisor's connection closes); run it under a service manager, or with --detach. \
+SIGTERM or SIGINT (Ctrl-C) takes it down as `pair down` does.
 
-Exit status: 0 after `pair down`, 2 a usage error or the pair is already up, 3 a VM could not \
-be started, or both failed.";
+--detach prints, once the pair serves:
+  pair NAME: endpoint 127.0.0.1:PORT
+  pair NAME: supervisor pid PID, log PATH
+  pair NAME: serving: primary node N, standby node M (STATE)
+then `pair status NAME --json` says the rest.
+
+Exit status: 0 after `pair down` (with --detach: once the pair serves), 2 a usage error or the \
+pair is already up, 3 a VM could not be started, both failed, or (--detach) the pair did not \
+serve in time.";
 
 /// The replication modes (`holdfast.pair-mode=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -203,6 +212,25 @@ pub struct PairUpArguments {
     /// Extra kernel command-line words for both VMs
     #[arg(long, value_name = "WORDS")]
     pub append: Option<String>,
+    /// Run the supervisor in the background (a new session, its output appended to
+    /// supervisor.log in the pair's state directory) and return once the pair serves: the
+    /// primary serving on the endpoint and the standby heard from. Exit 0 with the
+    /// endpoint and the supervisor's pid printed, else non-zero with the log's tail (a
+    /// supervisor that did not come up in time is stopped). `pair down` stops it
+    #[arg(long)]
+    pub detach: bool,
+    /// With --detach: how long the pair may take to serve before `up` gives up and stops it
+    #[arg(long, value_name = "N", default_value_t = 600, requires = "detach",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub ready_timeout_seconds: u64,
+    /// Run each VM as a libvirt domain under libvirtd at this URI (`qemu:///system`)
+    /// instead of as a QEMU child: domains `holdfast-pair-NAME-N-HASH` (HASH from the state
+    /// directory, so that pairs of the same name in two state directories do not meet),
+    /// defined, started with auto-destroy (they end with the supervisor), fenced with
+    /// virDomainDestroy, undefined by `pair down`. No libvirt network: the TP1 port is
+    /// forwarded from 127.0.0.1 and the link is a TCP socket on 127.0.0.1, as without it
+    #[arg(long, value_name = "URI")]
+    pub libvirt: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! `holdfast pair`: a hot-standby pair of TP1 appliances (DESIGN.md, "The pair and
 //! failover").
 //!
+//! - [`detach`]: `pair up --detach`, the supervisor in the background;
 //! - [`supervisor`]: `pair up`, the supervisor: both VMs, the link relay, failure detection,
 //!   fencing and promotion, the client endpoint, the control socket;
 //! - [`relay`]: the link between the VMs, relayed frame by frame and read in passing;
@@ -11,6 +12,7 @@
 //!   `mode`, `switchover`, `rejoin`, `down`, `link`) and `history`, which reads pair.json;
 //! - [`drill`]: `pair drill`, failover drills under TP1 load, driven through those verbs.
 
+pub mod detach;
 pub mod detect;
 pub mod drill;
 pub mod endpoint;
@@ -39,6 +41,7 @@ const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(45);
 
 pub fn run(command: PairCommand) -> Result<ExitCode, Failure> {
     match command {
+        PairCommand::Up(arguments) if arguments.detach => detach::up(&arguments),
         PairCommand::Up(arguments) => supervisor::up(arguments),
         PairCommand::Status(arguments) => loop {
             let answer = ask(&arguments.name, "status")?;
@@ -85,11 +88,7 @@ pub fn run(command: PairCommand) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         PairCommand::History(arguments) => history(&arguments.name, arguments.json),
-        PairCommand::Down(pair) => {
-            ask(&pair.name, "down")?;
-            println!("{}: down", pair.name);
-            Ok(ExitCode::SUCCESS)
-        }
+        PairCommand::Down(pair) => down(&pair.name),
         PairCommand::Link(arguments) => {
             let request = match (arguments.action, arguments.milliseconds) {
                 (PairLinkAction::Cut, None) => "link cut".to_owned(),
@@ -149,6 +148,18 @@ impl PairPaths {
         // Each VM's QMP socket must fit too.
         paths::qmp_socket_of(&format!("{name}-1"))?;
         Ok(Self { name: name.to_owned(), dir, socket })
+    }
+
+    /// Node `index` (0, 1)'s libvirt domain under `pair up --libvirt`:
+    /// `holdfast-pair-NAME-N-HASH`, HASH (FNV-1a of the pair's directory) keeping pairs of
+    /// the same name in two state directories (two users, two test runs) apart on one
+    /// libvirtd, and `holdfast-pair-` apart from `holdfast run --libvirt`'s `holdfast-NAME`.
+    pub fn domain_name(&self, index: usize) -> String {
+        let directory = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        let hash = directory.as_os_str().as_encoded_bytes().iter().fold(0x811c_9dc5_u32, |hash, byte| {
+            (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+        });
+        format!("holdfast-pair-{}-{}-{hash:08x}", self.name, index + 1)
     }
 
     /// Node `index` (0, 1)'s VM name: NAME-1, NAME-2.
@@ -272,6 +283,40 @@ fn history(name: &str, json: bool) -> Result<ExitCode, Failure> {
             promotion.takeover_ms,
             promotion.reason
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `pair down`: asks the supervisor to end the pair. With no supervisor, a pair that ran
+/// under libvirt may have left its domains defined (its supervisor was killed): they are
+/// destroyed and undefined from the record `up` left.
+fn down(name: &str) -> Result<ExitCode, Failure> {
+    let paths = PairPaths::of(name)?;
+    let record = paths.dir.join(supervisor::LIBVIRT_RECORD);
+    let supervisor_answers = std::os::unix::net::UnixStream::connect(&paths.socket).is_ok();
+    if supervisor_answers || !record.exists() {
+        // A supervisor's word stands, a refusal included (the domains are its to undefine);
+        // with neither a supervisor nor a record, this says the pair is not up.
+        let answer = ask(name, "down")?;
+        let undefined: Vec<&str> = answer["undefined"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if undefined.is_empty() {
+            println!("{name}: down");
+        } else {
+            println!("{name}: down; domains {} undefined", undefined.join(" and "));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = std::fs::read_to_string(&record).map_err(|error| Failure::other(format!("cannot read '{}': {error}", record.display())))?;
+    let recorded: Value =
+        serde_json::from_str(&text).map_err(|error| Failure::other(format!("'{}' is damaged: {error}", record.display())))?;
+    let uri = recorded["uri"].as_str().ok_or_else(|| Failure::other(format!("'{}' names no URI", record.display())))?;
+    let names: Vec<String> = recorded["domains"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
+    let undefined = supervisor::undefine_domains(uri, &names).map_err(Failure::other)?;
+    let _ = std::fs::remove_file(&record);
+    if undefined.is_empty() {
+        println!("{name}: down (no supervisor ran, and libvirt at {uri} had none of its domains)");
+    } else {
+        println!("{name}: down (no supervisor ran); domains {} undefined", undefined.join(" and "));
     }
     Ok(ExitCode::SUCCESS)
 }
