@@ -180,7 +180,7 @@ pub enum Type {
     Start = 6,
     /// Reply to a waiting caller: invoking it returns to the caller, whose result code is the order. It works at most once.
     Resume = 7,
-    /// CPU time that processes run on.
+    /// CPU time that processes run on, charged one timer tick (10 ms) at a time to the meter and every meter above it (its parent, set when it was made). A process runs out of time when any of them has none left: its keeper (or, without one, the meter's refill or next share) lets it run again. A meter with a share is given that much time by the kernel at the start of every 100 ms period: a tree of shares (the meter keeper, services/meter-keeper, sets tenants' shares).
     Meter = 8,
     /// A revocable forwarder: every invocation goes to the capability in slot 0 of its node, and fails with `void` once that slot is void.
     Indirector = 9,
@@ -531,7 +531,7 @@ pub mod node {
         pub const MAKE_SPACE: u64 = 5;
         /// Returns an indirector capability of this node, which forwards every invocation to the capability in slot 0.
         pub const MAKE_INDIRECTOR: u64 = 6;
-        /// Returns a meter capability of this node.
+        /// Returns a meter capability of this node, below `parent`: the time processes use on the new meter is charged to the parent and every meter above it too, so a meter made at run time never gives more than the meters above it (top meters come only from the initial system). The node's slots become the meter's: 0 the time left, 1 the keeper, 2 the parent, 3 the share.
         pub const MAKE_METER: u64 = 7;
         /// Returns a process capability of this node, the process's root, and adds the process (stopped) to the kernel's table if it is not there; every process is in each checkpoint, however many there are.
         pub const MAKE_PROCESS: u64 = 8;
@@ -573,7 +573,7 @@ pub mod node {
             /// The badge of the indirector capability.
             badge: u64,
         },
-        /// Returns a meter capability of this node.
+        /// Returns a meter capability of this node, below `parent`: the time processes use on the new meter is charged to the parent and every meter above it too, so a meter made at run time never gives more than the meters above it (top meters come only from the initial system). The node's slots become the meter's: 0 the time left, 1 the keeper, 2 the parent, 3 the share.
         MakeMeter,
         /// Returns a process capability of this node, the process's root, and adds the process (stopped) to the kernel's table if it is not there; every process is in each checkpoint, however many there are.
         MakeProcess,
@@ -621,7 +621,13 @@ pub mod node {
                     let badge = message.words[0];
                     Ok(Self::MakeIndirector { badge })
                 }
-                order::MAKE_METER => Ok(Self::MakeMeter),
+                order::MAKE_METER => {
+                    // `parent` must be a meter; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::MakeMeter)
+                }
                 order::MAKE_PROCESS => Ok(Self::MakeProcess),
                 _ => Err(ObjectError::InvalidOrder),
             }
@@ -721,7 +727,7 @@ pub mod process {
         pub const SET_METER: u64 = 7;
         /// Returns a start capability to the process, through which it is called.
         pub const MAKE_START: u64 = 8;
-        /// Makes the process runnable.
+        /// Makes the process runnable. A process with no meter is refused: only the initial system's processes run unmetered.
         pub const START: u64 = 9;
         /// Stops the process; the kernel reports the exit code.
         pub const STOP: u64 = 10;
@@ -761,7 +767,7 @@ pub mod process {
             /// The badge the process sees when invoked through the start capability.
             badge: u64,
         },
-        /// Makes the process runnable.
+        /// Makes the process runnable. A process with no meter is refused: only the initial system's processes run unmetered.
         Start,
         /// Stops the process; the kernel reports the exit code.
         Stop {
@@ -824,7 +830,7 @@ pub mod process {
     }
 }
 
-/// CPU time that processes run on.
+/// CPU time that processes run on, charged one timer tick (10 ms) at a time to the meter and every meter above it (its parent, set when it was made). A process runs out of time when any of them has none left: its keeper (or, without one, the meter's refill or next share) lets it run again. A meter with a share is given that much time by the kernel at the start of every 100 ms period: a tree of shares (the meter keeper, services/meter-keeper, sets tenants' shares).
 pub mod meter {
     use super::{Message, ObjectError};
 
@@ -838,6 +844,8 @@ pub mod meter {
         pub const REFILL: u64 = 2;
         /// Sets the meter's keeper, which is invoked when the meter runs out; void removes it.
         pub const SET_KEEPER: u64 = 3;
+        /// Sets the meter's share: the microseconds of CPU time the kernel gives it at the start of every 100 ms period (what was left is not carried over); 0: none, the meter gets time only from `refill`.
+        pub const SET_SHARE: u64 = 4;
     }
 
     /// An invocation of a meter capability, decoded and with its arguments checked
@@ -856,6 +864,11 @@ pub mod meter {
         },
         /// Sets the meter's keeper, which is invoked when the meter runs out; void removes it.
         SetKeeper,
+        /// Sets the meter's share: the microseconds of CPU time the kernel gives it at the start of every 100 ms period (what was left is not carried over); 0: none, the meter gets time only from `refill`.
+        SetShare {
+            /// Microseconds per 100 ms period.
+            microseconds: u64,
+        },
     }
 
     impl Request {
@@ -869,6 +882,13 @@ pub mod meter {
                     Ok(Self::Refill { microseconds })
                 }
                 order::SET_KEEPER => Ok(Self::SetKeeper),
+                order::SET_SHARE => {
+                    let microseconds = message.words[0];
+                    if microseconds > 100000 {
+                        return Err(ObjectError::OutOfRange);
+                    }
+                    Ok(Self::SetShare { microseconds })
+                }
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

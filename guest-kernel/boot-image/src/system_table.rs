@@ -27,7 +27,8 @@
 //! page (16 bytes):     0 data offset (u32, from the start of the page data)
 //!                      4 data length (u32, at most PAGE_BYTES)
 //!                      8 fill byte for the rest of the page; 9..16 reserved, zero
-//! meter (8 bytes):     0 microseconds (u64)
+//! meter (16 bytes):    0 microseconds (u64)   8 parent (u32): 0 none (a top meter), else
+//!                        1 + the index of an earlier meter   12 reserved (u32, zero)
 //!
 //! capability (24 bytes)
 //!  0  type (u8, the kernel interface's code)   1  rights (u8: 1 read-only, 2 weak, 4 no-call)
@@ -67,7 +68,7 @@ pub const PROCESS_RECORD_BYTES: usize =
     PROCESS_NAME_BYTES + 8 + (2 + CAPABILITY_REGISTER_COUNT) * CAPABILITY_BYTES;
 pub const NODE_RECORD_BYTES: usize = NODE_SLOT_COUNT * CAPABILITY_BYTES;
 pub const PAGE_RECORD_BYTES: usize = 16;
-pub const METER_RECORD_BYTES: usize = 8;
+pub const METER_RECORD_BYTES: usize = 16;
 
 /// Capability type codes of the kernel interface.
 pub mod type_code {
@@ -234,6 +235,9 @@ pub struct Page<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meter {
     pub microseconds: u64,
+    /// The index of the parent meter, always an earlier one (so no cycle); `None`: a top
+    /// meter.
+    pub parent: Option<u32>,
 }
 
 /// Where a capability sits in the table, for error messages.
@@ -281,6 +285,8 @@ pub enum SystemTableError {
     ReservedNotZero {
         offset: usize,
     },
+    /// A meter's parent is not an earlier meter.
+    MeterParent { meter: usize, parent: u32 },
     /// A process's flags have a bit no version defines.
     ProcessFlags { process: usize, flags: u32 },
     ProcessName {
@@ -358,6 +364,9 @@ impl fmt::Display for SystemTableError {
             }
             Self::ProcessName { process } => {
                 write!(f, "process {process}: name is empty or not UTF-8")
+            }
+            Self::MeterParent { meter, parent } => {
+                write!(f, "meter {meter}: parent {parent} is not an earlier meter")
             }
             Self::ProcessFlags { process, flags } => {
                 write!(f, "process {process}: flags {flags:#x} have an undefined bit (bit 0, template, is the only one)")
@@ -518,6 +527,9 @@ impl<'a> SystemTable<'a> {
         for page in 0..layout.page_count {
             table.page_checked(page)?;
         }
+        for meter in 0..layout.meter_count {
+            table.meter_checked(meter)?;
+        }
         Ok(table)
     }
 
@@ -542,12 +554,19 @@ impl<'a> SystemTable<'a> {
     }
 
     pub fn meters(&self) -> impl Iterator<Item = Meter> + '_ {
-        (0..self.layout.meter_count).map(|index| Meter {
-            microseconds: read_u64(
-                self.bytes,
-                self.layout.meters_at + index * METER_RECORD_BYTES,
-            ),
-        })
+        (0..self.layout.meter_count).map(|index| self.meter_checked(index).expect("checked by decode"))
+    }
+
+    fn meter_checked(&self, meter: usize) -> Result<Meter, SystemTableError> {
+        let at = self.layout.meters_at + meter * METER_RECORD_BYTES;
+        let parent = read_u32(self.bytes, at + 8);
+        check_zero(self.bytes, at + 12, 4)?;
+        let parent = match parent {
+            0 => None,
+            above if (above as usize) <= meter => Some(above - 1),
+            above => return Err(SystemTableError::MeterParent { meter, parent: above - 1 }),
+        };
+        Ok(Meter { microseconds: read_u64(self.bytes, at), parent })
     }
 
     fn process_checked(&self, process: usize) -> Result<Process<'a>, SystemTableError> {
@@ -856,6 +875,8 @@ pub fn encode(system: &System<'_>) -> Result<alloc::vec::Vec<u8>, EncodeError> {
     }
     for meter in &system.meters {
         bytes.extend_from_slice(&meter.microseconds.to_le_bytes());
+        bytes.extend_from_slice(&meter.parent.map_or(0, |parent| parent + 1).to_le_bytes());
+        bytes.extend_from_slice(&[0; 4]);
     }
     bytes.extend_from_slice(&page_data);
     let length = bytes.len() as u64;
@@ -933,9 +954,16 @@ mod tests {
                     fill: 0xa5,
                 },
             ],
-            meters: vec![Meter {
-                microseconds: 10_000,
-            }],
+            meters: vec![
+                Meter {
+                    microseconds: 10_000,
+                    parent: None,
+                },
+                Meter {
+                    microseconds: 5_000,
+                    parent: Some(0),
+                },
+            ],
         }
     }
 
@@ -978,6 +1006,23 @@ mod tests {
             SystemTable::decode(&bytes).unwrap_err(),
             SystemTableError::ProcessFlags { process: 0, flags: 2 }
         );
+    }
+
+    #[test]
+    fn a_meter_whose_parent_is_not_an_earlier_meter_is_refused() {
+        let bytes = encode(&sample_system()).unwrap();
+        let meters_at = bytes.len() - 5 - 16 * 2;
+        for (meter, parent) in [(0, 1), (1, 2), (1, 9)] {
+            let mut damaged = bytes.clone();
+            let at = meters_at + meter * METER_RECORD_BYTES + 8;
+            damaged[at..at + 4].copy_from_slice(&(parent + 1u32).to_le_bytes());
+            reseal(&mut damaged);
+            assert_eq!(
+                SystemTable::decode(&damaged).unwrap_err(),
+                SystemTableError::MeterParent { meter, parent },
+                "meter {meter} parent {parent}"
+            );
+        }
     }
 
     #[test]

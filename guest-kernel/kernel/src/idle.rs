@@ -9,6 +9,7 @@ pub fn idle() -> ! {
     loop {
         control::wake_readers();
         crate::ipc::network_notify();
+        process::meter_period_wake();
         if process::any_runnable() {
             process::switch_to_next()
         }

@@ -118,7 +118,10 @@ pub fn build(
     }
     for meter in system.meters() {
         let capability = objects.create_node(CapType::Meter);
+        // The table checks that a parent is an earlier meter.
+        let parent = meter.parent.map_or(Capability::VOID, |parent| made.meters[parent as usize]);
         let node = objects.cache.node_mut(&capability).expect("just made");
+        node.swap(process::METER_PARENT_SLOT, parent);
         node.swap(
             Slot::new(0).expect("slot 0"),
             Capability::number([meter.microseconds, 0]),

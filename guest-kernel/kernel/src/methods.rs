@@ -244,7 +244,16 @@ fn node_method(
         node::Request::MakeIndirector { badge } => {
             ok_capability(made_from_node(objects, CapType::Indirector)?.with_badge(badge))
         }
-        node::Request::MakeMeter => ok_capability(made_from_node(objects, CapType::Meter)?),
+        node::Request::MakeMeter => {
+            // Below a live meter only: a meter made at run time never escapes the tree.
+            let parent = argument(message);
+            let meter = made_from_node(objects, CapType::Meter)?;
+            if parent.kind() != CapType::Meter || objects.cache.check(&parent).is_err() {
+                return Err(ObjectError::WrongType);
+            }
+            swap_slot(objects, &target, crate::process::METER_PARENT_SLOT, parent)?;
+            ok_capability(meter)
+        }
         node::Request::MakeProcess => {
             writable(&target)?;
             // The one limit on processes: memory for their tables (a checkpoint takes any
@@ -396,6 +405,10 @@ fn process_method(
             ok_capability(start.ok_or(ObjectError::InvalidOrder)?.with_badge(badge))
         }
         process::Request::Start => {
+            // Only the initial system's processes run unmetered (the kernel starts those).
+            if root_slot(objects, process_root::METER)?.kind() != CapType::Meter {
+                return Err(ObjectError::NoRight);
+            }
             let mut scheduler = SCHEDULER.lock();
             let process = &mut scheduler.processes[index];
             if matches!(
@@ -418,7 +431,8 @@ fn process_method(
     }
 }
 
-/// A meter is a node: slot 0 a number holding the microseconds left, slot 1 the keeper.
+/// A meter is a node: slot 0 a number holding the microseconds left, slot 1 the keeper,
+/// slot 2 the parent, slot 3 the share (`process::meters`).
 fn meter_method(
     objects: &mut Objects,
     target: Capability,
@@ -446,6 +460,18 @@ fn meter_method(
             node.swap(slot(0)?, Capability::number([microseconds, 0]));
             // A meter node may also be part of a space tree.
             crate::process::node_changed(objects, target.object(), slot(0)?);
+            crate::process::meter_refilled(objects, target.object());
+            ok([0; 4])
+        }
+        meter::Request::SetShare { microseconds } => {
+            writable(&target)?;
+            let node = objects
+                .cache
+                .node_mut(&target)
+                .map_err(|_| ObjectError::InvalidOrder)?;
+            let share = crate::process::METER_SHARE_SLOT;
+            node.swap(share, Capability::number([microseconds, 0]));
+            crate::process::node_changed(objects, target.object(), share);
             crate::process::meter_refilled(objects, target.object());
             ok([0; 4])
         }

@@ -31,6 +31,7 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
     crate::control::wake_readers();
     ipc::network_notify();
     persistence::step(false);
+    crate::process::meter_period_wake();
     if let Some(meter) = charge_meter(&root) {
         let keeper = {
             let objects = OBJECTS.lock();

@@ -104,9 +104,9 @@ pub fn make_initial_image(
             })
             .collect(),
         meters: manifest
-            .meter_microseconds
+            .meters
             .iter()
-            .map(|&microseconds| Meter { microseconds })
+            .map(|meter| Meter { microseconds: meter.microseconds, parent: meter.parent })
             .collect(),
     };
     let table = system_table::encode(&system).map_err(InitialImageError::SystemTable)?;

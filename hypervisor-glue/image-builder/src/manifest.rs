@@ -56,6 +56,13 @@ pub struct ProcessSpec {
     pub template: bool,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MeterSpec {
+    pub microseconds: u64,
+    /// The index of the parent meter, an earlier entry.
+    pub parent: Option<u32>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageSpec {
     pub contents: Vec<u8>,
@@ -69,7 +76,7 @@ pub struct Manifest {
     pub processes: Vec<ProcessSpec>,
     pub nodes: Vec<[Capability; NODE_SLOT_COUNT]>,
     pub pages: Vec<PageSpec>,
-    pub meter_microseconds: Vec<u64>,
+    pub meters: Vec<MeterSpec>,
 }
 
 // The file as serde reads it. Entries are kept as tables here and read one by one, so that
@@ -123,6 +130,8 @@ struct PageEntry {
 struct MeterEntry {
     name: String,
     microseconds: u64,
+    /// An earlier meter, which is charged whatever this one is (a tree of meters).
+    parent: Option<String>,
 }
 
 /// `{}`: the kinds that designate no object.
@@ -316,12 +325,28 @@ impl Manifest {
             });
         }
 
+        let mut meter_specs = Vec::with_capacity(meters.len());
+        for (index, meter) in meters.iter().enumerate() {
+            let parent = match &meter.parent {
+                None => None,
+                Some(parent) => {
+                    let place = format!("meter '{}' parent", meter.name);
+                    let found = lookup(&names.meters, "meter", parent).map_err(|problem| error(place.clone(), problem))?;
+                    if found as usize >= index {
+                        return Err(error(place, format!("'{parent}' must come before it (meters form a tree)")));
+                    }
+                    Some(found)
+                }
+            };
+            meter_specs.push(MeterSpec { microseconds: meter.microseconds, parent });
+        }
+
         Ok(Self {
             file: file.to_owned(),
             processes: process_specs,
             nodes: node_specs,
             pages: page_specs,
-            meter_microseconds: meters.iter().map(|meter| meter.microseconds).collect(),
+            meters: meter_specs,
         })
     }
 
@@ -641,7 +666,7 @@ mod tests {
                 fill: 0xa5
             }]
         );
-        assert_eq!(manifest.meter_microseconds, [10_000]);
+        assert_eq!(manifest.meters, [MeterSpec { microseconds: 10_000, parent: None }]);
     }
 
     #[test]
@@ -811,6 +836,18 @@ mod tests {
         assert_eq!(
             message(&with_register("{ consol = {} }")),
             "services/manifest.toml: process 'echo' register 3: unknown field `consol`, expected one of `console`, `clock`, `checkpoint`, `journal`, `control`, `network-device`, `range`, `own-process`, `process`, `start`, `node`, `space`, `page`, `meter`, `number`, `boot-number`, `indirector`, `badge`, `height`, `rights`"
+        );
+    }
+
+    #[test]
+    fn a_meter_parent_must_come_before_it() {
+        assert_eq!(
+            message("[[meter]]\nname = \"a\"\nmicroseconds = 1\nparent = \"b\"\n\n[[meter]]\nname = \"b\"\nmicroseconds = 1\n"),
+            "services/manifest.toml: meter 'a' parent: 'b' must come before it (meters form a tree)"
+        );
+        assert_eq!(
+            message("[[meter]]\nname = \"a\"\nmicroseconds = 1\nparent = \"c\"\n"),
+            "services/manifest.toml: meter 'a' parent: no meter named 'c'"
         );
     }
 

@@ -3,7 +3,7 @@
 //! it sold and every capability to it void), one tenant's exhaustion leaving another's
 //! purchases alone; then, after a restart, that the banks and what they sold came back as
 //! the checkpoint caught them. Prints `bank-test: before the restart: passed`, then
-//! `bank-test: after the restart: passed`, or `bank-test: MISMATCH: ...` and stops.
+//! `bank-test: after the restart: passed`, or `bank-test: <phase>: MISMATCH: ...` and stops.
 //!
 //! Capability registers: 0 console, 1 own process, 2 bank A (limits 8 pages, 8 nodes),
 //! 3 bank B (64, 64), 4 the clock, 5 a node kept across the restart; 6 to 11 scratch.
@@ -11,10 +11,10 @@
 #![no_main]
 
 use holdfast_userlib::abi::InvocationError;
+use holdfast_userlib::check::verdict;
 use holdfast_userlib::bank::{self, Info, refusal};
 use holdfast_userlib::interface::{clock, identify, node, page, process};
 use holdfast_userlib::syscall::{CapReg, Error};
-use holdfast_userlib::{self as user};
 
 const BANK_A: CapReg = CapReg::new(2);
 const BANK_B: CapReg = CapReg::new(3);
@@ -114,22 +114,9 @@ fn after_the_restart() -> Checked {
     Ok(())
 }
 
-fn report(phase: &str, checked: Checked) -> bool {
-    match checked {
-        Ok(()) => {
-            user::print_parts(&[b"bank-test: ", phase.as_bytes(), b": passed\n"]);
-            true
-        }
-        Err(what) => {
-            user::print_parts(&[b"bank-test: MISMATCH: ", phase.as_bytes(), b": ", what.as_bytes(), b"\n"]);
-            false
-        }
-    }
-}
-
 fn main() -> u64 {
     let boot = clock::now(CLOCK).map_or(0, |now| now.boot);
-    if !report("before the restart", before_the_restart()) {
+    if !verdict("bank-test: before the restart", before_the_restart()) {
         return 1;
     }
     // Waits for a restart, reading the clock now and then.
@@ -138,10 +125,10 @@ fn main() -> u64 {
             core::hint::spin_loop();
         }
     }
-    if !report("after the restart", after_the_restart()) {
+    if !verdict("bank-test: after the restart", after_the_restart()) {
         return 1;
     }
     0
 }
 
-user::entry!(main);
+holdfast_userlib::entry!(main);

@@ -15,6 +15,7 @@
 #![no_main]
 
 use holdfast_userlib::bank;
+use holdfast_userlib::check::verdict;
 use holdfast_userlib::constructor::{is_confined, yield_process};
 use holdfast_userlib::syscall::CapReg;
 use holdfast_userlib::{self as user};
@@ -52,11 +53,7 @@ fn check() -> Result<(), &'static str> {
 }
 
 fn main() -> u64 {
-    match check() {
-        Ok(()) => user::print("constructor-test: passed\n"),
-        Err(what) => user::print_parts(&[b"constructor-test: MISMATCH: ", what.as_bytes(), b"\n"]),
-    }
-    0
+    u64::from(!verdict("constructor-test", check()))
 }
 
 user::entry!(main);

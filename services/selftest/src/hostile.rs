@@ -23,7 +23,8 @@
 //! process made here with it as keeper would keep the echo server busy forever), 6 a
 //! number whose first word is how many invocations to make, 7 the boot number `fuzz-seed`,
 //! 8 the ledger: a node holding the four nodes, never invoked by the fuzzing, from which
-//! the processes made are found at the end. Capabilities received land in 6..=15 but 8.
+//! the processes made are found at the end, and in slot 4 the meter each process made is
+//! given at once (a process made at run time starts only with a meter). Capabilities received land in 6..=15 but 8.
 #![no_std]
 #![no_main]
 
@@ -41,6 +42,8 @@ const LEDGER: u8 = 8;
 const CLEANUP: [u8; 2] = [9, 10];
 /// Nodes in the ledger (`services/manifest.toml`).
 const LEDGER_NODES: u64 = 4;
+/// The ledger's slot of the meter made processes run on.
+const LEDGER_METER: u64 = 4;
 /// The echo server's order that replies with a copy of its resume capability
 /// (`echo_server.rs` `RESUME_COPY`).
 const ECHO_RESUME_COPY: u64 = 7;
@@ -253,6 +256,17 @@ fn print_number_line(parts: &[(&[u8], u64)], end: &[u8]) {
     user::print_parts(&line[..=used]);
 }
 
+/// Gives the process made into register `process` the ledger's meter, fetched into a
+/// scratch register (15, or 14 if the process is in 15), which it returns.
+fn give_meter(process: u8) -> u8 {
+    let scratch = if process == 15 { 14 } else { 15 };
+    let fetched = Invocation::call(LEDGER, node::FETCH, [LEDGER_METER, 0, 0, 0]).receiving(&[scratch]).invoke(&mut []);
+    if fetched.code == 0 {
+        let _ = Invocation::call(process, process::SET_METER, [0; 4]).sending(&[scratch]).invoke(&mut []);
+    }
+    scratch
+}
+
 fn main() -> u64 {
     let invocations_max =
         user::call(INVOCATIONS, methods::number::VALUE, [0; 4]).map_or(3000, |words| words[0]);
@@ -327,6 +341,9 @@ fn main() -> u64 {
             _ => invocation.invoke(&mut buffer),
         };
         counts.count(aim(held, order), reply.code == 0);
+        if aim(held, order) == Aim::MakeProcess && reply.code == 0 && receive_count > 0 {
+            used_resumes &= !(1 << give_meter(received[0]));
+        }
         // What the registers that received hold now; the echo server's copy of its resume
         // capability is the one capability of its reply.
         for &register in &received[..receive_count] {

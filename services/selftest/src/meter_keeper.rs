@@ -1,4 +1,6 @@
-//! A meter keeper: refills the meter each time it runs out and restarts the process.
+//! A meter keeper for the boot self-test (the program `meter-refiller`; the tenants' meter
+//! keeper is services/meter-keeper): refills the meter each time it runs out and restarts
+//! the process.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the meter it keeps. Orders: a
 //! `METER_EXHAUSTED` message refills the meter with `REFILL_MICROSECONDS` and replies;

@@ -24,6 +24,7 @@ const SPACE: u8 = 10;
 const WEAK_SPACE: u8 = 11;
 const MADE_PROCESS: u8 = 12;
 const SCRATCH: u8 = 13;
+const MADE_METER: u8 = 14;
 
 fn error(error: ObjectError) -> Result<[u64; 4], u64> {
     Err(error as u64)
@@ -229,7 +230,13 @@ fn started_process(checks: &mut user::check::Checks) {
             .invoke(&mut [])
             .code
             == 0;
-    let started = prepared && user::call(MADE_PROCESS, process::START, [0; 4]).is_ok();
+    checks.code(
+        "process: a made process without a meter is not started",
+        user::call(MADE_PROCESS, process::START, [0; 4]).err().unwrap_or(0),
+        ObjectError::NoRight as u64,
+    );
+    let metered = Invocation::call(MADE_PROCESS, process::SET_METER, [0; 4]).sending(&[MADE_METER]).invoke(&mut []).code == 0;
+    let started = prepared && metered && user::call(MADE_PROCESS, process::START, [0; 4]).is_ok();
     // The timer preempts this loop and the made process gets its turn.
     let mut ran = false;
     for _ in 0..200_000_000u64 {
@@ -292,7 +299,16 @@ fn more_methods(checks: &mut user::check::Checks) {
         wrong.code,
         ObjectError::WrongType as u64,
     );
-    let weak_meter = into(FETCHED, WEAK_NODE, node::MAKE_METER, [0; 4]);
+    let weak_meter = Invocation::call(WEAK_NODE, node::MAKE_METER, [0; 4])
+        .sending(&[METER])
+        .receiving(&[FETCHED])
+        .invoke(&mut [])
+        .code;
+    checks.code(
+        "node: a meter is made only below a meter (its parent)",
+        into(FETCHED, NODE, node::MAKE_METER, [0; 4]),
+        ObjectError::WrongType as u64,
+    );
     let weak_process = into(FETCHED, WEAK_NODE, node::MAKE_PROCESS, [0; 4]);
     checks.check(
         "node: no meter or process from a weak node",

@@ -11,6 +11,7 @@
 #![no_main]
 
 use holdfast_userlib::bank;
+use holdfast_userlib::check::verdict;
 use holdfast_userlib::interface::{page, process, space};
 use holdfast_userlib::space::{SPACE_HEIGHT, slot};
 use holdfast_userlib::syscall::CapReg;
@@ -88,11 +89,7 @@ fn check() -> Result<(), &'static str> {
 }
 
 fn main() -> u64 {
-    match check() {
-        Ok(()) => user::print("virtual-copy-test: passed\n"),
-        Err(what) => user::print_parts(&[b"virtual-copy-test: MISMATCH: ", what.as_bytes(), b"\n"]),
-    }
-    0
+    u64::from(!verdict("virtual-copy-test", check()))
 }
 
 user::entry!(main);

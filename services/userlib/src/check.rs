@@ -30,3 +30,13 @@ impl Checks {
         self.check(what, got == expected);
     }
 }
+
+/// Prints `<program>: passed`, or `<program>: MISMATCH: <what>` naming the first check that
+/// failed: the one-line verdict a host test waits for. Returns whether it passed.
+pub fn verdict(program: &str, result: Result<(), &str>) -> bool {
+    match result {
+        Ok(()) => user::print_parts(&[program.as_bytes(), b": passed\n"]),
+        Err(what) => user::print_parts(&[program.as_bytes(), b": MISMATCH: ", what.as_bytes(), b"\n"]),
+    }
+    result.is_ok()
+}

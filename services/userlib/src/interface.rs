@@ -272,13 +272,15 @@ pub mod node {
         Ok(())
     }
 
-    /// Returns a meter capability of this node.
+    /// Returns a meter capability of this node, below `parent`: the time processes use on the new meter is charged to the parent and every meter above it too, so a meter made at run time never gives more than the meters above it (top meters come only from the initial system). The node's slots become the meter's: 0 the time left, 1 the keeper, 2 the parent, 3 the share.
     ///
+    /// - `parent`: The parent meter. Type meter.
     /// - `into`: the capability register that receives the meter capability.
     ///
-    /// Errors: `read_only`; and invocation errors.
-    pub fn make_meter(node: CapReg, into: CapReg) -> Result<(), Error> {
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
+    pub fn make_meter(node: CapReg, parent: CapReg, into: CapReg) -> Result<(), Error> {
         invoke(Invocation {
+            send: &[parent],
             receive: &[into],
             ..Invocation::call(node, order::MAKE_METER)
         })
@@ -510,9 +512,9 @@ pub mod process {
         Ok(())
     }
 
-    /// Makes the process runnable.
+    /// Makes the process runnable. A process with no meter is refused: only the initial system's processes run unmetered.
     ///
-    /// Errors: `read_only`; and invocation errors.
+    /// Errors: `read_only`, `no_right`; and invocation errors.
     pub fn start(process: CapReg) -> Result<(), Error> {
         invoke(Invocation::call(process, order::START)).check()?;
         Ok(())
@@ -547,7 +549,7 @@ pub mod process {
     }
 }
 
-/// CPU time that processes run on.
+/// CPU time that processes run on, charged one timer tick (10 ms) at a time to the meter and every meter above it (its parent, set when it was made). A process runs out of time when any of them has none left: its keeper (or, without one, the meter's refill or next share) lets it run again. A meter with a share is given that much time by the kernel at the start of every 100 ms period: a tree of shares (the meter keeper, services/meter-keeper, sets tenants' shares).
 pub mod meter {
     use crate::abi::interface::meter::order;
     use crate::syscall::{CapReg, Error, Invocation, invoke};
@@ -586,6 +588,20 @@ pub mod meter {
         invoke(Invocation {
             send: &[keeper],
             ..Invocation::call(meter, order::SET_KEEPER)
+        })
+        .check()?;
+        Ok(())
+    }
+
+    /// Sets the meter's share: the microseconds of CPU time the kernel gives it at the start of every 100 ms period (what was left is not carried over); 0: none, the meter gets time only from `refill`.
+    ///
+    /// - `microseconds`: Microseconds per 100 ms period. Range 0..=100000.
+    ///
+    /// Errors: `read_only`, `out_of_range`; and invocation errors.
+    pub fn set_share(meter: CapReg, microseconds: u64) -> Result<(), Error> {
+        invoke(Invocation {
+            words: [microseconds, 0, 0, 0],
+            ..Invocation::call(meter, order::SET_SHARE)
         })
         .check()?;
         Ok(())

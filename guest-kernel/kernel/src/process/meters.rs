@@ -1,50 +1,150 @@
-//! Meters: the CPU time a process may use, charged one timer period at a time, and
-//! refilled by whoever holds the meter.
+//! Meters: the CPU time a process may use, charged one timer period at a time to its meter
+//! and every meter above it (a tree: KeyKOS's meters), and refilled by whoever holds a
+//! meter or, for a meter with a share, by the kernel at the start of every period
+//! ([`METER_PERIOD_TICKS`]): a tenant's meter with a share of 30 ms gets 30 ms of every
+//! 100 ms, however much it spins, and the others run meanwhile.
 
 use holdfast_objects::node::process_root;
-use holdfast_objects::{CapType, Capability, ObjectId, Slot};
+use holdfast_objects::{CapType, Capability, Node, ObjectId, Slot};
 
+use crate::arch::timer;
 use crate::objects::{OBJECTS, Objects};
 use super::switch::node_changed;
 use super::table::{ProcessState, SCHEDULER};
 
-/// The microseconds a meter holds are a number in slot 0 of its node; its keeper is in
-/// slot 1.
+/// The microseconds a meter holds are a number in slot 0 of its node, with the period of
+/// its last share in word 1; its keeper is in slot 1, its parent meter in slot 2, and its
+/// share (microseconds a period, 0: none) a number in slot 3.
 const METER_TIME_SLOT: Slot = Slot::constant(0);
-
 pub const METER_KEEPER_SLOT: Slot = Slot::constant(1);
+pub const METER_PARENT_SLOT: Slot = Slot::constant(2);
+pub const METER_SHARE_SLOT: Slot = Slot::constant(3);
 
-/// Charges one timer period to the meter of the process `root`, if it has one. Returns the
-/// meter if it has run out.
-pub fn charge_meter(root: &Capability) -> Option<Capability> {
-    const PERIOD_MICROSECONDS: u64 = 1_000_000 / crate::arch::timer::TIMER_HZ;
-    let mut objects = OBJECTS.lock();
-    let meter = objects.cache.node(root).ok()?.get(process_root::METER);
-    let meter = objects.cache.live_or_void(meter);
-    if meter.kind() != CapType::Meter {
-        return None;
-    }
-    let node = objects.cache.node_mut(&meter).ok()?;
-    let left = node
-        .get(METER_TIME_SLOT)
-        .number_words()
-        .map_or(0, |[left, _]| left);
-    let left = left.saturating_sub(PERIOD_MICROSECONDS);
-    node.swap(METER_TIME_SLOT, Capability::number([left, 0]));
-    node_changed(&mut objects, meter.object(), METER_TIME_SLOT);
-    (left == 0).then_some(meter)
+/// A share is given at the start of every period of this many timer ticks (100 ms).
+pub const METER_PERIOD_TICKS: u64 = timer::TIMER_HZ / 10;
+
+/// Meters above a process's own that are charged too: deeper trees are cut there (a cycle
+/// of parents, which `make_meter` cannot make but a node's holder could, ends too).
+const METER_DEPTH_MAX: usize = 8;
+
+const TICK_MICROSECONDS: u64 = 1_000_000 / timer::TIMER_HZ;
+
+fn period_now() -> u64 {
+    timer::ticks() / METER_PERIOD_TICKS
 }
 
-/// Meter `meter` (a node) was refilled: every process that ran out of time on it runs again.
-pub fn meter_refilled(objects: &Objects, meter: ObjectId) {
+/// A meter's time left in period `period`, with the share given if this period has not had
+/// it yet; and the period to record with it.
+fn time_left(node: &Node, period: u64) -> (u64, u64) {
+    let [left, given_in] = node.get(METER_TIME_SLOT).number_words().unwrap_or([0, 0]);
+    let share = node.get(METER_SHARE_SLOT).number_words().map_or(0, |[share, _]| share);
+    if share > 0 && given_in != period { (share, period) } else { (left, given_in) }
+}
+
+/// A process's meter and the meters above it, nearest first: a fixed-size list, so that
+/// the charge at every timer tick allocates nothing.
+struct MeterChain {
+    meters: [Capability; METER_DEPTH_MAX],
+    length: usize,
+}
+
+impl MeterChain {
+    /// The chain of the process `root` (empty without a meter), at most
+    /// [`METER_DEPTH_MAX`] meters.
+    fn of(objects: &Objects, root: &Capability) -> Self {
+        let mut chain = Self { meters: [Capability::VOID; METER_DEPTH_MAX], length: 0 };
+        let Ok(node) = objects.cache.node(root) else { return chain };
+        let mut meter = objects.cache.live_or_void(node.get(process_root::METER));
+        while meter.kind() == CapType::Meter && chain.length < METER_DEPTH_MAX {
+            chain.meters[chain.length] = meter;
+            chain.length += 1;
+            let Ok(node) = objects.cache.node(&meter) else { break };
+            meter = objects.cache.live_or_void(node.get(METER_PARENT_SLOT));
+        }
+        chain
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
+        self.meters[..self.length].iter().copied()
+    }
+
+    fn contains(&self, meter: ObjectId) -> bool {
+        self.iter().any(|held| held.object() == meter)
+    }
+}
+
+/// Charges one timer period to the meter of the process `root` and every meter above it.
+/// Returns the nearest meter that has run out, if any: the process may not go on.
+pub fn charge_meter(root: &Capability) -> Option<Capability> {
+    let mut objects = OBJECTS.lock();
+    let period = period_now();
+    let chain = MeterChain::of(&objects, root);
+    let mut exhausted = None;
+    for meter in chain.iter() {
+        let Ok(node) = objects.cache.node_mut(&meter) else { continue };
+        let (left, given_in) = time_left(node, period);
+        let left = left.saturating_sub(TICK_MICROSECONDS);
+        node.swap(METER_TIME_SLOT, Capability::number([left, given_in]));
+        node_changed(&mut objects, meter.object(), METER_TIME_SLOT);
+        if left == 0 && exhausted.is_none() {
+            exhausted = Some(meter);
+        }
+    }
+    exhausted
+}
+
+/// Whether every meter of the process `root` has time left now (a share not yet given this
+/// period counts as given).
+fn has_time(objects: &Objects, root: &Capability, period: u64) -> bool {
+    MeterChain::of(objects, root).iter().all(|meter| {
+        objects.cache.node(&meter).is_ok_and(|node| time_left(node, period).0 > 0)
+    })
+}
+
+/// Runs again every process out of time whose meters all have time now, among those whose
+/// chain `holds` accepts.
+fn wake_out_of_time(objects: &Objects, holds: impl Fn(&MeterChain) -> bool) {
+    let period = period_now();
     let mut scheduler = SCHEDULER.lock();
     for process in scheduler.processes.iter_mut() {
-        let on_meter = objects
-            .cache
-            .node(&process.root)
-            .map(|node| node.get(process_root::METER).object() == meter);
-        if process.state == ProcessState::OutOfTime && on_meter == Ok(true) {
+        if process.state == ProcessState::OutOfTime
+            && holds(&MeterChain::of(objects, &process.root))
+            && has_time(objects, &process.root, period)
+        {
             process.state = ProcessState::Runnable;
         }
     }
+}
+
+/// Meter `meter` (a node) was refilled or given a share: every process out of time below it
+/// runs again if its other meters allow.
+pub fn meter_refilled(objects: &Objects, meter: ObjectId) {
+    wake_out_of_time(objects, |chain| chain.contains(meter));
+}
+
+/// At the start of each period, processes out of time whose meters get a share run again.
+/// Called at every timer tick, from ring 3 and from the idle loop.
+pub fn meter_period_wake() {
+    static LAST_PERIOD: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+    let period = period_now();
+    if LAST_PERIOD.swap(period, core::sync::atomic::Ordering::Relaxed) == period {
+        return;
+    }
+    let objects = OBJECTS.lock();
+    wake_out_of_time(&objects, |_| true);
+}
+
+/// Whether some process out of time will run again when the next period gives its meters
+/// their shares: every meter of its chain has time left or a share.
+pub fn waits_for_a_share() -> bool {
+    let objects = OBJECTS.lock();
+    let scheduler = SCHEDULER.lock();
+    scheduler.processes.iter().filter(|process| process.state == ProcessState::OutOfTime).any(|process| {
+        MeterChain::of(&objects, &process.root).iter().all(|meter| {
+            objects.cache.node(&meter).is_ok_and(|node| {
+                let share = node.get(METER_SHARE_SLOT).number_words().map_or(0, |[share, _]| share);
+                share > 0 || time_left(node, period_now()).0 > 0
+            })
+        })
+    })
 }
