@@ -21,6 +21,7 @@ pub mod random;
 pub mod space;
 pub mod bank;
 pub mod constructor;
+pub mod counters;
 
 pub const CONSOLE: u8 = 0;
 pub const OWN_PROCESS: u8 = 1;
