@@ -28,17 +28,11 @@ pub enum Outcome {
 /// families as fit one invocation's string, and the first family after them. `None` if the
 /// first does not fit alone.
 fn counters_page(families: &[alloc::string::String], first_family: u64) -> Option<(u64, Vec<u8>)> {
+    let lengths: Vec<usize> = families.iter().map(alloc::string::String::len).collect();
     let first = usize::try_from(first_family).unwrap_or(usize::MAX).min(families.len());
-    let mut page = Vec::new();
-    let mut next = first;
-    for family in &families[first..] {
-        if page.len() + family.len() > holdfast_abi::INVOCATION_STRING_BYTES_MAX {
-            break;
-        }
-        page.extend_from_slice(family.as_bytes());
-        next += 1;
-    }
-    (next > first || first == families.len()).then_some((next as u64, page))
+    let end = holdfast_abi::counters_page_end(&lengths, first)?;
+    let page = families[first..end].iter().flat_map(|family| family.bytes()).collect();
+    Some((end as u64, page))
 }
 
 fn reply(result: Result<[u64; 4], ObjectError>) -> Outcome {
