@@ -103,7 +103,15 @@ OVERVIEW = dashboard(
             [f"holdfast_journal_commits_per_flush{{{VM}}}"],
             description="TP1 transactions made durable per journal flush since boot.",
         ),
-        panel("Journal commit time (mean over 1 min)", [f"vm:holdfast_journal_commit_seconds:mean1m{{{VM}}}"], unit="s"),
+        panel(
+            "Journal commit time",
+            [
+                (f"histogram_quantile(0.99, sum by (vm, le) (rate(holdfast_journal_commit_seconds_bucket{{{VM}}}[5m])))", "p99 over 5 min {{vm}}"),
+                (f"vm:holdfast_journal_commit_seconds:mean1m{{{VM}}}", "mean over 1 min {{vm}}"),
+            ],
+            unit="s",
+            description="From a commit's request to its acknowledgement (the flush; on a pair, the standby's too).",
+        ),
     ],
 )
 
@@ -116,7 +124,8 @@ STORE = dashboard(
         panel(
             "Snapshot pause",
             [
-                (f"holdfast_checkpoint_snapshot_pause_seconds{{{VM}}}", "last {{vm}}"),
+                (f"histogram_quantile(0.99, sum by (vm, le) (rate(holdfast_checkpoint_snapshot_pause_seconds_bucket{{{VM}}}[5m])))", "p99 over 5 min {{vm}}"),
+                (f"holdfast_checkpoint_snapshot_pause_last_seconds{{{VM}}}", "last {{vm}}"),
                 (f"holdfast_checkpoint_snapshot_pause_seconds_max{{{VM}}}", "max since boot {{vm}}"),
             ],
             unit="s",
@@ -124,7 +133,8 @@ STORE = dashboard(
         panel(
             "Stabilization time against the interval",
             [
-                (f"holdfast_checkpoint_stabilization_seconds{{{VM}}}", "stabilization {{vm}}"),
+                (f"histogram_quantile(0.99, sum by (vm, le) (rate(holdfast_checkpoint_stabilization_seconds_bucket{{{VM}}}[5m])))", "p99 over 5 min {{vm}}"),
+                (f"holdfast_checkpoint_stabilization_last_seconds{{{VM}}}", "last {{vm}}"),
                 (f"holdfast_checkpoint_interval_seconds{{{VM}}}", "interval {{vm}}"),
             ],
             unit="s",

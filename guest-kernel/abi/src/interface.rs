@@ -979,7 +979,7 @@ pub mod checkpoint {
         pub const STATUS: u64 = 2;
         /// Asks for a checkpoint now rather than at the end of the interval, and returns at once: `status` shows its commit.
         pub const TAKE: u64 = 3;
-        /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
+        /// The store's counters in the Prometheus text format, in base units, `_total` for counters, `_bucket`, `_sum` and `_count` for histograms: one `name value` line each, grouped in families (a metric's lines: all of a histogram's). The text is longer than one invocation's string, so it comes in pages of whole families: the first from family 0, each next from the `next_family` the one before returned, until `next_family` reaches `family_count`. A page is never cut inside a line or a family; its values are read at once (pages read one after another may be from moments apart).
         pub const COUNTERS: u64 = 4;
         /// Says whether checkpoints are failing. A failed checkpoint is retried at the next interval; while `since_commit` is not 0, nothing done since the last committed checkpoint is persisted but the journal's commits. (A store that can no longer be written stops the system instead.)
         pub const FAILURES: u64 = 5;
@@ -1001,8 +1001,11 @@ pub mod checkpoint {
         Status,
         /// Asks for a checkpoint now rather than at the end of the interval, and returns at once: `status` shows its commit.
         Take,
-        /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
-        Counters,
+        /// The store's counters in the Prometheus text format, in base units, `_total` for counters, `_bucket`, `_sum` and `_count` for histograms: one `name value` line each, grouped in families (a metric's lines: all of a histogram's). The text is longer than one invocation's string, so it comes in pages of whole families: the first from family 0, each next from the `next_family` the one before returned, until `next_family` reaches `family_count`. A page is never cut inside a line or a family; its values are read at once (pages read one after another may be from moments apart).
+        Counters {
+            /// The first family returned: 0, then the `next_family` of the page before. One at or beyond `family_count` returns an empty page.
+            first_family: u64,
+        },
         /// Says whether checkpoints are failing. A failed checkpoint is retried at the next interval; while `since_commit` is not 0, nothing done since the last committed checkpoint is persisted but the journal's commits. (A store that can no longer be written stops the system instead.)
         Failures,
     }
@@ -1021,7 +1024,10 @@ pub mod checkpoint {
                 }
                 order::STATUS => Ok(Self::Status),
                 order::TAKE => Ok(Self::Take),
-                order::COUNTERS => Ok(Self::Counters),
+                order::COUNTERS => {
+                    let first_family = message.words[0];
+                    Ok(Self::Counters { first_family })
+                }
                 order::FAILURES => Ok(Self::Failures),
                 _ => Err(ObjectError::InvalidOrder),
             }

@@ -142,6 +142,27 @@ pub mod test_disk {
     }
 }
 
+/// `checkpoint.counters`' pages: given the byte length of every family of the counters'
+/// text, where the page that starts at family `first` ends (the first family not in it):
+/// as many whole families as fit one invocation's string. A `first` at or beyond the end
+/// gives an empty page (`Some(family_bytes.len())`); `None` if family `first` alone does
+/// not fit, as a family is never cut.
+pub fn counters_page_end(family_bytes: &[usize], first: usize) -> Option<usize> {
+    if first >= family_bytes.len() {
+        return Some(family_bytes.len());
+    }
+    let mut bytes = 0;
+    let mut end = first;
+    while let Some(&length) = family_bytes.get(end) {
+        if bytes + length > INVOCATION_STRING_BYTES_MAX {
+            break;
+        }
+        bytes += length;
+        end += 1;
+    }
+    (end > first).then_some(end)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +181,36 @@ mod tests {
         assert_ne!(sector(7, 1), sector(7, 2));
         assert_ne!(sector(7, 1), sector(8 << 20, 1));
         assert!(sector(7, 1).windows(2).any(|pair| pair[0] != pair[1]));
+    }
+
+    #[test]
+    fn counters_pages_hold_whole_families_and_cover_the_text() {
+        // A text of 3.5 pages: families of 1000 bytes, then one of 1500, then small ones.
+        let families = [1000, 1000, 1000, 1000, 1500, 40, 40, 4096, 40];
+        let mut pages = pages_from_the_start(&families);
+        assert_eq!(pages.next(), Some((0, 4)));
+        assert_eq!(pages.next(), Some((4, 7)));
+        assert_eq!(pages.next(), Some((7, 8)), "a family of exactly a page fits alone");
+        assert_eq!(pages.next(), Some((8, 9)));
+        assert_eq!(pages.next(), None);
+        assert_eq!(counters_page_end(&families, 9), Some(9), "past the end: an empty page");
+        assert_eq!(counters_page_end(&families, usize::MAX), Some(9));
+        assert_eq!(counters_page_end(&[10, 4097], 1), None, "a family longer than a page is refused");
+        assert_eq!(counters_page_end(&[], 0), Some(0));
+    }
+
+    /// The pages a reader gets going from family 0 to the end, as (first, end).
+    fn pages_from_the_start(families: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut first = 0;
+        core::iter::from_fn(move || {
+            if first >= families.len() {
+                return None;
+            }
+            let end = counters_page_end(families, first).expect("every family fits a page");
+            assert!(end > first);
+            let page = (first, end);
+            first = end;
+            Some(page)
+        })
     }
 }

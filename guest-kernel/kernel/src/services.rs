@@ -24,6 +24,17 @@ pub enum Outcome {
     WaitUntilDurable(u64),
 }
 
+/// The page of `checkpoint.counters` that starts at family `first_family`: as many whole
+/// families as fit one invocation's string, and the first family after them. `None` if the
+/// first does not fit alone.
+fn counters_page(families: &[alloc::string::String], first_family: u64) -> Option<(u64, Vec<u8>)> {
+    let lengths: Vec<usize> = families.iter().map(alloc::string::String::len).collect();
+    let first = usize::try_from(first_family).unwrap_or(usize::MAX).min(families.len());
+    let end = holdfast_abi::counters_page_end(&lengths, first)?;
+    let page = families[first..end].iter().flat_map(|family| family.bytes()).collect();
+    Some((end as u64, page))
+}
+
 fn reply(result: Result<[u64; 4], ObjectError>) -> Outcome {
     Outcome::Reply(match result {
         Ok(words) => Message::reply(0, words),
@@ -77,15 +88,18 @@ pub fn invoke(objects: &mut Objects, target: Capability, message: &Message) -> O
             Ok(checkpoint::Request::Take) => writable(&target)
                 .and_then(|()| store::request_now().ok_or(unavailable))
                 .map(|()| [0; 4]),
-            Ok(checkpoint::Request::Counters) => {
-                let Some(text) = store::counters_text() else {
+            Ok(checkpoint::Request::Counters { first_family }) => {
+                let Some(families) = store::counters_families() else {
                     return reply(Err(unavailable));
                 };
-                let mut message = Message::reply(0, [0; 4]);
-                let mut bytes = text.into_bytes();
-                bytes.truncate(holdfast_abi::INVOCATION_STRING_BYTES_MAX);
-                message.words[0] = bytes.len() as u64;
-                message.string = bytes.into();
+                let Some((next_family, page)) = counters_page(&families, first_family) else {
+                    // A family longer than a page: never cut, so never sent. Each family
+                    // is a line or a histogram of at most 16 buckets, well under a page.
+                    crate::println!("holdfast: counters family {first_family} is longer than a page; refused");
+                    return reply(Err(unavailable));
+                };
+                let mut message = Message::reply(0, [next_family, families.len() as u64, 0, 0]);
+                message.string = page.into();
                 return Outcome::Reply(message);
             }
             Err(error) => Err(error),

@@ -10,6 +10,7 @@ use crate::format::log_record::{BlockKind, LogHeader, RecordKind};
 use crate::format::superblock::{LogCursor, LogTruncation, Superblock};
 use crate::format::{as_block, checksum, sealed_checksum, zeroed_block};
 use crate::geometry::{Geometry, Layout};
+use crate::histogram::SecondsHistogram;
 use crate::home::{data_region, table_region};
 use crate::phase::CheckpointPhase;
 use crate::store::{MirrorStatus, Store};
@@ -23,7 +24,9 @@ pub struct StoreCounters {
     /// Nodes and pages written into checkpoints since open.
     pub checkpoint_objects_written_total: u64,
     /// The last stabilization time the caller noted (the store has no clock).
-    pub checkpoint_stabilization_seconds: f64,
+    pub checkpoint_stabilization_last_seconds: f64,
+    /// Every stabilization time the caller noted since open.
+    pub checkpoint_stabilization_seconds: SecondsHistogram,
     pub log_fill_ratio: f64,
     /// Log-resident blocks (node pots and pages) the current migration still has to move.
     pub migration_backlog_objects: u64,
@@ -39,7 +42,17 @@ pub struct StoreCounters {
 }
 
 impl StoreCounters {
-    /// Every counter with its metric name, for the text exposition format.
+    /// The histograms with their metric names (the lines [`SecondsHistogram::write_text`]
+    /// writes).
+    pub fn histograms(&self) -> [(&'static str, &SecondsHistogram); 1] {
+        [(
+            "holdfast_checkpoint_stabilization_seconds",
+            &self.checkpoint_stabilization_seconds,
+        )]
+    }
+
+    /// Every counter but the histograms with its metric name, for the text exposition
+    /// format.
     pub fn metrics(&self) -> [(&'static str, f64); 11] {
         [
             (
@@ -51,8 +64,8 @@ impl StoreCounters {
                 self.checkpoint_objects_written_total as f64,
             ),
             (
-                "holdfast_checkpoint_stabilization_seconds",
-                self.checkpoint_stabilization_seconds,
+                "holdfast_checkpoint_stabilization_last_seconds",
+                self.checkpoint_stabilization_last_seconds,
             ),
             ("holdfast_store_log_fill_ratio", self.log_fill_ratio),
             (
@@ -287,7 +300,10 @@ impl<D: BlockDevice> Store<D> {
         StoreCounters {
             checkpoint_generation: self.checkpoint_generation,
             checkpoint_objects_written_total: self.totals.checkpoint_objects_written,
-            checkpoint_stabilization_seconds: self.totals.checkpoint_stabilization_seconds_last,
+            checkpoint_stabilization_last_seconds: self
+                .totals
+                .checkpoint_stabilization_seconds_last,
+            checkpoint_stabilization_seconds: self.totals.checkpoint_stabilization_seconds,
             log_fill_ratio: self.log_fill_ratio(),
             migration_backlog_objects,
             migrated_blocks_total: self.totals.migrated_blocks,

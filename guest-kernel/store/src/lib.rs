@@ -26,6 +26,7 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod geometry;
+pub mod histogram;
 mod home;
 pub mod inspect;
 pub mod journal;
@@ -41,6 +42,7 @@ pub use device::{BLOCK_SIZE, BlockDevice, DeviceError};
 pub use error::{Check, Corruption, LogLoss, Region, StoreError};
 pub use format::FORMAT_VERSION;
 pub use geometry::{Geometry, Layout, NODE_SIZE, NODES_PER_POT};
+pub use histogram::SecondsHistogram;
 #[cfg(test)]
 mod tests;
 

@@ -290,9 +290,11 @@ impl<D: BlockDevice> Store<D> {
         all.into_iter().collect()
     }
 
-    /// Records how long the caller's last stabilization took, for the counters.
+    /// Records how long the caller's stabilization took (the store has no clock), for the
+    /// counters: the last one and the histogram of all since open.
     pub fn note_checkpoint_stabilization_seconds(&mut self, seconds: f64) {
         self.totals.checkpoint_stabilization_seconds_last = seconds;
+        self.totals.checkpoint_stabilization_seconds.observe(seconds);
     }
 
     /// Moves up to `block_count_max` log-resident blocks home. The last step flushes, writes

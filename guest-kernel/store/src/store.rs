@@ -94,14 +94,30 @@ pub struct Store<D: BlockDevice> {
 }
 
 /// Running totals behind [`crate::StoreCounters`].
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Totals {
     pub(crate) checkpoint_objects_written: u64,
     pub(crate) journal_commits: u64,
     pub(crate) migrated_blocks: u64,
     pub(crate) checkpoint_stabilization_seconds_last: f64,
+    pub(crate) checkpoint_stabilization_seconds: crate::SecondsHistogram,
     /// Scrubs run to their end ([`crate::Store::scrub_step`]).
     pub(crate) scrub_passes: u64,
+}
+
+impl Default for Totals {
+    fn default() -> Self {
+        Self {
+            checkpoint_objects_written: 0,
+            journal_commits: 0,
+            migrated_blocks: 0,
+            checkpoint_stabilization_seconds_last: 0.0,
+            checkpoint_stabilization_seconds: crate::SecondsHistogram::new(
+                crate::histogram::STABILIZATION_BOUNDS_SECONDS,
+            ),
+            scrub_passes: 0,
+        }
+    }
 }
 
 impl<D: BlockDevice> Store<D> {

@@ -628,7 +628,14 @@ fn metric_names_follow_prometheus_conventions() {
             "{name}"
         );
     }
-    assert!(metrics.contains(&("holdfast_checkpoint_stabilization_seconds", 0.25)));
+    assert!(metrics.contains(&("holdfast_checkpoint_stabilization_last_seconds", 0.25)));
+    store.note_checkpoint_stabilization_seconds(0.0125);
+    let counters = store.counters();
+    let [(name, histogram)] = counters.histograms();
+    assert_eq!(name, "holdfast_checkpoint_stabilization_seconds");
+    assert!(!names.contains(&name), "a histogram's name is no other metric's");
+    assert_eq!(histogram.count(), 2);
+    assert_eq!(histogram.sum_seconds(), 0.2625);
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), metrics.len(), "metric names are unique");

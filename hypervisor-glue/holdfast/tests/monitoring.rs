@@ -3,8 +3,9 @@
 //! a free loopback port with a generated configuration that scrapes the exporter and loads
 //! monitoring/rules. The test asks Prometheus's HTTP API, as Grafana would, whether the TP1,
 //! journal, checkpoint (stabilization), replication and pair series exist and moved during
-//! the load, whether the recording rules and alerts loaded and evaluate without error, and
-//! whether stopping the standby fires the page an operator would get; and it checks that
+//! the load (the kernel's snapshot pause, stabilization and journal commit histograms among
+//! them: their counts move and their buckets give a p99), whether the recording rules and
+//! alerts loaded and evaluate without error, and whether stopping the standby fires the page an operator would get; and it checks that
 //! `holdfast monitor up` and `down` may each be run twice.
 
 mod support;
@@ -374,7 +375,17 @@ fn prometheus_watches_a_pair_under_tp1_load_and_pages_when_its_standby_stops() {
     moved("checkpoints committed", format!("changes(holdfast_checkpoint_generation{select}{window})"));
     moved("objects stabilized", format!("increase(holdfast_checkpoint_objects_written_total{select}{window})"));
     moved("bytes stabilized", format!("increase(holdfast_store_written_bytes_total{select}{window})"));
-    moved("stabilization time", format!("max_over_time(holdfast_checkpoint_stabilization_seconds{select}{window})"));
+    moved("stabilization time", format!("max_over_time(holdfast_checkpoint_stabilization_last_seconds{select}{window})"));
+    // The kernel's histograms, served as histograms (typed so by the exporter, with the
+    // VM's labels): their counts move under load, and their buckets give a p99.
+    moved("journal commit latency histogram", format!("increase(holdfast_journal_commit_seconds_count{select}{window})"));
+    moved("stabilization time histogram", format!("increase(holdfast_checkpoint_stabilization_seconds_count{select}{window})"));
+    moved("snapshot pause histogram", format!("increase(holdfast_checkpoint_snapshot_pause_seconds_count{select}{window})"));
+    for histogram in ["holdfast_journal_commit_seconds", "holdfast_checkpoint_stabilization_seconds", "holdfast_checkpoint_snapshot_pause_seconds"] {
+        let buckets = prometheus.wait_for(&format!("count({histogram}_bucket{select})"), Duration::from_secs(5));
+        assert!(buckets >= 10.0, "{histogram}: {buckets} buckets");
+        moved(&format!("{histogram} p99"), format!("histogram_quantile(0.99, sum by (le) (increase({histogram}_bucket{select}{window})))"));
+    }
     moved("checkpoint interval", format!("holdfast_checkpoint_interval_seconds{select}"));
     let generation_after = prometheus.wait_for(&format!("holdfast_checkpoint_generation{select}"), Duration::from_secs(5));
     assert!(generation_after > generation_before, "no checkpoint during the run: {generation_before} -> {generation_after}");
@@ -402,6 +413,7 @@ fn prometheus_watches_a_pair_under_tp1_load_and_pages_when_its_standby_stops() {
     // The recording rules evaluated on real data.
     moved("recorded TP1 rate", format!("max_over_time(vm:holdfast_tp1_transactions:rate1m{{vm=\"{primary}\"}}{window})"));
     moved("recorded TP1 p99", format!("max_over_time(vm:holdfast_tp1_commit_seconds:p99_5m{{vm=\"{primary}\"}}{window})"));
+    moved("recorded journal commit p99", format!("max_over_time(vm:holdfast_journal_commit_seconds:p99_5m{{vm=\"{primary}\"}}{window})"));
     moved("recorded stabilization throughput", format!("max_over_time(vm:holdfast_store_written_bytes:rate1m{{vm=\"{primary}\"}}{window})"));
 
     // Every rule loaded and evaluates without error in this Prometheus.

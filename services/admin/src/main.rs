@@ -7,7 +7,7 @@
 //! | `checkpoint status` | `ok generation <g> interval-ms <ms> log-fill-permille <p> degraded <0/1> failures-since-commit <n>` |
 //! | `checkpoint interval <ms>` | `ok interval-ms <ms>` |
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
-//! | `counters` | `<name> <value>` lines in the Prometheus text format, then `ok` |
+//! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
 //!
 //! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
@@ -40,20 +40,30 @@ const LINE_BYTES_MAX: usize = 256;
 struct Reply {
     bytes: [u8; REPLY_BYTES_MAX],
     length: usize,
+    /// Something pushed did not fit: the reply is refused whole rather than sent cut.
+    overflowed: bool,
 }
 
-/// The longest reply: the kernel's counters (up to 4 KiB) and the TP1 service's.
-const REPLY_BYTES_MAX: usize = 8192;
+/// The longest reply: the counters, the kernel's (about 5 KiB with its three histograms)
+/// and the TP1 service's (about 1 KiB), with room to grow. On the stack (64 KiB).
+const REPLY_BYTES_MAX: usize = 16384;
 
 impl Reply {
     fn new() -> Self {
-        Self { bytes: [0; REPLY_BYTES_MAX], length: 0 }
+        Self { bytes: [0; REPLY_BYTES_MAX], length: 0, overflowed: false }
     }
 
     fn push(&mut self, part: &[u8]) -> &mut Self {
         let taken = part.len().min(self.bytes.len() - self.length);
         self.bytes[self.length..self.length + taken].copy_from_slice(&part[..taken]);
         self.length += taken;
+        self.overflowed |= taken < part.len();
+        self
+    }
+
+    fn clear(&mut self) -> &mut Self {
+        self.length = 0;
+        self.overflowed = false;
         self
     }
 
@@ -140,17 +150,24 @@ fn answer(request: &[u8], reply: &mut Reply) {
             }
         },
         (Some(b"counters"), None, None, None) => {
-            let mut text = [0u8; 4096];
-            match checkpoint::counters(CHECKPOINT, &mut text) {
-                Ok(length) => {
-                    // Room for the `ok` line: the counters fit well within the buffer.
-                    let length = length.min(text.len() - 3);
-                    reply.push(&text[..length]);
-                    tp1_counters(&text[..length], reply);
+            // The kernel's text comes in pages of whole lines; its journal writes are the
+            // denominator of the TP1 service's commits per flush.
+            let mut journal_writes = None;
+            let read = user::counters::read_pages(CHECKPOINT, |page| {
+                journal_writes = journal_writes.or_else(|| {
+                    page.split(|&byte| byte == b'\n')
+                        .find_map(|line| line.strip_prefix(b"holdfast_journal_writes_total "))
+                        .and_then(parse_number)
+                });
+                reply.push(page);
+            });
+            match read {
+                Ok(()) => {
+                    tp1_counters(journal_writes, reply);
                     reply.push(b"ok\n");
                 }
                 Err(error) => {
-                    reply.failed(error);
+                    reply.clear().failed(error);
                 }
             }
         }
@@ -192,9 +209,9 @@ fn random_token() -> Result<[u8; 16], &'static str> {
 
 /// The TP1 service's counters, from the page it writes, on an appliance that runs it; and
 /// `holdfast_journal_commits_per_flush`: TP1 transactions made durable per journal write
-/// (flush) since boot, from those and the kernel's `holdfast_journal_writes_total` in
-/// `kernel_text` (group commit: many clients' transactions share a flush).
-fn tp1_counters(kernel_text: &[u8], reply: &mut Reply) {
+/// (flush) since boot, from those and the kernel's `holdfast_journal_writes_total`,
+/// `journal_writes` (group commit: many clients' transactions share a flush).
+fn tp1_counters(journal_writes: Option<u64>, reply: &mut Reply) {
     let mut page_bytes = [0u8; counters::PAGE_BYTES];
     if page::read(TP1_COUNTERS, 0, counters::PAGE_BYTES as u64, &mut page_bytes).is_err() {
         return;
@@ -211,11 +228,7 @@ fn tp1_counters(kernel_text: &[u8], reply: &mut Reply) {
         }
         reply.push(b" ").decimal_fraction(value).push(b"\n");
     });
-    let flushes = kernel_text
-        .split(|&byte| byte == b'\n')
-        .find_map(|line| line.strip_prefix(b"holdfast_journal_writes_total "))
-        .and_then(parse_number);
-    if let Some(flushes) = flushes.filter(|&flushes| flushes > 0) {
+    if let Some(flushes) = journal_writes.filter(|&flushes| flushes > 0) {
         reply.push(b"holdfast_journal_commits_per_flush ").decimal_fraction(tp1.transactions_total as f64 / flushes as f64).push(b"\n");
     }
 }
@@ -288,6 +301,11 @@ fn main() -> u64 {
             } else {
                 let request = line[..length].strip_suffix(b"\r").unwrap_or(&line[..length]);
                 answer(request, &mut reply);
+                if reply.overflowed {
+                    // A cut line would make the host's exporter refuse the whole poll, and
+                    // a cut reply lacks its `ok`: say why instead.
+                    reply.clear().error(b"reply longer than the admin service's buffer");
+                }
             }
             // An invocation carries at most 4 KiB.
             for part in reply.bytes[..reply.length].chunks(user::abi::INVOCATION_STRING_BYTES_MAX) {

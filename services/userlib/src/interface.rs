@@ -715,20 +715,42 @@ pub mod checkpoint {
         Ok(())
     }
 
-    /// The store's counters in the Prometheus text format: one `name value` line each, in base units, `_total` for counters.
+    /// What [`counters`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct CountersResults {
+        /// The first family not in this page: the next page's `first_family`.
+        pub next_family: u64,
+        /// The families in all: the text is read when `next_family` reaches it.
+        pub family_count: u64,
+        /// Bytes of `text` received.
+        pub text_length: usize,
+    }
+
+    /// The store's counters in the Prometheus text format, in base units, `_total` for counters, `_bucket`, `_sum` and `_count` for histograms: one `name value` line each, grouped in families (a metric's lines: all of a histogram's). The text is longer than one invocation's string, so it comes in pages of whole families: the first from family 0, each next from the `next_family` the one before returned, until `next_family` reaches `family_count`. A page is never cut inside a line or a family; its values are read at once (pages read one after another may be from moments apart).
     ///
-    /// - `text`: receives the counters.
-    ///
-    /// Returns bytes of `text` received.
+    /// - `first_family`: The first family returned: 0, then the `next_family` of the page before. One at or beyond `family_count` returns an empty page.
+    /// - `text`: receives the page: whole families, at most 4096 bytes.
+    /// - returns `next_family`: The first family not in this page: the next page's `first_family`.
+    /// - returns `family_count`: The families in all: the text is read when `next_family` reaches it.
+    /// - returns `text_length`: Bytes of `text` received.
     ///
     /// Errors: `unavailable`; and invocation errors.
-    pub fn counters(checkpoint: CapReg, text: &mut [u8]) -> Result<usize, Error> {
+    pub fn counters(
+        checkpoint: CapReg,
+        first_family: u64,
+        text: &mut [u8],
+    ) -> Result<CountersResults, Error> {
         let received = invoke(Invocation {
+            words: [first_family, 0, 0, 0],
             buffer: text,
             ..Invocation::call(checkpoint, order::COUNTERS)
         })
         .check()?;
-        Ok(received.string_length)
+        Ok(CountersResults {
+            next_family: received.words[0],
+            family_count: received.words[1],
+            text_length: received.string_length,
+        })
     }
 
     /// What [`failures`] returns.

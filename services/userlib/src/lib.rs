@@ -22,6 +22,7 @@ pub mod space;
 pub mod bank;
 pub mod constructor;
 pub mod virtual_copy;
+pub mod counters;
 
 pub const CONSOLE: u8 = 0;
 pub const OWN_PROCESS: u8 = 1;

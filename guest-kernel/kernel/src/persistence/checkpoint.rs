@@ -249,8 +249,12 @@ impl Persistence {
         let snapshot_tsc = arch::read_tsc();
         let snapshot_pause_us = timer::tsc_to_microseconds(snapshot_tsc - started);
         let counters = &mut self.kernel_counters;
-        counters.snapshot_pause_seconds_last = snapshot_pause_us as f64 / 1e6;
-        counters.snapshot_pause_seconds_max = counters.snapshot_pause_seconds_max.max(counters.snapshot_pause_seconds_last);
+        // From the TSC's nanoseconds: a pause of tens of microseconds under KVM falls in
+        // the histogram's lowest buckets, which whole microseconds would blur.
+        let snapshot_pause_seconds = timer::tsc_to_nanoseconds(snapshot_tsc - started) as f64 / 1e9;
+        counters.snapshot_pause_last_seconds = snapshot_pause_seconds;
+        counters.snapshot_pause_seconds_max = counters.snapshot_pause_seconds_max.max(snapshot_pause_seconds);
+        counters.snapshot_pause_seconds.observe(snapshot_pause_seconds);
         self.stabilization = Some(Stabilization {
             generation,
             snapshot_tsc,
@@ -315,8 +319,9 @@ impl Persistence {
         }
         let generation = self.store.commit_checkpoint()?;
         debug_assert_eq!(generation, stabilization.generation);
-        let stabilization_us = timer::tsc_to_microseconds(arch::read_tsc() - stabilization.snapshot_tsc);
-        self.store.note_checkpoint_stabilization_seconds(stabilization_us as f64 / 1e6);
+        let stabilization_ns = timer::tsc_to_nanoseconds(arch::read_tsc() - stabilization.snapshot_tsc);
+        let stabilization_us = stabilization_ns / 1000;
+        self.store.note_checkpoint_stabilization_seconds(stabilization_ns as f64 / 1e9);
         println!(
             "holdfast: checkpoint {generation} committed: {} nodes, {} pages, snapshot pause {} us, stabilized in {} ms",
             stabilization.node_count,

@@ -134,8 +134,7 @@ impl Persistence {
             && *entry.key() <= durable
         {
             let submitted = entry.remove();
-            counters.journal_commit_seconds_sum += timer::tsc_to_nanoseconds(now - submitted) as f64 / 1e9;
-            counters.journal_commit_seconds_count += 1;
+            counters.journal_commit_seconds.observe(timer::tsc_to_nanoseconds(now - submitted) as f64 / 1e9);
         }
         (self.on_journal_durable)(objects, durable);
         durable

@@ -2,18 +2,21 @@
 //! `checkpoint status` and `counters` replies built from both.
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use holdfast_objects::ObjectId;
+use holdfast_store::SecondsHistogram;
+use holdfast_store::histogram;
 
 use super::with_store;
 
 
 /// What the kernel measures about the store, beside the store's own counters.
-#[derive(Default)]
 pub(super) struct KernelCounters {
-    pub(super) snapshot_pause_seconds_last: f64,
+    pub(super) snapshot_pause_last_seconds: f64,
     pub(super) snapshot_pause_seconds_max: f64,
-    pub(super) journal_commit_seconds_sum: f64,
-    pub(super) journal_commit_seconds_count: u64,
+    pub(super) snapshot_pause_seconds: SecondsHistogram,
+    /// From a commit's request to its acknowledgement.
+    pub(super) journal_commit_seconds: SecondsHistogram,
     /// Disk writes of journal commits: fewer than the commits when they share them.
     pub(super) journal_writes_total: u64,
     /// Checkpoints (and journal writes) that failed and were retried.
@@ -24,6 +27,24 @@ pub(super) struct KernelCounters {
     pub(super) loaded_pages_total: u64,
     /// Time spent reading those pages.
     pub(super) page_load_seconds_total: f64,
+}
+
+impl Default for KernelCounters {
+    fn default() -> Self {
+        Self {
+            snapshot_pause_last_seconds: 0.0,
+            snapshot_pause_seconds_max: 0.0,
+            snapshot_pause_seconds: SecondsHistogram::new(histogram::SNAPSHOT_PAUSE_BOUNDS_SECONDS),
+            journal_commit_seconds: SecondsHistogram::new(histogram::JOURNAL_COMMIT_BOUNDS_SECONDS),
+            journal_writes_total: 0,
+            checkpoint_failures_total: 0,
+            evicted_pages_total: 0,
+            evicted_nodes_total: 0,
+            loaded_nodes_total: 0,
+            loaded_pages_total: 0,
+            page_load_seconds_total: 0.0,
+        }
+    }
 }
 
 /// Checkpoints failed since the last commit, and in all since boot.
@@ -44,20 +65,19 @@ pub fn status() -> Option<[u64; 4]> {
     })
 }
 
-/// The store's and the kernel's counters in the Prometheus text format.
-pub fn counters_text() -> Option<String> {
+/// The store's and the kernel's counters in the Prometheus text format, one string per
+/// family (a scalar's line; a histogram's buckets, sum and count), all read under one lock:
+/// `checkpoint.counters` pages through them without ever cutting a family.
+pub fn counters_families() -> Option<Vec<String>> {
     // Before the store is locked: the scheduler is never taken under it.
     let mut invocations_total = 0;
     crate::process::for_each_process(|process| invocations_total += process.invocation_count);
     with_store(|persistence| {
         use core::fmt::Write;
-        let mut text = String::new();
         let kernel = &persistence.kernel_counters;
         let kernel_metrics = [
-            ("holdfast_checkpoint_snapshot_pause_seconds", kernel.snapshot_pause_seconds_last),
+            ("holdfast_checkpoint_snapshot_pause_last_seconds", kernel.snapshot_pause_last_seconds),
             ("holdfast_checkpoint_snapshot_pause_seconds_max", kernel.snapshot_pause_seconds_max),
-            ("holdfast_journal_commit_seconds_sum", kernel.journal_commit_seconds_sum),
-            ("holdfast_journal_commit_seconds_count", kernel.journal_commit_seconds_count as f64),
             ("holdfast_journal_writes_total", kernel.journal_writes_total as f64),
             ("holdfast_checkpoint_failures_total", kernel.checkpoint_failures_total as f64),
             ("holdfast_checkpoint_failures_since_commit", persistence.failures_since_commit as f64),
@@ -69,11 +89,24 @@ pub fn counters_text() -> Option<String> {
             // Every process's, kept in its root node: they count across restarts.
             ("holdfast_invocations_total", invocations_total as f64),
         ];
+        let store_counters = persistence.store.counters();
         let pair_metrics = crate::pair::primary::metrics();
-        for (name, value) in persistence.store.counters().metrics().into_iter().chain(kernel_metrics).chain(pair_metrics.into_iter().flatten()) {
-            let _ = writeln!(text, "{name} {value}");
+        let mut families = Vec::new();
+        for (name, value) in store_counters.metrics().into_iter().chain(kernel_metrics).chain(pair_metrics.into_iter().flatten()) {
+            let mut line = String::new();
+            let _ = writeln!(line, "{name} {value}");
+            families.push(line);
         }
-        text
+        let histograms = store_counters.histograms().into_iter().chain([
+            ("holdfast_checkpoint_snapshot_pause_seconds", &kernel.snapshot_pause_seconds),
+            ("holdfast_journal_commit_seconds", &kernel.journal_commit_seconds),
+        ]);
+        for (name, histogram) in histograms {
+            let mut lines = String::new();
+            histogram.write_text(name, &mut lines);
+            families.push(lines);
+        }
+        families
     })
 }
 

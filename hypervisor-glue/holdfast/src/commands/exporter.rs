@@ -850,7 +850,7 @@ mod tests {
     /// A TP1 appliance's `counters` reply, as `holdfast vm counters` printed it.
     const TP1_COUNTERS: &str = "holdfast_checkpoint_generation 42
 holdfast_checkpoint_objects_written_total 1234
-holdfast_checkpoint_stabilization_seconds 0.012
+holdfast_checkpoint_stabilization_last_seconds 0.012
 holdfast_store_log_fill_ratio 0.031
 holdfast_journal_commit_seconds_sum 0.5
 holdfast_journal_commit_seconds_count 100
@@ -944,8 +944,35 @@ ok
     }
 
     /// A pair primary's `counters` reply under TP1 load (8 clients, sync-durable), as
-    /// `holdfast vm counters` printed it in tests/monitoring.rs: 55 series.
+    /// `holdfast vm counters` printed it in tests/monitoring.rs: 102 series, the kernel's
+    /// three histograms among them (their counts made up beside the run's sums).
     const PRIMARY_COUNTERS: &str = include_str!("testdata/primary-counters.txt");
+
+    /// The kernel's histograms (snapshot pause, stabilization, journal commit) are served as
+    /// histograms with the VM's labels, buckets cumulative as the guest sent them, beside
+    /// the gauges of their last values.
+    #[test]
+    fn the_kernels_histograms_are_served_as_histograms() {
+        let exporter = Exporter::new();
+        exporter.record_poll("p-1", Duration::from_millis(3), Ok(parse_exposition(PRIMARY_COUNTERS).unwrap()));
+        let text = exporter.scrape();
+        for name in ["holdfast_checkpoint_snapshot_pause_seconds", "holdfast_checkpoint_stabilization_seconds", "holdfast_journal_commit_seconds"] {
+            assert_eq!(text.matches(&format!("# TYPE {name} histogram\n")).count(), 1, "{name} in:\n{text}");
+            assert!(!text.contains(&format!("# TYPE {name} gauge")), "{name}");
+        }
+        let labels = [("vm", "p-1"), ("role", "standalone")];
+        let bucket = |name: &str, le: &str| {
+            series(&text, &format!("{name}_bucket"), &[labels[0], labels[1], ("le", le)]).unwrap_or_else(|| panic!("{name} {le} in:\n{text}"))
+        };
+        assert_eq!(bucket("holdfast_journal_commit_seconds", "0.01"), 69.0);
+        assert_eq!(bucket("holdfast_journal_commit_seconds", "+Inf"), 136.0);
+        assert_eq!(bucket("holdfast_checkpoint_snapshot_pause_seconds", "0.00025"), 1.0);
+        assert_eq!(bucket("holdfast_checkpoint_stabilization_seconds", "0.025"), 3.0);
+        assert_eq!(series(&text, "holdfast_checkpoint_stabilization_seconds_count", &labels), Some(4.0));
+        assert_eq!(series(&text, "holdfast_journal_commit_seconds_sum", &labels), Some(1.8757434489999987));
+        assert_eq!(series(&text, "holdfast_checkpoint_stabilization_last_seconds", &labels), Some(0.013866));
+        assert_eq!(series(&text, "holdfast_checkpoint_snapshot_pause_seconds_max", &labels), Some(0.010283));
+    }
 
     /// The benchmark of issue 19's "a scrape takes under 10 ms for 10 VMs": five pairs'
     /// worth of VMs (ten, each answering with a real primary's counters under load, all
@@ -956,7 +983,7 @@ ok
     fn benchmark_a_scrape_of_ten_vms_and_five_pairs_takes_under_10_ms() {
         let exporter = Exporter::new();
         let samples = parse_exposition(PRIMARY_COUNTERS).unwrap();
-        assert_eq!(samples.len(), 55, "the fixture changed");
+        assert_eq!(samples.len(), 102, "the fixture changed");
         for pair in 0..5 {
             let name = format!("p{pair}");
             let status = PAIR_STATUS.replace("\"name\":\"p\"", &format!("\"name\":\"{name}\"")).replace("\"p-", &format!("\"{name}-"));
@@ -978,7 +1005,7 @@ ok
         times.sort();
         let (median, slowest) = (times[times.len() / 2], times[times.len() - 1]);
         println!(
-            "exporter benchmark: a scrape of 10 VMs (55 series each) and 5 pairs: median {:.3} ms, slowest of 100 {:.3} ms, {} series, {} bytes",
+            "exporter benchmark: a scrape of 10 VMs (102 series each) and 5 pairs: median {:.3} ms, slowest of 100 {:.3} ms, {} series, {} bytes",
             median.as_secs_f64() * 1e3,
             slowest.as_secs_f64() * 1e3,
             text.lines().filter(|line| !line.starts_with('#')).count(),

@@ -127,18 +127,20 @@ struct StoreState {
 
 fn store_state() -> Result<StoreState, &'static str> {
     let status = checkpoint::status(CHECKPOINT).map_err(|_| "checkpoint status refused")?;
-    let mut text = [0u8; 4096];
-    let length =
-        checkpoint::counters(CHECKPOINT, &mut text).map_err(|_| "checkpoint counters refused")?;
-    let text = &text[..length.min(text.len())];
+    // Each of the three is a family of its own, so in one page.
+    let (mut backlog, mut written, mut migrated) = (None, None, None);
+    user::counters::read_pages(CHECKPOINT, |text| {
+        backlog = backlog.or_else(|| counter(text, BACKLOG_COUNTER));
+        written = written.or_else(|| counter(text, WRITTEN_BYTES_COUNTER));
+        migrated = migrated.or_else(|| counter(text, MIGRATED_BLOCKS_COUNTER));
+    })
+    .map_err(|_| "checkpoint counters refused")?;
     Ok(StoreState {
         generation: status.generation,
-        migration_backlog_objects: counter(text, BACKLOG_COUNTER)
+        migration_backlog_objects: backlog
             .ok_or("no migration backlog among the checkpoint counters")?,
-        written_bytes: counter(text, WRITTEN_BYTES_COUNTER)
-            .ok_or("no written bytes among the checkpoint counters")?,
-        migrated_blocks: counter(text, MIGRATED_BLOCKS_COUNTER)
-            .ok_or("no migrated blocks among the checkpoint counters")?,
+        written_bytes: written.ok_or("no written bytes among the checkpoint counters")?,
+        migrated_blocks: migrated.ok_or("no migrated blocks among the checkpoint counters")?,
     })
 }
 
