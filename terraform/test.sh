@@ -51,9 +51,11 @@ for module in examples/tp1-appliance "$work/resources"; do
 done
 
 echo "== terraform acceptance tests (TF_ACC=1, the local libvirtd, guests under TCG)"
-# The images the tests boot: the self-test system and the persistent one (incremental).
+# The images the tests boot: the self-test system, the persistent one and the TP1 appliance
+# (the pair's; incremental).
 (cd .. && ./holdfast image build >/dev/null 2>&1 &&
-    ./holdfast image build --manifest services/persist-manifest.toml --out build/persist >/dev/null 2>&1)
+    ./holdfast image build --manifest services/persist-manifest.toml --out build/persist >/dev/null 2>&1 &&
+    ./holdfast image build --manifest services/tp1-manifest.toml --out build/tp1-image >/dev/null 2>&1)
 # An empty CLI configuration: a TF_CLI_CONFIG_FILE naming a missing file makes the binary
 # print a warning that OpenTofu puts where the test harness reads its version.
 : >"$work/empty.tfrc"
