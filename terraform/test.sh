@@ -33,7 +33,7 @@ CONFIG
 # The per-resource examples are fragments of one configuration: validate them together.
 mkdir "$work/resources"
 cp examples/provider/provider.tf "$work/resources/"
-for example in examples/resources/*/resource.tf; do
+for example in examples/resources/*/resource.tf examples/data-sources/*/data-source.tf; do
     cp "$example" "$work/resources/$(basename "$(dirname "$example")").tf"
 done
 cat > "$work/resources/versions.tf" <<'CONFIG'
@@ -45,7 +45,7 @@ terraform {
   }
 }
 CONFIG
-for module in examples/tp1-appliance "$work/resources"; do
+for module in examples/tp1-appliance examples/tp1-pair "$work/resources"; do
     echo "terraform validate $module"
     (cd "$module" && TF_CLI_CONFIG_FILE="$work/terraformrc" "$terraform_binary" validate -no-color >/dev/null)
 done
