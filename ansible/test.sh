@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# The Ansible roles' checks (ci/test.sh runs this): ansible-lint, then site.yml against
-# localhost and the local libvirtd: once in check mode on a host without the appliance,
-# once for real, once more (which must change nothing), once more in check mode (which
-# must report nothing to change), and once with more memory (which must restart the running
-# appliance after a checkpoint, with the new size). Then the exporter must see the VM under libvirt. Everything
-# made here (the domain, the store's mirrors, monitoring, the state directory) is removed
-# at the end, and also at the start, after a killed run.
+# The Ansible roles' checks (ci/test.sh runs this): ansible-lint, then site.yml (with the
+# standalone appliance as well as the pair) against localhost and the local libvirtd: once
+# in check mode on a host without the pair or the appliance, once for real, once more
+# (which must change nothing), once more in check mode (which must report nothing to
+# change), and once with more memory (which must restart the running appliance after a
+# checkpoint, with the new size). Then drill.yml: a failover drill on the pair that must
+# lose nothing, and one on a pair that is not up, which must fail. Then the exporter must
+# see the VM under libvirt and both of the pair's. Everything made here (the pair, the
+# domain, the store's mirrors, monitoring, the state directory) is removed at the end, and
+# also at the start, after a killed run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 source_dir="$(cd .. && pwd)"
 
 name=ansible-test
+pair=ansible-pair
 state_dir=/var/lib/holdfast/ansible-test
 store_dir=/var/lib/holdfast/ansible-test-stores
 uri=qemu:///system
@@ -21,11 +25,19 @@ export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 tp1_port="$(free_port)"
+pair_port="$(free_port)"
 exporter_port="$(free_port)"
 prometheus_port="$(free_port)"
 
 teardown() {
     HOLDFAST_STATE_DIR="$state_dir" "$source_dir/holdfast" monitor down >/dev/null 2>&1 || true
+    # `pair down` ends the supervisor and both VMs; the next status says when it is gone.
+    if HOLDFAST_STATE_DIR="$state_dir" "$source_dir/holdfast" pair down "$pair" >/dev/null 2>&1; then
+        for _ in $(seq 120); do
+            HOLDFAST_STATE_DIR="$state_dir" "$source_dir/holdfast" pair status "$pair" >/dev/null 2>&1 || break
+            sleep 0.5
+        done
+    fi
     virsh -c "$uri" destroy "$name" >/dev/null 2>&1 || true
     virsh -c "$uri" undefine "$name" >/dev/null 2>&1 || true
     rm -rf "$state_dir" "$store_dir"
@@ -35,24 +47,27 @@ trap 'keep_logs; teardown; rm -rf "$work"' EXIT
 teardown
 
 echo "== ansible-lint"
-ansible-lint --offline -q site.yml roles
+ansible-lint --offline -q site.yml drill.yml roles
 
 variables=(
     -e "holdfast_source=$source_dir"
     -e "holdfast_state_dir=$state_dir"
+    -e holdfast_with_appliance=true
+    -e "holdfast_pair_name=$pair"
+    -e "holdfast_pair_tp1_port=$pair_port"
     -e "holdfast_appliance_name=$name"
     -e "holdfast_appliance_store_dir=$store_dir"
     -e "holdfast_appliance_tp1_port=$tp1_port"
     -e "holdfast_monitoring_exporter_port=$exporter_port"
     -e "holdfast_monitoring_prometheus_port=$prometheus_port"
 )
-# Runs site.yml (extra arguments appended), keeps its output, prints its recap and the
-# number of tasks it changed on fd 3.
+# Runs a playbook (site.yml unless $playbook says otherwise; extra arguments appended),
+# keeps its output, prints its recap and the number of tasks it changed on fd 3.
 play() {
     local label=$1
     shift
     local log="$work/$label.log" started=$SECONDS
-    if ! ansible-playbook site.yml "${variables[@]}" "$@" >"$log" 2>&1; then
+    if ! ansible-playbook "${playbook:-site.yml}" "${variables[@]}" "$@" >"$log" 2>&1; then
         cat "$log"
         echo "ansible/test.sh: the $label run failed" >&2
         exit 1
@@ -63,7 +78,7 @@ play() {
     echo "$changed" >&3
 }
 
-echo "== site.yml: check mode on a host without the appliance, two runs, check mode again"
+echo "== site.yml: check mode on a host without the pair or the appliance, two runs, check mode again"
 changed="$(play check-first --check 3>&1 >/dev/null)"
 if ((changed == 0)); then
     echo "ansible/test.sh: check mode on a host without the appliance reported nothing to change" >&2
@@ -97,6 +112,20 @@ if [[ $(virsh -c "$uri" dominfo "$name") != *"Used memory:    589824 KiB"* ]]; t
     exit 1
 fi
 
+echo "== drill.yml: a failover drill on the pair loses nothing; one on a pair that is not up fails"
+playbook=drill.yml play drill 3>/dev/null
+if ! grep -q 'nothing lost' "$work/drill.log"; then
+    cat "$work/drill.log" >&2
+    echo "ansible/test.sh: drill.yml did not report its drill" >&2
+    exit 1
+fi
+if ansible-playbook drill.yml "${variables[@]}" -e holdfast_pair_name=no-such-pair >"$work/drill-absent.log" 2>&1 ||
+    ! grep -q 'The drill on pair no-such-pair failed' "$work/drill-absent.log"; then
+    cat "$work/drill-absent.log" >&2
+    echo "ansible/test.sh: drill.yml on a pair that is not up did not fail as it should" >&2
+    exit 1
+fi
+
 echo "== the appliance under libvirt: ready, serving TP1 on 127.0.0.1:$tp1_port, seen by the exporter"
 # The restarted appliance resumed from its checkpoint: TP1 kept its listener.
 if ! grep -q 'restarted from checkpoint' "$state_dir/$name/console.log" ||
@@ -112,7 +141,9 @@ fi
 python3 -c "import socket; socket.create_connection(('127.0.0.1', $tp1_port), timeout=5).close()"
 # The exporter polls every 5 s: wait (bounded) for its first answer from the VM.
 for _ in $(seq 30); do
-    if curl -fsS "http://127.0.0.1:$exporter_port/metrics" | grep -q "^holdfast_exporter_vm_up{vm=\"$name\",role=\"standalone\"} 1"; then
+    metrics="$(curl -fsS "http://127.0.0.1:$exporter_port/metrics" || true)"
+    if grep -q "^holdfast_exporter_vm_up{vm=\"$name\",role=\"standalone\"} 1" <<<"$metrics" &&
+        grep -q "^holdfast_exporter_vm_up{vm=\"$pair-[12]\",role=\"primary\"} 1" <<<"$metrics"; then
         echo "ansible/test.sh: passed"
         exit 0
     fi
