@@ -134,11 +134,17 @@ makes the primary acknowledge without it (--on-standby-loss degrade, printed as 
 wait for it (wait, printed too).
 
 Runs in the foreground, as `holdfast run` does: QEMU dies with the process that started it, \
-so the VMs never outlive their supervisor; run it in the background (&) or under a service \
-manager.
+so the VMs never outlive their supervisor; run it under a service manager, or with --detach.
 
-Exit status: 0 after `pair down`, 2 a usage error or the pair is already up, 3 a VM could not \
-be started, or both failed.";
+--detach prints, once the pair serves:
+  pair NAME: endpoint 127.0.0.1:PORT
+  pair NAME: supervisor pid PID, log PATH
+  pair NAME: serving: primary node N, standby node M (STATE)
+then `pair status NAME --json` says the rest.
+
+Exit status: 0 after `pair down` (with --detach: once the pair serves), 2 a usage error or the \
+pair is already up, 3 a VM could not be started, both failed, or (--detach) the pair did not \
+serve in time.";
 
 /// The replication modes (`holdfast.pair-mode=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -203,6 +209,17 @@ pub struct PairUpArguments {
     /// Extra kernel command-line words for both VMs
     #[arg(long, value_name = "WORDS")]
     pub append: Option<String>,
+    /// Run the supervisor in the background (a new session, its output appended to
+    /// supervisor.log in the pair's state directory) and return once the pair serves: the
+    /// primary serving on the endpoint and the standby heard from. Exit 0 with the
+    /// endpoint and the supervisor's pid printed, else non-zero with the log's tail (a
+    /// supervisor that did not come up in time is stopped). `pair down` stops it
+    #[arg(long)]
+    pub detach: bool,
+    /// With --detach: how long the pair may take to serve before `up` gives up and stops it
+    #[arg(long, value_name = "N", default_value_t = 600, requires = "detach",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub ready_timeout_seconds: u64,
 }
 
 #[derive(Debug, Args)]

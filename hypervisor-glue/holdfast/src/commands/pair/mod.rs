@@ -1,6 +1,7 @@
 //! `holdfast pair`: a hot-standby pair of TP1 appliances (DESIGN.md, "The pair and
 //! failover").
 //!
+//! - [`detach`]: `pair up --detach`, the supervisor in the background;
 //! - [`supervisor`]: `pair up`, the supervisor: both VMs, the link relay, failure detection,
 //!   fencing and promotion, the client endpoint, the control socket;
 //! - [`relay`]: the link between the VMs, relayed frame by frame and read in passing;
@@ -11,6 +12,7 @@
 //!   `mode`, `switchover`, `rejoin`, `down`, `link`) and `history`, which reads pair.json;
 //! - [`drill`]: `pair drill`, failover drills under TP1 load, driven through those verbs.
 
+pub mod detach;
 pub mod detect;
 pub mod drill;
 pub mod endpoint;
@@ -39,6 +41,7 @@ const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(45);
 
 pub fn run(command: PairCommand) -> Result<ExitCode, Failure> {
     match command {
+        PairCommand::Up(arguments) if arguments.detach => detach::up(&arguments),
         PairCommand::Up(arguments) => supervisor::up(arguments),
         PairCommand::Status(arguments) => loop {
             let answer = ask(&arguments.name, "status")?;
