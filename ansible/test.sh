@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # The Ansible roles' checks (ci/test.sh runs this): ansible-lint, then site.yml (with the
 # standalone appliance as well as the pair) against localhost and the local libvirtd: once
-# in check mode on a host without the pair or the appliance, once for real, once more
-# (which must change nothing), once more in check mode (which must report nothing to
-# change), and once with more memory (which must restart the running appliance after a
-# checkpoint, with the new size). Then drill.yml: a failover drill on the pair that must
-# lose nothing, and one on a pair that is not up, which must fail. Then the exporter must
-# see the VM under libvirt and both of the pair's. Everything made here (the pair, the
-# domain, the store's mirrors, monitoring, the state directory) is removed at the end, and
-# also at the start, after a killed run.
+# in check mode on a host without the pair or the appliance; then deploy/README.md's
+# Ansible block as it is written (site.yml for real, then drill.yml: a failover drill that
+# must lose nothing); site.yml once more (which must change nothing), once more in check
+# mode (which must report nothing to change), and once with more memory (which must
+# restart the running appliance after a checkpoint, with the new size); drill.yml on a
+# pair that is not up, which must fail. Then the exporter must see the VM under libvirt
+# and the pair's primary, and the README's block that takes the pair down must leave no
+# supervisor. The test's state directory, names and ports reach every play through an
+# inventory of its own (ANSIBLE_INVENTORY), so the README's commands run unchanged.
+# Everything made here (the pair, the domain, the store's mirrors, monitoring, the state
+# directory) is removed at the end, and also at the start, after a killed run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 source_dir="$(cd .. && pwd)"
 
 name=ansible-test
-pair=ansible-pair
+# deploy/README.md's pair (its blocks name it), in the test's own state directory.
+pair=tp1
 state_dir=/var/lib/holdfast/ansible-test
 store_dir=/var/lib/holdfast/ansible-test-stores
 uri=qemu:///system
@@ -49,25 +53,31 @@ teardown
 echo "== ansible-lint"
 ansible-lint --offline -q site.yml drill.yml roles
 
-variables=(
-    -e "holdfast_source=$source_dir"
-    -e "holdfast_state_dir=$state_dir"
-    -e holdfast_with_appliance=true
-    -e "holdfast_pair_name=$pair"
-    -e "holdfast_pair_tp1_port=$pair_port"
-    -e "holdfast_appliance_name=$name"
-    -e "holdfast_appliance_store_dir=$store_dir"
-    -e "holdfast_appliance_tp1_port=$tp1_port"
-    -e "holdfast_monitoring_exporter_port=$exporter_port"
-    -e "holdfast_monitoring_prometheus_port=$prometheus_port"
-)
-# Runs a playbook (site.yml unless $playbook says otherwise; extra arguments appended),
-# keeps its output, prints its recap and the number of tasks it changed on fd 3.
+cat >"$work/inventory.yml" <<INVENTORY
+all:
+  hosts:
+    localhost:
+      ansible_connection: local
+      ansible_python_interpreter: "{{ ansible_playbook_python }}"
+      holdfast_state_dir: $state_dir
+      holdfast_pair_name: $pair
+      holdfast_pair_tp1_port: $pair_port
+      holdfast_with_appliance: true
+      holdfast_appliance_name: $name
+      holdfast_appliance_store_dir: $store_dir
+      holdfast_appliance_tp1_port: $tp1_port
+      holdfast_monitoring_exporter_port: $exporter_port
+      holdfast_monitoring_prometheus_port: $prometheus_port
+INVENTORY
+export ANSIBLE_INVENTORY="$work/inventory.yml" HOLDFAST_STATE_DIR="$state_dir"
+variables=(-e "holdfast_source=$source_dir")
+# Runs site.yml (extra arguments appended), keeps its output, prints its recap and the
+# number of tasks it changed on fd 3.
 play() {
     local label=$1
     shift
     local log="$work/$label.log" started=$SECONDS
-    if ! ansible-playbook "${playbook:-site.yml}" "${variables[@]}" "$@" >"$log" 2>&1; then
+    if ! ansible-playbook site.yml "${variables[@]}" "$@" >"$log" 2>&1; then
         cat "$log"
         echo "ansible/test.sh: the $label run failed" >&2
         exit 1
@@ -84,7 +94,19 @@ if ((changed == 0)); then
     echo "ansible/test.sh: check mode on a host without the appliance reported nothing to change" >&2
     exit 1
 fi
-play first 3>/dev/null
+echo "deploy/README.md's Ansible block: site.yml, drill.yml" >&2
+started=$SECONDS
+if ! (cd .. && bash -euo pipefail -c "$(deploy/readme-block.sh ansible)") >"$work/readme.log" 2>&1; then
+    cat "$work/readme.log"
+    echo "ansible/test.sh: deploy/README.md's Ansible block failed" >&2
+    exit 1
+fi
+if ! grep -q 'nothing lost' "$work/readme.log"; then
+    cat "$work/readme.log" >&2
+    echo "ansible/test.sh: drill.yml did not report its drill" >&2
+    exit 1
+fi
+echo "readme: in $((SECONDS - started)) s; $(grep -o '"msg": "1 drill(s), nothing lost[^"]*' "$work/readme.log" | cut -c9-)" >&2
 changed="$(play second 3>&1 >/dev/null)"
 if ((changed != 0)); then
     grep -B1 -A3 '^changed:' "$work/second.log" >&2 || true
@@ -112,13 +134,7 @@ if [[ $(virsh -c "$uri" dominfo "$name") != *"Used memory:    589824 KiB"* ]]; t
     exit 1
 fi
 
-echo "== drill.yml: a failover drill on the pair loses nothing; one on a pair that is not up fails"
-playbook=drill.yml play drill 3>/dev/null
-if ! grep -q 'nothing lost' "$work/drill.log"; then
-    cat "$work/drill.log" >&2
-    echo "ansible/test.sh: drill.yml did not report its drill" >&2
-    exit 1
-fi
+echo "== drill.yml on a pair that is not up fails"
 if ansible-playbook drill.yml "${variables[@]}" -e holdfast_pair_name=no-such-pair >"$work/drill-absent.log" 2>&1 ||
     ! grep -q 'The drill on pair no-such-pair failed' "$work/drill-absent.log"; then
     cat "$work/drill-absent.log" >&2
@@ -144,8 +160,21 @@ for _ in $(seq 30); do
     metrics="$(curl -fsS "http://127.0.0.1:$exporter_port/metrics" || true)"
     if grep -q "^holdfast_exporter_vm_up{vm=\"$name\",role=\"standalone\"} 1" <<<"$metrics" &&
         grep -q "^holdfast_exporter_vm_up{vm=\"$pair-[12]\",role=\"primary\"} 1" <<<"$metrics"; then
-        echo "ansible/test.sh: passed"
-        exit 0
+        echo "== deploy/README.md's block that takes the pair down"
+        bash -euo pipefail -c "$(../deploy/readme-block.sh ansible-down)" >"$work/readme-down.log" 2>&1 || {
+            cat "$work/readme-down.log" >&2
+            echo "ansible/test.sh: deploy/README.md's block that takes the pair down failed" >&2
+            exit 1
+        }
+        for _ in $(seq 120); do
+            if ! "$source_dir/holdfast" pair status "$pair" >/dev/null 2>&1; then
+                echo "ansible/test.sh: passed"
+                exit 0
+            fi
+            sleep 0.5
+        done
+        echo "ansible/test.sh: pair $pair still answers after deploy/README.md's pair down" >&2
+        exit 1
     fi
     sleep 1
 done
