@@ -134,7 +134,8 @@ makes the primary acknowledge without it (--on-standby-loss degrade, printed as 
 wait for it (wait, printed too).
 
 Runs in the foreground, as `holdfast run` does: QEMU dies with the process that started it, \
-so the VMs never outlive their supervisor; run it under a service manager, or with --detach.
+so the VMs never outlive their supervisor (under --libvirt, libvirtd destroys the domains when \
+the supervisor's connection closes); run it under a service manager, or with --detach.
 
 --detach prints, once the pair serves:
   pair NAME: endpoint 127.0.0.1:PORT
@@ -220,6 +221,14 @@ pub struct PairUpArguments {
     #[arg(long, value_name = "N", default_value_t = 600, requires = "detach",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub ready_timeout_seconds: u64,
+    /// Run each VM as a libvirt domain under libvirtd at this URI (`qemu:///system`)
+    /// instead of as a QEMU child: domains `holdfast-pair-NAME-N-HASH` (HASH from the state
+    /// directory, so that pairs of the same name in two state directories do not meet),
+    /// defined, started with auto-destroy (they end with the supervisor), fenced with
+    /// virDomainDestroy, undefined by `pair down`. No libvirt network: the TP1 port is
+    /// forwarded from 127.0.0.1 and the link is a TCP socket on 127.0.0.1, as without it
+    #[arg(long, value_name = "URI")]
+    pub libvirt: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -138,3 +138,88 @@ fn refused_user_is_an_error_that_names_the_fix(image_dir: &std::path::Path) {
         "{stderr}"
     );
 }
+
+/// A pair that ends with the test, passed or not: `pair down` (which undefines its
+/// domains), then its directory (four 2 GiB sparse images) removed.
+struct DetachedPair {
+    name: String,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for DetachedPair {
+    fn drop(&mut self) {
+        let _ = run_holdfast(&["pair", "down", &self.name]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `pair up --libvirt --detach`: both VMs libvirt domains under the real libvirtd, the
+/// command returning once the pair serves; a SIGKILL drill under TP1 load through the
+/// pair's endpoint
+/// (seen at once through the QEMU's pid descriptor, the standby promoted, nothing
+/// acknowledged lost, the old primary's domain defined and started again as the standby);
+/// `pair down` leaves no domain defined.
+#[test]
+fn a_pair_under_libvirtd_detaches_serves_tp1_survives_a_kill_drill_and_leaves_no_domain() {
+    libvirtd::ensure_running();
+    let started = Instant::now();
+    let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
+    let name = format!("lvpair{}", std::process::id());
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state").join("pairs").join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let pair = DetachedPair { name: name.clone(), dir: dir.clone() };
+    let up = run_holdfast(&[
+        "pair", "up", &name, "--libvirt", SYSTEM_URI, "--detach", "--ready-timeout-seconds", "90", "--accel", "tcg",
+        "--mode", "sync-durable", "--store-mib", "2048", "--image-dir", image_dir.to_str().expect("UTF-8 path"),
+    ]);
+    assert_eq!(up.status, Some(0), "{}", up.transcript());
+    let lines: Vec<&str> = up.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", up.transcript());
+    let endpoint = lines[0].strip_prefix(&format!("pair {name}: endpoint 127.0.0.1:")).map(|port| format!("127.0.0.1:{port}"));
+    let endpoint = endpoint.unwrap_or_else(|| panic!("no endpoint line\n{}", up.transcript()));
+    assert!(lines[1].starts_with(&format!("pair {name}: supervisor pid ")) && lines[1].ends_with("/supervisor.log"), "{}", up.transcript());
+    assert!(lines[2].starts_with(&format!("pair {name}: serving: primary node 1, standby node 2 (")), "{}", up.transcript());
+    let log = std::fs::read_to_string(dir.join("supervisor.log")).expect("the supervisor's log");
+    println!("pair up --libvirt --detach: serving after {:?}", started.elapsed());
+
+    let status = run_holdfast(&["pair", "status", &name, "--json"]);
+    assert_eq!(status.status, Some(0), "{}", status.transcript());
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("status is JSON");
+    assert_eq!(status["libvirt"], SYSTEM_URI, "{status}");
+    assert_eq!(status["endpoint"], endpoint.as_str(), "the endpoint printed is the pair's: {status}");
+    let domains: Vec<String> = (0..2).map(|node| status["nodes"][node]["domain"].as_str().expect("a domain per node").to_owned()).collect();
+    for domain in &domains {
+        assert!(domain.starts_with(&format!("holdfast-pair-{name}-")), "{domain}");
+        assert!(libvirtd::has_domain(domain), "libvirt knows {domain}\n{log}");
+    }
+
+    // It loads TP1 (scale 1) through the endpoint, runs TP1 load through it, kills the
+    // primary's QEMU under that load, checks the new primary against its ledger, and
+    // rejoins the old primary as the standby.
+    let drill_started = Instant::now();
+    let drill = run_holdfast(&["pair", "drill", &name, "--count", "1", "--kinds", "kill", "--json"]);
+    println!("{}pair drill: {:?}", drill.stderr, drill_started.elapsed());
+    let log = || std::fs::read_to_string(dir.join("supervisor.log")).unwrap_or_default();
+    assert_eq!(drill.status, Some(0), "{}\n{}", drill.transcript(), log());
+    let reports: serde_json::Value = serde_json::from_str(&drill.stdout).expect("the drill's JSON");
+    let report = &reports[0];
+    assert_eq!(reports.as_array().map(Vec::len), Some(1), "{reports}");
+    assert_eq!((report["lost"].clone(), report["check_passed"].clone()), (0.into(), true.into()), "{report}");
+    assert_eq!((report["old_primary"].clone(), report["new_primary"].clone()), (1.into(), 2.into()), "{report}");
+    // The drill's TP1 load went through the endpoint, to both primaries in turn.
+    assert!(report["acknowledged"].as_u64().expect("acknowledged") > 0, "{report}");
+    // Seen through the pid descriptor, not after the 2 s heartbeat timeout.
+    assert!(report["detection_ms"].as_u64().expect("detection_ms") < 1000, "{report}\n{}", log());
+    assert!(log().contains(&format!("domain '{}': its QEMU exited", domains[0])), "{}", log());
+
+    let down = run_holdfast(&["pair", "down", &name]);
+    assert_eq!(down.status, Some(0), "{}", down.transcript());
+    assert_eq!(down.stdout, format!("{name}: down; domains {} and {} undefined\n", domains[0], domains[1]), "{}", down.transcript());
+    for domain in &domains {
+        assert!(!libvirtd::has_domain(domain), "{domain} is still defined after pair down");
+    }
+    let after = run_holdfast(&["pair", "status", &name]);
+    assert_eq!(after.status, Some(2), "the supervisor ended with down: {}", after.transcript());
+    drop(pair);
+    println!("the libvirt pair test took {:?}", started.elapsed());
+}

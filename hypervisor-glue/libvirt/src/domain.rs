@@ -9,11 +9,13 @@
 //! | `-machine q35 -nodefaults -no-reboot -display none` | `<type machine='q35'>`, `<on_reboot>destroy`, no graphics, no USB controller, no balloon |
 //! | `-accel tcg -cpu qemu64,+...` / `-accel kvm -cpu host,-arch-capabilities` | `<domain type='qemu'>` with a custom `qemu64` model and its features / `<domain type='kvm'>` with `host-passthrough` less `arch-capabilities` |
 //! | `-kernel K -initrd I -append C` (PVH) | `<os><kernel>`, `<initrd>`, `<cmdline>` |
-//! | `-drive ...,werror=report,rerror=report -device virtio-blk-pci` per disk, in order | one `<disk>` per image on virtio, `error_policy='report'`, at PCI 00:03.0, 00:04.0, ... in order |
+//! | `-drive ...,werror=report,rerror=report,discard=unmap,detect-zeroes=unmap -device virtio-blk-pci` per disk, in order | one `<disk>` per image on virtio, `error_policy='report'`, `discard='unmap'`, `detect_zeroes='unmap'`, at PCI 00:03.0, 00:04.0, ... in order |
 //! | `-serial stdio` | COM1 on a pty, which the runner reads through libvirt's console stream |
 //! | `-serial unix:control.sock` (COM2) | `<serial type='unix'>` bound at the control socket, port 1 |
 //! | `-netdev user,restrict=on,hostfwd=tcp:127.0.0.1:P-10.0.2.15:7100` | the same netdev in `<qemu:commandline>` (see [`QEMU_NETDEV_WHY`]) |
 //! | `-device isa-debug-exit` | the same device in `<qemu:commandline>`: libvirt has no element for it |
+//! | `-netdev stream,addr=127.0.0.1:P -device virtio-net-pci,mac=52:54:00:48:46:0N` (a pair's link) | `<interface type='client'>` to 127.0.0.1:P with that MAC, at PCI 00:1d.0: QEMU's `-netdev socket,connect=`, whose frames on the wire are the same (a 4-byte big-endian length, then the frame) |
+//! | `-chardev socket,...,path=qmp.sock -mon ...`, the same for events.sock | the same in `<qemu:commandline>`, beside libvirt's own monitor: `holdfast vm`, the pair's freeze drill and the disk-error reports use them as under the QEMU runner |
 //!
 //! The kernel finds virtio devices on PCI bus 0 only (guest-kernel/kernel/src/drivers/pci.rs),
 //! so every device has an explicit address on bus 0: libvirt would otherwise put each behind
@@ -24,7 +26,7 @@ use std::path::{Path, PathBuf};
 use holdfast_abi::exit::DEBUG_EXIT_PORT;
 use holdfast_qemu::Accelerator;
 use holdfast_qemu::command_line::{
-    GUEST_ADDRESS, GUEST_MAC_ADDRESS, GUEST_TP1_PORT, NetConnect, TCG_CPU_MODEL,
+    GUEST_ADDRESS, GUEST_MAC_ADDRESS, GUEST_TP1_PORT, LinkConnect, TCG_CPU_MODEL,
 };
 use serde::Serialize;
 
@@ -38,6 +40,10 @@ pub const FIRST_DISK_SLOT: u8 = 0x03;
 /// Slots 0x03..=0x1e are free on q35's bus 0 (0x1f is the ICH9's own functions); the
 /// kernel's store uses two disks, and a few more leave room for tests.
 pub const DISKS_MAX: usize = 16;
+/// The PCI slot on bus 0 of a pair's replication link, past the disks' slots.
+pub const LINK_SLOT: u8 = 0x1d;
+/// The longest domain name taken: a pair's (`holdfast-pair-NAME-N-HASH`, NAME up to 62).
+pub const NAME_LENGTH_MAX: usize = 128;
 
 /// Why the TP1 forward is QEMU pass-through and not a libvirt `<interface>`: libvirt 9.0
 /// (Debian 12) can express a host port forward only on its passt backend, and its parser
@@ -71,10 +77,15 @@ pub struct DomainSpec {
     /// Where the guest's control channel (COM2, the admin service) listens on the host, for
     /// `holdfast checkpoint`, `holdfast tp1 token` and the exporter.
     pub control_socket: Option<PathBuf>,
-    /// The replication link of a pair's VM (QEMU's `-netdev stream` to its peer): room for
-    /// `holdfast pair up --libvirt`, not written yet; [`DomainSpec::to_xml`] refuses a spec
-    /// that has one rather than drop it.
-    pub replication_link: Option<NetConnect>,
+    /// The replication link of a pair's VM: a virtio-net device whose frames go to a TCP
+    /// socket on the host (the pair's supervisor relays them to the peer).
+    pub replication_link: Option<LinkConnect>,
+    /// Where QEMU listens on a QMP monitor of its own (besides libvirt's), for `holdfast
+    /// vm` and a pair's freeze drill, if anywhere.
+    pub qmp_socket: Option<PathBuf>,
+    /// Where QEMU listens on a second QMP monitor that only reports events (disk errors),
+    /// if anywhere.
+    pub event_socket: Option<PathBuf>,
     /// The user and group QEMU runs as: `holdfast run`'s QEMU runs as the user who started
     /// it, and so does this one (see [`SecLabel`]).
     pub run_as: (u32, u32),
@@ -89,9 +100,9 @@ pub enum DomainXmlError {
     NotAbsolute(PathBuf),
     #[error("{0} disks given; a Holdfast domain takes at most {DISKS_MAX}")]
     TooManyDisks(usize),
-    #[error("the replication link ({0}) is not supported under libvirt yet (holdfast pair up --libvirt is to come)")]
-    ReplicationLinkUnsupported(NetConnect),
-    #[error("domain name '{0}' must be 1 to 64 letters, digits, '-', '_' or '.'")]
+    #[error("a pair's node number is 1 to 9, not {0}")]
+    BadLinkNode(u8),
+    #[error("domain name '{0}' must be 1 to {NAME_LENGTH_MAX} letters, digits, '-', '_' or '.'")]
     BadName(String),
     #[error("writing the domain XML: {0}")]
     Serialize(String),
@@ -112,7 +123,7 @@ impl DomainSpec {
 
     fn domain(&self) -> Result<Domain, DomainXmlError> {
         let name_ok = !self.name.is_empty()
-            && self.name.len() <= 64
+            && self.name.len() <= NAME_LENGTH_MAX
             && self
                 .name
                 .bytes()
@@ -120,8 +131,20 @@ impl DomainSpec {
         if !name_ok {
             return Err(DomainXmlError::BadName(self.name.clone()));
         }
+        let mut interfaces = Vec::new();
         if let Some(link) = &self.replication_link {
-            return Err(DomainXmlError::ReplicationLinkUnsupported(link.clone()));
+            if !(1..=9).contains(&link.node) {
+                return Err(DomainXmlError::BadLinkNode(link.node));
+            }
+            interfaces.push(Interface {
+                kind: "client",
+                mac: MacAddress { address: link.mac_address() },
+                source: InterfaceSource { address: link.connect.host.clone(), port: link.connect.port },
+                model: InterfaceModel { kind: "virtio" },
+                // No option ROM, as `romfile=` under the QEMU runner: PVH boot reads none.
+                rom: Rom { enabled: "no" },
+                address: PciAddress::bus_0(LINK_SLOT),
+            });
         }
         if self.disks.len() > DISKS_MAX {
             return Err(DomainXmlError::TooManyDisks(self.disks.len()));
@@ -184,6 +207,7 @@ impl DomainSpec {
             devices: Devices {
                 emulator: absolute_text(&self.emulator)?,
                 disk: disks,
+                interface: interfaces,
                 serial: serials,
                 console: Console {
                     kind: "pty",
@@ -208,7 +232,7 @@ impl DomainSpec {
                 label: format!("+{}:+{}", self.run_as.0, self.run_as.1),
             },
             qemu_commandline: QemuCommandline {
-                arg: self.qemu_arguments().into_iter().map(|value| QemuArg { value }).collect(),
+                arg: self.qemu_arguments()?.into_iter().map(|value| QemuArg { value }).collect(),
             },
         })
     }
@@ -216,7 +240,7 @@ impl DomainSpec {
     /// What libvirt cannot say itself, passed to QEMU as is: the guest's exit device and the
     /// TP1 network (see [`QEMU_NETDEV_WHY`]). Ids start with `hf` so that they never meet
     /// libvirt's own (`net0`, `serial0`, ...).
-    fn qemu_arguments(&self) -> Vec<String> {
+    fn qemu_arguments(&self) -> Result<Vec<String>, DomainXmlError> {
         // The kernel ends the VM through this port after its self-test and on a fatal error
         // (holdfast_abi::exit); without it the kernel halts and the domain runs on idle.
         let mut arguments = vec![
@@ -240,7 +264,19 @@ impl DomainSpec {
                 ),
             ]);
         }
-        arguments
+        for (id, socket) in [("hfqmp", &self.qmp_socket), ("hfevents", &self.event_socket)] {
+            if let Some(socket) = socket {
+                // A comma in a QEMU option value is written twice.
+                let path = absolute_text(socket)?.replace(',', ",,");
+                arguments.extend([
+                    "-chardev".to_owned(),
+                    format!("socket,id={id},server=on,wait=off,path={path}"),
+                    "-mon".to_owned(),
+                    format!("chardev={id},mode=control"),
+                ]);
+            }
+        }
+        Ok(arguments)
     }
 }
 
@@ -395,6 +431,7 @@ struct CpuFeature {
 struct Devices {
     emulator: String,
     disk: Vec<Disk>,
+    interface: Vec<Interface>,
     serial: Vec<Serial>,
     console: Console,
     controller: Vec<Controller>,
@@ -427,11 +464,16 @@ impl Disk {
             device: "disk",
             // A host error on an image (its file system full) is reported to the guest,
             // which marks that mirror failed and goes on, rather than pausing the domain.
+            // Blocks written as zeros become holes in the image, and the guest's discards
+            // free the host's blocks, as under the QEMU runner: a standby's full copy writes
+            // every block of the store, most of them zeros.
             driver: DiskDriver {
                 name: "qemu",
                 format: "raw",
                 error_policy: "report",
                 rerror_policy: "report",
+                discard: "unmap",
+                detect_zeroes: "unmap",
             },
             source,
             target: DiskTarget {
@@ -453,6 +495,49 @@ struct DiskDriver {
     error_policy: &'static str,
     #[serde(rename = "@rerror_policy")]
     rerror_policy: &'static str,
+    #[serde(rename = "@discard")]
+    discard: &'static str,
+    #[serde(rename = "@detect_zeroes")]
+    detect_zeroes: &'static str,
+}
+
+/// A pair's replication link: `<interface type='client'>`, a TCP client socket (no libvirt
+/// network, no host address on any guest network).
+#[derive(Debug, Serialize)]
+struct Interface {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+    mac: MacAddress,
+    source: InterfaceSource,
+    model: InterfaceModel,
+    rom: Rom,
+    address: PciAddress,
+}
+
+#[derive(Debug, Serialize)]
+struct MacAddress {
+    #[serde(rename = "@address")]
+    address: String,
+}
+
+#[derive(Debug, Serialize)]
+struct InterfaceSource {
+    #[serde(rename = "@address")]
+    address: String,
+    #[serde(rename = "@port")]
+    port: u16,
+}
+
+#[derive(Debug, Serialize)]
+struct InterfaceModel {
+    #[serde(rename = "@type")]
+    kind: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct Rom {
+    #[serde(rename = "@enabled")]
+    enabled: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -678,6 +763,8 @@ mod tests {
             tp1_port: Some(47100),
             control_socket: Some("/state/tp1/control.sock".into()),
             replication_link: None,
+            qmp_socket: None,
+            event_socket: None,
             run_as: (1000, 1001),
         }
     }
@@ -753,6 +840,8 @@ mod tests {
             assert_eq!(disk.at("driver").attribute("type"), Some("raw"));
             assert_eq!(disk.at("driver").attribute("error_policy"), Some("report"));
             assert_eq!(disk.at("driver").attribute("rerror_policy"), Some("report"));
+            assert_eq!(disk.at("driver").attribute("discard"), Some("unmap"));
+            assert_eq!(disk.at("driver").attribute("detect_zeroes"), Some("unmap"));
             let address = disk.at("address");
             assert_eq!(address.attribute("bus"), Some("0x00"));
             assert_eq!(address.attribute("slot"), Some(format!("{:#04x}", FIRST_DISK_SLOT as usize + index).as_str()));
@@ -815,13 +904,49 @@ mod tests {
         too_many.disks = (0..=DISKS_MAX).map(|index| PathBuf::from(format!("/d/{index}.img"))).collect();
         assert_eq!(too_many.to_xml(), Err(DomainXmlError::TooManyDisks(DISKS_MAX + 1)));
         let mut linked = spec(Accelerator::Tcg);
-        linked.replication_link = Some("127.0.0.1:7000".parse().unwrap());
-        assert!(matches!(linked.to_xml(), Err(DomainXmlError::ReplicationLinkUnsupported(_))));
+        linked.replication_link = Some(LinkConnect { connect: "127.0.0.1:7000".parse().unwrap(), node: 0 });
+        assert_eq!(linked.to_xml(), Err(DomainXmlError::BadLinkNode(0)));
         let mut badly_named = spec(Accelerator::Tcg);
         badly_named.name = "a b".into();
         assert_eq!(badly_named.to_xml(), Err(DomainXmlError::BadName("a b".into())));
         let mut no_initial_image = spec(Accelerator::Tcg);
         no_initial_image.initial_image = None;
         assert!(parsed(&no_initial_image).at("os").all("initrd").is_empty());
+    }
+
+    #[test]
+    fn a_pairs_link_is_a_tcp_client_interface_with_the_link_mac_and_its_monitors_are_qemu_sockets() {
+        let mut node = spec(Accelerator::Tcg);
+        node.replication_link = Some(LinkConnect { connect: "127.0.0.1:41234".parse().unwrap(), node: 2 });
+        node.qmp_socket = Some("/state/p-2/qmp.sock".into());
+        node.event_socket = Some("/state/p-2/events,1.sock".into());
+        let domain = parsed(&node);
+        let interface = domain.at("devices/interface");
+        assert_eq!(interface.attribute("type"), Some("client"), "a socket, not a libvirt network");
+        assert_eq!(interface.at("mac").attribute("address"), Some("52:54:00:48:46:02"));
+        assert_eq!(interface.at("source").attribute("address"), Some("127.0.0.1"));
+        assert_eq!(interface.at("source").attribute("port"), Some("41234"));
+        assert_eq!(interface.at("model").attribute("type"), Some("virtio"));
+        assert_eq!(interface.at("rom").attribute("enabled"), Some("no"));
+        assert_eq!(interface.at("address").attribute("bus"), Some("0x00"));
+        assert_eq!(interface.at("address").attribute("slot"), Some("0x1d"));
+        let arguments: Vec<&str> =
+            domain.at("qemu:commandline").all("qemu:arg").iter().map(|argument| argument.attribute("value").unwrap()).collect();
+        assert_eq!(
+            arguments[6..],
+            [
+                "-chardev",
+                "socket,id=hfqmp,server=on,wait=off,path=/state/p-2/qmp.sock",
+                "-mon",
+                "chardev=hfqmp,mode=control",
+                "-chardev",
+                "socket,id=hfevents,server=on,wait=off,path=/state/p-2/events,,1.sock",
+                "-mon",
+                "chardev=hfevents,mode=control",
+            ]
+        );
+        let mut long = spec(Accelerator::Tcg);
+        long.name = format!("holdfast-pair-{}-1-0123abcd", "n".repeat(62));
+        assert!(long.to_xml().is_ok(), "a pair's longest domain name");
     }
 }

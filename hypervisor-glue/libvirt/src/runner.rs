@@ -131,6 +131,70 @@ impl Hypervisor {
             | sys::VIR_DOMAIN_START_VALIDATE;
         let domain = Domain::create_xml(self.connection(), xml, flags)
             .map_err(|error| LibvirtError::new("starting the domain", error))?;
+        self.follow(domain)
+    }
+
+    /// Defines the domain `name` as `xml` describes (persistent: `virsh list --all` shows
+    /// it, and [`Hypervisor::undefine`] removes it; a definition of the same name that does
+    /// not run is replaced),
+    /// starts it auto-destroyed (it ends when this connection closes, so it never outlives
+    /// the process that watches it) and follows its serial console, as [`Hypervisor::start`].
+    /// A domain defined here that then fails to start is undefined again: no
+    /// half-made domain is left.
+    pub fn define_and_start(self, name: &str, xml: &str) -> Result<RunningDomain, LibvirtError> {
+        // The XML carries no UUID, so libvirt would refuse it beside an older definition of
+        // the same name (which has one): a definition that does not run goes first.
+        match Domain::lookup_by_name(self.connection(), name) {
+            Ok(old) => {
+                if old.is_active().map_err(|error| LibvirtError::new(format!("asking about domain '{name}'"), error))? {
+                    return Err(LibvirtError {
+                        doing: format!("defining domain '{name}'"),
+                        message: "a domain of that name runs".into(),
+                        code: None,
+                    });
+                }
+                old.undefine().map_err(|error| LibvirtError::new(format!("replacing the definition of domain '{name}'"), error))?;
+            }
+            Err(error) if error.code() == ErrorNumber::NoDomain => {}
+            Err(error) => return Err(LibvirtError::new(format!("looking up domain '{name}'"), error)),
+        }
+        let domain = Domain::define_xml_flags(self.connection(), xml, sys::VIR_DOMAIN_DEFINE_VALIDATE)
+            .map_err(|error| LibvirtError::new("defining the domain", error))?;
+        if let Err(error) = domain.create_with_flags(sys::VIR_DOMAIN_START_PAUSED | sys::VIR_DOMAIN_START_AUTODESTROY) {
+            let _ = domain.undefine();
+            return Err(LibvirtError::new("starting the domain", error));
+        }
+        self.follow(domain)
+    }
+
+    /// Ends and undefines the domain `name` if libvirt knows it; whether it did.
+    pub fn undefine(&self, name: &str) -> Result<bool, LibvirtError> {
+        let domain = match Domain::lookup_by_name(self.connection(), name) {
+            Ok(domain) => domain,
+            Err(error) if error.code() == ErrorNumber::NoDomain => return Ok(false),
+            Err(error) => return Err(LibvirtError::new(format!("looking up domain '{name}'"), error)),
+        };
+        let handle = DomainHandle { domain, name: name.to_owned() };
+        handle.destroy()?;
+        match handle.domain.undefine() {
+            Ok(()) => Ok(true),
+            // A transient domain that ended is gone already.
+            Err(error) if matches!(error.code(), ErrorNumber::NoDomain | ErrorNumber::OperationInvalid) => Ok(true),
+            Err(error) => Err(LibvirtError::new(format!("undefining domain '{name}'"), error)),
+        }
+    }
+
+    /// Whether the domain `name` runs (false if libvirt does not know it).
+    pub fn is_running(&self, name: &str) -> Result<bool, LibvirtError> {
+        match Domain::lookup_by_name(self.connection(), name) {
+            Ok(domain) => domain.is_active().map_err(|error| LibvirtError::new(format!("asking about domain '{name}'"), error)),
+            Err(error) if error.code() == ErrorNumber::NoDomain => Ok(false),
+            Err(error) => Err(LibvirtError::new(format!("looking up domain '{name}'"), error)),
+        }
+    }
+
+    /// Opens `domain`'s console, resumes its CPUs and hands both back.
+    fn follow(self, domain: Domain) -> Result<RunningDomain, LibvirtError> {
         let name = domain.get_name().unwrap_or_default();
         // From here on the domain exists: dropping `running` on an error destroys it.
         let mut running = RunningDomain {
@@ -207,6 +271,11 @@ impl RunningDomain {
         &self.name
     }
 
+    /// A handle on the domain that another thread can fence with.
+    pub fn handle(&self) -> DomainHandle {
+        DomainHandle { domain: self.domain().clone(), name: self.name.clone() }
+    }
+
     pub fn started_at(&self) -> Instant {
         self.started_at
     }
@@ -251,6 +320,13 @@ impl RunningDomain {
         Ok(stopped)
     }
 
+    /// Closes the connection without destroying the domain: for a domain that has ended,
+    /// whose name a new start may already be using (the same definition started again),
+    /// which the destroy of [`Drop`] must not meet.
+    pub fn release(mut self) {
+        self.domain = None;
+    }
+
     /// Waits for the console reader, which ends with the console stream.
     fn join_reader(&mut self) {
         if let Some(reader) = self.reader.take() {
@@ -271,6 +347,39 @@ impl Drop for RunningDomain {
         // The console reader is not waited for: if the domain could not be destroyed its
         // stream may never end. Closing the connection (the `hypervisor` field, dropped
         // next) ends both.
+    }
+}
+
+/// A domain to be fenced or asked about from a thread other than the one that follows it.
+#[derive(Clone)]
+pub struct DomainHandle {
+    domain: Domain,
+    name: String,
+}
+
+impl DomainHandle {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Ends the domain at once (virDomainDestroy: QEMU is sent SIGTERM, then SIGKILL if it
+    /// lingers) and returns once it is gone. A domain that had ended is not an error.
+    pub fn destroy(&self) -> Result<(), LibvirtError> {
+        match self.domain.destroy() {
+            Ok(()) => Ok(()),
+            Err(error) if matches!(error.code(), ErrorNumber::NoDomain | ErrorNumber::OperationInvalid) => Ok(()),
+            Err(error) => Err(LibvirtError::new(format!("destroying domain '{}'", self.name), error)),
+        }
+    }
+
+    /// Whether the domain runs: libvirt's state of it, which turns to shut off once its QEMU
+    /// is gone, however it went.
+    pub fn is_active(&self) -> Result<bool, LibvirtError> {
+        match self.domain.is_active() {
+            Ok(active) => Ok(active),
+            Err(error) if error.code() == ErrorNumber::NoDomain => Ok(false),
+            Err(error) => Err(LibvirtError::new(format!("asking about domain '{}'", self.name), error)),
+        }
     }
 }
 

@@ -70,6 +70,8 @@ pub fn run(arguments: &RunArguments, uri: &str) -> Result<ExitCode, Failure> {
         tp1_port: run::tp1_port(arguments.tp1_port)?,
         control_socket: Some(control.path.clone()),
         replication_link: None,
+        qmp_socket: None,
+        event_socket: None,
         run_as: current_user(),
     };
     let xml = spec.to_xml().map_err(Failure::input)?;
@@ -187,18 +189,18 @@ fn final_checkpoint(socket: &Path, name: &str) {
     }
 }
 
-fn libvirt_error<T>(result: Result<T, holdfast_libvirt::LibvirtError>) -> Result<T, Failure> {
+pub(crate) fn libvirt_error<T>(result: Result<T, holdfast_libvirt::LibvirtError>) -> Result<T, Failure> {
     result.map_err(Failure::other)
 }
 
 /// libvirtd resolves paths in its own directory, not ours.
-fn absolute(path: &Path) -> Result<PathBuf, Failure> {
+pub(crate) fn absolute(path: &Path) -> Result<PathBuf, Failure> {
     std::path::absolute(path)
         .map_err(|error| Failure::input(format!("'{}': {error}", path.display())))
 }
 
 /// The user and group this command runs as, which QEMU runs as too.
-fn current_user() -> (u32, u32) {
+pub(crate) fn current_user() -> (u32, u32) {
     // SAFETY: getuid(2) and getgid(2) take no arguments, touch no memory and cannot fail.
     unsafe { (libc::getuid(), libc::getgid()) }
 }
@@ -245,4 +247,30 @@ impl Drop for ControlSocket {
             let _ = std::fs::remove_dir(directory);
         }
     }
+}
+
+/// The pid of the QEMU that runs libvirt domain `name` on this host: the process whose
+/// command line has libvirt's `-name guest=NAME,...`. libvirt's API gives no pid; it is
+/// wanted for `holdfast vm kill` (a pair's kill drill), which SIGKILLs QEMU as a crash
+/// would. `None` if it is not found (libvirtd on another host).
+pub(crate) fn qemu_pid_of_domain(name: &str) -> Option<u32> {
+    let wanted = format!("guest={name},");
+    let exact = format!("guest={name}");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|text| text.parse::<u32>().ok()) else { continue };
+        let Ok(command_line) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let mut words = command_line.split(|byte| *byte == 0);
+        if !words.next().is_some_and(|program| program.ends_with(b"qemu-system-x86_64")) {
+            continue;
+        }
+        while let Some(word) = words.next() {
+            if word == b"-name"
+                && let Some(value) = words.next()
+                && (value.starts_with(wanted.as_bytes()) || value == exact.as_bytes())
+            {
+                return Some(pid);
+            }
+        }
+    }
+    None
 }

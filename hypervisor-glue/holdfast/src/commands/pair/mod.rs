@@ -88,11 +88,7 @@ pub fn run(command: PairCommand) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         PairCommand::History(arguments) => history(&arguments.name, arguments.json),
-        PairCommand::Down(pair) => {
-            ask(&pair.name, "down")?;
-            println!("{}: down", pair.name);
-            Ok(ExitCode::SUCCESS)
-        }
+        PairCommand::Down(pair) => down(&pair.name),
         PairCommand::Link(arguments) => {
             let request = match (arguments.action, arguments.milliseconds) {
                 (PairLinkAction::Cut, None) => "link cut".to_owned(),
@@ -152,6 +148,18 @@ impl PairPaths {
         // Each VM's QMP socket must fit too.
         paths::qmp_socket_of(&format!("{name}-1"))?;
         Ok(Self { name: name.to_owned(), dir, socket })
+    }
+
+    /// Node `index` (0, 1)'s libvirt domain under `pair up --libvirt`:
+    /// `holdfast-pair-NAME-N-HASH`, HASH (FNV-1a of the pair's directory) keeping pairs of
+    /// the same name in two state directories (two users, two test runs) apart on one
+    /// libvirtd, and `holdfast-pair-` apart from `holdfast run --libvirt`'s `holdfast-NAME`.
+    pub fn domain_name(&self, index: usize) -> String {
+        let directory = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        let hash = directory.as_os_str().as_encoded_bytes().iter().fold(0x811c_9dc5_u32, |hash, byte| {
+            (hash ^ u32::from(*byte)).wrapping_mul(0x0100_0193)
+        });
+        format!("holdfast-pair-{}-{}-{hash:08x}", self.name, index + 1)
     }
 
     /// Node `index` (0, 1)'s VM name: NAME-1, NAME-2.
@@ -277,4 +285,38 @@ fn history(name: &str, json: bool) -> Result<ExitCode, Failure> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `pair down`: asks the supervisor to end the pair. With no supervisor, a pair that ran
+/// under libvirt may have left its domains defined (its supervisor was killed): they are
+/// destroyed and undefined from the record `up` left.
+fn down(name: &str) -> Result<ExitCode, Failure> {
+    match ask(name, "down") {
+        Ok(answer) => {
+            let undefined: Vec<&str> = answer["undefined"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            if undefined.is_empty() {
+                println!("{name}: down");
+            } else {
+                println!("{name}: down; domains {} undefined", undefined.join(" and "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(failure) => {
+            let record = PairPaths::of(name)?.dir.join(supervisor::LIBVIRT_RECORD);
+            let Ok(text) = std::fs::read_to_string(&record) else { return Err(failure) };
+            let recorded: Value = serde_json::from_str(&text)
+                .map_err(|error| Failure::other(format!("'{}' is damaged: {error}", record.display())))?;
+            let uri = recorded["uri"].as_str().ok_or_else(|| Failure::other(format!("'{}' names no URI", record.display())))?;
+            let names: Vec<String> =
+                recorded["domains"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
+            let undefined = supervisor::undefine_domains(uri, &names).map_err(Failure::other)?;
+            let _ = std::fs::remove_file(&record);
+            if undefined.is_empty() {
+                println!("{name}: down (no supervisor ran, and libvirt at {uri} had none of its domains)");
+            } else {
+                println!("{name}: down (no supervisor ran); domains {} undefined", undefined.join(" and "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

@@ -16,6 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use holdfast_image_builder::ImageDir;
+use holdfast_libvirt::{DomainHandle, DomainSpec, Hypervisor};
 use holdfast_qemu::{Accelerator, Boot, LinkConnect, NetConnect, QemuBinary, RunningVm, VmSpec};
 use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Kind, Message, Mode, Role, StandbyState, Status};
 use serde_json::{Value, json};
@@ -28,6 +29,7 @@ use super::{PairPaths, mode_of};
 use crate::cli::PairUpArguments;
 use crate::commands::accel;
 use crate::commands::run::{QmpSocket, check_disk_images, report_host_disk_errors};
+use crate::commands::run_libvirt;
 use crate::failure::{Failure, exit_status};
 use crate::paths;
 
@@ -136,6 +138,8 @@ impl NodeRole {
 struct Node {
     number: u8,
     vm_name: String,
+    /// Its libvirt domain's name, under `--libvirt`.
+    domain: Option<String>,
     tp1_port: u16,
     role: NodeRole,
     process: Arc<Mutex<Option<Process>>>,
@@ -164,6 +168,50 @@ struct Launcher {
     link_ports: [u16; 2],
     append: Option<String>,
     events: Sender<Event>,
+    /// Under `--libvirt`: each VM a libvirt domain.
+    libvirt: Option<Arc<LibvirtDomains>>,
+}
+
+/// `pair up --libvirt URI`: where and how the domains run, and what to undefine when the
+/// supervisor ends (by `down` or otherwise: the domains are auto-destroyed with its
+/// connections, and their definitions go too).
+struct LibvirtDomains {
+    uri: String,
+    emulator: std::path::PathBuf,
+    run_as: (u32, u32),
+    names: [String; 2],
+    /// pairs/NAME/libvirt.json: the URI and the domains, so that `pair down` can undefine
+    /// them when the supervisor was killed before it could.
+    record: std::path::PathBuf,
+}
+
+impl LibvirtDomains {
+    /// Destroys and undefines both domains; the names of those libvirt knew.
+    fn undefine(&self) -> Result<Vec<String>, String> {
+        let undefined = undefine_domains(&self.uri, &self.names)?;
+        let _ = std::fs::remove_file(&self.record);
+        Ok(undefined)
+    }
+}
+
+impl Drop for LibvirtDomains {
+    fn drop(&mut self) {
+        // Nothing more can be done about a failure here; `pair down` tries again from the
+        // record.
+        let _ = self.undefine();
+    }
+}
+
+/// Destroys and undefines the domains `names` at `uri`; the names of those libvirt knew.
+pub fn undefine_domains(uri: &str, names: &[String]) -> Result<Vec<String>, String> {
+    let hypervisor = Hypervisor::connect(uri).map_err(|error| error.to_string())?;
+    let mut undefined = Vec::new();
+    for name in names {
+        if hypervisor.undefine(name).map_err(|error| error.to_string())? {
+            undefined.push(name.clone());
+        }
+    }
+    Ok(undefined)
 }
 
 struct Supervisor {
@@ -216,6 +264,10 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
 
     let qemu = QemuBinary::find().map_err(Failure::other)?;
     let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
+    let libvirt = match &arguments.libvirt {
+        Some(uri) => Some(Arc::new(claim_domains(&paths, uri, &qemu)?)),
+        None => None,
+    };
     let link = Arc::new(Link::default());
     let heartbeats: Heartbeats = Arc::default();
     let (events, inbox) = mpsc::channel();
@@ -235,6 +287,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
     let nodes = [0usize, 1].map(|index| Node {
         number: index as u8 + 1,
         vm_name: paths.vm_name(index),
+        domain: libvirt.as_ref().map(|libvirt| libvirt.names[index].clone()),
         tp1_port: 0,
         role: if index == primary { NodeRole::Primary } else { NodeRole::Standby },
         process: Arc::default(),
@@ -259,6 +312,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
             link_ports,
             append: arguments.append.clone(),
             events,
+            libvirt,
         },
         policy: Policy {
             heartbeat_timeout: Duration::from_millis(arguments.heartbeat_timeout_ms),
@@ -277,6 +331,9 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
         heartbeats,
     };
     supervisor.say(&format!("endpoint 127.0.0.1:{}", supervisor.endpoint.address().port()));
+    if let Some(libvirt) = &supervisor.launcher.libvirt {
+        supervisor.say(&format!("libvirt {}: domains {} and {}", libvirt.uri, libvirt.names[0], libvirt.names[1]));
+    }
     if let Some(listen) = arguments.exporter {
         let address = crate::commands::exporter::start_beside(listen)?;
         supervisor.say(&format!("exporter on http://{address}/metrics"));
@@ -304,7 +361,10 @@ impl Supervisor {
         self.nodes[index].tp1_port = port;
         self.nodes[index].launches += 1;
         let spec = self.vm_spec(index);
-        launch(&self.nodes[index], &self.launcher.qemu, spec, self.launcher.events.clone())?;
+        match &self.launcher.libvirt {
+            Some(libvirt) => launch_domain(&self.nodes[index], libvirt, spec, self.launcher.events.clone())?,
+            None => launch(&self.nodes[index], &self.launcher.qemu, spec, self.launcher.events.clone())?,
+        }
         let node = &self.nodes[index];
         self.say(&format!(
             "node {} ({}) starting as the {}: TP1 at 127.0.0.1:{port}, term {}, mode {}",
@@ -663,7 +723,7 @@ impl Supervisor {
         if !*gone
             && let Some(process) = node.process.lock().expect("process").as_ref()
         {
-            process.kill().map_err(|error| format!("SIGKILL to node {}'s QEMU (pid {}): {error}", node.number, process.pid))?;
+            process.kill().map_err(|error| format!("fencing node {} ({}): {error}", node.number, process.describe()))?;
         }
         let (gone, timeout) = node
             .gone
@@ -749,8 +809,19 @@ impl Supervisor {
                         return refuse(why);
                     }
                 }
-                self.say("down: both VMs ended");
-                (json!({ "ok": true }), ControlFlow::Break(ExitCode::SUCCESS))
+                let undefined = match &self.launcher.libvirt {
+                    Some(libvirt) => match libvirt.undefine() {
+                        Ok(undefined) => undefined,
+                        Err(why) => return refuse(format!("both VMs ended, but their domains were not undefined: {why}")),
+                    },
+                    None => Vec::new(),
+                };
+                if undefined.is_empty() {
+                    self.say("down: both VMs ended");
+                } else {
+                    self.say(&format!("down: both VMs ended; domains {} undefined", undefined.join(" and ")));
+                }
+                (json!({ "ok": true, "undefined": undefined }), ControlFlow::Break(ExitCode::SUCCESS))
             }
             _ => refuse(format!("unknown request '{line}'")),
         }
@@ -798,7 +869,8 @@ impl Supervisor {
                     "role": node.role.name(),
                     "state": state,
                     "tp1": format!("127.0.0.1:{}", node.tp1_port),
-                    "pid": node.process.lock().expect("process").as_ref().map(|process| process.pid),
+                    "pid": node.process.lock().expect("process").as_ref().and_then(|process| process.pid()),
+                    "domain": node.domain,
                     "link_connected": node.link_connected,
                     "heartbeats_seen": node.heartbeats_total,
                     "heartbeats_missed": self.heartbeats[index].missed_total.load(std::sync::atomic::Ordering::Relaxed),
@@ -815,6 +887,7 @@ impl Supervisor {
         json!({
             "ok": true,
             "name": self.name,
+            "libvirt": self.launcher.libvirt.as_ref().map(|libvirt| libvirt.uri.clone()),
             "endpoint": self.endpoint.address().to_string(),
             "endpoint_target": self.endpoint.target().map(|target| target.to_string()),
             "endpoint_connections": self.endpoint.open_connections(),
@@ -1010,12 +1083,14 @@ fn launch(node: &Node, qemu: &QemuBinary, spec: VmSpec, events: Sender<Event>) -
     start_result.recv().map_err(|_| Failure::other("the VM's thread ended before QEMU started"))?
 }
 
-/// A VM's QEMU, to be fenced. The pid file descriptor, opened while the thread that
-/// reaps QEMU cannot yet have done so, names that process and no other even after it is
-/// reaped, so that a fence never hits a process that took its pid.
-struct Process {
-    pid: u32,
-    descriptor: Option<std::os::fd::OwnedFd>,
+/// A VM to be fenced: its QEMU, or under `--libvirt` its domain.
+enum Process {
+    /// The pid file descriptor, opened while the thread that reaps QEMU cannot yet have done
+    /// so, names that process and no other even after it is reaped, so that a fence never
+    /// hits a process that took its pid.
+    Qemu { pid: u32, descriptor: Option<std::os::fd::OwnedFd> },
+    /// Fenced by virDomainDestroy; `pid` is its QEMU's, when it was found.
+    Domain { handle: DomainHandle, pid: Option<u32> },
 }
 
 impl Process {
@@ -1026,12 +1101,43 @@ impl Process {
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
         // SAFETY: a non-negative result is a descriptor that nothing else owns.
         let descriptor = (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) });
-        Self { pid, descriptor }
+        Self::Qemu { pid, descriptor }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Self::Qemu { pid, .. } => Some(*pid),
+            Self::Domain { pid, .. } => *pid,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Qemu { pid, .. } => format!("SIGKILL to its QEMU, pid {pid}"),
+            Self::Domain { handle, .. } => format!("virDomainDestroy of domain '{}'", handle.name()),
+        }
+    }
+
+    /// Whether the process has exited (its pid descriptor readable), reaped or not; false
+    /// if that cannot be told.
+    fn has_exited(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Self::Qemu { descriptor: Some(descriptor), .. } = self else { return false };
+        let mut poll = libc::pollfd { fd: descriptor.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: poll(2) on one pollfd that lives on this stack frame for the call, with no
+        // wait.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        ready == 1 && poll.revents & libc::POLLIN != 0
     }
 
     fn kill(&self) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
-        let result = match &self.descriptor {
+        let (pid, descriptor) = match self {
+            Self::Qemu { pid, descriptor } => (*pid, descriptor),
+            // It returns once the domain's QEMU is gone.
+            Self::Domain { handle, .. } => return handle.destroy().map_err(std::io::Error::other),
+        };
+        let result = match descriptor {
             // SAFETY: pidfd_send_signal(2) with a descriptor we own, a signal number, no
             // siginfo (null, allowed) and no flags.
             Some(descriptor) => unsafe {
@@ -1040,7 +1146,7 @@ impl Process {
             // A host kernel older than 5.3: the pid, which its thread has not reaped unless
             // `gone` (held by the caller) would say so but for the moment between the two.
             // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-            None => i64::from(unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) }),
+            None => i64::from(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }),
         };
         match result {
             0 => Ok(()),
@@ -1051,6 +1157,172 @@ impl Process {
             },
         }
     }
+}
+
+/// `--libvirt URI`: connects (so that a missing daemon or a refused user is said before
+/// anything starts), refuses if either domain runs already, and records the domains for
+/// `pair down`.
+fn claim_domains(paths: &PairPaths, uri: &str, qemu: &QemuBinary) -> Result<LibvirtDomains, Failure> {
+    let names = [paths.domain_name(0), paths.domain_name(1)];
+    let hypervisor = Hypervisor::connect(uri).map_err(Failure::other)?;
+    for name in &names {
+        if run_libvirt::libvirt_error(hypervisor.is_running(name))? {
+            return Err(Failure::input(format!(
+                "pair '{}' is already up: its domain '{name}' runs under libvirt at {uri} ('virsh -c {uri} destroy {name}' if nothing watches it)",
+                paths.name
+            )));
+        }
+    }
+    let record = paths.dir.join(LIBVIRT_RECORD);
+    let text = json!({ "uri": uri, "domains": names }).to_string();
+    std::fs::write(&record, text).map_err(|error| Failure::other(format!("cannot write '{}': {error}", record.display())))?;
+    Ok(LibvirtDomains {
+        uri: uri.to_owned(),
+        emulator: run_libvirt::absolute(qemu.path())?,
+        run_as: run_libvirt::current_user(),
+        names,
+        record,
+    })
+}
+
+/// Where `pair up --libvirt` records its URI and domains.
+pub const LIBVIRT_RECORD: &str = "libvirt.json";
+
+/// Node's VM as a libvirt domain: the same VM as [`Supervisor::vm_spec`] gives QEMU.
+fn domain_spec(libvirt: &LibvirtDomains, name: &str, spec: &VmSpec) -> Result<DomainSpec, Failure> {
+    let Boot::Pvh { kernel, initial_image, command_line } = &spec.boot else {
+        return Err(Failure::input("--libvirt boots by PVH only"));
+    };
+    let absolute = |path: &std::path::PathBuf| run_libvirt::absolute(path);
+    Ok(DomainSpec {
+        name: name.to_owned(),
+        emulator: libvirt.emulator.clone(),
+        accelerator: spec.accelerator,
+        memory_mib: spec.memory_mib,
+        kernel: absolute(kernel)?,
+        initial_image: initial_image.as_ref().map(absolute).transpose()?,
+        command_line: command_line.clone(),
+        disks: spec.disks.iter().map(absolute).collect::<Result<_, _>>()?,
+        tp1_port: spec.tp1_port,
+        control_socket: spec.control_socket.as_ref().map(absolute).transpose()?,
+        replication_link: spec.link_connect.clone(),
+        qmp_socket: spec.qmp_socket.as_ref().map(absolute).transpose()?,
+        event_socket: spec.event_socket.as_ref().map(absolute).transpose()?,
+        run_as: libvirt.run_as,
+    })
+}
+
+/// How often a domain's thread asks libvirt whether the domain still runs.
+const DOMAIN_STATE_INTERVAL: Duration = Duration::from_millis(250);
+/// How often it looks whether the domain's QEMU has exited, between console lines.
+const QEMU_EXIT_INTERVAL: Duration = Duration::from_millis(20);
+/// How long libvirt may take to say that a domain whose QEMU is gone is shut off. libvirt
+/// waits for the process to be reaped: here, where the container's init reaps orphans about
+/// once a second, a SIGKILLed QEMU's domain was shut off 3.6 s after the kill.
+const DOMAIN_END_TIME_LIMIT: Duration = Duration::from_secs(30);
+
+/// [`launch`] under `--libvirt`: defines node's domain and starts it (auto-destroyed with
+/// the thread's connection), from a thread of its own that follows its console and reports
+/// the node gone once its QEMU has exited (the process's pid descriptor says so at once,
+/// where libvirt runs on this host) or libvirt says the domain is not running.
+fn launch_domain(node: &Node, libvirt: &LibvirtDomains, spec: VmSpec, events: Sender<Event>) -> Result<(), Failure> {
+    let qmp_socket = QmpSocket::claim(Some(&node.vm_name))?;
+    let domain_name = node.domain.clone().expect("a node under --libvirt has a domain");
+    let xml = domain_spec(libvirt, &domain_name, &spec)?.to_xml().map_err(Failure::input)?;
+    let uri = libvirt.uri.clone();
+    let (index, launch) = (usize::from(node.number - 1), node.launches);
+    let (process_slot, gone) = (Arc::clone(&node.process), Arc::clone(&node.gone));
+    let (started, start_result) = mpsc::channel();
+    thread::Builder::new().name(format!("pair-domain-{}", node.number)).spawn(move || {
+        let running = Hypervisor::connect(&uri).map_err(Failure::other).and_then(|hypervisor| {
+            // A domain whose QEMU was seen gone may not be shut off for libvirt yet.
+            let deadline = Instant::now() + DOMAIN_END_TIME_LIMIT;
+            while run_libvirt::libvirt_error(hypervisor.is_running(&domain_name))? {
+                if Instant::now() >= deadline {
+                    return Err(Failure::other(format!(
+                        "domain '{domain_name}' still runs for libvirt {} s after its QEMU was gone",
+                        DOMAIN_END_TIME_LIMIT.as_secs()
+                    )));
+                }
+                thread::sleep(QEMU_EXIT_INTERVAL);
+            }
+            hypervisor.define_and_start(&domain_name, &xml).map_err(|error| Failure::other(format!("domain '{domain_name}': {error}")))
+        });
+        let running = match running {
+            Ok(running) => running,
+            Err(failure) => {
+                let _ = started.send(Err(failure));
+                return;
+            }
+        };
+        let handle = running.handle();
+        let pid = run_libvirt::qemu_pid_of_domain(&domain_name);
+        let exit_watch = pid.map(Process::of);
+        *process_slot.lock().expect("process") = Some(Process::Domain { handle: handle.clone(), pid });
+        let recorded = pid
+            .map_or(Ok(()), |pid| qmp_socket.record_pid(pid))
+            .and_then(|()| qmp_socket.record_disks(&spec.disks))
+            .and_then(|()| report_host_disk_errors(&qmp_socket.path, &spec.disks));
+        let _ = started.send(recorded);
+        let qemu_exited = || exit_watch.as_ref().is_some_and(Process::has_exited);
+        // libvirt is asked from a thread of its own: while libvirtd handles a QEMU's death it
+        // can take seconds to answer (it waits for the process to be reaped), and the pid
+        // descriptor, which says so at once, must not wait behind it.
+        let shut_off = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        {
+            let (handle, shut_off, watching) = (handle.clone(), Arc::clone(&shut_off), Arc::clone(&watching));
+            let _ = thread::Builder::new().name("pair-domain-state".into()).spawn(move || {
+                while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                    if !handle.is_active().unwrap_or(true) {
+                        shut_off.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return;
+                    }
+                    thread::sleep(DOMAIN_STATE_INTERVAL);
+                }
+            });
+        }
+        let mut console_open = true;
+        // Gone: its QEMU has exited, or libvirt says the domain does not run. A console that
+        // ends is not enough (QEMU may yet run), but is no reason to wait for more lines.
+        let ending = loop {
+            if qemu_exited() {
+                break "its QEMU exited";
+            }
+            if console_open {
+                match running.next_line(QEMU_EXIT_INTERVAL) {
+                    Ok(line) => {
+                        let _ = events.send(Event::Line { node: index, text: line.text });
+                    }
+                    Err(RecvTimeoutError::Disconnected) => console_open = false,
+                    Err(RecvTimeoutError::Timeout) => {}
+                }
+            } else {
+                thread::sleep(QEMU_EXIT_INTERVAL);
+            }
+            if shut_off.load(std::sync::atomic::Ordering::Relaxed) {
+                break "libvirt shut it off";
+            }
+        };
+        watching.store(false, std::sync::atomic::Ordering::Relaxed);
+        // Its files go before the fence hears it is gone, as under the QEMU runner.
+        drop(qmp_socket);
+        {
+            let mut flag = gone.gone.lock().expect("gone flag");
+            *flag = true;
+            gone.changed.notify_all();
+        }
+        let _ = events.send(Event::Exited { node: index, launch, ending: format!("domain '{domain_name}': {ending}") });
+        // libvirt's word that it is shut off, before the connection (and its auto-destroy)
+        // goes; the domain is not destroyed from here, since a rejoin may have started it
+        // again already (it waits for libvirt's word too).
+        let deadline = Instant::now() + DOMAIN_END_TIME_LIMIT;
+        while handle.is_active().unwrap_or(false) && Instant::now() < deadline {
+            thread::sleep(QEMU_EXIT_INTERVAL);
+        }
+        running.release();
+    })?;
+    start_result.recv().map_err(|_| Failure::other("the domain's thread ended before the domain started"))?
 }
 
 /// A free port on 127.0.0.1, released for QEMU's forward to take (as `run --tp1-port`).
