@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -29,13 +28,29 @@ type pairStatus struct {
 	Term        int64  `json:"term"`
 	Primary     int64  `json:"primary"`
 	Promotions  int64  `json:"promotions"`
-	Nodes       []struct {
+	// The libvirt URI the VMs run under (`pair up --libvirt`), null for QEMU children.
+	Libvirt *string `json:"libvirt"`
+	Nodes   []struct {
 		Node     int64  `json:"node"`
 		VM       string `json:"vm"`
 		Role     string `json:"role"`
 		State    string `json:"state"`
 		LagBytes *int64 `json:"lag_bytes"`
+		// The node's libvirt domain (holdfast-pair-NAME-N-HASH) under --libvirt.
+		Domain *string `json:"domain"`
 	} `json:"nodes"`
+}
+
+// domains are the pair's libvirt domains as its supervisor names them (none without
+// --libvirt).
+func (s *pairStatus) domains() []string {
+	var names []string
+	for _, node := range s.Nodes {
+		if node.Domain != nil && *node.Domain != "" {
+			names = append(names, *node.Domain)
+		}
+	}
+	return names
 }
 
 // node returns the first node whose role is role ("primary", "standby").
@@ -168,36 +183,32 @@ func (c *client) waitForPairDown(ctx context.Context, stateDir, name string, dea
 	}
 }
 
-// pairDomainsNotRunning reports, for a pair run under libvirt at uri, which of its two
-// domains libvirt does not have running. `pair up --libvirt` names them
-// holdfast-pair-NAME-N-HASH (HASH from the state directory); a name such as "a-1" cannot
-// take pair "a"'s domains, since HASH has no '-'.
-func pairDomainsNotRunning(uri, name string) ([]string, error) {
+// libvirtDomains looks the named domains up at uri and returns those that are running and
+// those libvirt knows at all (defined or running).
+func libvirtDomains(uri string, names []string) (running, known []string, err error) {
 	parsed, err := url.Parse(uri)
 	if err != nil {
-		return nil, fmt.Errorf("libvirt URI %q does not parse: %w", uri, err)
+		return nil, nil, fmt.Errorf("libvirt URI %q does not parse: %w", uri, err)
 	}
 	l, err := libvirt.ConnectToURI(parsed)
 	if err != nil {
-		return nil, explainConnectError(uri, parsed, err)
+		return nil, nil, explainConnectError(uri, parsed, err)
 	}
 	defer func() { _ = l.Disconnect() }()
-	domains, _, err := l.ConnectListAllDomains(1, libvirt.ConnectListDomainsActive)
-	if err != nil {
-		return nil, err
-	}
-	pattern := regexp.MustCompile(`^holdfast-pair-` + regexp.QuoteMeta(name) + `-([12])-[0-9A-Za-z]+$`)
-	running := map[string]bool{}
-	for _, domain := range domains {
-		if match := pattern.FindStringSubmatch(domain.Name); match != nil {
-			running[match[1]] = true
+	for _, name := range names {
+		domain, err := l.DomainLookupByName(name)
+		if libvirt.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		known = append(known, name)
+		if active, err := isActive(l, domain); err != nil {
+			return nil, nil, err
+		} else if active {
+			running = append(running, name)
 		}
 	}
-	var missing []string
-	for _, node := range []string{"1", "2"} {
-		if !running[node] {
-			missing = append(missing, "node "+node+" (no running domain holdfast-pair-"+name+"-"+node+"-...)")
-		}
-	}
-	return missing, nil
+	return running, known, nil
 }

@@ -1,9 +1,9 @@
 package provider
 
 // Acceptance tests of holdfast_pair and holdfast_pair_status: one real pair (two TP1
-// appliances under TCG, the supervisor detached) brought up, read, changed in place,
-// imported, found down and brought up again, and destroyed; and failed applies that leave
-// nothing behind.
+// appliances as libvirt domains under TCG, the supervisor detached) brought up, read,
+// changed in place, imported, found down and brought up again, and destroyed; and failed
+// applies that leave nothing behind, in libvirt or elsewhere.
 
 import (
 	"context"
@@ -28,10 +28,11 @@ import (
 func pairBlock(name, stateDir, image, extra string) string {
 	return fmt.Sprintf(`
 resource "holdfast_pair" "pair" {
-  name      = %q
-  state_dir = %q
-  image_dir = %q
-  accel     = "tcg"
+  name        = %q
+  state_dir   = %q
+  image_dir   = %q
+  libvirt_uri = "qemu:///system"
+  accel       = "tcg"
   # Small mirrors, for a quick full copy: these tests load no TP1 data (a loaded TP1
   # appliance needs 2048 MiB, the default: with 512 or 1024 its checkpoints find the log
   # full, and a drill on such a pair lost the loaded data).
@@ -97,14 +98,59 @@ func processesUsing(dir string) []string {
 	return found
 }
 
+// pairDomains lists the libvirt domains (running or only defined) of pair name.
+func pairDomains(name string) ([]string, error) {
+	l, err := testLibvirt()
+	if err != nil {
+		return nil, err
+	}
+	defer l.Disconnect()
+	domains, _, err := l.ConnectListAllDomains(1, 0)
+	if err != nil {
+		return nil, err
+	}
+	pattern := regexp.MustCompile(`^holdfast-pair-` + regexp.QuoteMeta(name) + `-[12]-[0-9a-f]+$`)
+	var found []string
+	for _, domain := range domains {
+		if pattern.MatchString(domain.Name) {
+			found = append(found, domain.Name)
+		}
+	}
+	return found, nil
+}
+
+// pairDomainsRunning checks that libvirt runs both of the pair's domains, as its state names them.
+func pairDomainsRunning(state *terraform.State) error {
+	attributes := state.RootModule().Resources["holdfast_pair.pair"].Primary.Attributes
+	l, err := testLibvirt()
+	if err != nil {
+		return err
+	}
+	defer l.Disconnect()
+	for _, node := range []string{"0", "1"} {
+		name := attributes["nodes."+node+".domain"]
+		domain, err := l.DomainLookupByName(name)
+		if err != nil {
+			return fmt.Errorf("node %s's domain %q: %w", node, name, err)
+		}
+		if active, err := isActive(l, domain); err != nil || !active {
+			return fmt.Errorf("node %s's domain %s does not run (%v)", node, name, err)
+		}
+	}
+	return nil
+}
+
 // pairGone checks that nothing of the pair is left: no supervisor answering, no process of
-// its state directory, no directory.
+// its state directory, no libvirt domain, no directory.
 func pairGone(t *testing.T, stateDir, name string) error {
 	if output, err := holdfastCLI(t, stateDir, "pair", "status", name); err == nil || !strings.Contains(output, "is not up") {
 		return fmt.Errorf("pair %s still answers: %s", name, output)
 	}
 	if processes := processesUsing(stateDir); len(processes) > 0 {
 		return fmt.Errorf("processes of pair %s are still running:\n%s", name, strings.Join(processes, "\n"))
+	}
+	if domains, err := pairDomains(name); err != nil || len(domains) > 0 {
+		return fmt.Errorf("libvirt still has pair %s's domains %v (%v)", name, domains, err)
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, "pairs", name)); !os.IsNotExist(err) {
 		return fmt.Errorf("pair %s's directory is still there (%v)", name, err)
@@ -148,6 +194,10 @@ func TestAccPairLifecycle(t *testing.T) {
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "nodes.1.role", "standby"),
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "mode", "sync-durable"),
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "store_mib", "512"),
+					resource.TestCheckResourceAttr("holdfast_pair.pair", "libvirt_uri", "qemu:///system"),
+					resource.TestMatchResourceAttr("holdfast_pair.pair", "nodes.0.domain", regexp.MustCompile(`^holdfast-pair-`+name+`-1-[0-9a-f]{8}$`)),
+					resource.TestMatchResourceAttr("holdfast_pair.pair", "nodes.1.domain", regexp.MustCompile(`^holdfast-pair-`+name+`-2-[0-9a-f]{8}$`)),
+					pairDomainsRunning,
 					endpointAccepts,
 					func(*terraform.State) error {
 						status, err := cliStatus(t, stateDir, name)
@@ -252,6 +302,7 @@ data "holdfast_pair_status" "now" {
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "up", "true"),
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "mode", "async"),
+					pairDomainsRunning,
 					endpointAccepts,
 				),
 			},
@@ -261,7 +312,8 @@ data "holdfast_pair_status" "now" {
 
 // TestAccPairFailedApplyLeavesNothing: a pair that cannot start (no image) and one that does
 // not serve in time (ready_timeout_seconds = 1) fail the apply and leave nothing: no
-// supervisor, no QEMU, no directory, no state; the next plan creates the pair afresh.
+// supervisor, no QEMU, no libvirt domain, no directory, no state (upstream #921); the next
+// plan creates the pair afresh.
 func TestAccPairFailedApplyLeavesNothing(t *testing.T) {
 	preCheck(t)
 	image := imageDir(t, "tp1-image", "services/tp1-manifest.toml")

@@ -62,9 +62,10 @@ type pairModel struct {
 }
 
 var pairNodeType = types.ObjectType{AttrTypes: map[string]attr.Type{
-	"node": types.Int64Type,
-	"vm":   types.StringType,
-	"role": types.StringType,
+	"node":   types.Int64Type,
+	"vm":     types.StringType,
+	"role":   types.StringType,
+	"domain": types.StringType,
 }}
 
 const (
@@ -223,12 +224,14 @@ func (r *pairResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 				Computed: true, Description: "The VM that is the standby now (empty when the pair has none).",
 			},
 			"nodes": schema.ListNestedAttribute{
-				Computed:    true,
-				Description: "Both nodes: number, VM name, role (primary, standby, fenced...).",
+				Computed: true,
+				Description: "Both nodes: number, VM name, role (primary, standby, fenced...) and, under libvirt, " +
+					"the libvirt domain (holdfast-pair-NAME-N-HASH; empty otherwise).",
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
-					"node": schema.Int64Attribute{Computed: true},
-					"vm":   schema.StringAttribute{Computed: true},
-					"role": schema.StringAttribute{Computed: true},
+					"node":   schema.Int64Attribute{Computed: true},
+					"vm":     schema.StringAttribute{Computed: true},
+					"role":   schema.StringAttribute{Computed: true},
+					"domain": schema.StringAttribute{Computed: true},
 				}},
 			},
 		},
@@ -277,16 +280,27 @@ func (m *pairModel) setFromStatus(status *pairStatus) {
 	m.Mode = types.StringValue(status.Mode)
 	m.LagBytesMax = types.Int64Value(status.LagBytesMax)
 	m.Endpoint = types.StringValue(status.Endpoint)
+	// Whether the VMs run under libvirt is the supervisor's to say (and an import learns it).
+	if status.Libvirt != nil {
+		m.LibvirtURI = types.StringValue(*status.Libvirt)
+	} else {
+		m.LibvirtURI = types.StringNull()
+	}
 	primary, _, _ := status.node("primary")
 	standby, _, _ := status.node("standby")
 	m.Primary = types.StringValue(primary)
 	m.Standby = types.StringValue(standby)
 	nodes := make([]attr.Value, 0, len(status.Nodes))
 	for _, node := range status.Nodes {
+		domain := ""
+		if node.Domain != nil {
+			domain = *node.Domain
+		}
 		nodes = append(nodes, types.ObjectValueMust(pairNodeType.AttrTypes, map[string]attr.Value{
-			"node": types.Int64Value(node.Node),
-			"vm":   types.StringValue(node.VM),
-			"role": types.StringValue(node.Role),
+			"node":   types.Int64Value(node.Node),
+			"vm":     types.StringValue(node.VM),
+			"role":   types.StringValue(node.Role),
+			"domain": types.StringValue(domain),
 		}))
 	}
 	m.Nodes = types.ListValueMust(pairNodeType, nodes)
@@ -372,25 +386,32 @@ func (r *pairResource) takeDown(ctx context.Context, stateDir, name string, limi
 	deadline := time.Now().Add(limit)
 	downContext, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	// The domains to see gone: the supervisor names them while it runs.
+	var domains []string
+	if status, err := r.client.pairStatusOf(ctx, stateDir, name); err == nil {
+		domains = status.domains()
+	}
 	if output, err := r.client.runPair(downContext, stateDir, "down", name); err != nil && !strings.Contains(output, "is not up") {
 		return err
 	}
 	if err := r.client.waitForPairDown(ctx, stateDir, name, deadline); err != nil {
 		return err
 	}
-	if libvirtURI == "" {
+	if libvirtURI == "" || len(domains) == 0 {
 		return nil
 	}
+	// `pair down` undefines them; wait (bounded) until libvirt has none left.
 	for {
-		running, err := pairDomainsNotRunning(libvirtURI, name)
+		_, known, err := libvirtDomains(libvirtURI, domains)
 		if err != nil {
 			return err
 		}
-		if len(running) == 2 {
+		if len(known) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pair %s is down but libvirt at %s still runs one of its domains", name, libvirtURI)
+			return fmt.Errorf("pair %s is down but libvirt at %s still has %s: remove with virsh destroy / virsh undefine",
+				name, libvirtURI, strings.Join(known, ", "))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -459,13 +480,19 @@ func (r *pairResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 			state.StoreMiB = types.Int64Value(record.StoreMiB)
 		}
 		if uri := state.LibvirtURI.ValueString(); uri != "" {
-			missing, err := pairDomainsNotRunning(uri, name)
-			if err != nil {
+			// The supervisor says which domains it runs; libvirt says whether they do.
+			domains := status.domains()
+			running, _, err := libvirtDomains(uri, domains)
+			switch {
+			case err != nil:
 				resp.Diagnostics.AddWarning("Cannot see pair "+name+"'s domains in libvirt", err.Error())
-			} else if len(missing) > 0 {
+			case len(domains) != 2:
+				resp.Diagnostics.AddWarning("Pair "+name+" does not run under libvirt",
+					fmt.Sprintf("libvirt_uri is %s but the supervisor names %d libvirt domains", uri, len(domains)))
+			case len(running) != 2:
 				resp.Diagnostics.AddWarning("Pair "+name+" has a VM down in libvirt",
-					"libvirt at "+uri+": "+strings.Join(missing, ", ")+". The supervisor fails over from a lost primary; "+
-						"`holdfast pair rejoin "+name+"` brings the other back as the standby.")
+					fmt.Sprintf("libvirt at %s runs %v of %v. The supervisor fails over from a lost primary; "+
+						"`holdfast pair rejoin %s` brings the other back as the standby.", uri, running, domains, name))
 			}
 		}
 	}
