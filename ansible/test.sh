@@ -8,7 +8,7 @@
 # restart the running appliance after a checkpoint, with the new size); drill.yml on a
 # pair that is not up, which must fail. Then the exporter must see the VM under libvirt
 # and the pair's primary, and the README's block that takes the pair down must leave no
-# supervisor. The test's state directory, names and ports reach every play through an
+# supervisor and no libvirt domain of the pair. The test's state directory, names and ports reach every play through an
 # inventory of its own (ANSIBLE_INVENTORY), so the README's commands run unchanged.
 # Everything made here (the pair, the domain, the store's mirrors, monitoring, the state
 # directory) is removed at the end, and also at the start, after a killed run.
@@ -62,6 +62,9 @@ all:
       holdfast_state_dir: $state_dir
       holdfast_pair_name: $pair
       holdfast_pair_tp1_port: $pair_port
+      # The pair's VMs as libvirt domains (terraform/test.sh runs the README's pair as QEMU
+      # children of the supervisor, so both runners are deployed).
+      holdfast_pair_libvirt_uri: $uri
       holdfast_with_appliance: true
       holdfast_appliance_name: $name
       holdfast_appliance_store_dir: $store_dir
@@ -168,6 +171,11 @@ for _ in $(seq 30); do
         }
         for _ in $(seq 120); do
             if ! "$source_dir/holdfast" pair status "$pair" >/dev/null 2>&1; then
+                if virsh -c "$uri" list --all --name | grep -q "^holdfast-pair-$pair-"; then
+                    virsh -c "$uri" list --all >&2
+                    echo "ansible/test.sh: libvirt still has pair $pair's domains after deploy/README.md's pair down" >&2
+                    exit 1
+                fi
                 echo "ansible/test.sh: passed"
                 exit 0
             fi
