@@ -88,8 +88,9 @@ pub enum PairCommand {
     /// Per node: role, state, checkpoint generation, journal position, lag in bytes and
     /// milliseconds, and how long ago its last heartbeat came; the link's counters.
     Status(PairStatusArguments),
-    /// Fence the primary (SIGKILL to its QEMU, and wait until it is gone) and promote the
-    /// standby now. Refused, with the reason, unless the standby holds a whole copy.
+    /// Fence the primary (SIGKILL to its QEMU, or virDomainDestroy of its domain under
+    /// --libvirt, and wait until it is gone) and promote the standby now. Refused, with the
+    /// reason, unless the standby holds a whole copy.
     Failover(PairFailoverArguments),
     /// A planned change of primary that loses no acknowledged commit in any mode: the
     /// primary is made synchronous for the change, the standby waited for (at most 20 s;
@@ -135,7 +136,8 @@ wait for it (wait, printed too).
 
 Runs in the foreground, as `holdfast run` does: QEMU dies with the process that started it, \
 so the VMs never outlive their supervisor (under --libvirt, libvirtd destroys the domains when \
-the supervisor's connection closes); run it under a service manager, or with --detach.
+the supervisor's connection closes); run it under a service manager, or with --detach. \
+SIGTERM or SIGINT (Ctrl-C) takes it down as `pair down` does.
 
 --detach prints, once the pair serves:
   pair NAME: endpoint 127.0.0.1:PORT

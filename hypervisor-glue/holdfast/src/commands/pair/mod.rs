@@ -291,32 +291,32 @@ fn history(name: &str, json: bool) -> Result<ExitCode, Failure> {
 /// under libvirt may have left its domains defined (its supervisor was killed): they are
 /// destroyed and undefined from the record `up` left.
 fn down(name: &str) -> Result<ExitCode, Failure> {
-    match ask(name, "down") {
-        Ok(answer) => {
-            let undefined: Vec<&str> = answer["undefined"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            if undefined.is_empty() {
-                println!("{name}: down");
-            } else {
-                println!("{name}: down; domains {} undefined", undefined.join(" and "));
-            }
-            Ok(ExitCode::SUCCESS)
+    let paths = PairPaths::of(name)?;
+    let record = paths.dir.join(supervisor::LIBVIRT_RECORD);
+    let supervisor_answers = std::os::unix::net::UnixStream::connect(&paths.socket).is_ok();
+    if supervisor_answers || !record.exists() {
+        // A supervisor's word stands, a refusal included (the domains are its to undefine);
+        // with neither a supervisor nor a record, this says the pair is not up.
+        let answer = ask(name, "down")?;
+        let undefined: Vec<&str> = answer["undefined"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if undefined.is_empty() {
+            println!("{name}: down");
+        } else {
+            println!("{name}: down; domains {} undefined", undefined.join(" and "));
         }
-        Err(failure) => {
-            let record = PairPaths::of(name)?.dir.join(supervisor::LIBVIRT_RECORD);
-            let Ok(text) = std::fs::read_to_string(&record) else { return Err(failure) };
-            let recorded: Value = serde_json::from_str(&text)
-                .map_err(|error| Failure::other(format!("'{}' is damaged: {error}", record.display())))?;
-            let uri = recorded["uri"].as_str().ok_or_else(|| Failure::other(format!("'{}' names no URI", record.display())))?;
-            let names: Vec<String> =
-                recorded["domains"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
-            let undefined = supervisor::undefine_domains(uri, &names).map_err(Failure::other)?;
-            let _ = std::fs::remove_file(&record);
-            if undefined.is_empty() {
-                println!("{name}: down (no supervisor ran, and libvirt at {uri} had none of its domains)");
-            } else {
-                println!("{name}: down (no supervisor ran); domains {} undefined", undefined.join(" and "));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        return Ok(ExitCode::SUCCESS);
     }
+    let text = std::fs::read_to_string(&record).map_err(|error| Failure::other(format!("cannot read '{}': {error}", record.display())))?;
+    let recorded: Value =
+        serde_json::from_str(&text).map_err(|error| Failure::other(format!("'{}' is damaged: {error}", record.display())))?;
+    let uri = recorded["uri"].as_str().ok_or_else(|| Failure::other(format!("'{}' names no URI", record.display())))?;
+    let names: Vec<String> = recorded["domains"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect();
+    let undefined = supervisor::undefine_domains(uri, &names).map_err(Failure::other)?;
+    let _ = std::fs::remove_file(&record);
+    if undefined.is_empty() {
+        println!("{name}: down (no supervisor ran, and libvirt at {uri} had none of its domains)");
+    } else {
+        println!("{name}: down (no supervisor ran); domains {} undefined", undefined.join(" and "));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -228,6 +228,8 @@ struct Supervisor {
     episode: Episode,
     supervisor_sequence: u64,
     started_at: Instant,
+    /// Set by SIGTERM or SIGINT: the supervisor goes down as `pair down` takes it.
+    stop_requested: Arc<std::sync::atomic::AtomicBool>,
     heartbeats: Heartbeats,
 }
 
@@ -264,6 +266,13 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
 
     let qemu = QemuBinary::find().map_err(Failure::other)?;
     let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
+    // A service manager's stop, or Ctrl-C, is a `pair down`: both VMs fenced and, under
+    // libvirt, their domains undefined, rather than the supervisor dying under them.
+    let stop_requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop_requested))
+            .map_err(|error| Failure::other(format!("cannot handle signal {signal}: {error}")))?;
+    }
     let libvirt = match &arguments.libvirt {
         Some(uri) => Some(Arc::new(claim_domains(&paths, uri, &qemu)?)),
         None => None,
@@ -328,6 +337,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
         episode: Episode::default(),
         supervisor_sequence: 0,
         started_at: Instant::now(),
+        stop_requested,
         heartbeats,
     };
     supervisor.say(&format!("endpoint 127.0.0.1:{}", supervisor.endpoint.address().port()));
@@ -424,6 +434,15 @@ impl Supervisor {
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(Failure::other("the supervisor's threads all ended"));
                 }
+            }
+            if self.stop_requested.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                self.say("stop requested (SIGTERM or SIGINT): going down");
+                let (answer, flow) = self.request("down");
+                if let ControlFlow::Break(code) = flow {
+                    return Ok(code);
+                }
+                self.say(&format!("down failed: {}", answer["error"].as_str().unwrap_or("refused")));
+                return Ok(ExitCode::from(exit_status::OTHER_FAILURE));
             }
             for index in 0..2 {
                 let newest = *self.heartbeats[index].newest.lock().expect("heartbeat slot");
@@ -648,7 +667,16 @@ impl Supervisor {
         node.awaiting_primary_heartbeat = false;
         node.serving = false;
         node.ending = None;
-        self.start_node(index).map_err(|failure| failure.to_string())?;
+        if let Err(failure) = self.start_node(index) {
+            // Nothing runs for the node: it is gone, so that `down` and the next `rejoin`
+            // do not wait for a VM that never started.
+            let node = &mut self.nodes[index];
+            node.role = NodeRole::Exited;
+            node.health.gone = true;
+            *node.gone.gone.lock().expect("gone flag") = true;
+            node.ending = Some(format!("did not start: {failure}"));
+            return Err(failure.to_string());
+        }
         self.standby = Some(index);
         self.episode = Episode::default();
         let node = &self.nodes[index];
