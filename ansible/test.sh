@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# The Ansible roles' checks (ci/test.sh runs this): ansible-lint, then site.yml against
-# localhost and the local libvirtd: once in check mode on a host without the appliance,
-# once for real, once more (which must change nothing), once more in check mode (which
-# must report nothing to change), and once with more memory (which must restart the running
-# appliance after a checkpoint, with the new size). Then the exporter must see the VM under libvirt. Everything
-# made here (the domain, the store's mirrors, monitoring, the state directory) is removed
-# at the end, and also at the start, after a killed run.
+# The Ansible roles' checks (ci/test.sh runs this): ansible-lint, then site.yml (with the
+# standalone appliance as well as the pair) against localhost and the local libvirtd: once
+# in check mode on a host without the pair or the appliance; then deploy/README.md's
+# Ansible block as it is written (site.yml for real, then drill.yml: a failover drill that
+# must lose nothing); site.yml once more (which must change nothing), once more in check
+# mode (which must report nothing to change), and once with more memory (which must
+# restart the running appliance after a checkpoint, with the new size); drill.yml on a
+# pair that is not up, which must fail. Then the exporter must see the VM under libvirt
+# and the pair's primary, and the README's block that takes the pair down must leave no
+# supervisor and no libvirt domain of the pair. The test's state directory, names and ports reach every play through an
+# inventory of its own (ANSIBLE_INVENTORY), so the README's commands run unchanged.
+# Everything made here (the pair, the domain, the store's mirrors, monitoring, the state
+# directory) is removed at the end, and also at the start, after a killed run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 source_dir="$(cd .. && pwd)"
 
 name=ansible-test
+# deploy/README.md's pair (its blocks name it), in the test's own state directory.
+pair=tp1
 state_dir=/var/lib/holdfast/ansible-test
 store_dir=/var/lib/holdfast/ansible-test-stores
 uri=qemu:///system
@@ -21,11 +29,19 @@ export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 tp1_port="$(free_port)"
+pair_port="$(free_port)"
 exporter_port="$(free_port)"
 prometheus_port="$(free_port)"
 
 teardown() {
     HOLDFAST_STATE_DIR="$state_dir" "$source_dir/holdfast" monitor down >/dev/null 2>&1 || true
+    # `pair down` ends the supervisor and both VMs; the next status says when it is gone.
+    if HOLDFAST_STATE_DIR="$state_dir" "$source_dir/holdfast" pair down "$pair" >/dev/null 2>&1; then
+        for _ in $(seq 120); do
+            HOLDFAST_STATE_DIR="$state_dir" "$source_dir/holdfast" pair status "$pair" >/dev/null 2>&1 || break
+            sleep 0.5
+        done
+    fi
     virsh -c "$uri" destroy "$name" >/dev/null 2>&1 || true
     virsh -c "$uri" undefine "$name" >/dev/null 2>&1 || true
     rm -rf "$state_dir" "$store_dir"
@@ -35,17 +51,29 @@ trap 'keep_logs; teardown; rm -rf "$work"' EXIT
 teardown
 
 echo "== ansible-lint"
-ansible-lint --offline -q site.yml roles
+ansible-lint --offline -q site.yml drill.yml roles
 
-variables=(
-    -e "holdfast_source=$source_dir"
-    -e "holdfast_state_dir=$state_dir"
-    -e "holdfast_appliance_name=$name"
-    -e "holdfast_appliance_store_dir=$store_dir"
-    -e "holdfast_appliance_tp1_port=$tp1_port"
-    -e "holdfast_monitoring_exporter_port=$exporter_port"
-    -e "holdfast_monitoring_prometheus_port=$prometheus_port"
-)
+cat >"$work/inventory.yml" <<INVENTORY
+all:
+  hosts:
+    localhost:
+      ansible_connection: local
+      ansible_python_interpreter: "{{ ansible_playbook_python }}"
+      holdfast_state_dir: $state_dir
+      holdfast_pair_name: $pair
+      holdfast_pair_tp1_port: $pair_port
+      # The pair's VMs as libvirt domains (terraform/test.sh runs the README's pair as QEMU
+      # children of the supervisor, so both runners are deployed).
+      holdfast_pair_libvirt_uri: $uri
+      holdfast_with_appliance: true
+      holdfast_appliance_name: $name
+      holdfast_appliance_store_dir: $store_dir
+      holdfast_appliance_tp1_port: $tp1_port
+      holdfast_monitoring_exporter_port: $exporter_port
+      holdfast_monitoring_prometheus_port: $prometheus_port
+INVENTORY
+export ANSIBLE_INVENTORY="$work/inventory.yml" HOLDFAST_STATE_DIR="$state_dir"
+variables=(-e "holdfast_source=$source_dir")
 # Runs site.yml (extra arguments appended), keeps its output, prints its recap and the
 # number of tasks it changed on fd 3.
 play() {
@@ -63,13 +91,25 @@ play() {
     echo "$changed" >&3
 }
 
-echo "== site.yml: check mode on a host without the appliance, two runs, check mode again"
+echo "== site.yml: check mode on a host without the pair or the appliance, two runs, check mode again"
 changed="$(play check-first --check 3>&1 >/dev/null)"
 if ((changed == 0)); then
     echo "ansible/test.sh: check mode on a host without the appliance reported nothing to change" >&2
     exit 1
 fi
-play first 3>/dev/null
+echo "deploy/README.md's Ansible block: site.yml, drill.yml" >&2
+started=$SECONDS
+if ! (cd .. && bash -euo pipefail -c "$(deploy/readme-block.sh ansible)") >"$work/readme.log" 2>&1; then
+    cat "$work/readme.log"
+    echo "ansible/test.sh: deploy/README.md's Ansible block failed" >&2
+    exit 1
+fi
+if ! grep -q 'nothing lost' "$work/readme.log"; then
+    cat "$work/readme.log" >&2
+    echo "ansible/test.sh: drill.yml did not report its drill" >&2
+    exit 1
+fi
+echo "readme: in $((SECONDS - started)) s; $(grep -o '"msg": "1 drill(s), nothing lost[^"]*' "$work/readme.log" | cut -c9-)" >&2
 changed="$(play second 3>&1 >/dev/null)"
 if ((changed != 0)); then
     grep -B1 -A3 '^changed:' "$work/second.log" >&2 || true
@@ -97,6 +137,14 @@ if [[ $(virsh -c "$uri" dominfo "$name") != *"Used memory:    589824 KiB"* ]]; t
     exit 1
 fi
 
+echo "== drill.yml on a pair that is not up fails"
+if ansible-playbook drill.yml "${variables[@]}" -e holdfast_pair_name=no-such-pair >"$work/drill-absent.log" 2>&1 ||
+    ! grep -q 'The drill on pair no-such-pair failed' "$work/drill-absent.log"; then
+    cat "$work/drill-absent.log" >&2
+    echo "ansible/test.sh: drill.yml on a pair that is not up did not fail as it should" >&2
+    exit 1
+fi
+
 echo "== the appliance under libvirt: ready, serving TP1 on 127.0.0.1:$tp1_port, seen by the exporter"
 # The restarted appliance resumed from its checkpoint: TP1 kept its listener.
 if ! grep -q 'restarted from checkpoint' "$state_dir/$name/console.log" ||
@@ -112,9 +160,29 @@ fi
 python3 -c "import socket; socket.create_connection(('127.0.0.1', $tp1_port), timeout=5).close()"
 # The exporter polls every 5 s: wait (bounded) for its first answer from the VM.
 for _ in $(seq 30); do
-    if curl -fsS "http://127.0.0.1:$exporter_port/metrics" | grep -q "^holdfast_exporter_vm_up{vm=\"$name\",role=\"standalone\"} 1"; then
-        echo "ansible/test.sh: passed"
-        exit 0
+    metrics="$(curl -fsS "http://127.0.0.1:$exporter_port/metrics" || true)"
+    if grep -q "^holdfast_exporter_vm_up{vm=\"$name\",role=\"standalone\"} 1" <<<"$metrics" &&
+        grep -q "^holdfast_exporter_vm_up{vm=\"$pair-[12]\",role=\"primary\"} 1" <<<"$metrics"; then
+        echo "== deploy/README.md's block that takes the pair down"
+        bash -euo pipefail -c "$(../deploy/readme-block.sh ansible-down)" >"$work/readme-down.log" 2>&1 || {
+            cat "$work/readme-down.log" >&2
+            echo "ansible/test.sh: deploy/README.md's block that takes the pair down failed" >&2
+            exit 1
+        }
+        for _ in $(seq 120); do
+            if ! "$source_dir/holdfast" pair status "$pair" >/dev/null 2>&1; then
+                if virsh -c "$uri" list --all --name | grep -q "^holdfast-pair-$pair-"; then
+                    virsh -c "$uri" list --all >&2
+                    echo "ansible/test.sh: libvirt still has pair $pair's domains after deploy/README.md's pair down" >&2
+                    exit 1
+                fi
+                echo "ansible/test.sh: passed"
+                exit 0
+            fi
+            sleep 0.5
+        done
+        echo "ansible/test.sh: pair $pair still answers after deploy/README.md's pair down" >&2
+        exit 1
     fi
     sleep 1
 done

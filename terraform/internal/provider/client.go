@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
 )
@@ -100,6 +101,11 @@ func isLibvirtError(err error, code libvirt.ErrorNumber) bool {
 // runHoldfast runs the holdfast CLI (a binary, or a source tree's ./holdfast) and returns
 // its output, or an error that carries it.
 func (c *client) runHoldfast(ctx context.Context, arguments ...string) (string, error) {
+	return c.runHoldfastWith(ctx, nil, arguments...)
+}
+
+// runHoldfastWith is runHoldfast with environment variables added (NAME=VALUE).
+func (c *client) runHoldfastWith(ctx context.Context, environment []string, arguments ...string) (string, error) {
 	command := c.holdfastCommand
 	if info, err := os.Stat(command); err == nil && info.IsDir() {
 		command = filepath.Join(command, "holdfast")
@@ -109,10 +115,16 @@ func (c *client) runHoldfast(ctx context.Context, arguments ...string) (string, 
 			"(or $%s) to the holdfast binary or to a Holdfast source tree", c.holdfastCommand, err, holdfastCommandVariable)
 	}
 	cmd := exec.CommandContext(ctx, command, arguments...)
+	if len(environment) > 0 {
+		cmd.Env = append(os.Environ(), environment...)
+	}
 	var output bytes.Buffer
 	cmd.Stdout = &output
 	cmd.Stderr = &output
-	if err := cmd.Run(); err != nil {
+	// A process the command leaves running (`pair up --detach`'s supervisor) may hold its
+	// output open: stop reading a little after the command itself has exited.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Run(); err != nil && !(errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState.Success()) {
 		return output.String(), fmt.Errorf("%s %s: %w\n%s", command, strings.Join(arguments, " "), err, strings.TrimSpace(output.String()))
 	}
 	return output.String(), nil

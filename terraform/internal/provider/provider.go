@@ -45,7 +45,7 @@ func (p *holdfastProvider) Metadata(_ context.Context, _ provider.MetadataReques
 
 func (p *holdfastProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "Holdfast stores and appliances on libvirt.",
+		Description: "Holdfast stores, appliances and hot-standby pairs on libvirt.",
 		Attributes: map[string]schema.Attribute{
 			"uri": schema.StringAttribute{
 				Optional: true,
@@ -83,11 +83,11 @@ func (p *holdfastProvider) Configure(ctx context.Context, req provider.Configure
 }
 
 func (p *holdfastProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{newStoreResource, newApplianceResource}
+	return []func() resource.Resource{newStoreResource, newApplianceResource, newPairResource}
 }
 
 func (p *holdfastProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return nil
+	return []func() datasource.DataSource{newPairStatusDataSource}
 }
 
 func firstNonEmpty(values ...string) string {
