@@ -166,6 +166,10 @@ fn invoke_general(
     descriptor: Descriptor,
     held_target: Capability,
 ) -> Result<(), InvocationError> {
+    // Before the invocation changes anything (its registers are in the table, at the
+    // `syscall`): a kernel write (a string received, a page's method, the journal's, a
+    // range's) must not take the dirty pages past what the log can take either.
+    persistence::limit_dirty_pages(&mut objects);
     // Made first and filled in place: moving it (or an `ArrayVec` returned by `collect`)
     // is a `rep movsq`, an iteration per translation block under TCG.
     let mut message = Message {

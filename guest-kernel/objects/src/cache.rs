@@ -357,6 +357,11 @@ impl<F> ObjectCache<F> {
         self.dirty_pages.borrow().len()
     }
 
+    /// The nodes the next snapshot takes.
+    pub fn dirty_node_ids(&self) -> &[ObjectId] {
+        &self.dirty_nodes
+    }
+
     /// The snapshot's nodes: every dirty node's image, after which all nodes are clean.
     pub fn take_dirty_nodes(&mut self) -> alloc::vec::Vec<NodeSnapshot> {
         let dirty = core::mem::take(&mut self.dirty_nodes);

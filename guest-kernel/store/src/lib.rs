@@ -50,6 +50,6 @@ pub use inspect::{CheckReport, Finding, Inspection, RecoveryNote, Remedy, StoreC
 pub use recovery::Recover;
 pub use journal::{JOURNAL_COMMIT_PAGES_MAX, JournalPage, JournalTicket};
 pub use mirror::MirrorState;
-pub use phase::{CheckpointPhase, MigrationProgress};
+pub use phase::{CheckpointPhase, MigrationProgress, checkpoint_log_blocks_max};
 pub use scrub::ScrubCursor;
 pub use store::{MirrorStatus, Store};

@@ -74,6 +74,19 @@ pub(crate) struct Stabilization {
 /// (576 blocks, 2.25 MiB) per device write. Few large requests are what a virtio disk under
 /// emulation streams fastest; the bound keeps a step's write short and the buffer small.
 const RUN_RECORDS_MAX: usize = 8;
+
+/// The most log blocks a checkpoint of `pages` pages and nodes in `pots` pots (four nodes
+/// to a pot, [`NODES_PER_POT`]) can take, from any place in the log: a data block each, a
+/// header for every record, one more part-filled record for the pots and one for the
+/// pages, the padding before the log's end when a record does not fit there, and the
+/// commit record. The kernel refuses to boot a system whose first checkpoint would not fit.
+pub fn checkpoint_log_blocks_max(pages: u64, pots: u64) -> u64 {
+    let record_blocks = LOG_RECORD_DATA_BLOCKS_MAX as u64;
+    let data = pages + pots;
+    let headers = data.div_ceil(record_blocks) + 2;
+    let padding = 1 + record_blocks;
+    data + headers + padding + 1
+}
 /// Log blocks migration reads at once (256 KiB).
 const MIGRATION_READ_BLOCKS_MAX: usize = 64;
 

@@ -9,6 +9,7 @@ use core::cell::{Cell, RefCell};
 use holdfast_objects::{ObjectId, Version};
 
 use crate::device::check_request;
+use crate::format::log_record::LOG_RECORD_DATA_BLOCKS_MAX;
 use crate::format::zeroed_block;
 use crate::*;
 
@@ -178,6 +179,44 @@ fn checkpoints_migrate_home_and_survive_reopen() {
 /// A checkpoint of many records goes out in runs of several records per device write; a
 /// run that meets the end of the log is split around the padding record, and every block
 /// reads back after a reopen, from the log and then from home.
+#[test]
+fn a_checkpoint_takes_no_more_log_than_its_bound_says() {
+    let geometry = Geometry {
+        store_id: 0xb0d,
+        node_count: 400,
+        page_count: 1200,
+        log_block_count: 1000,
+    };
+    let device = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device], geometry).unwrap();
+    // Nodes one to a pot and pages, from heads that make some records wrap around the log's
+    // end.
+    for (round, (pages, nodes)) in [(0u64, 0u64), (1, 0), (0, 1), (71, 0), (72, 3), (500, 90), (300, 0), (610, 97)]
+        .into_iter()
+        .enumerate()
+    {
+        let used_before = store.log_used_blocks();
+        store.begin_checkpoint().unwrap();
+        for node in 0..nodes {
+            store
+                .checkpoint_write_node(ObjectId(node * NODES_PER_POT), Version(1), &[round as u8; NODE_SIZE])
+                .unwrap();
+        }
+        for id in 0..pages {
+            store
+                .checkpoint_write_page(ObjectId(id), Version(1), &page(round as u8))
+                .unwrap();
+        }
+        store.commit_checkpoint().unwrap();
+        let used = store.log_used_blocks() - used_before;
+        let bound = crate::checkpoint_log_blocks_max(pages, nodes);
+        assert!(used <= bound, "{pages} pages, {nodes} nodes: {used} blocks, bound {bound}");
+        // Not so loose that it refuses systems that fit: a record's overhead, a padding.
+        assert!(bound <= used + 2 * LOG_RECORD_DATA_BLOCKS_MAX as u64 + 4, "{pages} pages, {nodes} nodes: {used} blocks, bound {bound}");
+        migrate_all(&mut store);
+    }
+}
+
 #[test]
 fn large_checkpoints_write_runs_of_records_that_wrap_around_the_log() {
     let geometry = Geometry {

@@ -334,6 +334,40 @@ fn a_failed_checkpoint_is_counted_shown_and_retried_at_the_next_interval() {
     support::kill_and_wait(&name, vm);
 }
 
+/// A failed checkpoint waits for the next interval, but the dirty pages may not outgrow
+/// the log meanwhile: when they reach the limit a checkpoint is taken at once, retry or
+/// not. Before, the limit was skipped while a retry waited, the dirty pages grew past what
+/// the log holds and no retry could commit again (a 512 MiB store under TP1). Here the
+/// limit is 32 pages (`holdfast.test-dirty-pages-max`), the journal writers' guarded writes
+/// (kernel writes, at the start of their invocations) pass it, checkpoint 2 fails, and
+/// checkpoint 3 commits long before the minute's interval is over.
+#[test]
+fn the_dirty_pages_stay_within_the_log_while_a_failed_checkpoint_waits() {
+    let manifest = source_dir().join("services/journal-manifest.toml");
+    let image_dir = build_image("journal-image", Some(&manifest));
+    let directory = scratch_dir("checkpoint-failure-limit");
+    let store = directory.join("store.img");
+    let store = store.to_str().expect("UTF-8 path");
+    let format = run_holdfast(&["store", "format", "--size-mib", "16", "--force", store]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    let name = format!("checkpoint-failure-limit-{}", std::process::id());
+    let bad = ["MISMATCH", "kernel panic", "STORE LOST", "selftest: store:"];
+    let limit = Duration::from_secs(120);
+    let append = "holdfast.checkpoint-interval-ms=60000 holdfast.test-checkpoint-failure=2 holdfast.test-dirty-pages-max=32";
+    let vm = run_vm(&name, &image_dir, store, append, "256");
+    let mut seen = Vec::new();
+    let failure = wait_for(&vm.lines, &mut seen, limit, &bad, |line| {
+        line.starts_with("holdfast: checkpoint failed: ").then(|| line.to_owned())
+    });
+    assert!(failure.contains("checkpoint 2") && failure.contains("retried in 60000 ms"), "{failure}");
+    let failed_at = Instant::now();
+    wait_for(&vm.lines, &mut seen, Duration::from_secs(40), &bad, |line| (committed(line) == Some(3)).then_some(()));
+    assert!(failed_at.elapsed() < Duration::from_secs(40), "checkpoint 3 waited for the interval");
+    let status = run_holdfast(&["checkpoint", "status", &name]);
+    assert_eq!(status_field(&status.stdout, "failures-since-commit"), 0, "{}", status.stdout);
+    support::kill_and_wait(&name, vm);
+}
+
 /// A store that can no longer be written stops the system, loudly, rather than let it run
 /// on unpersisted: its one disk lives on a host file system that is full, so that the
 /// first checkpoint's writes to blocks the sparse image never had fail (QEMU reports the

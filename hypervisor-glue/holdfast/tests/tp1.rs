@@ -320,6 +320,27 @@ fn summary(appliance: &Appliance, token: &str, ledger: &std::path::Path) -> Stri
     check.stdout.lines().next().expect("check's first line").to_owned()
 }
 
+/// A store whose log cannot take the TP1 system's first checkpoint is refused at boot,
+/// saying how large a store it needs. Before, that system booted on a 512 MiB store and
+/// served, every checkpoint failed "log full" for good, and `tp1 load` still answered
+/// success: a kill lost everything.
+#[test]
+fn a_store_too_small_for_the_first_checkpoint_is_refused_at_boot() {
+    let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
+    let store = scratch_dir("tp1-small-store").join("store.img");
+    let format = run_holdfast(&["store", "format", "--size-mib", "512", "--force", store.to_str().expect("UTF-8 path")]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    let mut command = holdfast();
+    command.args(["run", "--accel", "tcg", "--memory-mib", MEMORY_MIB, "--timeout-seconds", "120"]);
+    command.arg("--disk").arg(&store).arg("--image-dir").arg(&image_dir);
+    let run = run_command(&mut command);
+    assert_eq!(run.status, Some(1), "{}", run.transcript());
+    let refusal = run.stdout.lines().find(|line| line.starts_with("selftest: store: the system's first checkpoint"));
+    let refusal = refusal.unwrap_or_else(|| panic!("no refusal:\n{}", run.transcript()));
+    assert!(refusal.contains("format a store of at least") && refusal.ends_with("[FAILED]"), "{refusal}");
+    assert!(!run.stdout.contains("tp1: serving"), "{}", run.transcript());
+}
+
 #[test]
 fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     let mut appliance = Appliance::new("tp1");

@@ -33,10 +33,9 @@ resource "holdfast_pair" "pair" {
   image_dir   = %q
   libvirt_uri = "qemu:///system"
   accel       = "tcg"
-  # Small mirrors, for a quick full copy: these tests load no TP1 data (a loaded TP1
-  # appliance needs 2048 MiB, the default: with 512 or 1024 its checkpoints find the log
-  # full, and a drill on such a pair lost the loaded data).
-  store_mib = 512
+  # The default size: the TP1 appliance's first checkpoint needs a store of about
+  # 1600 MiB, and its kernel refuses to boot on a smaller one.
+  store_mib = 2048
 %s
 }
 `, name, stateDir, image, extra)
@@ -193,7 +192,7 @@ func TestAccPairLifecycle(t *testing.T) {
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "nodes.0.role", "primary"),
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "nodes.1.role", "standby"),
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "mode", "sync-durable"),
-					resource.TestCheckResourceAttr("holdfast_pair.pair", "store_mib", "512"),
+					resource.TestCheckResourceAttr("holdfast_pair.pair", "store_mib", "2048"),
 					resource.TestCheckResourceAttr("holdfast_pair.pair", "libvirt_uri", "qemu:///system"),
 					resource.TestMatchResourceAttr("holdfast_pair.pair", "nodes.0.domain", regexp.MustCompile(`^holdfast-pair-`+name+`-1-[0-9a-f]{8}$`)),
 					resource.TestMatchResourceAttr("holdfast_pair.pair", "nodes.1.domain", regexp.MustCompile(`^holdfast-pair-`+name+`-2-[0-9a-f]{8}$`)),
@@ -249,7 +248,7 @@ func TestAccPairLifecycle(t *testing.T) {
 				}},
 			},
 			{
-				Config:             strings.Replace(config(`  mode = "async"`), "store_mib = 512", "store_mib = 1024", 1),
+				Config:             strings.Replace(config(`  mode = "async"`), "store_mib = 2048", "store_mib = 1024", 1),
 				PlanOnly:           true,
 				ExpectNonEmptyPlan: true,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPreRefresh: []plancheck.PlanCheck{

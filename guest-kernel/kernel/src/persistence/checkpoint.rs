@@ -65,22 +65,36 @@ pub(super) struct Stabilization {
     page_count: usize,
 }
 
-/// A page is about to become dirty in a fault (the world is stopped and the scheduler
-/// free): if the dirty pages would outgrow what the log can take, a checkpoint comes first.
-/// If it fails, the failure is handled as any other ([`Persistence::failed`]) and the page
-/// is written all the same.
+/// A page is about to become dirty (in a fault, or at the start of an invocation that may
+/// write pages; the world is stopped, the scheduler free and the current process's
+/// registers in its table entry, pointing at what a restart runs again): if the dirty pages
+/// would outgrow what the log can take, a checkpoint comes first, even while a failed one
+/// waits for its retry. Skipping it then let the dirty pages grow past the log, so that no
+/// retry could ever commit again (a 512 MiB store under TP1). If it fails, the failure is
+/// handled as any other ([`Persistence::failed`]) and the page is written all the same.
 pub fn limit_dirty_pages(objects: &mut Objects) {
+    if (objects.cache.dirty_page_count() as u64) < DIRTY_PAGES_MAX.load(core::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let mut guard = PERSISTENCE.lock();
     let Some(persistence) = guard.as_mut() else {
         return;
     };
-    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() || persistence.retry_pending() {
+    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() {
+        persistence.note_dirty_pages_max();
         return;
     }
     if let Err(failure) = persistence.checkpoint_now(objects) {
         persistence.failed(objects, failure);
     }
+    persistence.note_dirty_pages_max();
 }
+
+/// [`Persistence::dirty_pages_max`] as last computed (no limit without a store): one load
+/// and a compare on the invocation path, which takes the lock only when it is passed. It
+/// is computed again after every checkpoint step, so it trails the log's use by one step,
+/// which the quarter of the log kept beside the dirty pages covers.
+static DIRTY_PAGES_MAX: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(u64::MAX);
 
 pub(super) fn interval_ticks(interval_ms: u64) -> u64 {
     (interval_ms * timer::TIMER_HZ).div_ceil(1000).max(1)
@@ -139,6 +153,7 @@ pub fn step(idle: bool) -> bool {
         return freed;
     };
     let result = persistence.step(&mut objects, idle);
+    persistence.note_dirty_pages_max();
     match result {
         Ok(worked) => worked || freed,
         Err(failure) => {
@@ -153,12 +168,21 @@ impl Persistence {
     /// that the log always holds a whole checkpoint with its nodes, record headers and the
     /// journal's commits meanwhile.
     fn dirty_pages_max(&self) -> u64 {
-        let log_blocks = self.store.geometry().log_block_count;
-        let log_pages = (log_blocks - self.store.log_used_blocks()) * 3 / 4;
+        let log_pages = self.dirty_pages_room();
         match TEST_DIRTY_PAGES_MAX.load(core::sync::atomic::Ordering::Relaxed) {
             0 => log_pages,
             test => log_pages.min(test),
         }
+    }
+
+    /// Three quarters of the free log: what a checkpoint's dirty objects may take.
+    pub(super) fn dirty_pages_room(&self) -> u64 {
+        let log_blocks = self.store.geometry().log_block_count;
+        (log_blocks - self.store.log_used_blocks()) * 3 / 4
+    }
+
+    pub(super) fn note_dirty_pages_max(&self) {
+        DIRTY_PAGES_MAX.store(self.dirty_pages_max(), core::sync::atomic::Ordering::Relaxed);
     }
 
     fn step(&mut self, objects: &mut Objects, idle: bool) -> Result<bool, Failure> {

@@ -1,7 +1,7 @@
 //! What the boot finds on its disks: the store opened on them, or why not, and the store
 //! handed to the kernel.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use holdfast_store::Store;
@@ -77,12 +77,18 @@ pub fn attach(store: Store<Block>, interval_ms: u64, on_journal_durable: fn(&mut
         failures_since_commit: 0,
         on_journal_durable,
     });
+    with_store(|persistence| persistence.note_dirty_pages_max());
 }
 
-/// Whether the objects made so far fit the store's home ranges.
+/// Whether the objects made so far fit the store: their ids its home ranges, and the
+/// checkpoint that stores them (the first, on a fresh store: the whole initial system) its
+/// log, within the three quarters of it the dirty pages are held to while the system runs.
+/// A system whose first checkpoint cannot commit would run unpersisted from the start.
 pub fn check_capacity() -> Result<(), String> {
-    let geometry = with_store(|persistence| persistence.store.geometry()).ok_or("no store")?;
-    let (next_node, next_page) = OBJECTS.lock().next_ids();
+    let (geometry, log_room) = with_store(|persistence| (persistence.store.geometry(), persistence.dirty_pages_room()))
+        .ok_or("no store")?;
+    let objects = OBJECTS.lock();
+    let (next_node, next_page) = objects.next_ids();
     if next_node > geometry.node_count || next_page > geometry.page_count {
         return Err(alloc::format!(
             "the system has {} nodes and {} pages; the store holds {} and {} (format a larger one)",
@@ -90,6 +96,22 @@ pub fn check_capacity() -> Result<(), String> {
             next_page - 1,
             geometry.node_count - 1,
             geometry.page_count - 1
+        ));
+    }
+    let pages = objects.cache.dirty_page_count() as u64;
+    let nodes = objects.cache.dirty_node_ids();
+    let pots: BTreeSet<u64> = nodes.iter().map(|node| node.0 / holdfast_store::NODES_PER_POT).collect();
+    let needed = holdfast_store::checkpoint_log_blocks_max(pages, pots.len() as u64);
+    let nodes = nodes.len();
+    if needed > log_room {
+        // The log is an eighth of a store (`holdfast store format`), and a checkpoint may
+        // take three quarters of it.
+        let store_mib = (needed * 4 / 3 + 1) * 8 * holdfast_store::BLOCK_SIZE as u64;
+        return Err(alloc::format!(
+            "the system's first checkpoint ({pages} pages, {nodes} nodes) needs up to {needed} log blocks, \
+             and this store's log has room for {log_room} (three quarters of its {} blocks); format a store of at least {} MiB",
+            geometry.log_block_count,
+            store_mib.div_ceil(1 << 20)
         ));
     }
     Ok(())
