@@ -26,7 +26,8 @@
 use holdfast_userlib::abi::interface::{ObjectError, Type};
 use holdfast_userlib::bank;
 use holdfast_userlib::constructor::{order, refusal};
-use holdfast_userlib::interface::{identify, node, number, page, process, space};
+use holdfast_userlib::interface::{identify, node, number, page, process};
+use holdfast_userlib::space::TreeCopy;
 use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -47,10 +48,7 @@ const RESUME: u8 = 15;
 
 const READ_ONLY: u64 = 1;
 const WEAK: u64 = 2;
-const SLOTS: u64 = 32;
 const CAPABILITY_REGISTERS: u64 = 16;
-/// A space tree is at most this tall (`holdfast_abi`'s space height 7).
-const SPACE_LEVELS_MAX: u64 = 8;
 
 static mut PAGE_BYTES: [u8; 4096] = [0; 4096];
 
@@ -75,55 +73,31 @@ fn leaks() -> u64 {
         .fold(0, |leaks, register| leaks | 1 << register)
 }
 
-/// Copies the space whose source and copy are in walk slots `2 level` and `2 level + 1`.
-fn copy_space(level: u64, buffer: &mut [u8; 4096]) -> Result<(), Error> {
-    if level >= SPACE_LEVELS_MAX {
-        return Err(Error::Object(ObjectError::OutOfRange));
-    }
-    for slot in 0..SLOTS {
-        node::fetch(WALK, 2 * level, SOURCE)?;
-        space::fetch(SOURCE, slot, CHILD)?;
-        let Ok(identity) = identify(CHILD) else { continue };
-        let copied = if identity.type_code == Type::Page as u64 {
-            if identity.rights & READ_ONLY != 0 {
-                CHILD // code and read-only data: shared
-            } else {
-                bank::buy_page(PROCESS_BANK, MADE)?;
-                let length = page::read(CHILD, 0, 4096, buffer)?;
-                page::write(MADE, 0, &buffer[..length])?;
-                MADE
-            }
-        } else if identity.type_code == Type::Space as u64 {
-            let shape = space::info(CHILD)?;
-            bank::buy_node(PROCESS_BANK, MADE)?;
-            node::make_space(MADE, shape.height, shape.flags, MADE)?;
-            node::swap(WALK, 2 * (level + 1), CHILD, SCRATCH)?;
-            node::swap(WALK, 2 * (level + 1) + 1, MADE, SCRATCH)?;
-            copy_space(level + 1, buffer)?;
-            node::fetch(WALK, 2 * (level + 1) + 1, MADE)?;
-            MADE
-        } else {
+/// The template's space copied for a new process, into `MADE`: nodes anew, pages it can
+/// write copied, read-only ones (code and read-only data) shared.
+fn copy_space(buffer: &mut [u8; 4096]) -> Result<(), Error> {
+    let walk = TreeCopy { walk: WALK, bank: PROCESS_BANK, source: SOURCE, target: TARGET, child: CHILD, made: MADE, scratch: SCRATCH };
+    process::fetch_space(TEMPLATE, SOURCE)?;
+    walk.copy(SOURCE, &|_| Ok(()), &mut |identity| {
+        if identity.type_code != Type::Page as u64 {
             // A keeper space's keeper: templates are loaded programs, which have none.
             return Err(Error::Object(ObjectError::WrongType));
-        };
-        node::fetch(WALK, 2 * level + 1, TARGET)?;
-        space::swap(TARGET, slot, copied, SCRATCH)?;
-    }
-    Ok(())
+        }
+        if identity.rights & READ_ONLY != 0 {
+            return Ok(Some(CHILD));
+        }
+        bank::buy_page(PROCESS_BANK, MADE)?;
+        let length = page::read(CHILD, 0, 4096, buffer)?;
+        page::write(MADE, 0, &buffer[..length])?;
+        Ok(Some(MADE))
+    })
 }
 
 /// Makes the new process in `MADE_PROCESS` from the template and the components, paid for
 /// by `PROCESS_BANK`, and starts it.
 fn build(buffer: &mut [u8; 4096]) -> Result<(), Error> {
     bank::buy_process(PROCESS_BANK, MADE_PROCESS)?;
-    process::fetch_space(TEMPLATE, SOURCE)?;
-    let shape = space::info(SOURCE)?;
-    bank::buy_node(PROCESS_BANK, MADE)?;
-    node::make_space(MADE, shape.height, shape.flags, MADE)?;
-    node::swap(WALK, 0, SOURCE, SCRATCH)?;
-    node::swap(WALK, 1, MADE, SCRATCH)?;
-    copy_space(0, buffer)?;
-    node::fetch(WALK, 1, MADE)?;
+    copy_space(buffer)?;
     process::set_space(MADE_PROCESS, MADE)?;
     let length = process::read_registers(TEMPLATE, buffer)?;
     process::write_registers(MADE_PROCESS, &buffer[..length])?;

@@ -11,7 +11,7 @@
 #![no_main]
 
 use holdfast_userlib::abi::InvocationError;
-use holdfast_userlib::check::verdict;
+use holdfast_userlib::check::{expect, verdict};
 use holdfast_userlib::bank::{self, Info, refusal};
 use holdfast_userlib::interface::{clock, identify, node, page, process};
 use holdfast_userlib::syscall::{CapReg, Error};
@@ -29,10 +29,6 @@ const SCRATCH: CapReg = CapReg::new(11);
 const MARKER: &[u8] = b"bought from bank A";
 
 type Checked = Result<(), &'static str>;
-
-fn expect(condition: bool, what: &'static str) -> Checked {
-    if condition { Ok(()) } else { Err(what) }
-}
 
 fn is_void(register: CapReg) -> bool {
     identify(register) == Err(Error::Invocation(InvocationError::Void))

@@ -11,7 +11,7 @@
 #![no_main]
 
 use holdfast_userlib::bank;
-use holdfast_userlib::check::verdict;
+use holdfast_userlib::check::{expect, verdict};
 use holdfast_userlib::interface::{page, process, space};
 use holdfast_userlib::space::{SPACE_HEIGHT, slot};
 use holdfast_userlib::syscall::CapReg;
@@ -56,10 +56,6 @@ fn read(address: u64) -> u64 {
 fn write(address: u64, value: u64) {
     // SAFETY: as in `read`; the write faults to the keeper, which makes the page private.
     unsafe { core::ptr::write_volatile(address as *mut u64, value) }
-}
-
-fn expect(condition: bool, what: &'static str) -> Result<(), &'static str> {
-    if condition { Ok(()) } else { Err(what) }
 }
 
 fn check() -> Result<(), &'static str> {

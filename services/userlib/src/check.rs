@@ -31,6 +31,12 @@ impl Checks {
     }
 }
 
+/// `Ok` if `condition` holds, else `what` failed: the steps of a check that [`verdict`]
+/// reports.
+pub fn expect(condition: bool, what: &'static str) -> Result<(), &'static str> {
+    if condition { Ok(()) } else { Err(what) }
+}
+
 /// Prints `<program>: passed`, or `<program>: MISMATCH: <what>` naming the first check that
 /// failed: the one-line verdict a host test waits for. Returns whether it passed.
 pub fn verdict(program: &str, result: Result<(), &str>) -> bool {

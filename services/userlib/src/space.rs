@@ -2,7 +2,11 @@
 //! nodes (5 bits of address per level) with 4 KiB pages as leaves, as the kernel walks it
 //! (`holdfast_objects::space`).
 
-use crate::abi::methods::{node, process, space_flags};
+use crate::abi::interface::{ObjectError, Type};
+use crate::abi::methods::{node as node_order, process, space_flags};
+use crate::bank;
+use crate::interface::{IdentifyResults, identify, node, space};
+use crate::syscall::{CapReg, Error};
 use crate::{Invocation, OWN_PROCESS};
 
 /// The height of every program's space, as the loader makes it.
@@ -18,7 +22,7 @@ pub fn slot(height: u64, address: u64) -> u64 {
 pub fn fetch_leaf_node(space: u8, address: u64, into: u8) -> bool {
     let mut from = space;
     for height in (2..=SPACE_HEIGHT).rev() {
-        let reply = Invocation::call(from, node::FETCH, [slot(height, address), 0, 0, 0])
+        let reply = Invocation::call(from, node_order::FETCH, [slot(height, address), 0, 0, 0])
             .receiving(&[into])
             .invoke(&mut []);
         if reply.code != 0 {
@@ -38,15 +42,15 @@ pub fn wrap_own_space(space: u8, keeper_node: u8, keeper: u8, wrapped: u8) -> bo
         Invocation::call(OWN_PROCESS, process::FETCH_SPACE, [0; 4])
             .receiving(&[space])
             .invoke(&mut []),
-        Invocation::call(keeper_node, node::SWAP, [0; 4])
+        Invocation::call(keeper_node, node_order::SWAP, [0; 4])
             .sending(&[space])
             .invoke(&mut []),
-        Invocation::call(keeper_node, node::SWAP, [1, 0, 0, 0])
+        Invocation::call(keeper_node, node_order::SWAP, [1, 0, 0, 0])
             .sending(&[keeper])
             .invoke(&mut []),
         Invocation::call(
             keeper_node,
-            node::MAKE_SPACE,
+            node_order::MAKE_SPACE,
             [SPACE_HEIGHT, space_flags::KEEPER, 0, 0],
         )
         .receiving(&[wrapped])
@@ -56,4 +60,84 @@ pub fn wrap_own_space(space: u8, keeper_node: u8, keeper: u8, wrapped: u8) -> bo
             .invoke(&mut []),
     ];
     steps.iter().all(|reply| reply.code == 0)
+}
+
+/// The capability registers a copy of a space tree works in ([`TreeCopy::copy`]).
+pub struct TreeCopy {
+    /// A node whose slots `2 l` and `2 l + 1` hold the original and the copy at level `l`:
+    /// the walk's stack, in a node because a capability has no other place to be kept.
+    pub walk: CapReg,
+    /// The bank the copy's nodes are bought from.
+    pub bank: CapReg,
+    pub source: CapReg,
+    pub target: CapReg,
+    /// Holds each of the original's slots in turn, for `leaf`.
+    pub child: CapReg,
+    pub made: CapReg,
+    pub scratch: CapReg,
+}
+
+/// A space tree is at most this many levels deep (the ABI's space height 7, and one).
+const TREE_LEVELS_MAX: u64 = 8;
+const SPACE_SLOTS: u64 = 32;
+
+impl TreeCopy {
+    /// Copies the space in `original` into a tree of the same shape, its nodes new (bought
+    /// from `bank`), and leaves the copy's space capability in `made`. Every space flag
+    /// word passes `flags_ok` first. What the copy holds where the original holds anything
+    /// but a space (in `child`) is `leaf`'s to say: the register with what to put there,
+    /// or `None` to leave the slot empty. The constructor copies writable pages and shares
+    /// read-only ones; the virtual copy shares them all, weakened.
+    pub fn copy(
+        &self,
+        original: CapReg,
+        flags_ok: &dyn Fn(u64) -> Result<(), Error>,
+        leaf: &mut dyn FnMut(IdentifyResults) -> Result<Option<CapReg>, Error>,
+    ) -> Result<(), Error> {
+        node::swap(self.walk, 0, original, self.scratch)?;
+        self.new_space(original, flags_ok)?;
+        node::swap(self.walk, 1, self.made, self.scratch)?;
+        self.copy_level(0, flags_ok, leaf)?;
+        node::fetch(self.walk, 1, self.made)
+    }
+
+    /// A new space node in `made` of the shape of the space in `original`.
+    fn new_space(&self, original: CapReg, flags_ok: &dyn Fn(u64) -> Result<(), Error>) -> Result<(), Error> {
+        let shape = space::info(original)?;
+        flags_ok(shape.flags)?;
+        bank::buy_node(self.bank, self.made)?;
+        node::make_space(self.made, shape.height, shape.flags, self.made)
+    }
+
+    fn copy_level(
+        &self,
+        level: u64,
+        flags_ok: &dyn Fn(u64) -> Result<(), Error>,
+        leaf: &mut dyn FnMut(IdentifyResults) -> Result<Option<CapReg>, Error>,
+    ) -> Result<(), Error> {
+        if level >= TREE_LEVELS_MAX {
+            return Err(Error::Object(ObjectError::OutOfRange));
+        }
+        for slot in 0..SPACE_SLOTS {
+            node::fetch(self.walk, 2 * level, self.source)?;
+            space::fetch(self.source, slot, self.child)?;
+            let Ok(identity) = identify(self.child) else { continue };
+            let copied = if identity.type_code == Type::Space as u64 {
+                self.new_space(self.child, flags_ok)?;
+                node::swap(self.walk, 2 * (level + 1), self.child, self.scratch)?;
+                node::swap(self.walk, 2 * (level + 1) + 1, self.made, self.scratch)?;
+                self.copy_level(level + 1, flags_ok, leaf)?;
+                node::fetch(self.walk, 2 * (level + 1) + 1, self.made)?;
+                self.made
+            } else {
+                match leaf(identity)? {
+                    Some(copied) => copied,
+                    None => continue,
+                }
+            };
+            node::fetch(self.walk, 2 * level + 1, self.target)?;
+            space::swap(self.target, slot, copied, self.scratch)?;
+        }
+        Ok(())
+    }
 }

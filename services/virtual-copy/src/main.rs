@@ -19,7 +19,7 @@
 use holdfast_userlib::abi::interface::{Type, keeper};
 use holdfast_userlib::bank;
 use holdfast_userlib::interface::{identify, node, page, process, space};
-use holdfast_userlib::space::slot;
+use holdfast_userlib::space::{TreeCopy, slot};
 use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::virtual_copy::{order, refusal};
 use holdfast_userlib::{self as user, Invocation};
@@ -40,64 +40,37 @@ const SCRATCH: CapReg = CapReg::new(14);
 const RESUME: u8 = 15;
 
 const COPIES_MAX: u64 = 32;
-const SLOTS: u64 = 32;
 /// A page fault's error code: the access was a write.
 const FAULT_WRITE: u64 = 2;
 
 static mut PAGE_BYTES: [u8; 4096] = [0; 4096];
 
-/// Copies the tree whose original and copy are in walk slots `2 level` and `2 level + 1`:
-/// inner nodes anew from `BANK`, pages shared read-only.
-fn copy_tree(level: u64) -> Result<(), Error> {
-    for index in 0..SLOTS {
-        node::fetch(WALK, 2 * level, SOURCE)?;
-        space::fetch(SOURCE, index, CHILD)?;
-        let Ok(identity) = identify(CHILD) else { continue };
-        if identity.type_code == Type::Page as u64 {
-            page::weaken(CHILD, MADE)?;
-        } else if identity.type_code == Type::Space as u64 {
-            let shape = space::info(CHILD)?;
-            if shape.flags != 0 {
-                return Err(Error::Reply(refusal::BAD_ORIGINAL));
-            }
-            bank::buy_node(BANK, MADE)?;
-            node::make_space(MADE, shape.height, 0, MADE)?;
-            node::swap(WALK, 2 * (level + 1), CHILD, SCRATCH)?;
-            node::swap(WALK, 2 * (level + 1) + 1, MADE, SCRATCH)?;
-            copy_tree(level + 1)?;
-            node::fetch(WALK, 2 * (level + 1) + 1, MADE)?;
-        } else {
-            continue;
-        }
-        node::fetch(WALK, 2 * level + 1, TARGET)?;
-        space::swap(TARGET, index, MADE, SCRATCH)?;
-    }
-    Ok(())
-}
-
 /// Makes copy `copy` (an index of the copies node) of the space in register 12, paid for
 /// by the bank in register 13; the copy's keeper space goes into `MADE`.
 fn make_copy(copy: u64) -> Result<(), Error> {
     let original = CapReg::new(RECEIVED[0]);
-    let shape = space::info(original)?;
-    if shape.flags != 0 {
-        return Err(Error::Reply(refusal::BAD_ORIGINAL));
-    }
+    let height = space::info(original)?.height;
     node::swap(BANKS, copy, CapReg::new(RECEIVED[1]), SCRATCH)?;
     node::fetch(BANKS, copy, BANK)?;
-    bank::buy_node(BANK, MADE)?;
-    node::make_space(MADE, shape.height, 0, MADE)?;
-    node::swap(WALK, 0, original, SCRATCH)?;
-    node::swap(WALK, 1, MADE, SCRATCH)?;
-    copy_tree(0)?;
-    node::fetch(WALK, 1, TARGET)?;
-    node::swap(COPIES, copy, TARGET, SCRATCH)?;
+    // Inner nodes anew from the copy's bank, pages shared read-only; an original under a
+    // keeper of its own is refused.
+    let walk = TreeCopy { walk: WALK, bank: BANK, source: SOURCE, target: TARGET, child: CHILD, made: MADE, scratch: SCRATCH };
+    let plain = |flags| if flags == 0 { Ok(()) } else { Err(Error::Reply(refusal::BAD_ORIGINAL)) };
+    walk.copy(original, &plain, &mut |identity| {
+        if identity.type_code != Type::Page as u64 {
+            return Ok(None);
+        }
+        page::weaken(CHILD, MADE)?;
+        Ok(Some(MADE))
+    })?;
+    node::swap(COPIES, copy, MADE, SCRATCH)?;
+    node::fetch(COPIES, copy, TARGET)?;
     // The keeper node: the copy's tree, then this keeper with the copy's badge.
     bank::buy_node(BANK, MADE)?;
     node::swap(MADE, 0, TARGET, SCRATCH)?;
     process::make_start(OWN_PROCESS, copy + 1, CHILD)?;
     node::swap(MADE, 1, CHILD, SCRATCH)?;
-    node::make_space(MADE, shape.height, holdfast_userlib::abi::methods::space_flags::KEEPER, MADE)
+    node::make_space(MADE, height, holdfast_userlib::abi::methods::space_flags::KEEPER, MADE)
 }
 
 /// A write fault at `address` under copy `copy`: the page there becomes the copy's own.
