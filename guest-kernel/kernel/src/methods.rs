@@ -256,11 +256,16 @@ fn node_method(
         }
         node::Request::MakeProcess => {
             writable(&target)?;
-            // The one limit on processes: memory for their tables (a checkpoint takes any
-            // number). Refused here, not a heap exhausted later. Room is made first: it may
-            // evict nodes, this one too, which the lookup below loads again (a process's
-            // root node, once it is one, stays).
-            if !crate::process::is_adopted(target.object()) && !persistence::room_for_process(objects) {
+            // The limits on processes: memory for their tables, and page ids on the store
+            // for the checkpoint directory that names them (a checkpoint takes any number).
+            // Refused here, not a heap exhausted or a checkpoint failing later. Room is
+            // made first: it may evict nodes, this one too, which the lookup below loads
+            // again (a process's root node, once it is one, stays).
+            let room = |objects: &mut Objects| {
+                persistence::room_for_process(objects)
+                    && persistence::directory_room_for_process(objects, crate::process::table_length())
+            };
+            if !crate::process::is_adopted(target.object()) && !room(objects) {
                 return Err(ObjectError::Exhausted);
             }
             let process = made_from_node(objects, CapType::Process)?;

@@ -80,6 +80,8 @@ struct Appliance {
     image_dir: PathBuf,
     store: PathBuf,
     port: u16,
+    /// Where `holdfast run --exporter` serves every VM's counters.
+    exporter_port: u16,
     vm: Option<LineReader>,
 }
 
@@ -90,7 +92,7 @@ impl Appliance {
         let store = directory.join("store.img");
         let format = run_holdfast(&["store", "format", "--size-mib", STORE_MIB, store.to_str().expect("UTF-8 path")]);
         assert_eq!(format.status, Some(0), "{}", format.transcript());
-        Self { name: format!("{test}-{}", std::process::id()), image_dir, store, port: free_port(), vm: None }
+        Self { name: format!("{test}-{}", std::process::id()), image_dir, store, port: free_port(), exporter_port: free_port(), vm: None }
     }
 
     fn address(&self) -> String {
@@ -101,9 +103,11 @@ impl Appliance {
     /// the first boot its own line, on a restart the network service's.
     fn start(&mut self) {
         let port = self.port.to_string();
+        let exporter = format!("127.0.0.1:{}", self.exporter_port);
         let vm = spawn_reading_lines(
             holdfast()
                 .args(["run", "--name", &self.name, "--accel", "tcg", "--memory-mib", MEMORY_MIB, "--tp1-port", &port])
+                .args(["--exporter", &exporter])
                 .arg("--disk")
                 .arg(&self.store)
                 .arg("--image-dir")
@@ -412,6 +416,27 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     assert!(value("holdfast_tp1_commit_seconds_count") >= 1.0);
     assert!(value("holdfast_journal_commits_per_flush") >= 1.0, "{}", counters.stdout);
     value("holdfast_tp1_connections_open");
+
+    // The same counters from the exporter `holdfast run --exporter` serves beside the VM,
+    // labelled with its name, once its poll (every 5 s) has reached the admin service.
+    let vm_label = format!("vm=\"{}\"", appliance.name);
+    let exported = |body: &str, name: &str| -> Option<f64> {
+        let line = body.lines().find(|line| line.starts_with(&format!("{name}{{")) && line.contains(&vm_label))?;
+        line.rsplit(' ').next()?.parse().ok()
+    };
+    let transactions = value("holdfast_tp1_transactions_total");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let scrape = http_get(appliance.exporter_port, "/metrics");
+        let body = scrape.as_ref().map_or("", |(_, body)| body.as_str());
+        if exported(body, "holdfast_tp1_transactions_total").is_some_and(|served| served >= transactions) {
+            assert_eq!(exported(body, "holdfast_exporter_vm_up"), Some(1.0), "{body}");
+            assert!(exported(body, "holdfast_checkpoint_generation").is_some_and(|generation| generation >= 1.0), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the exporter did not serve {transactions} transactions for {vm_label} within 60 s: {scrape:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 
     // Kills at uniformly random moments under load.
     let kills = std::env::var("HOLDFAST_TP1_KILLS").ok().and_then(|value| value.parse().ok()).unwrap_or(KILLS_DEFAULT);

@@ -73,14 +73,14 @@ pub(super) struct Stabilization {
 /// retry could ever commit again (a 512 MiB store under TP1). If it fails, the failure is
 /// handled as any other ([`Persistence::failed`]) and the page is written all the same.
 pub fn limit_dirty_pages(objects: &mut Objects) {
-    if (objects.cache.dirty_page_count() as u64) < DIRTY_PAGES_MAX.load(core::sync::atomic::Ordering::Relaxed) {
+    if dirty_blocks(objects) < DIRTY_PAGES_MAX.load(core::sync::atomic::Ordering::Relaxed) {
         return;
     }
     let mut guard = PERSISTENCE.lock();
     let Some(persistence) = guard.as_mut() else {
         return;
     };
-    if (objects.cache.dirty_page_count() as u64) < persistence.dirty_pages_max() {
+    if dirty_blocks(objects) < persistence.dirty_pages_max() {
         persistence.note_dirty_pages_max();
         return;
     }
@@ -90,11 +90,36 @@ pub fn limit_dirty_pages(objects: &mut Objects) {
     persistence.note_dirty_pages_max();
 }
 
+/// The log blocks the dirty objects may take: a page each, and a node each at worst (four
+/// share a pot when their ids are near, but a program can dirty one node in each of many
+/// pots).
+fn dirty_blocks(objects: &Objects) -> u64 {
+    (objects.cache.dirty_page_count() + objects.cache.dirty_node_ids().len()) as u64
+}
+
 /// [`Persistence::dirty_pages_max`] as last computed (no limit without a store): one load
 /// and a compare on the invocation path, which takes the lock only when it is passed. It
 /// is computed again after every checkpoint step, so it trails the log's use by one step,
 /// which the quarter of the log kept beside the dirty pages covers.
 static DIRTY_PAGES_MAX: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// Whether the checkpoint directory can name one more process beside `processes`: its
+/// pages after the first are set aside when first needed, here rather than at the next
+/// snapshot, so that a store with no page id left refuses the process (`exhausted`) instead
+/// of failing every checkpoint from then on. True without a store.
+pub fn directory_room_for_process(objects: &mut Objects, processes: usize) -> bool {
+    with_store(|persistence| {
+        let pages_needed = directory::block_count(processes + 1) - 1;
+        while persistence.directory_pages.len() < pages_needed {
+            if objects.next_ids().1 >= persistence.store.geometry().page_count {
+                return false;
+            }
+            persistence.directory_pages.push(objects.reserve_page_id());
+        }
+        true
+    })
+    .unwrap_or(true)
+}
 
 pub(super) fn interval_ticks(interval_ms: u64) -> u64 {
     (interval_ms * timer::TIMER_HZ).div_ceil(1000).max(1)
@@ -164,11 +189,20 @@ pub fn step(idle: bool) -> bool {
 }
 
 impl Persistence {
-    /// The dirty pages a checkpoint may have to write: three quarters of the free log, so
+    /// The dirty pages and nodes a checkpoint may have to write: three quarters of the free log, so
     /// that the log always holds a whole checkpoint with its nodes, record headers and the
     /// journal's commits meanwhile.
+    ///
+    /// While a failed checkpoint waits for its retry, the whole log's three quarters: the
+    /// abandoned checkpoint's records still fill the log until the migration that frees it
+    /// is done, and held to the free log the limit forced the retry at once instead of at
+    /// the next interval (and before `checkpoint status` could say it had failed).
     fn dirty_pages_max(&self) -> u64 {
-        let log_pages = self.dirty_pages_room();
+        let log_pages = if self.retry_pending() {
+            self.store.geometry().log_block_count * 3 / 4
+        } else {
+            self.dirty_pages_room()
+        };
         match TEST_DIRTY_PAGES_MAX.load(core::sync::atomic::Ordering::Relaxed) {
             0 => log_pages,
             test => log_pages.min(test),
@@ -212,7 +246,7 @@ impl Persistence {
         }
         let due = timer::ticks() >= self.next_snapshot_tick
             || self.store.log_fill_ratio() >= FORCED_LOG_FILL
-            || objects.cache.dirty_page_count() as u64 > self.dirty_pages_max();
+            || dirty_blocks(objects) > self.dirty_pages_max();
         if !due {
             return Ok(worked);
         }

@@ -154,6 +154,12 @@ pub fn is_adopted(root: ObjectId) -> bool {
     SCHEDULER.lock().index_of(root).is_some()
 }
 
+/// The table's entries, destroyed processes' among them (taken again by the next
+/// `adopt`): at least the processes a checkpoint directory names.
+pub fn table_length() -> usize {
+    SCHEDULER.lock().processes.len()
+}
+
 /// Adds the process whose root node `root` names to the table, stopped, if it is not
 /// there: `node.make_process` made it, and `process.start` will run it.
 pub fn adopt(root: Capability) {

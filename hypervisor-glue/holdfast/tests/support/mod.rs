@@ -231,3 +231,17 @@ impl Drop for SmallFileSystem {
         let _ = Command::new("umount").arg(&self.mount_point).status();
     }
 }
+
+/// An HTTP/1.0 GET of `path` from 127.0.0.1:`port`: the status code and the body.
+#[allow(dead_code)] // not every test binary scrapes
+pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body).to_owned();
+    Ok((status, body))
+}
