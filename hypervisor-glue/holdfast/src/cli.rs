@@ -593,6 +593,17 @@ pub enum TenantCommand {
         after_help = "Exit status: 0 printed, 2 a usage error, no such VM, or no record names the tenant, 3 the appliance refused or a record is corrupt (the reason is printed)."
     )]
     Audit(TenantAuditArguments),
+    /// List the live tenants: name, compartment number and generation, and their bank's
+    /// pages and nodes held against its limits.
+    #[command(after_help = "Exit status: 0 listed, 2 no such VM, 3 the appliance refused (the reason is printed).")]
+    List(VmName),
+    /// Revoke tenant NAME: its bank is destroyed, so every forwarder granted to or from it,
+    /// and its capability to the monitor, are void at once; the revocation is committed to
+    /// the audit log through the journal before the reply.
+    #[command(
+        after_help = "Exit status: 0 revoked, 2 a usage error, no such VM or no such tenant, 3 the appliance refused (the reason is printed)."
+    )]
+    Revoke(TenantAuditArguments),
 }
 
 #[derive(Debug, Args)]

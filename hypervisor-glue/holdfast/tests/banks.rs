@@ -9,7 +9,9 @@
 //! manifest bank voids what it sold. The reference monitor's test (keysafe_test.rs) grants,
 //! is refused and revokes across three compartments before the restart and revokes one
 //! after it; the audit log is read from the host (`holdfast tenant audit`) before the kill
-//! and after the restart.
+//! and after the restart; then the host revokes the last tenant (`holdfast tenant revoke`)
+//! and the system is killed before any checkpoint: after the restart the revocation's record
+//! is there (the journal) and the monitor does the revocation again.
 
 mod support;
 
@@ -142,5 +144,37 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     assert_eq!(b_events.first().map(String::as_str), Some("created B generation 1"), "{b_events:?}");
     assert_eq!(b_events[b_events.len() - 2..], ["granted B -> C page", "revoked B generation 1"], "{b_events:?}");
     assert!(b_boots[b_boots.len() - 1] > a_boots[0], "B's revocation is not in a later boot: {b_boots:?}");
+
+    // C is the one tenant left: its bank holds its own forwarder (the space bank's), its
+    // capability's node, its inbox and the outer nodes of the three forwarders granted to it.
+    let list = run_holdfast(&["tenant", "list", &name]);
+    assert_eq!(list.status, Some(0), "{}", list.transcript());
+    assert_eq!(list.stdout.trim_end(), "C number 2 generation 1 pages 0/0 nodes 6/8", "{}", list.transcript());
+    // A revocation from the host with no checkpoint after it, then a crash: its record was
+    // committed through the journal, and the monitor does it again at its first request
+    // after the restart (the checkpoint brought C back live).
+    wait_for(&vm, &mut seen, committed);
+    wait_for(&vm, &mut seen, committed);
+    let interval = run_holdfast(&["checkpoint", "interval", &name, "86400000"]);
+    assert_eq!(interval.status, Some(0), "{}", interval.transcript());
+    let revoke = run_holdfast(&["tenant", "revoke", &name, "C"]);
+    assert_eq!(revoke.status, Some(0), "{}", revoke.transcript());
+    assert!(revoke.stdout.contains("tenant C revoked (6 objects destroyed)"), "{}", revoke.transcript());
+    let again = run_holdfast(&["tenant", "revoke", &name, "C"]);
+    assert_eq!(again.status, Some(2), "{}", again.transcript());
+    assert!(again.stderr.contains("no tenant named 'C'"), "{}", again.transcript());
+    let list = run_holdfast(&["tenant", "list", &name]);
+    assert_eq!((list.status, list.stdout.as_str()), (Some(0), ""), "{}", list.transcript());
+    let (c_events, _) = audit(&name, "C");
+    assert_eq!(c_events.last().map(String::as_str), Some("revoked C generation 1"), "{c_events:?}");
+    support::kill_and_wait(&name, vm);
+
+    let vm = run();
+    let mut seen = Vec::new();
+    wait_for(&vm, &mut seen, |line| line.starts_with("holdfast: restarted from checkpoint "));
+    assert_eq!(audit(&name, "C").0, c_events, "C's records did not survive the crash");
+    wait_for(&vm, &mut seen, |line| line == "keysafe: revocation of C done again after a restart");
+    let list = run_holdfast(&["tenant", "list", &name]);
+    assert_eq!((list.status, list.stdout.as_str()), (Some(0), ""), "{}", list.transcript());
     support::kill_and_wait(&name, vm);
 }

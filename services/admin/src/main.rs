@@ -9,6 +9,8 @@
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
+//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's), then `ok tenants <count>` |
+//! | `tenant revoke <name>` | `ok objects <n>`: the tenant's bank destroyed, every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
 //! | `tenant audit <name>` | the reference monitor's audit records about compartment `<name>`, a line each (`<sequence> boot <b> granted A -> B page`, `holdfast_keysafe_policy::audit::Record::render`), then `ok records <n>`; a record that fails its checks ends the reply with an `error` line naming it |
 //!
 //! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
@@ -197,10 +199,51 @@ fn answer(request: &[u8], reply: &mut Reply) {
             }
         }
         (Some(b"tenant"), Some(b"audit"), Some(name), None) => tenant_audit(name, reply),
+        (Some(b"tenant"), Some(b"list"), None, None) => tenant_list(reply),
+        (Some(b"tenant"), Some(b"revoke"), Some(name), None) => match user::keysafe::revoke(KEYSAFE, name) {
+            Ok(objects) => {
+                reply.push(b"ok objects ").number(objects).push(b"\n");
+            }
+            Err(error) => {
+                keysafe_failed(error, name, reply);
+            }
+        },
         _ => {
-            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant audit <name>)");
+            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant revoke <name> | tenant audit <name>)");
         }
     }
+}
+
+/// Says why the reference monitor refused an order about tenant `name`.
+fn keysafe_failed(error: Error, name: &[u8], reply: &mut Reply) {
+    use user::keysafe::refusal;
+    match error {
+        Error::Invocation(user::abi::InvocationError::Void) => reply.error(b"no reference monitor on this appliance"),
+        Error::Reply(refusal::NO_SUCH_COMPARTMENT) => reply.push(b"error no tenant named ").push(name).push(b"\n"),
+        Error::Reply(refusal::BAD_NAME) => reply.error(b"a tenant's name is 1 to 16 printable characters without spaces"),
+        Error::Reply(refusal::AUDIT_UNAVAILABLE) => reply.error(b"the audit log could not be written: nothing was revoked"),
+        error => reply.failed(error),
+    };
+}
+
+fn tenant_list(reply: &mut Reply) {
+    use user::keysafe::{LIST_ENTRY_BYTES, Listed};
+    let mut buffer = [0u8; user::abi::INVOCATION_STRING_BYTES_MAX];
+    let count = match user::keysafe::list(KEYSAFE, &mut buffer) {
+        Ok(count) => count,
+        Err(error) => {
+            keysafe_failed(error, b"", reply);
+            return;
+        }
+    };
+    for entry in buffer.chunks_exact(LIST_ENTRY_BYTES).take(count) {
+        let listed = Listed::decode(entry.try_into().expect("an entry"));
+        reply.push(listed.name()).push(b" number ").number(u64::from(listed.number));
+        reply.push(b" generation ").number(u64::from(listed.generation));
+        reply.push(b" pages ").number(listed.bank.pages).push(b"/").number(listed.bank.page_limit);
+        reply.push(b" nodes ").number(listed.bank.nodes).push(b"/").number(listed.bank.node_limit).push(b"\n");
+    }
+    reply.push(b"ok tenants ").number(count as u64).push(b"\n");
 }
 
 /// The audit records about compartment `name`, read from the monitor in parts and each

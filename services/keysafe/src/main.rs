@@ -38,7 +38,7 @@ use holdfast_keysafe_policy::{COMPARTMENTS_MAX, Compartments, Name, Refusal};
 use holdfast_userlib::abi::interface::ObjectError;
 use holdfast_userlib::bank;
 use holdfast_userlib::interface::{clock, journal, node, page, process};
-use holdfast_userlib::keysafe::{control_order, order, refusal};
+use holdfast_userlib::keysafe::{self, control_order, order, refusal};
 use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -84,6 +84,9 @@ struct State {
 
 static mut STATE: State =
     State { compartments: Compartments::empty(), inbox: [[EMPTY; INBOX_SLOTS]; COMPARTMENTS_MAX], boot: 0 };
+// A list of every compartment fits one reply.
+const _: () = assert!(COMPARTMENTS_MAX * keysafe::LIST_ENTRY_BYTES <= user::abi::INVOCATION_STRING_BYTES_MAX);
+
 /// One page of the log, as read.
 static mut LOG_PAGE: [u8; PAGE_BYTES] = [0; PAGE_BYTES];
 /// The reply string of an audit read.
@@ -303,6 +306,22 @@ fn read_audit(log: &mut Log<'_>, reply: &mut [u8], string: &[u8], words: [u64; 4
     Ok(Answer::WithString([entries as u64, position, count, 0], entries * AUDIT_ENTRY_BYTES))
 }
 
+fn list(state: &State, reply: &mut [u8]) -> Answer {
+    let mut entries = 0;
+    for (index, entry) in state.compartments.live() {
+        let info = node::fetch(BANKS, index as u64, BANK).map_err(|_| ()).and_then(|()| bank::info(BANK).map_err(|_| ()));
+        let listed = keysafe::Listed {
+            number: index as u8,
+            generation: entry.generation,
+            name: entry.name.padded(),
+            bank: info.unwrap_or(bank::Info { pages: 0, page_limit: 0, nodes: 0, node_limit: 0 }),
+        };
+        reply[entries * keysafe::LIST_ENTRY_BYTES..][..keysafe::LIST_ENTRY_BYTES].copy_from_slice(&listed.encode());
+        entries += 1;
+    }
+    Answer::WithString([entries as u64, 0, 0, 0], entries * keysafe::LIST_ENTRY_BYTES)
+}
+
 fn grant(state: &mut State, log: &mut Log<'_>, from: usize, words: [u64; 4]) -> Result<Answer, u64> {
     let to = usize::try_from(words[0]).unwrap_or(usize::MAX);
     state.compartments.get(to).ok_or(refusal::NO_SUCH_COMPARTMENT)?;
@@ -371,6 +390,7 @@ fn answer(state: &mut State, log: &mut Log<'_>, reply: &mut [u8], code: u64, bad
             control_order::SET_POLICY => set_policy(state, log, words),
             control_order::REVOKE => revoke(state, log, string),
             control_order::AUDIT => read_audit(log, reply, string, words),
+            control_order::LIST => Ok(list(state, reply)),
             _ => Err(refusal::BAD_REQUEST),
         };
     }

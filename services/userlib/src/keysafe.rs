@@ -30,7 +30,15 @@ pub mod control_order {
     /// format, each checked again by the reader), as many as fit; words back: how many
     /// records, the position to ask from next, the log's record count.
     pub const AUDIT: u64 = 4;
+    /// String back: an entry of [`super::LIST_ENTRY_BYTES`] per live compartment, by
+    /// number: number u8, 3 bytes 0, generation u32, name (16 bytes, zero-padded), then
+    /// its bank's pages held, page limit, nodes held, node limit (u64 each; all
+    /// little-endian). Word 0 back: how many.
+    pub const LIST: u64 = 5;
 }
+
+/// The bytes of an entry of [`control_order::LIST`]'s reply.
+pub const LIST_ENTRY_BYTES: usize = 56;
 
 /// The orders of a compartment's capability.
 pub mod order {
@@ -111,6 +119,51 @@ pub fn audit(control: CapReg, name: &[u8], from: u64, buffer: &mut [u8]) -> Resu
             .check()?
             .words;
     Ok(AuditPart { records, next, count })
+}
+
+/// One live compartment, as [`list`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listed {
+    pub number: u8,
+    pub generation: u32,
+    /// Zero-padded.
+    pub name: [u8; 16],
+    pub bank: crate::bank::Info,
+}
+
+impl Listed {
+    pub fn decode(entry: &[u8; LIST_ENTRY_BYTES]) -> Self {
+        let word = |at: usize| u64::from_le_bytes(entry[at..at + 8].try_into().expect("8 bytes"));
+        Self {
+            number: entry[0],
+            generation: u32::from_le_bytes(entry[4..8].try_into().expect("4 bytes")),
+            name: entry[8..24].try_into().expect("16 bytes"),
+            bank: crate::bank::Info { pages: word(24), page_limit: word(32), nodes: word(40), node_limit: word(48) },
+        }
+    }
+
+    pub fn encode(&self) -> [u8; LIST_ENTRY_BYTES] {
+        let mut entry = [0; LIST_ENTRY_BYTES];
+        entry[0] = self.number;
+        entry[4..8].copy_from_slice(&self.generation.to_le_bytes());
+        entry[8..24].copy_from_slice(&self.name);
+        for (at, value) in [(24, self.bank.pages), (32, self.bank.page_limit), (40, self.bank.nodes), (48, self.bank.node_limit)] {
+            entry[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        entry
+    }
+
+    /// The name without its padding.
+    pub fn name(&self) -> &[u8] {
+        let length = self.name.iter().position(|&byte| byte == 0).unwrap_or(self.name.len());
+        &self.name[..length]
+    }
+}
+
+/// The live compartments into `buffer` (at least 16 entries' room); returns how many.
+pub fn list(control: CapReg, buffer: &mut [u8]) -> Result<usize, Error> {
+    let received = invoke(Invocation { buffer, ..Invocation::call(control, control_order::LIST) }).check()?;
+    Ok(usize::try_from(received.words[0]).unwrap_or(0).min(received.string_length / LIST_ENTRY_BYTES))
 }
 
 /// Grants `granted` to compartment `to` through compartment capability `compartment`;
