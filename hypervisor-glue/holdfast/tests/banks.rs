@@ -40,8 +40,9 @@ fn audit(vm: &str, tenant: &str) -> (Vec<String>, Vec<u64>) {
 }
 
 /// A's records: made, its policy, a grant and the refusals (a node and a start capability
-/// A may not hand B, a page B may not hand A), two more grants, its revocation.
-const A_AUDIT: [&str; 10] = [
+/// A may not hand B, a page B may not hand A), two more grants, a policy to D (whose full
+/// bank refuses the grant: not logged, as nothing crossed), its revocation.
+const A_AUDIT: [&str; 11] = [
     "created A generation 1",
     "policy A -> B kinds page",
     "policy A -> C kinds page",
@@ -51,6 +52,7 @@ const A_AUDIT: [&str; 10] = [
     "refused B -> A page code 701",
     "granted A -> C page",
     "granted A -> B page",
+    "policy A -> D kinds page",
     "revoked A generation 1",
 ];
 

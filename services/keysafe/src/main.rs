@@ -233,8 +233,9 @@ fn parse_name(string: &[u8]) -> Result<Name, u64> {
 fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) -> Result<Answer, u64> {
     let name = parse_name(string)?;
     let [page_limit, node_limit, ..] = words;
-    // Its capability's node and its inbox, at least.
-    if node_limit < 2 {
+    // The bank's own forwarder (the space bank counts it), its capability's node and its
+    // inbox, at least.
+    if node_limit < 3 {
         return Err(refusal::BAD_REQUEST);
     }
     let index = state.compartments.create(name).map_err(refusal_code)?;

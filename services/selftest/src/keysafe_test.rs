@@ -38,6 +38,7 @@ const SCRATCH: CapReg = CapReg::new(14);
 const A_NUMBER: u64 = 0;
 const B_NUMBER: u64 = 1;
 const C_NUMBER: u64 = 2;
+const D_NUMBER: u64 = 3;
 const FILL: u8 = 0x5a;
 const PAGES: u64 = 1 << Type::Page as u64;
 
@@ -94,9 +95,18 @@ fn before_the_restart() -> Checked {
     // One more from A, left waiting in B's inbox.
     keysafe::grant(A, B_NUMBER, SHARED_PAGE).map_err(|_| "A's second grant to B was refused")?;
 
+    // A compartment whose bank is full: a grant to it is refused, and the node A's bank
+    // bought for it is sold back (A's count below shows it).
+    expect(refused(keysafe::create(CONTROL, b"tiny", 0, 2, SCRATCH), refusal::BAD_REQUEST), "a compartment too small for its capability and inbox was made")?;
+    expect(keysafe::create(CONTROL, b"D", 0, 3, SCRATCH) == Ok(D_NUMBER), "D was not made fourth")?;
+    keysafe::set_policy(CONTROL, A_NUMBER, D_NUMBER, PAGES).map_err(|_| "the policy A -> D was refused")?;
+    expect(refused(keysafe::grant(A, D_NUMBER, SHARED_PAGE), refusal::BANK_REFUSED), "A granted to D beyond D's bank")?;
+    keysafe::revoke(CONTROL, b"D").map_err(|_| "revoking D was refused")?;
+
     // Revoking A voids every forwarder from A at once, wherever it is, and A's capability.
     let destroyed = keysafe::revoke(CONTROL, b"A").map_err(|_| "revoking A was refused")?;
-    expect(destroyed >= 5, "revoking A destroyed too little (its capability, inbox and 3 forwarder nodes)")?;
+    // The bank's own forwarder, A's capability and inbox, the inner nodes of its 3 grants.
+    expect(destroyed == 6, "revoking A did not destroy exactly its 6 nodes")?;
     expect(is_void(FROM_A_AT_B), "A's forwarder at B outlived A")?;
     expect(is_void(FROM_A_AT_C), "A's forwarder at C outlived A")?;
     expect(is_void(A), "A's capability outlived A")?;

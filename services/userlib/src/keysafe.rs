@@ -14,7 +14,8 @@ use crate::syscall::{CapReg, Error, Invocation, invoke};
 pub mod control_order {
     /// String: the compartment's name (1 to 16 printable characters, no spaces). Words 0
     /// and 1: the page and node limits of its bank (below the monitor's), which pays for
-    /// the forwarders granted to and from it and its inbox (at least 2 nodes). Word 0 back:
+    /// the forwarders granted to and from it, its capability and its inbox (at least 3
+    /// nodes: the bank's own forwarder is one). Word 0 back:
     /// the compartment's number. Capability back: the compartment's capability.
     pub const CREATE: u64 = 1;
     /// Words 0 and 1: the compartment numbers from and to; word 2: the kinds `from` may
