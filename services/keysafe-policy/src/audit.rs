@@ -40,6 +40,15 @@ pub const fn capacity(log_bytes: usize) -> u64 {
     (log_bytes.saturating_sub(HEADER_BYTES) / RECORD_BYTES) as u64
 }
 
+/// Whether a log of `log_bytes` holding `count` records has room for one of `event`. The
+/// last [`crate::COMPARTMENTS_MAX`] records are kept for revocations: every live compartment
+/// can always be revoked, with its record, however full the log (the others are refused
+/// first, and a grant that cannot be logged is not made).
+pub fn has_room(event: Event, count: u64, log_bytes: usize) -> bool {
+    let reserved = if event == Event::Revoked { 0 } else { crate::COMPARTMENTS_MAX as u64 };
+    count.saturating_add(reserved) < capacity(log_bytes)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     Created = 1,

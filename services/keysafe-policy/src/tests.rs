@@ -156,3 +156,19 @@ fn the_header_counts_records_within_the_log() {
     assert_eq!(audit::kind_from_name(b"start"), Some(START));
     assert_eq!(audit::kind_from_name(b"nothing"), None);
 }
+
+#[test]
+fn the_last_records_are_kept_for_revocations() {
+    let log_bytes = 4 * 4096;
+    let capacity = audit::capacity(log_bytes);
+    let reserved = COMPARTMENTS_MAX as u64;
+    assert!(audit::has_room(Event::Granted, capacity - reserved - 1, log_bytes));
+    assert!(!audit::has_room(Event::Granted, capacity - reserved, log_bytes));
+    assert!(!audit::has_room(Event::Created, capacity - 1, log_bytes));
+    // Every live compartment can still be revoked once grants are refused.
+    for count in capacity - reserved..capacity {
+        assert!(audit::has_room(Event::Revoked, count, log_bytes), "{count}");
+    }
+    assert!(!audit::has_room(Event::Revoked, capacity, log_bytes));
+    assert!(!audit::has_room(Event::Revoked, u64::MAX, log_bytes));
+}

@@ -154,7 +154,7 @@ impl Log<'_> {
         for _ in 0..APPEND_ATTEMPTS_MAX {
             self.loaded = None;
             let count = self.count().map_err(|_| refusal::AUDIT_UNAVAILABLE)?;
-            if count >= audit::capacity(LOG_BYTES) {
+            if !audit::has_room(record.event, count, LOG_BYTES) {
                 return Err(refusal::AUDIT_UNAVAILABLE);
             }
             record.sequence = count;

@@ -73,7 +73,8 @@ pub mod refusal {
     /// Nothing in this compartment's inbox.
     pub const INBOX_EMPTY: u64 = 707;
     /// The audit log could not be written (full, corrupt, or the journal refused): nothing
-    /// is granted or revoked that the log does not hold.
+    /// is granted or revoked that the log does not hold. The log's last 16 records are kept
+    /// for revocations, so every live compartment can be revoked however full it is.
     pub const AUDIT_UNAVAILABLE: u64 = 708;
     /// An order the monitor does not have, through this capability, or bad arguments.
     pub const BAD_REQUEST: u64 = 709;
