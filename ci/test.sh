@@ -32,7 +32,7 @@ cargo test -q -p holdfast --bin holdfast benchmark_a_scrape -- --nocapture
 
 echo "== cargo clippy (host crates, then guest crates for the guest target)"
 cargo clippy -q --all-targets -- -D warnings
-cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p holdfast-selftest -p holdfast-admin -p holdfast-net -p holdfast-tp1 -p holdfast-userlib -p holdfast-tp1-protocol -p holdfast-tp1-ledger -p holdfast-space-bank -p holdfast-bank-accounts -p holdfast-constructor -p holdfast-virtual-copy -p holdfast-meter-keeper -- -D warnings
+cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p holdfast-selftest -p holdfast-admin -p holdfast-net -p holdfast-tp1 -p holdfast-userlib -p holdfast-tp1-protocol -p holdfast-tp1-ledger -p holdfast-space-bank -p holdfast-bank-accounts -p holdfast-constructor -p holdfast-virtual-copy -p holdfast-meter-keeper -p holdfast-keysafe -p holdfast-keysafe-policy -- -D warnings
 
 echo "== terraform provider: go vet, the examples' fmt -check and validate, acceptance tests against libvirtd"
 bash terraform/test.sh

@@ -535,6 +535,8 @@ pub mod node {
         pub const MAKE_METER: u64 = 7;
         /// Returns a process capability of this node, the process's root, and adds the process (stopped) to the kernel's table if it is not there; every process is in each checkpoint, however many there are.
         pub const MAKE_PROCESS: u64 = 8;
+        /// Says what the capability in a slot is, its type code and rights as `identify` gives them (void once revoked), without invoking it: a start, resume or indirector capability is described, not called (KeyKOS's discrim). A reference monitor classifies what it is handed this way, so that a capability to a process that never answers cannot hold it up.
+        pub const SENSE: u64 = 9;
     }
 
     /// An invocation of a node capability, decoded and with its arguments checked
@@ -577,6 +579,11 @@ pub mod node {
         MakeMeter,
         /// Returns a process capability of this node, the process's root, and adds the process (stopped) to the kernel's table if it is not there; every process is in each checkpoint, however many there are.
         MakeProcess,
+        /// Says what the capability in a slot is, its type code and rights as `identify` gives them (void once revoked), without invoking it: a start, resume or indirector capability is described, not called (KeyKOS's discrim). A reference monitor classifies what it is handed this way, so that a capability to a process that never answers cannot hold it up.
+        Sense {
+            /// The slot.
+            slot: u64,
+        },
     }
 
     impl Request {
@@ -629,6 +636,13 @@ pub mod node {
                     Ok(Self::MakeMeter)
                 }
                 order::MAKE_PROCESS => Ok(Self::MakeProcess),
+                order::SENSE => {
+                    let slot = message.words[0];
+                    if slot > 31 {
+                        return Err(ObjectError::InvalidSlot);
+                    }
+                    Ok(Self::Sense { slot })
+                }
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

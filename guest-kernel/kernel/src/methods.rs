@@ -272,6 +272,11 @@ fn node_method(
             crate::process::adopt(process);
             ok_capability(process)
         }
+        node::Request::Sense { slot: index } => {
+            // Described, never invoked: the capability's own type, not its target's.
+            let held = objects.cache.node(&target).map_err(|_| ObjectError::InvalidOrder)?.get(slot(index)?);
+            ok(identity(&objects.cache.live_or_void(held)))
+        }
         node::Request::Identify => unreachable!("answered by the caller"),
     }
 }

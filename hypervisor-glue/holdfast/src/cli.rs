@@ -51,6 +51,10 @@ pub enum Command {
     /// data, run load on it and measure, check that nothing was lost or applied twice.
     #[command(subcommand, after_help = TP1_HELP)]
     Tp1(Tp1Command),
+    /// Tenants of a running appliance, each a compartment of its reference monitor
+    /// (services/keysafe), through its admin service.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
     /// Serve every running VM's counters to Prometheus on 127.0.0.1 (`/metrics`), labelled
     /// by VM, with the exporter's own health; polls each VM's admin service on its own.
     Exporter(ExporterArguments),
@@ -576,6 +580,38 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         ));
     }
     Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Print the reference monitor's audit records about tenant NAME, oldest first: each
+    /// compartment made, policy set, capability granted or refused, and revocation, a line
+    /// each (`<sequence> boot <boot count> granted A -> B page`). The log is committed
+    /// through the journal, so it survives any crash; each record is checked (format
+    /// version, position, CRC-32C) and a corrupt one is reported, never printed as good.
+    #[command(
+        after_help = "Exit status: 0 printed, 2 a usage error, no such VM, or no record names the tenant, 3 the appliance refused or a record is corrupt (the reason is printed)."
+    )]
+    Audit(TenantAuditArguments),
+    /// List the live tenants: name, compartment number and generation, and their bank's
+    /// pages and nodes held against its limits.
+    #[command(after_help = "Exit status: 0 listed, 2 no such VM, 3 the appliance refused (the reason is printed).")]
+    List(VmName),
+    /// Revoke tenant NAME: its bank is destroyed, so every forwarder granted to or from it,
+    /// and its capability to the monitor, are void at once; the revocation is committed to
+    /// the audit log through the journal before the reply.
+    #[command(
+        after_help = "Exit status: 0 revoked, 2 a usage error, no such VM or no such tenant, 3 the appliance refused (the reason is printed)."
+    )]
+    Revoke(TenantAuditArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct TenantAuditArguments {
+    /// The VM's name (`holdfast run --name`)
+    pub vm: String,
+    /// The tenant (compartment): 1 to 16 printable characters without spaces
+    pub name: String,
 }
 
 #[derive(Debug, Subcommand)]

@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Command::Store(command) => commands::store::run(command),
         Command::Checkpoint(command) => commands::checkpoint::run(command),
         Command::Tp1(command) => commands::tp1::run(command),
+        Command::Tenant(command) => commands::tenant::run(command),
         Command::Exporter(arguments) => commands::exporter::run(arguments),
         Command::Monitor(command) => commands::monitor::run(command),
         Command::Pair(command) => commands::pair::run(command),

@@ -24,6 +24,8 @@ fn assert_selftest_passed(stdout: &str, transcript: &str) {
         // The IPC, object, space, keeper and meter checks, each with its own lines above.
         "ipc-client: busy target: the call waits and then gets its reply [ok]",
         "ipc-client: indirector: void once revoked [ok]",
+        "ipc-client: node.sense: a start capability is described, not called [ok]",
+        "ipc-client: node.sense: an empty slot is void [ok]",
         "space-test: its replacement is seen at the next access [ok]",
         "zero-client: three faults resolved by the keeper with zeroed pages [ok]",
         "meter-client: the meter ran out and its keeper refilled it [ok]",

@@ -9,14 +9,14 @@ use std::process::{Command, Stdio};
 pub const GUEST_TARGET: &str = "x86_64-unknown-none";
 
 /// The crates that make up the guest.
-pub const GUEST_PACKAGES: &[&str] = &["holdfast-kernel", "holdfast-selftest", "holdfast-admin", "holdfast-net", "holdfast-tp1", "holdfast-space-bank", "holdfast-constructor", "holdfast-virtual-copy", "holdfast-meter-keeper"];
+pub const GUEST_PACKAGES: &[&str] = &["holdfast-kernel", "holdfast-selftest", "holdfast-admin", "holdfast-net", "holdfast-tp1", "holdfast-space-bank", "holdfast-constructor", "holdfast-virtual-copy", "holdfast-meter-keeper", "holdfast-keysafe"];
 
 /// The kernel's binary target name.
 pub const KERNEL_BINARY: &str = "holdfast-kernel";
 
 /// The build command as the user should read it in progress lines.
 pub const CARGO_COMMAND_TEXT: &str =
-    "cargo build --release --target x86_64-unknown-none -p holdfast-kernel -p holdfast-selftest -p holdfast-admin -p holdfast-net -p holdfast-tp1 -p holdfast-space-bank -p holdfast-constructor -p holdfast-virtual-copy -p holdfast-meter-keeper";
+    "cargo build --release --target x86_64-unknown-none -p holdfast-kernel -p holdfast-selftest -p holdfast-admin -p holdfast-net -p holdfast-tp1 -p holdfast-space-bank -p holdfast-constructor -p holdfast-virtual-copy -p holdfast-meter-keeper -p holdfast-keysafe";
 
 #[derive(Debug, thiserror::Error)]
 pub enum GuestBuildError {

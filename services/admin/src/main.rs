@@ -9,15 +9,20 @@
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
+//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's), then `ok tenants <count>` |
+//! | `tenant revoke <name>` | `ok objects <n>`: the tenant's bank destroyed, every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
+//! | `tenant audit <name>` | the reference monitor's audit records about compartment `<name>`, a line each (`<sequence> boot <b> granted A -> B page`, `holdfast_keysafe_policy::audit::Record::render`), then `ok records <n>`; a record that fails its checks ends the reply with an `error` line naming it |
 //!
 //! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
 //! appliance with the TP1 service, 3 its tokens page, 4 the journal, 5 a space whose first
 //! page is the tokens page (the journal's guarded `write` writes through it), 6 the TP1
-//! service's counters page (read-only); 7 the clock (its boot count tells a restart).
+//! service's counters page (read-only); 7 the clock (its boot count tells a restart); 8 the
+//! reference monitor's control capability (`services/keysafe`), on an appliance with one.
 #![no_std]
 #![no_main]
 
 use holdfast_userlib as user;
+use holdfast_keysafe_policy::audit::{self, Record};
 use holdfast_tp1_ledger::{counters, tokens};
 use user::interface::{checkpoint, clock, control, journal, page};
 use user::syscall::{CapReg, Error};
@@ -30,6 +35,8 @@ const TOKENS_SPACE: CapReg = CapReg::new(5);
 const TP1_COUNTERS: CapReg = CapReg::new(6);
 /// The clock, whose boot count tells a restart.
 const CLOCK: CapReg = CapReg::new(7);
+/// The reference monitor's control capability.
+const KEYSAFE: CapReg = CapReg::new(8);
 /// Attempts at a token write whose guard moved (a restart between reading the page and
 /// writing it) before giving up.
 const MINT_ATTEMPTS_MAX: usize = 4;
@@ -191,10 +198,107 @@ fn answer(request: &[u8], reply: &mut Reply) {
                 }
             }
         }
+        (Some(b"tenant"), Some(b"audit"), Some(name), None) => tenant_audit(name, reply),
+        (Some(b"tenant"), Some(b"list"), None, None) => tenant_list(reply),
+        (Some(b"tenant"), Some(b"revoke"), Some(name), None) => match user::keysafe::revoke(KEYSAFE, name) {
+            Ok(objects) => {
+                reply.push(b"ok objects ").number(objects).push(b"\n");
+            }
+            Err(error) => {
+                keysafe_failed(error, name, reply);
+            }
+        },
         _ => {
-            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin])");
+            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant revoke <name> | tenant audit <name>)");
         }
     }
+}
+
+/// Says why the reference monitor refused an order about tenant `name`.
+fn keysafe_failed(error: Error, name: &[u8], reply: &mut Reply) {
+    use user::keysafe::refusal;
+    match error {
+        Error::Invocation(user::abi::InvocationError::Void) => reply.error(b"no reference monitor on this appliance"),
+        Error::Reply(refusal::NO_SUCH_COMPARTMENT) => reply.push(b"error no tenant named ").push(name).push(b"\n"),
+        Error::Reply(refusal::BAD_NAME) => reply.error(b"a tenant's name is 1 to 16 printable characters without spaces"),
+        Error::Reply(refusal::AUDIT_UNAVAILABLE) => reply.error(b"the audit log could not be written: nothing was revoked"),
+        error => reply.failed(error),
+    };
+}
+
+fn tenant_list(reply: &mut Reply) {
+    use user::keysafe::{LIST_ENTRY_BYTES, Listed};
+    let mut buffer = [0u8; user::abi::INVOCATION_STRING_BYTES_MAX];
+    let count = match user::keysafe::list(KEYSAFE, &mut buffer) {
+        Ok(count) => count,
+        Err(error) => {
+            keysafe_failed(error, b"", reply);
+            return;
+        }
+    };
+    for entry in buffer.chunks_exact(LIST_ENTRY_BYTES).take(count) {
+        let listed = Listed::decode(entry.try_into().expect("an entry"));
+        reply.push(listed.name()).push(b" number ").number(u64::from(listed.number));
+        reply.push(b" generation ").number(u64::from(listed.generation));
+        reply.push(b" pages ").number(listed.bank.pages).push(b"/").number(listed.bank.page_limit);
+        reply.push(b" nodes ").number(listed.bank.nodes).push(b"/").number(listed.bank.node_limit).push(b"\n");
+    }
+    reply.push(b"ok tenants ").number(count as u64).push(b"\n");
+}
+
+/// The audit records about compartment `name`, read from the monitor in parts and each
+/// checked again here (its checksum, version and position) before it is printed.
+fn tenant_audit(name: &[u8], reply: &mut Reply) {
+    use user::keysafe::refusal;
+    /// Parts asked for at most: a log of 511 records comes in 8 parts of 56 at worst.
+    const PARTS_MAX: usize = 64;
+    const ENTRY_BYTES: usize = 8 + audit::RECORD_BYTES;
+    let mut buffer = [0u8; user::abi::INVOCATION_STRING_BYTES_MAX];
+    let mut next = 0;
+    let mut shown = 0;
+    for _ in 0..PARTS_MAX {
+        let part = match user::keysafe::audit(KEYSAFE, name, next, &mut buffer) {
+            Ok(part) => part,
+            Err(Error::Invocation(user::abi::InvocationError::Void)) => {
+                reply.clear().error(b"no reference monitor on this appliance");
+                return;
+            }
+            Err(Error::Reply(refusal::BAD_NAME)) => {
+                reply.clear().error(b"a compartment's name is 1 to 16 printable characters without spaces");
+                return;
+            }
+            Err(_) => {
+                reply.clear().error(b"the reference monitor could not read its audit log");
+                return;
+            }
+        };
+        let entries = usize::try_from(part.records).unwrap_or(usize::MAX).min(buffer.len() / ENTRY_BYTES);
+        for entry in buffer[..entries * ENTRY_BYTES].chunks_exact(ENTRY_BYTES) {
+            let position = u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"));
+            match Record::decode(entry[8..].try_into().expect("a record"), position) {
+                Ok(record) => {
+                    record.render(&mut |piece| {
+                        reply.push(piece);
+                    });
+                    reply.push(b"\n");
+                    shown += 1;
+                }
+                Err(error) => {
+                    reply.push(b"error audit record ").number(position).push(b": ").push(error.description().as_bytes()).push(b"\n");
+                    return;
+                }
+            }
+        }
+        if part.next >= part.count || part.next <= next {
+            break;
+        }
+        next = part.next;
+    }
+    if shown == 0 {
+        reply.clear().push(b"error no compartment named ").push(name).push(b" has an audit record\n");
+        return;
+    }
+    reply.push(b"ok records ").number(shown).push(b"\n");
 }
 
 /// 128 random bits: the token is a password capability.

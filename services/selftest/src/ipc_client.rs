@@ -111,12 +111,23 @@ fn main() -> u64 {
         "indirector: forwards to its target",
         reply.code == 0 && reply.words == [8, 0, 0, 7],
     );
+    // node.sense describes the slot's own capability: the start capability (not what the
+    // server would answer to order 0, which would be a call), and is refused for no slot.
+    let sensed = user::call(FORWARDER_NODE, methods::node::SENSE, [0; 4]);
+    let beyond = user::call(FORWARDER_NODE, methods::node::SENSE, [32, 0, 0, 0]);
+    checks.check(
+        "node.sense: a start capability is described, not called",
+        sensed.map(|words| words[0]) == Ok(Type::Start as u64)
+            && beyond == Err(methods::ObjectError::InvalidSlot as u64),
+    );
     let cleared = user::call(FORWARDER_NODE, methods::node::CLEAR, [0; 4]);
     let reply = Invocation::call(FORWARDER, ECHO, [8, 0, 0, 0]).invoke(&mut []);
     checks.check(
         "indirector: void once revoked",
         cleared.is_ok() && reply.code == void(InvocationError::Void),
     );
+    let sensed = user::call(FORWARDER_NODE, methods::node::SENSE, [0; 4]);
+    checks.check("node.sense: an empty slot is void", sensed == Ok([Type::Void as u64, 0, 0, 0]));
 
     let reply = user::call(SERVER, 12345, [0; 4]);
     checks.check("server's own reply code comes through", reply == Err(99));

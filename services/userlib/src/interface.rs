@@ -301,6 +301,34 @@ pub mod node {
         .check()?;
         Ok(())
     }
+
+    /// What [`sense`] returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct SenseResults {
+        /// The type code of the slot's capability.
+        pub type_code: u64,
+        /// Its rights: read-only 1, weak 2, no-call 4, no-execute 8.
+        pub rights: u64,
+    }
+
+    /// Says what the capability in a slot is, its type code and rights as `identify` gives them (void once revoked), without invoking it: a start, resume or indirector capability is described, not called (KeyKOS's discrim). A reference monitor classifies what it is handed this way, so that a capability to a process that never answers cannot hold it up.
+    ///
+    /// - `slot`: The slot. Range 0..=31.
+    /// - returns `type_code`: The type code of the slot's capability.
+    /// - returns `rights`: Its rights: read-only 1, weak 2, no-call 4, no-execute 8.
+    ///
+    /// Errors: `invalid_slot`; and invocation errors.
+    pub fn sense(node: CapReg, slot: u64) -> Result<SenseResults, Error> {
+        let received = invoke(Invocation {
+            words: [slot, 0, 0, 0],
+            ..Invocation::call(node, order::SENSE)
+        })
+        .check()?;
+        Ok(SenseResults {
+            type_code: received.words[0],
+            rights: received.words[1],
+        })
+    }
 }
 
 /// An address-space tree of height h covering 4 KiB × 32^h; slot i covers the i-th 4 KiB × 32^(h-1) part.

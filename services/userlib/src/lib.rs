@@ -22,6 +22,7 @@ pub mod space;
 pub mod bank;
 pub mod constructor;
 pub mod virtual_copy;
+pub mod keysafe;
 pub mod counters;
 
 pub const CONSOLE: u8 = 0;

@@ -12,5 +12,6 @@ pub mod run;
 pub mod run_libvirt;
 pub mod snapshot;
 pub mod store;
+pub mod tenant;
 pub mod tp1;
 pub mod vm;
