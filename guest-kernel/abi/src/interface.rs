@@ -1,7 +1,7 @@
 // Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
 // Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
 
-//! The kernel interface, ABI version 4: capability types, order codes, errors, and the
+//! The kernel interface, ABI version 5: capability types, order codes, errors, and the
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
@@ -27,7 +27,7 @@
 
 /// The ABI version: the kernel prints it at boot and loads only programs whose ELF note
 /// names it.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Where the register of each role of `invoke` lies in the register file (the order of
 /// `process.read_registers`), in words: the kernel checks its register file against
