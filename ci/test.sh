@@ -37,7 +37,7 @@ cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p hol
 echo "== terraform provider: go vet, the examples' fmt -check and validate, acceptance tests against libvirtd"
 bash terraform/test.sh
 
-echo "== ansible: ansible-lint, site.yml against localhost and libvirtd (check mode, twice for idempotence, check mode, a graceful restart)"
+echo "== ansible: ansible-lint, site.yml against localhost and libvirtd (check mode, twice for idempotence, check mode)"
 bash ansible/test.sh
 
 echo "== store simulator: a campaign of seeds beyond the unit tests' (prints its crash points)"
