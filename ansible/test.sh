@@ -121,7 +121,19 @@ if ! grep -q 'nothing lost' "$work/readme.log"; then
     echo "ansible/test.sh: drill.yml did not report its drill" >&2
     exit 1
 fi
-echo "readme: in $((SECONDS - started)) s; $(grep -o '"msg": "1 drill(s), nothing lost[^"]*' "$work/readme.log" | cut -c9-)" >&2
+drill_report="$(grep -o '"msg": "1 drill(s), nothing lost[^"]*' "$work/readme.log" | cut -c9-)"
+echo "readme: in $((SECONDS - started)) s; $drill_report" >&2
+# The pair's VMs are libvirt domains: the primary's end is seen at once through its QEMU's
+# pid descriptor (the supervisor logs it), not after the 2 s heartbeat timeout; the drill's
+# TP1 load went through the endpoint, and the standby took over.
+detection_ms="$(sed -n 's/.*node 1 -> 2, detection \([0-9]*\) ms,.*/\1/p' <<<"$drill_report")"
+acknowledged="$(sed -n 's/.* \([0-9]*\) acknowledged, 0 lost.*/\1/p' <<<"$drill_report")"
+if [[ -z $detection_ms || -z $acknowledged ]] || ((detection_ms >= 1000 || acknowledged == 0)) ||
+    ! grep -Eq "domain 'holdfast-pair-$pair-1-[0-9a-f]{8}': its QEMU exited" "$state_dir/pairs/$pair/supervisor.log"; then
+    cat "$state_dir/pairs/$pair/supervisor.log" >&2
+    echo "ansible/test.sh: the drill was not 'node 1 -> 2', seen within 1 s through the QEMU's exit, with transactions acknowledged: $drill_report" >&2
+    exit 1
+fi
 changed="$(play second 3>&1 >/dev/null)"
 if ((changed != 0)); then
     grep -B1 -A3 '^changed:' "$work/second.log" >&2 || true
@@ -179,14 +191,31 @@ for _ in $(seq 30); do
     metrics="$(curl -fsS "http://127.0.0.1:$exporter_port/metrics" || true)"
     if { ! $with_appliance || grep -q "^holdfast_exporter_vm_up{vm=\"$name\",role=\"standalone\"} 1" <<<"$metrics"; } &&
         grep -q "^holdfast_exporter_vm_up{vm=\"$pair-[12]\",role=\"primary\"} 1" <<<"$metrics"; then
+        # What `pair status --json` says of a libvirt pair: the URI, a domain per node.
+        domains="$("$source_dir/holdfast" pair status "$pair" --json | python3 -c '
+import json, sys
+status = json.load(sys.stdin)
+assert status["libvirt"] == sys.argv[1], status
+print(" and ".join(node["domain"] for node in status["nodes"]))' "$uri")"
         echo "== deploy/README.md's block that takes the pair down"
         bash -euo pipefail -c "$(../deploy/readme-block.sh ansible-down)" >"$work/readme-down.log" 2>&1 || {
             cat "$work/readme-down.log" >&2
             echo "ansible/test.sh: deploy/README.md's block that takes the pair down failed" >&2
             exit 1
         }
+        if ! grep -qx "$pair: down; domains $domains undefined" "$work/readme-down.log"; then
+            cat "$work/readme-down.log" >&2
+            echo "ansible/test.sh: pair down did not say it undefined $domains" >&2
+            exit 1
+        fi
         for _ in $(seq 120); do
-            if ! "$source_dir/holdfast" pair status "$pair" >/dev/null 2>&1; then
+            status=0
+            "$source_dir/holdfast" pair status "$pair" >/dev/null 2>&1 || status=$?
+            if ((status != 0)); then
+                if ((status != 2)); then
+                    echo "ansible/test.sh: pair status of a pair that is down exited $status, not 2 (not up)" >&2
+                    exit 1
+                fi
                 if virsh -c "$uri" list --all --name | grep -q "^holdfast-pair-$pair-"; then
                     virsh -c "$uri" list --all >&2
                     echo "ansible/test.sh: libvirt still has pair $pair's domains after deploy/README.md's pair down" >&2
