@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's tests: unit and integration tests (the latter boot the kernel under QEMU
-# through the holdfast CLI), clippy on every crate, then the benchmarks (boot, store, tp1 and
-# pair quick, micro in full), which print figures and never fail on their goals.
+# through the holdfast CLI), clippy on every crate, then the benchmarks (boot, services, store,
+# tp1 and pair quick, micro in full), which print figures and never fail on their goals.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -37,7 +37,7 @@ cargo clippy -q --release --target x86_64-unknown-none -p holdfast-kernel -p hol
 echo "== terraform provider: go vet, the examples' fmt -check and validate, acceptance tests against libvirtd"
 bash terraform/test.sh
 
-echo "== ansible: ansible-lint, site.yml against localhost and libvirtd (check mode, twice for idempotence, check mode, a graceful restart)"
+echo "== ansible: ansible-lint, site.yml against localhost and libvirtd (check mode, twice for idempotence, check mode)"
 bash ansible/test.sh
 
 echo "== store simulator: a campaign of seeds beyond the unit tests' (prints its crash points)"
@@ -51,6 +51,12 @@ echo "== holdfast bench boot --quick"
 # run's single boots swing by a third on a shared host and its goals are ratios.
 echo "== holdfast bench micro (three boots per guest)"
 ./holdfast bench micro --accel tcg
+
+# Issue 17's services: a constructor's process against fork and exec, a bank's page against
+# mmap and first touch, a call through a forwarder against a direct one; one boot per guest
+# (about 10 s of TCG, the guest crates already built above).
+echo "== holdfast bench services --quick (reports its goals, never fails on them)"
+./holdfast bench services --quick --accel tcg
 
 echo "== holdfast bench store --quick (reports its goals, never fails on them)"
 ./holdfast bench store --quick --accel tcg

@@ -13,6 +13,10 @@
 //! has them, IPC and faults resolved from the node tree or by a keeper) against getppid, a
 //! pipe round trip, a first-touch fault and a SIGSEGV-handler fault in a Linux guest.
 //!
+//! `holdfast bench services` ([`services::services`]): issue 17's services: a process made
+//! by a constructor against fork and exec, a bank's page against mmap and first touch, a
+//! call through a forwarder against a direct call.
+//!
 //! `holdfast bench tp1` ([`tp1::tp1`]): TP1 (TPC-B) transactions against the Holdfast
 //! appliance, PostgreSQL 15 in a Debian guest under the same QEMU, and PostgreSQL 15 on the
 //! host, with the same load generator.
@@ -29,6 +33,7 @@ pub mod micro;
 pub mod pair;
 pub mod store;
 pub mod runner;
+pub mod services;
 pub mod setup;
 pub mod table;
 pub mod tp1;

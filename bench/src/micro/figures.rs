@@ -142,14 +142,14 @@ pub fn parse_figure_line(line: &str, marker: &str) -> Option<Result<(String, f64
 }
 
 /// Every figure of `marker` in `lines`, in order; the first failure or bad line is the error.
-fn figures_in(lines: &[String], marker: &str) -> Result<Vec<(String, f64)>, String> {
+pub(crate) fn figures_in(lines: &[String], marker: &str) -> Result<Vec<(String, f64)>, String> {
     lines
         .iter()
         .filter_map(|line| parse_figure_line(line, marker))
         .collect()
 }
 
-fn find(figures: &[(String, f64)], key: &str, lines: &[String]) -> Result<f64, String> {
+pub(crate) fn find(figures: &[(String, f64)], key: &str, lines: &[String]) -> Result<f64, String> {
     figures
         .iter()
         .find(|(name, _)| name == key)

@@ -830,6 +830,11 @@ pub enum BenchCommand {
     /// trip and page faults in a Linux guest (mitigations=off) booted in the same QEMU;
     /// builds the guest crates first; prints a table.
     Micro(BenchMicroArguments),
+    /// The services of issue 17: process creation by a constructor against Linux's fork
+    /// and exec of a static binary, a space bank's page against mmap and first touch (in a
+    /// Linux guest booted in the same QEMU), a call through a forwarder against a direct
+    /// call; builds the guest crates first; prints a table.
+    Services(BenchServicesArguments),
     /// The single-level store: snapshot pause per GiB resident, stabilization throughput
     /// and journal commit against the same disk written raw by a Linux peer in the same
     /// QEMU, and restart to serving; builds the guest crates first; prints a table.
@@ -918,6 +923,23 @@ pub struct BenchStoreArguments {
     /// Accelerator for both guests
     #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
     pub accel: AccelArgument,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchServicesArguments {
+    /// One boot per guest (for CI)
+    #[arg(long)]
+    pub quick: bool,
+    /// Boots per guest [default: 3, or 1 with --quick]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: Option<u32>,
+    /// Accelerator for both guests
+    #[arg(long, value_enum, default_value_t = AccelArgument::Auto)]
+    pub accel: AccelArgument,
+    /// Guest memory in MiB, for both guests
+    #[arg(long, value_name = "N", default_value_t = holdfast_qemu::command_line::DEFAULT_MEMORY_MIB,
+          value_parser = clap::value_parser!(u32).range(32..=1_048_576))]
+    pub memory_mib: u32,
 }
 
 #[derive(Debug, Args)]

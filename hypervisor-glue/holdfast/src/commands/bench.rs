@@ -1,4 +1,4 @@
-//! `holdfast bench boot`, `micro`, `store`, `tp1` and `pair`: the benchmarks of the
+//! `holdfast bench boot`, `micro`, `services`, `store`, `tp1` and `pair`: the benchmarks of the
 //! `holdfast-bench` crate, with the accelerator chosen as `holdfast run` chooses it.
 
 use std::path::{Path, PathBuf};
@@ -6,11 +6,15 @@ use std::process::ExitCode;
 
 use holdfast_bench::BootBenchOptions;
 use holdfast_bench::micro::{self, MicroBenchOptions};
+use holdfast_bench::services::{self, ServicesBenchOptions};
 use holdfast_bench::store::{self, StoreBenchOptions};
 use holdfast_image_builder::ImageDir;
 use holdfast_qemu::QemuBinary;
 
-use crate::cli::{BenchBootArguments, BenchCommand, BenchMicroArguments, BenchStoreArguments};
+use crate::cli::{
+    BenchBootArguments, BenchCommand, BenchMicroArguments, BenchServicesArguments,
+    BenchStoreArguments,
+};
 
 mod pair;
 mod tp1;
@@ -22,6 +26,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
     match command {
         BenchCommand::Boot(arguments) => boot(arguments),
         BenchCommand::Micro(arguments) => micro(arguments),
+        BenchCommand::Services(arguments) => services_bench(arguments),
         BenchCommand::Store(arguments) => store(arguments),
         BenchCommand::Tp1(arguments) => tp1::tp1(arguments),
         BenchCommand::Pair(arguments) => pair::pair(arguments),
@@ -65,6 +70,27 @@ fn micro(arguments: BenchMicroArguments) -> Result<ExitCode, Failure> {
     let qemu = QemuBinary::find().map_err(Failure::other)?;
     options.run.accelerator = accel::resolve(arguments.accel, &qemu, &options.holdfast.kernel)?;
     micro::micro(&options)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn services_bench(arguments: BenchServicesArguments) -> Result<ExitCode, Failure> {
+    // The benchmark's own guest image (the system of bench/services-manifest.toml), built
+    // from this source tree.
+    eprintln!("holdfast: building the guest crates for the services benchmark");
+    let holdfast =
+        services::holdfast::prepare(&paths::source_dir(), &holdfast_bench::default_cache_dir())?;
+    let mut options = if arguments.quick {
+        ServicesBenchOptions::quick(holdfast)
+    } else {
+        ServicesBenchOptions::new(holdfast)
+    };
+    if let Some(runs) = arguments.runs {
+        options.run.runs_per_guest = runs as usize;
+    }
+    options.run.memory_mib = arguments.memory_mib;
+    let qemu = QemuBinary::find().map_err(Failure::other)?;
+    options.run.accelerator = accel::resolve(arguments.accel, &qemu, &options.holdfast.kernel)?;
+    services::services(&options)?;
     Ok(ExitCode::SUCCESS)
 }
 
