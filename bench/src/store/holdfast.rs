@@ -63,9 +63,6 @@ pub fn initial_image(
         .with_context(|| format!("cannot make the benchmark's initial image from {MANIFEST}"))
 }
 
-/// The kernel's account of a checkpoint's stabilization (`checkpoint.rs`), echoed as it comes.
-const STABILIZATION_ACCOUNT: &str = " stabilization: page writes ";
-
 /// Which boot of a store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Boot {
@@ -78,11 +75,6 @@ pub enum Boot {
 /// What to do about one serial line of a Holdfast boot, and what to send the program
 /// (and when). Separate from the socket so that it can be tested.
 pub fn react(boot: Boot, line: &str) -> (LineAction, Option<(Duration, u8)>) {
-    if line.contains(STABILIZATION_ACCOUNT) {
-        // Where the kernel says a checkpoint's stabilization time went: not a figure of the
-        // table, but what to read when the throughput falls short.
-        eprintln!("      {line}");
-    }
     if line.starts_with("HOLDFAST-STORE-FAILED")
         || KERNEL_FAILURES.iter().any(|failure| line.contains(failure))
     {

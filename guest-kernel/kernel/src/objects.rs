@@ -42,32 +42,11 @@ impl Frame {
         self.0
     }
 
-    /// The frame lent to a checkpoint's write, which the disks read in place.
-    ///
-    /// The caller keeps the frame alive and unchanged until the store gives it back
-    /// (`persistence::checkpoint`: the page stays in the snapshot, so it is not evicted, and a
-    /// write to it waits for the store to give back what it was lent first).
-    pub fn lend(&self) -> LentFrame {
-        LentFrame(self.0)
-    }
-
     pub fn bytes_mut(&mut self) -> &mut [u8; PAGE_BYTES] {
         // SAFETY: the frame is a page of the heap owned by this `Frame` and in the direct
         // map, and `&mut self` makes this the only kernel reference to it; ring 3 may write
         // it through its mappings, a race a program has only with itself.
         unsafe { &mut *(memory::physical_to_virtual(self.0.start_address().as_u64()) as *mut _) }
-    }
-}
-
-/// A page frame lent to the store ([`Frame::lend`]).
-pub struct LentFrame(PhysFrame);
-
-impl holdfast_store::LentBlock for LentFrame {
-    fn bytes(&self) -> &[u8; PAGE_BYTES] {
-        // SAFETY: the frame is a page of the heap in the direct map; its lender keeps it
-        // allocated and unwritten until the store has given it back (see `Frame::lend`), and
-        // the store reads it only until then.
-        unsafe { &*(memory::physical_to_virtual(self.0.start_address().as_u64()) as *const _) }
     }
 }
 

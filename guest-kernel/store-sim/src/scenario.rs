@@ -15,8 +15,8 @@ use holdfast_store::format::log_record::{Expected, LogHeader, RecordKind};
 use holdfast_store::format::superblock::Superblock;
 use holdfast_store::mirror::Replica;
 use holdfast_store::{
-    BLOCK_SIZE, BlockDevice, CheckpointPhase, Geometry, JournalPage, LentBlock,
-    MigrationProgress, MirrorState, RecoveryNote, Recover, Region, Store, StoreError,
+    BLOCK_SIZE, BlockDevice, CheckpointPhase, Geometry, JournalPage, MigrationProgress,
+    MirrorState, RecoveryNote, Recover, Region, Store, StoreError,
 };
 
 use crate::disk::{FaultCounts, SilentFaults, SimDisk, World};
@@ -25,15 +25,6 @@ use crate::model::{
     stamp_of,
 };
 use crate::rng::Rng;
-
-/// A page lent to the store, as the kernel lends a frame: the store writes it in place.
-struct LentPage(Box<[u8; BLOCK_SIZE]>);
-
-impl LentBlock for LentPage {
-    fn bytes(&self) -> &[u8; BLOCK_SIZE] {
-        &self.0
-    }
-}
 
 const NODE_COUNT: u64 = 32;
 const PAGE_COUNT: u64 = 48;
@@ -609,27 +600,9 @@ impl Run {
             } else if let Some(id) = stabilizing.pages_to_write.pop() {
                 let object = stabilizing.snapshot.pages[id];
                 let image = page_image(object.stamp);
-                // Half the pages lent, as the kernel writes them from their frames, gathered
-                // into the same records as the copied ones; now and then the lender asks for
-                // them back early, as the kernel does before a program writes one.
-                if self.rng.below(2) == 0 {
-                    self.store()
-                        .checkpoint_write_page(ObjectId(id as u64), Version(object.version), &image)
-                        .map_err(|error| self.stopped("checkpoint_write_page", error))?;
-                } else {
-                    self.store()
-                        .checkpoint_write_page_lent(
-                            ObjectId(id as u64),
-                            Version(object.version),
-                            Arc::new(LentPage(image)),
-                        )
-                        .map_err(|error| self.stopped("checkpoint_write_page_lent", error))?;
-                }
-                if self.rng.below(32) == 0 {
-                    self.store()
-                        .checkpoint_return_lent()
-                        .map_err(|error| self.stopped("checkpoint_return_lent", error))?;
-                }
+                self.store()
+                    .checkpoint_write_page(ObjectId(id as u64), Version(object.version), &image)
+                    .map_err(|error| self.stopped("checkpoint_write_page", error))?;
             }
         }
         Ok(())

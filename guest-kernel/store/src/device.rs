@@ -3,41 +3,9 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::ops::Range;
 
 /// Every device block is 4096 bytes; so are pages, log records and checksum tables.
 pub const BLOCK_SIZE: usize = 4096;
-
-/// A block its owner lends to a write ([`Segment::Lent`]): the owner keeps its bytes
-/// unchanged, and the block alive, until every device the write went to has read it
-/// ([`BlockDevice::wait_writes`], or a flush). A checkpoint's page goes to the log this way
-/// straight from its frame, without a copy.
-pub trait LentBlock: Send + Sync {
-    fn bytes(&self) -> &[u8; BLOCK_SIZE];
-}
-
-/// One piece of a gathered write ([`BlockDevice::write_gather`]), whole blocks.
-#[derive(Clone)]
-pub enum Segment {
-    /// Bytes `range` of a buffer handed over, as [`BlockDevice::write_owned`]'s.
-    Owned { buffer: Arc<Vec<u8>>, range: Range<usize> },
-    /// One block its owner lends.
-    Lent(Arc<dyn LentBlock>),
-}
-
-impl Segment {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Segment::Owned { buffer, range } => &buffer[range.clone()],
-            Segment::Lent(block) => &block.bytes()[..],
-        }
-    }
-}
-
-/// The bytes of `segments`, one after the other.
-pub fn segments_len(segments: &[Segment]) -> usize {
-    segments.iter().map(|segment| segment.bytes().len()).sum()
-}
 
 /// Why a device operation failed. The store turns these into [`crate::StoreError::Device`]
 /// naming the mirror; a device that is [`DeviceError::Gone`] is dropped from the mirror set.
@@ -80,26 +48,6 @@ pub trait BlockDevice {
     /// first); a read returns the written data. The default writes at once.
     fn write_owned(&mut self, first_block: u64, data: Arc<Vec<u8>>) -> Result<(), DeviceError> {
         self.write(first_block, &data)
-    }
-
-    /// Writes the segments' bytes, one after the other, to contiguous blocks from
-    /// `first_block`, like [`BlockDevice::write_owned`]: the device may still be reading them
-    /// when this returns, until [`BlockDevice::wait_writes`] or a flush. A device that can
-    /// gather them (virtio-blk, one descriptor per segment) writes them in place; the
-    /// default copies them into one buffer and writes that at once.
-    fn write_gather(&mut self, first_block: u64, segments: Vec<Segment>) -> Result<(), DeviceError> {
-        let mut data = Vec::with_capacity(segments_len(&segments));
-        for segment in &segments {
-            data.extend_from_slice(segment.bytes());
-        }
-        self.write(first_block, &data)
-    }
-
-    /// Returns once the device has read every buffer written so far (not yet durable: that
-    /// is [`BlockDevice::flush`]), so that their owners may change or free them. A failed
-    /// write may be reported here or by the next flush. The default has nothing to wait for.
-    fn wait_writes(&mut self) -> Result<(), DeviceError> {
-        Ok(())
     }
 
     /// Asks the device to start putting what was written so far on stable media, without

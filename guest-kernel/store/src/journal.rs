@@ -121,7 +121,7 @@ impl<D: BlockDevice> Store<D> {
         // Room for every block at once (at most a header per commit): a run that grows
         // copies the blocks it holds again, which under emulation costs as much as
         // checksumming them.
-        run.reserve_blocks(self.journal.queued_pages + self.journal.commits.len(), true);
+        run.reserve_blocks(self.journal.queued_pages + self.journal.commits.len());
         let mut run_generations = Vec::new();
         for commit in &self.journal.commits {
             if commit.pages.is_empty() {

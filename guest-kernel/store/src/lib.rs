@@ -38,7 +38,7 @@ mod resilver;
 pub mod scrub;
 mod store;
 
-pub use device::{BLOCK_SIZE, BlockDevice, DeviceError, LentBlock, Segment};
+pub use device::{BLOCK_SIZE, BlockDevice, DeviceError};
 pub use error::{Check, Corruption, LogLoss, Region, StoreError};
 pub use format::FORMAT_VERSION;
 pub use geometry::{Geometry, Layout, NODE_SIZE, NODES_PER_POT};

@@ -2,10 +2,9 @@
 //! record never wraps), reading a logged data block, and scanning the live log at recovery.
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::device::{BLOCK_SIZE, BlockDevice, LentBlock, Segment};
+use crate::device::{BLOCK_SIZE, BlockDevice};
 use crate::error::{Check, Region, StoreError};
 use crate::format::log_record::{
     CommitSummary, Expected, LOG_RECORD_DATA_BLOCKS_MAX, LogEntry, LogHeader, RecordKind,
@@ -16,19 +15,11 @@ use crate::store::Store;
 
 /// Records laid out back to back as they go to the log: each record's header block (filled
 /// in by [`Store::append_run`], which alone knows where the record lands) followed by its
-/// data blocks. A data block is either copied in (`bytes`) or lent by its owner
-/// ([`RecordRun::push_lent`]: a checkpoint's page, straight from its frame); the run goes to
-/// the log in one device write per contiguous stretch of the log, gathered from both.
+/// data blocks. Data is copied in once and written from here in one device write per
+/// contiguous stretch of the log, so that a checkpoint's pages are copied once in all.
 pub(crate) struct RecordRun {
-    /// Every record's header block (zeros until appended) and the data blocks copied in, in
-    /// log order.
+    /// Every record's header block (zeros until appended) and data blocks, in log order.
     bytes: Vec<u8>,
-    /// The lent data blocks, by their index among the run's blocks (ascending).
-    lent: Vec<(usize, Arc<dyn LentBlock>)>,
-    /// Blocks in the run: `bytes`' and the lent ones.
-    block_count: usize,
-    /// The run is written before it holds more blocks than this ([`RecordRun::has_room_for_record`]).
-    blocks_max: usize,
     records: Vec<RunRecord>,
 }
 
@@ -37,8 +28,6 @@ struct RunRecord {
     kind: RecordKind,
     generation: u64,
     commit: CommitSummary,
-    /// Where its header block is in `bytes`.
-    header_offset: usize,
     /// One per data block, in the order of the blocks.
     entries: Vec<LogEntry>,
 }
@@ -47,18 +36,13 @@ impl RecordRun {
     pub(crate) fn new() -> Self {
         Self {
             bytes: Vec::new(),
-            lent: Vec::new(),
-            block_count: 0,
-            blocks_max: 0,
             records: Vec::new(),
         }
     }
 
     /// Starts a record; its data blocks are added with [`RecordRun::push_block`].
     pub(crate) fn begin_record(&mut self, kind: RecordKind, generation: u64, commit: CommitSummary) {
-        let header_offset = self.bytes.len();
         self.bytes.extend_from_slice(&[0u8; BLOCK_SIZE]);
-        self.block_count += 1;
         // A checkpoint's data records fill up; others (journal, commit) are mostly small.
         let entries_expected = if kind == RecordKind::CheckpointData {
             LOG_RECORD_DATA_BLOCKS_MAX
@@ -69,13 +53,14 @@ impl RecordRun {
             kind,
             generation,
             commit,
-            header_offset,
             entries: Vec::with_capacity(entries_expected),
         });
     }
 
-    /// Adds `entry` to the last record begun.
-    fn push_entry(&mut self, entry: LogEntry) {
+    /// Adds a data block to the last record begun; `entry.checksum` must be `data`'s (not
+    /// checked here: checksumming every page twice would double stabilization's main cost,
+    /// and a wrong checksum is caught by the first read of the block).
+    pub(crate) fn push_block(&mut self, entry: LogEntry, data: &Block) {
         let record = self
             .records
             .last_mut()
@@ -85,24 +70,7 @@ impl RecordRun {
             "a record holds at most {LOG_RECORD_DATA_BLOCKS_MAX} data blocks"
         );
         record.entries.push(entry);
-        self.block_count += 1;
-    }
-
-    /// Adds a data block to the last record begun, copied in; `entry.checksum` must be
-    /// `data`'s (not checked here: checksumming every page twice would double
-    /// stabilization's main cost, and a wrong checksum is caught by the first read of the
-    /// block).
-    pub(crate) fn push_block(&mut self, entry: LogEntry, data: &Block) {
-        self.push_entry(entry);
         self.bytes.extend_from_slice(data);
-    }
-
-    /// Adds a data block to the last record begun, lent: written from where it is, so its
-    /// owner keeps it unchanged until the devices have read it. `entry.checksum` must be
-    /// its bytes'.
-    pub(crate) fn push_lent(&mut self, entry: LogEntry, data: Arc<dyn LentBlock>) {
-        self.lent.push((self.block_count, data));
-        self.push_entry(entry);
     }
 
     /// Data blocks the last record begun can still take (0 when there is none).
@@ -116,15 +84,6 @@ impl RecordRun {
         self.records.is_empty()
     }
 
-    pub(crate) fn record_count(&self) -> usize {
-        self.records.len()
-    }
-
-    /// Whether the run holds no lent block, only bytes of its own.
-    pub(crate) fn is_all_copied(&self) -> bool {
-        self.lent.is_empty()
-    }
-
     /// The entries of record `index`, in the order of its data blocks.
     pub(crate) fn entries(&self, index: usize) -> &[LogEntry] {
         &self.records[index].entries
@@ -133,66 +92,24 @@ impl RecordRun {
     /// Empties the run, keeping its buffer (if it still has it) for the next records.
     pub(crate) fn clear(&mut self) {
         self.bytes.clear();
-        self.lent.clear();
-        self.block_count = 0;
         self.records.clear();
     }
 
-    /// Lets an empty run hold up to `blocks` blocks before it is written, with a buffer for
-    /// as many blocks copied in if `copies`, else for its record headers only (its data
-    /// blocks are lent). If memory is short of that buffer, it holds one whole record (what
-    /// the store needed before runs). A run is written before it outgrows its buffer
-    /// ([`RecordRun::has_room_for_record`]), so copied pages are never copied again by its
-    /// growing. Returns the blocks the run may hold.
-    pub(crate) fn reserve_blocks(&mut self, blocks: usize, copies: bool) -> usize {
-        let record_blocks = 1 + LOG_RECORD_DATA_BLOCKS_MAX;
-        let buffer_blocks = if copies { blocks } else { blocks.div_ceil(record_blocks) };
-        let wanted = buffer_blocks.saturating_sub(self.bytes.len() / BLOCK_SIZE);
-        self.blocks_max = if self.bytes.try_reserve_exact(wanted * BLOCK_SIZE).is_ok() {
-            blocks
-        } else {
-            self.bytes.reserve_exact(record_blocks * BLOCK_SIZE);
-            self.block_count + record_blocks
-        };
-        self.blocks_max
-    }
-
-    /// Blocks copied into the run's buffer so far (headers included).
-    pub(crate) fn copied_blocks(&self) -> usize {
-        self.bytes.len() / BLOCK_SIZE
-    }
-
-    /// Whether the run can take another whole record before it is written.
-    pub(crate) fn has_room_for_record(&self) -> bool {
-        self.block_count + 1 + LOG_RECORD_DATA_BLOCKS_MAX <= self.blocks_max
-    }
-
-    /// The segments that write the run's blocks `blocks` (an index range), from `buffer`
-    /// (the run's bytes, handed over) and the lent blocks.
-    fn segments(&self, buffer: &Arc<Vec<u8>>, blocks: core::ops::Range<usize>) -> Vec<Segment> {
-        let mut segments = Vec::new();
-        // Lent blocks before `block`: a copied block's place in `buffer` is its index less
-        // these.
-        let mut lent_before = self.lent.partition_point(|(index, _)| *index < blocks.start);
-        let mut block = blocks.start;
-        while block < blocks.end {
-            match self.lent.get(lent_before) {
-                Some((index, lent)) if *index == block => {
-                    segments.push(Segment::Lent(Arc::clone(lent)));
-                    lent_before += 1;
-                    block += 1;
-                }
-                next => {
-                    let end = next.map_or(blocks.end, |(index, _)| (*index).min(blocks.end));
-                    segments.push(Segment::Owned {
-                        buffer: Arc::clone(buffer),
-                        range: (block - lent_before) * BLOCK_SIZE..(end - lent_before) * BLOCK_SIZE,
-                    });
-                    block = end;
-                }
-            }
+    /// Gives an empty run a buffer of `blocks` blocks, or if memory is short of that, of one
+    /// whole record (what the store needed before runs); a run is written before it
+    /// outgrows its buffer ([`RecordRun::has_room_for_record`]), so pages are never copied
+    /// again by its growing. Returns the blocks the buffer holds.
+    pub(crate) fn reserve_blocks(&mut self, blocks: usize) -> usize {
+        let record_bytes = (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE;
+        if self.bytes.try_reserve_exact(blocks * BLOCK_SIZE).is_err() {
+            self.bytes.reserve_exact(record_bytes);
         }
-        segments
+        self.bytes.capacity() / BLOCK_SIZE
+    }
+
+    /// Whether the buffer can take another whole record without growing.
+    pub(crate) fn has_room_for_record(&self) -> bool {
+        self.bytes.capacity() - self.bytes.len() >= (1 + LOG_RECORD_DATA_BLOCKS_MAX) * BLOCK_SIZE
     }
 }
 
@@ -266,11 +183,11 @@ impl<D: BlockDevice> Store<D> {
     ) -> Result<Vec<PlacedRecord>, StoreError> {
         let log_block_count = self.layout.log_block_count;
         let mut cursor = self.head;
-        // Stretches of the run to write, as (log position, range of the run's blocks).
+        // Stretches of the run to write, as (log position, byte range of the run).
         let mut pieces: Vec<(u64, core::ops::Range<usize>)> = Vec::new();
         let mut padding: Option<(u64, Box<Block>)> = None;
         let mut piece_start = (cursor.position, 0usize);
-        let mut block = 0usize;
+        let mut offset = 0usize;
         let mut placed = Vec::with_capacity(run.records.len());
         let mut needed_blocks = 0u64;
         for record in &mut run.records {
@@ -288,8 +205,8 @@ impl<D: BlockDevice> Store<D> {
                     self.header_at(&cursor, RecordKind::Padding, (padding_blocks - 1) as u32);
                 let mut header_block = zeroed_block();
                 header.encode(&mut header_block);
-                if block > piece_start.1 {
-                    pieces.push((piece_start.0, piece_start.1..block));
+                if offset > piece_start.1 {
+                    pieces.push((piece_start.0, piece_start.1..offset));
                 }
                 needed_blocks += padding_blocks;
                 cursor = LogCursor {
@@ -298,14 +215,13 @@ impl<D: BlockDevice> Store<D> {
                     previous_header_checksum: sealed_checksum(&header_block),
                 };
                 padding = Some((log_block_count - padding_blocks, header_block));
-                piece_start = (0, block);
+                piece_start = (0, offset);
             }
             let mut header = self.header_at(&cursor, record.kind, record.entries.len() as u32);
             header.generation = record.generation;
             header.commit = record.commit;
             header.entries = core::mem::take(&mut record.entries);
-            let header_block: &mut Block = (&mut run.bytes
-                [record.header_offset..record.header_offset + BLOCK_SIZE])
+            let header_block: &mut Block = (&mut run.bytes[offset..offset + BLOCK_SIZE])
                 .try_into()
                 .expect("a run holds a whole header block for every record");
             header.encode(header_block);
@@ -317,20 +233,20 @@ impl<D: BlockDevice> Store<D> {
                 header_checksum,
             });
             needed_blocks += record_blocks;
-            block += record_blocks as usize;
+            offset += record_blocks as usize * BLOCK_SIZE;
             cursor = LogCursor {
                 position: (cursor.position + record_blocks) % log_block_count,
                 sequence: cursor.sequence + 1,
                 previous_header_checksum: header_checksum,
             };
             if cursor.position == 0 {
-                pieces.push((piece_start.0, piece_start.1..block));
-                piece_start = (0, block);
+                pieces.push((piece_start.0, piece_start.1..offset));
+                piece_start = (0, offset);
             }
         }
-        debug_assert_eq!(block, run.block_count);
-        if block > piece_start.1 {
-            pieces.push((piece_start.0, piece_start.1..block));
+        debug_assert_eq!(offset, run.bytes.len());
+        if offset > piece_start.1 {
+            pieces.push((piece_start.0, piece_start.1..offset));
         }
         let free_blocks = self.log_free_blocks();
         if needed_blocks > free_blocks {
@@ -339,33 +255,22 @@ impl<D: BlockDevice> Store<D> {
                 free_blocks,
             });
         }
-        if let Some((position, header_block)) = &padding {
-            self.mirrors
-                .write(self.layout.log_first_block + position, &header_block[..])?;
-        }
-        if !run.is_all_copied() {
-            // Lent blocks are written where they are, gathered with the run's own bytes
-            // (handed over whatever `hand_over` says: a lent block's write returns before
-            // the devices have read it anyway).
-            let buffer = Arc::new(core::mem::take(&mut run.bytes));
-            for (position, blocks) in pieces {
-                let segments = run.segments(&buffer, blocks);
-                self.mirrors
-                    .write_gather(self.layout.log_first_block + position, segments)?;
-            }
-        } else if hand_over && padding.is_none() && pieces.len() == 1 {
+        if hand_over && padding.is_none() && pieces.len() == 1 {
             let (position, _) = pieces[0];
             self.mirrors.write_owned(
                 self.layout.log_first_block + position,
                 core::mem::take(&mut run.bytes),
             )?;
-        } else {
-            for (position, blocks) in pieces {
-                self.mirrors.write(
-                    self.layout.log_first_block + position,
-                    &run.bytes[blocks.start * BLOCK_SIZE..blocks.end * BLOCK_SIZE],
-                )?;
-            }
+            self.head = cursor;
+            return Ok(placed);
+        }
+        if let Some((position, header_block)) = &padding {
+            self.mirrors
+                .write(self.layout.log_first_block + position, &header_block[..])?;
+        }
+        for (position, range) in pieces {
+            self.mirrors
+                .write(self.layout.log_first_block + position, &run.bytes[range])?;
         }
         self.head = cursor;
         Ok(placed)

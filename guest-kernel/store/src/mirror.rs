@@ -8,7 +8,7 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError, Segment};
+use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
 use crate::error::{Check, Corruption, Region, StoreError};
 use crate::format::checksum;
 
@@ -176,27 +176,6 @@ impl<D: BlockDevice> MirrorSet<D> {
         }
         let data = Arc::new(data);
         self.write_each(first_block, length, |device| device.write_owned(first_block, Arc::clone(&data)))
-    }
-
-    /// Writes like [`MirrorSet::write_owned`], from segments gathered by the devices
-    /// ([`BlockDevice::write_gather`]): lent blocks must stay unchanged until
-    /// [`MirrorSet::wait_writes`] or a flush returns.
-    pub(crate) fn write_gather(&mut self, first_block: u64, segments: Vec<Segment>) -> Result<(), StoreError> {
-        let length = crate::device::segments_len(&segments);
-        if let Some(replica) = &mut self.replica {
-            let mut block = first_block;
-            for segment in &segments {
-                replica.write(block, segment.bytes());
-                block += (segment.bytes().len() / BLOCK_SIZE) as u64;
-            }
-        }
-        self.write_each(first_block, length, |device| device.write_gather(first_block, segments.clone()))
-    }
-
-    /// Waits until every live mirror has read what was written to it
-    /// ([`BlockDevice::wait_writes`]): lent blocks are the lenders' again.
-    pub(crate) fn wait_writes(&mut self) -> Result<(), StoreError> {
-        self.flush_each(|device| device.wait_writes())
     }
 
     /// `write` on every live mirror but a resilvering one's superblocks; an error drops the

@@ -5,12 +5,11 @@
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use holdfast_objects::{ObjectId, Version};
 
-use crate::device::{BlockDevice, LentBlock};
+use crate::device::BlockDevice;
 use crate::error::StoreError;
 use crate::format::home_table::{HomeTable, TableEntry};
 use crate::format::log_record::{
@@ -101,35 +100,19 @@ pub(crate) struct Migration {
     tables: BTreeMap<(BlockKind, u64), HomeTable>,
 }
 
-/// Blocks in a full run.
-const RUN_BLOCKS_MAX: usize = RUN_RECORDS_MAX * (1 + LOG_RECORD_DATA_BLOCKS_MAX);
-
 impl Stabilization {
-    /// Starts a record when the last one is full, and readies the run for `entry`: an
-    /// empty run gets a buffer of its own (the devices may still hold the last run's), for
-    /// every block if it is copied in, else for the record headers; a run that then gets a
-    /// copied block grows its buffer for a whole run of them.
-    fn make_room(&mut self, copied: bool) {
+    /// Checksums a block and copies it into the run (its only copy), starting a record when
+    /// the last one is full.
+    fn push_block(&mut self, kind: BlockKind, index: u64, versions: [u64; 4], data: &Block) {
         if self.run.is_empty() {
-            self.run.reserve_blocks(RUN_BLOCKS_MAX, copied);
-        } else if copied && self.run.copied_blocks() == self.run_headers() {
-            self.run.reserve_blocks(RUN_BLOCKS_MAX, true);
+            // The devices may still hold the last run's buffer: a new run gets its own.
+            self.run
+                .reserve_blocks(RUN_RECORDS_MAX * (1 + LOG_RECORD_DATA_BLOCKS_MAX));
         }
         if self.run.last_record_room() == 0 {
             self.run
                 .begin_record(RecordKind::CheckpointData, self.generation, CommitSummary::default());
         }
-    }
-
-    /// Header blocks in the run (before a record is begun for the next block).
-    fn run_headers(&self) -> usize {
-        self.run.record_count()
-    }
-
-    /// Checksums a block and copies it into the run (its only copy), starting a record when
-    /// the last one is full.
-    fn push_block(&mut self, kind: BlockKind, index: u64, versions: [u64; 4], data: &Block) {
-        self.make_room(true);
         let entry = LogEntry {
             checksum: checksum(data),
             kind,
@@ -138,20 +121,6 @@ impl Stabilization {
             versions,
         };
         self.run.push_block(entry, data);
-    }
-
-    /// Checksums a page lent by its owner and adds it to the run without a copy: the device
-    /// writes it from where it is.
-    fn push_lent(&mut self, index: u64, versions: [u64; 4], data: Arc<dyn LentBlock>) {
-        self.make_room(false);
-        let entry = LogEntry {
-            checksum: checksum(data.bytes()),
-            kind: BlockKind::Page,
-            index,
-            journal_ticket: 0,
-            versions,
-        };
-        self.run.push_lent(entry, data);
     }
 }
 
@@ -260,42 +229,6 @@ impl<D: BlockDevice> Store<D> {
         })
     }
 
-    /// Adds a page of the snapshot to the checkpoint, lent rather than copied: the store
-    /// checksums `data` and the devices write it from where it is, so its owner keeps it
-    /// unchanged (and alive) until [`Store::checkpoint_return_lent`],
-    /// [`Store::commit_checkpoint`] or [`Store::abandon_checkpoint`] returns. What reaches
-    /// the disk is then exactly what was checksummed.
-    pub fn checkpoint_write_page_lent(
-        &mut self,
-        id: ObjectId,
-        version: Version,
-        data: Arc<dyn LentBlock>,
-    ) -> Result<(), StoreError> {
-        if id.0 >= self.geometry.page_count {
-            return Err(StoreError::ObjectOutOfRange { id: id.0 });
-        }
-        self.with_stabilization(|store, stabilization| {
-            stabilization.push_lent(id.0, [version.0, 0, 0, 0], data);
-            store.totals.checkpoint_objects_written += 1;
-            if stabilization.run.last_record_room() == 0 && !stabilization.run.has_room_for_record()
-            {
-                store.write_run(stabilization)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Writes the blocks the checkpoint holds so far and waits until the devices have read
-    /// them (not until they are durable): every block lent to the store is its owner's
-    /// again. For an owner about to change a lent block; the run written is smaller than a
-    /// full one, which costs only a few log headers.
-    pub fn checkpoint_return_lent(&mut self) -> Result<(), StoreError> {
-        self.with_stabilization(|store, stabilization| {
-            store.write_run(stabilization)?;
-            store.mirrors.wait_writes()
-        })
-    }
-
     /// Writes what is left, flushes, writes the commit record and flushes again: the
     /// checkpoint is durable when this returns its generation. Migration begins.
     pub fn commit_checkpoint(&mut self) -> Result<u64, StoreError> {
@@ -340,17 +273,11 @@ impl<D: BlockDevice> Store<D> {
     /// the log, the abandoned records with it. Left in the log, they and the journal's
     /// commits made meanwhile took the room the retry needed, which found the log full at
     /// every interval from then on (a 16 MiB store journaling 70-page commits).
-    ///
-    /// Every block lent to the checkpoint is its owner's again when this returns (the
-    /// devices have read what they were given; the rest is never written).
     pub fn abandon_checkpoint(&mut self) -> Result<(), StoreError> {
         match self.phase {
             Phase::Stabilizing(_) => {
-                // A device that failed meanwhile is dropped from the mirrors here or at the
-                // next flush: what matters now is only that none still reads a lent block.
-                let waited = self.mirrors.wait_writes();
                 self.start_migration();
-                waited
+                Ok(())
             }
             _ => Err(StoreError::WrongPhase),
         }

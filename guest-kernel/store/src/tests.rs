@@ -100,7 +100,7 @@ pub(crate) fn checkpoint_pages(store: &mut Store<MemoryDevice>, pages: &[(u64, u
     store.commit_checkpoint().unwrap()
 }
 
-pub(crate) fn migrate_all<D: BlockDevice>(store: &mut Store<D>) {
+pub(crate) fn migrate_all(store: &mut Store<MemoryDevice>) {
     while let MigrationProgress::Migrating { .. } = store.migrate_step(7).unwrap() {}
 }
 
@@ -110,7 +110,7 @@ pub(crate) fn blank_mirrors() -> (MemoryDevice, MemoryDevice) {
     (MemoryDevice::new(block_count), MemoryDevice::new(block_count))
 }
 
-pub(crate) fn read_page<D: BlockDevice>(store: &mut Store<D>, id: u64) -> (u64, u8) {
+pub(crate) fn read_page(store: &mut Store<MemoryDevice>, id: u64) -> (u64, u8) {
     let mut data = zeroed_block();
     let version = store.read_page(ObjectId(id), &mut data).unwrap();
     assert!(
@@ -1153,166 +1153,4 @@ fn mirrors_that_ran_apart_report_the_discarded_history() {
     );
     assert_eq!(read_page(&mut store, 3), (2, 0x34));
     assert_eq!(read_page(&mut store, 4), (0, 0));
-}
-
-/// A page lent to the store ([`LentBlock`]): its bytes, and whether a device read it in
-/// place.
-struct LentPage(alloc::boxed::Box<format::Block>);
-
-impl LentBlock for LentPage {
-    fn bytes(&self) -> &format::Block {
-        &self.0
-    }
-}
-
-/// A device that gathers writes as a virtio-blk disk does: it notes each lent segment's
-/// address (the block it reads in place) and lands the bytes at the next flush or read.
-struct GatheringDevice {
-    media: MemoryDevice,
-    in_flight: Vec<(u64, Vec<Segment>)>,
-    lent_addresses: Vec<usize>,
-    waits: u64,
-}
-
-impl GatheringDevice {
-    fn land(&mut self) {
-        for (first_block, segments) in core::mem::take(&mut self.in_flight) {
-            let mut block = first_block;
-            for segment in &segments {
-                self.media.write(block, segment.bytes()).unwrap();
-                block += (segment.bytes().len() / BLOCK_SIZE) as u64;
-            }
-        }
-    }
-}
-
-impl BlockDevice for GatheringDevice {
-    fn block_count(&self) -> u64 {
-        self.media.block_count()
-    }
-
-    fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
-        self.land();
-        self.media.read(first_block, buf)
-    }
-
-    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.media.write(first_block, data)
-    }
-
-    fn flush(&mut self) -> Result<(), DeviceError> {
-        self.land();
-        self.media.flush()
-    }
-
-    fn write_gather(&mut self, first_block: u64, segments: Vec<Segment>) -> Result<(), DeviceError> {
-        check_request(self.block_count(), first_block, device::segments_len(&segments))?;
-        for segment in &segments {
-            if let Segment::Lent(block) = segment {
-                self.lent_addresses.push(block.bytes().as_ptr() as usize);
-            }
-        }
-        self.in_flight.push((first_block, segments));
-        Ok(())
-    }
-
-    fn wait_writes(&mut self) -> Result<(), DeviceError> {
-        self.waits += 1;
-        self.land();
-        Ok(())
-    }
-}
-
-/// Pages lent to a checkpoint reach the device as the lender's own bytes (no copy), between
-/// copied pages and node pots in the same records, across the end of the log; a lender
-/// given its pages back early (`checkpoint_return_lent`) finds them on the device; the
-/// checkpoint reads back whole after a reopen, and `check` finds every checksum right.
-#[test]
-fn lent_pages_are_written_in_place_and_read_back_like_copied_ones() {
-    let geometry = Geometry {
-        store_id: 0x5eed,
-        node_count: 16,
-        page_count: 1200,
-        log_block_count: 1000,
-    };
-    let media = MemoryDevice::new(geometry.layout().unwrap().block_count);
-    let device = GatheringDevice {
-        media: media.clone(),
-        in_flight: Vec::new(),
-        lent_addresses: Vec::new(),
-        waits: 0,
-    };
-    let mut store = Store::format(alloc::vec![device], geometry).unwrap();
-    // Two checkpoints, the second crossing the end of the log (as in
-    // `large_checkpoints_write_runs_of_records_that_wrap_around_the_log`).
-    let mut expected: alloc::collections::BTreeMap<u64, (u64, u8)> = Default::default();
-    let mut lent_addresses = Vec::new();
-    for (generation, ids) in [(1u64, 0..300u64), (2, 300..1000)] {
-        store.begin_checkpoint().unwrap();
-        let mut image = [0u8; NODE_SIZE];
-        image[3] = generation as u8;
-        store
-            .checkpoint_write_node(ObjectId(5), Version(generation), &image)
-            .unwrap();
-        for id in ids {
-            let fill = (id as u8) ^ (generation as u8 * 0x11);
-            if id % 3 == 0 {
-                store
-                    .checkpoint_write_page(ObjectId(id), Version(generation), &page(fill))
-                    .unwrap();
-            } else {
-                let lent = alloc::sync::Arc::new(LentPage(page(fill)));
-                lent_addresses.push(lent.0.as_ptr() as usize);
-                store
-                    .checkpoint_write_page_lent(ObjectId(id), Version(generation), lent)
-                    .unwrap();
-            }
-            if id % 97 == 0 {
-                store.checkpoint_return_lent().unwrap();
-                assert!(store.mirrors.mirrors[0].device.in_flight.is_empty());
-            }
-            expected.insert(id, (generation, fill));
-        }
-        store.commit_checkpoint().unwrap();
-        migrate_all(&mut store);
-    }
-    let device = &store.mirrors.mirrors[0].device;
-    assert!(device.waits >= 10, "given back early at every 97th page");
-    assert_eq!(
-        device.lent_addresses, lent_addresses,
-        "every lent page went to the device as the lender's block, in order"
-    );
-    drop(store);
-    let mut store = Store::open(alloc::vec![media]).unwrap();
-    assert_eq!(store.checkpoint_generation(), 2);
-    for (&id, &(version, fill)) in &expected {
-        assert_eq!(read_page(&mut store, id), (version, fill), "page {id}");
-    }
-    assert_eq!(store.read_node(ObjectId(5)).unwrap().1[3], 2);
-    let report = store.check().unwrap();
-    assert!(report.is_clean(), "{report:?}");
-}
-
-/// An abandoned checkpoint gives back what was lent to it: the device has read every lent
-/// page when `abandon_checkpoint` returns, and the lent pages never written are dropped.
-#[test]
-fn an_abandoned_checkpoint_gives_back_its_lent_pages() {
-    let media = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
-    let device = GatheringDevice {
-        media: media.clone(),
-        in_flight: Vec::new(),
-        lent_addresses: Vec::new(),
-        waits: 0,
-    };
-    let mut store = Store::format(alloc::vec![device], GEOMETRY).unwrap();
-    store.begin_checkpoint().unwrap();
-    let lent = alloc::sync::Arc::new(LentPage(page(0x5a)));
-    store
-        .checkpoint_write_page_lent(ObjectId(9), Version(1), lent.clone())
-        .unwrap();
-    store.abandon_checkpoint().unwrap();
-    assert!(store.mirrors.mirrors[0].device.in_flight.is_empty());
-    assert_eq!(alloc::sync::Arc::strong_count(&lent), 1, "the store holds the page no more");
-    migrate_all(&mut store);
-    assert_eq!(read_page(&mut store, 9), (0, 0));
 }

@@ -9,12 +9,8 @@
 //! status byte. Writes of buffers handed over ([`BlockDevice::write_owned`]) and flushes
 //! begun with [`BlockDevice::flush_begin`] stay in flight, up to [`IN_FLIGHT_MAX`], while
 //! the kernel works on: under emulation the host copies and writes back a checkpoint's run
-//! while the guest checksums the next. A gathered write ([`BlockDevice::write_gather`]: a
-//! checkpoint run's record headers from its buffer, its pages from their frames) gives
-//! each segment a descriptor, in one indirect table per request (the crate's `alloc`
-//! feature), up to the segments the device takes per request. Every other request first
-//! waits for all of them, so that a read never overtakes a write and
-//! [`BlockDevice::flush`] covers them.
+//! while the guest checksums the next. Every other request first waits for all of them,
+//! so that a read never overtakes a write and [`BlockDevice::flush`] covers them.
 //!
 //! A device that does not answer a request within [`answer_time_limit_ms`] (30 s unless the
 //! command line says `holdfast.disk-answer-limit-ms=N`) is given up: every request it holds
@@ -41,19 +37,15 @@ use virtio_drivers::transport::{DeviceStatus, Transport};
 use x86_64::instructions::interrupts;
 
 use super::hal::KernelHal;
-use holdfast_store::device::{check_request, segments_len};
-use holdfast_store::{BLOCK_SIZE, BlockDevice, DeviceError, Segment};
+use holdfast_store::device::check_request;
+use holdfast_store::{BLOCK_SIZE, BlockDevice, DeviceError};
 
-/// Descriptors in the request queue. A request's chain may be no longer than the queue
-/// (virtio 1.1 2.6.5.3.1, indirect chains included, and the crate checks it), and a
-/// checkpoint run gathered from page frames has a descriptor per page: 128 lets a request
-/// carry 126 pages (QEMU offers 256). With indirect descriptors each request in flight
-/// takes one slot; without, a handed-over write takes three.
-const QUEUE_SIZE: usize = 128;
-/// Requests kept in flight at most: a checkpoint run of 8 records (576 blocks) goes in 5
-/// gathered requests, so this keeps as much in flight as four whole runs did when each was
-/// one request.
-const IN_FLIGHT_MAX: usize = 20;
+/// Descriptors in the request queue: a request takes three (header, data, status), a flush
+/// two; QEMU offers 256, 16 is what the crate's own driver uses.
+const QUEUE_SIZE: usize = 16;
+/// Requests kept in flight at most (12 of the 16 descriptors): more would only hold more
+/// memory while the host catches up.
+const IN_FLIGHT_MAX: usize = 4;
 
 /// Bytes of handed-over writes kept in flight at most: a sixteenth of the kernel heap
 /// (object pages live there too), so that a small guest keeps one write in flight at a
@@ -74,35 +66,16 @@ pub fn answer_time_limit_ms() -> u64 {
     ANSWER_TIME_LIMIT_MS.load(Ordering::Relaxed)
 }
 
-/// TSC cycles the kernel has spent waiting for disks' answers, all disks together (for the
-/// checkpoint's account of where stabilization's time goes).
-static DEVICE_WAIT_TSC: AtomicU64 = AtomicU64::new(0);
-
-pub fn device_wait_tsc() -> u64 {
-    DEVICE_WAIT_TSC.load(Ordering::Relaxed)
-}
-
 /// The device did not answer within [`answer_time_limit_ms`].
 struct Unanswered;
 
-/// Feature bits (virtio 1.1 5.2.3 and 6): the largest number of segments in a request,
-/// read-only, flush, indirect descriptors, event index, version 1.
-const FEATURE_SEG_MAX: u64 = 1 << 2;
+/// Feature bits (virtio 1.1 5.2.3 and 6): read-only, flush, event index, version 1.
 const FEATURE_READ_ONLY: u64 = 1 << 5;
 const FEATURE_FLUSH: u64 = 1 << 9;
-const FEATURE_INDIRECT_DESC: u64 = 1 << 28;
 const FEATURE_EVENT_INDEX: u64 = 1 << 29;
 const FEATURE_VERSION_1: u64 = 1 << 32;
-const FEATURES_SUPPORTED: u64 = FEATURE_SEG_MAX
-    | FEATURE_READ_ONLY
-    | FEATURE_FLUSH
-    | FEATURE_INDIRECT_DESC
-    | FEATURE_EVENT_INDEX
-    | FEATURE_VERSION_1;
-
-/// Data segments in one gathered request at most, whatever the device takes: with the
-/// header and the status, a chain as long as the queue (see [`QUEUE_SIZE`]).
-const SEGMENTS_MAX: usize = QUEUE_SIZE - 2;
+const FEATURES_SUPPORTED: u64 =
+    FEATURE_READ_ONLY | FEATURE_FLUSH | FEATURE_EVENT_INDEX | FEATURE_VERSION_1;
 
 /// Bytes of a request's header (virtio 1.1 5.2.6).
 const HEADER_BYTES: usize = 16;
@@ -127,8 +100,7 @@ const STATUS_UNSET: u8 = 0xff;
 struct InFlight {
     token: u16,
     header: Box<[u8; 16]>,
-    /// A write's data (none for a flush): its own buffers and frames lent by the store.
-    data: Vec<Segment>,
+    data: Option<Arc<Vec<u8>>>,
     status: Box<[u8; 1]>,
 }
 
@@ -138,9 +110,6 @@ pub struct Block {
     capacity_sectors: u64,
     read_only: bool,
     flush_supported: bool,
-    /// Data segments a gathered write may have per request: 0 without indirect descriptors
-    /// (the segments are then copied into one buffer).
-    segments_max: usize,
     /// In submission order; the device may answer them in any order.
     in_flight: VecDeque<InFlight>,
     /// How the first request that failed in flight failed, until a write or flush reports it.
@@ -195,21 +164,7 @@ impl Block {
                 Ok(u64::from(low) | (u64::from(high) << 32))
             })
             .map_err(|error| format!("reading the capacity: {error}"))?;
-        // A gathered write's segments each take a descriptor: with indirect descriptors they
-        // take one slot of the queue, and the device says how many it takes (QEMU: its queue
-        // size less two).
-        let segments_max = if features & FEATURE_INDIRECT_DESC == 0 {
-            0
-        } else if features & FEATURE_SEG_MAX != 0 {
-            let device_segments_max: u32 = transport
-                .read_config_space(12)
-                .map_err(|error| format!("reading the segment limit: {error}"))?;
-            (device_segments_max as usize).min(SEGMENTS_MAX)
-        } else {
-            // No limit said: one segment a request, which any device takes.
-            1
-        };
-        let mut queue = VirtQueue::new(&mut transport, 0, segments_max > 0, features & FEATURE_EVENT_INDEX != 0)
+        let mut queue = VirtQueue::new(&mut transport, 0, false, features & FEATURE_EVENT_INDEX != 0)
             .map_err(|error| format!("setting up the request queue: {error}"))?;
         queue.set_dev_notify(false);
         transport.finish_init();
@@ -219,7 +174,6 @@ impl Block {
             capacity_sectors,
             read_only: features & FEATURE_READ_ONLY != 0,
             flush_supported: features & FEATURE_FLUSH != 0,
-            segments_max,
             in_flight: VecDeque::new(),
             failed_in_flight: None,
             interrupts: false,
@@ -260,13 +214,6 @@ impl Block {
     /// I/O threads while they write; a halted one is woken by the answer. A commit's write
     /// and flush are each such a wait.
     fn wait_for_answer(&self) -> Result<(), Unanswered> {
-        let started = crate::arch::read_tsc();
-        let answered = self.wait_for_answer_untimed();
-        DEVICE_WAIT_TSC.fetch_add(crate::arch::read_tsc() - started, Ordering::Relaxed);
-        answered
-    }
-
-    fn wait_for_answer_untimed(&self) -> Result<(), Unanswered> {
         if !self.interrupts || !crate::arch::timer::apic_ready() {
             return self.spin_for_answer();
         }
@@ -331,10 +278,7 @@ impl Block {
     /// most of a few (noisy) bench runs. The waits a journal commit makes alone with the
     /// device ([`Block::add_wait_pop`]) halt.
     fn complete_next(&mut self) {
-        let started = crate::arch::read_tsc();
-        let answered = self.spin_for_answer();
-        DEVICE_WAIT_TSC.fetch_add(crate::arch::read_tsc() - started, Ordering::Relaxed);
-        if answered.is_err() {
+        if self.spin_for_answer().is_err() {
             self.give_up();
             return;
         }
@@ -353,11 +297,16 @@ impl Block {
         let Some(mut request) = self.in_flight.remove(index) else {
             return;
         };
-        let InFlight { token, header, data, status } = &mut request;
-        let inputs: Vec<&[u8]> = core::iter::once(&header[..]).chain(data.iter().map(Segment::bytes)).collect();
+        let header = &request.header[..];
+        let status = &mut request.status[..];
         // SAFETY: `request` holds the very buffers `submit` gave `VirtQueue::add` for this
         // token, untouched since; the device has answered, so it no longer uses them.
-        let popped = unsafe { self.queue.pop_used(*token, &inputs, &mut [&mut status[..]]) };
+        let popped = unsafe {
+            match &request.data {
+                Some(data) => self.queue.pop_used(request.token, &[header, &data[..]], &mut [status]),
+                None => self.queue.pop_used(request.token, &[header], &mut [status]),
+            }
+        };
         let outcome = match popped {
             Ok(_) if request.status[0] == STATUS_OK => None,
             Ok(_) => Some(status_error(request.status[0])),
@@ -369,7 +318,7 @@ impl Block {
     }
 
     fn in_flight_bytes(&self) -> usize {
-        self.in_flight.iter().map(|request| segments_len(&request.data)).sum()
+        self.in_flight.iter().filter_map(|request| request.data.as_ref()).map(|data| data.len()).sum()
     }
 
     /// Waits for every request in flight.
@@ -387,11 +336,10 @@ impl Block {
         }
     }
 
-    /// Puts a write of `data` (or a flush, with none) in flight: the segments' bytes one
-    /// after the other, each its own descriptor.
-    fn submit(&mut self, request: u32, sector: u64, data: Vec<Segment>) -> Result<(), DeviceError> {
+    /// Puts a write of `data` (or a flush, without data) in flight.
+    fn submit(&mut self, request: u32, sector: u64, data: Option<Arc<Vec<u8>>>) -> Result<(), DeviceError> {
         self.check_not_given_up()?;
-        let bytes = segments_len(&data);
+        let bytes = data.as_ref().map_or(0, |data| data.len());
         while !self.in_flight.is_empty()
             && (self.in_flight.len() >= IN_FLIGHT_MAX
                 || self.in_flight_bytes() + bytes > in_flight_bytes_max())
@@ -401,14 +349,16 @@ impl Block {
         self.check_not_given_up()?;
         let header = request_header(request, sector);
         let mut status = Box::new([STATUS_UNSET]);
-        let inputs: Vec<&[u8]> = core::iter::once(&header[..]).chain(data.iter().map(Segment::bytes)).collect();
         // SAFETY: the header, data and status buffers move into `self.in_flight` below and
-        // stay there, unread and unwritten (the data is shared read-only through its `Arc`s;
-        // a lent frame's lender keeps it unchanged until `wait_writes` or a flush has
-        // completed this request), until `complete_next` pops this token; `Drop` waits for
-        // every request in flight, so none is freed while the device may use it.
-        let added = unsafe { self.queue.add(&inputs, &mut [&mut status[..]]) };
-        drop(inputs);
+        // stay there, unread and unwritten (the data is shared read-only through its `Arc`),
+        // until `complete_next` pops this token; `Drop` waits for every request in flight,
+        // so none is freed while the device may use it.
+        let added = unsafe {
+            match &data {
+                Some(data) => self.queue.add(&[&header[..], &data[..]], &mut [&mut status[..]]),
+                None => self.queue.add(&[&header[..]], &mut [&mut status[..]]),
+            }
+        };
         let token = added.map_err(|_| DeviceError::Gone)?;
         self.in_flight.push_back(InFlight { token, header, data, status });
         if self.queue.should_notify() {
@@ -592,35 +542,7 @@ impl BlockDevice for Block {
     fn write_owned(&mut self, first_block: u64, data: Arc<Vec<u8>>) -> Result<(), DeviceError> {
         check_request(self.block_count(), first_block, data.len())?;
         self.take_failure()?;
-        let range = 0..data.len();
-        self.submit(REQUEST_WRITE, first_block * SECTORS_PER_BLOCK, vec![Segment::Owned { buffer: data, range }])
-    }
-
-    /// The segments in place, a descriptor each, in requests of at most
-    /// [`Block::segments_max`] of them (one indirect descriptor table each); without
-    /// indirect descriptors, copied into one buffer.
-    fn write_gather(&mut self, first_block: u64, segments: Vec<Segment>) -> Result<(), DeviceError> {
-        check_request(self.block_count(), first_block, segments_len(&segments))?;
-        self.take_failure()?;
-        if self.segments_max == 0 {
-            let mut data = Vec::with_capacity(segments_len(&segments));
-            for segment in &segments {
-                data.extend_from_slice(segment.bytes());
-            }
-            return self.write_owned(first_block, Arc::new(data));
-        }
-        let mut sector = first_block * SECTORS_PER_BLOCK;
-        for request in segments.chunks(self.segments_max) {
-            self.submit(REQUEST_WRITE, sector, request.to_vec())?;
-            sector += (segments_len(request) / SECTOR_SIZE) as u64;
-        }
-        Ok(())
-    }
-
-    fn wait_writes(&mut self) -> Result<(), DeviceError> {
-        self.complete_all();
-        self.take_failure()?;
-        self.check_not_given_up()
+        self.submit(REQUEST_WRITE, first_block * SECTORS_PER_BLOCK, Some(data))
     }
 
     fn flush_begin(&mut self) -> Result<(), DeviceError> {
@@ -628,11 +550,11 @@ impl BlockDevice for Block {
         // One flush under way is enough to keep the host writing back, and the host runs
         // flushes one at a time: more would only take the slots the next writes need and
         // tie the kernel to the host disk's flush latency.
-        let flushing = self.in_flight.iter().any(|request| request.data.is_empty());
+        let flushing = self.in_flight.iter().any(|request| request.data.is_none());
         if !self.flush_supported || flushing {
             return Ok(());
         }
-        self.submit(REQUEST_FLUSH, 0, Vec::new())
+        self.submit(REQUEST_FLUSH, 0, None)
     }
 }
 

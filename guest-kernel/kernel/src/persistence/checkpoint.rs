@@ -10,9 +10,6 @@
 //! 2. **Stabilization**, in steps of [`STEP_OBJECTS`] objects at each timer tick and in the
 //!    idle loop: the checkpoint directory, the node images and the pages go to the log. A
 //!    page about to be written before its turn is copied first ([`before_page_write`]).
-//!    A page's turn lends its frame to the store, which checksums it and has the disk write
-//!    it from the frame (no copy); it stays in the snapshot, unevictable, until the store
-//!    gives it back (at commit, or early when a program is about to write it).
 //! 3. **Commit**: the store flushes, writes the commit record and flushes again.
 //! 4. **Migration** home, in steps, until the log is free for the next checkpoint.
 //!
@@ -64,28 +61,8 @@ pub(super) struct Stabilization {
     pub(super) pages: Vec<ObjectId>,
     next_page: usize,
     copies: BTreeMap<ObjectId, (Version, Box<[u8; PAGE_BYTES]>)>,
-    /// Pages whose frames are lent to the store (written to the log from where they are,
-    /// without a copy) and not yet given back: they stay in the snapshot until then, so
-    /// that they are neither evicted nor written (a write first has the store give them
-    /// back, [`before_page_write`]).
-    lent: Vec<ObjectId>,
-    /// Giving lent pages back failed in a write fault, which cannot report it: the
-    /// checkpoint was abandoned in the store, and its next step fails with this.
-    lent_failure: Option<alloc::string::String>,
     node_count: usize,
     page_count: usize,
-    /// Where stabilization's time goes, printed at commit: TSC cycles in the store's page
-    /// writes (checksum, copy, handing runs to the devices) and the part of them spent
-    /// waiting for the devices; the disks' wait counter when the snapshot was taken.
-    page_write_tsc: u64,
-    /// The fastest step's page writes, in TSC cycles a page, of steps that wrote a whole
-    /// step's pages: on a loaded host, whose other work stretches some steps, the cost of
-    /// the writes themselves.
-    fastest_step_page_tsc: u64,
-    device_wait_tsc_at_snapshot: u64,
-    /// Times lent pages were given back early for a write, and the TSC cycles it took.
-    lent_returns: u64,
-    lent_return_tsc: u64,
 }
 
 /// A page is about to become dirty (in a fault, or at the start of an invocation that may
@@ -165,28 +142,17 @@ pub fn request_now() -> Option<()> {
 /// Page `id` is about to be written (mapped writable, or written by the kernel): if the
 /// checkpoint being stabilized has not stored it yet, copies its snapshot contents first;
 /// then marks it dirty. The caller holds the object cache.
-///
-/// A page whose frame is lent to the store (its write may be in flight) must not change
-/// until the disks have read it: the store is first asked to write what it holds and wait
-/// for the disks (at most what is in flight, a few MiB), after which every lent page is
-/// stored and this one is written freely. Pages the store has not been given yet are still
-/// copied as before.
 pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
-    if cache.page_in_snapshot(id) {
+    if cache.page_in_snapshot(id)
+        && let Some(frame) = cache.page_frame(id)
+        && let Some(version) = cache.page_version(id)
+    {
         let mut persistence = PERSISTENCE.lock();
+        let stabilization = persistence.as_mut().and_then(|persistence| persistence.stabilization.as_mut());
         // A page stays in the snapshot only while it is stabilized: an abandoned snapshot's
         // pages are dirty in the new epoch.
-        if let Some(persistence) = persistence.as_mut()
-            && persistence.stabilization.is_some()
-        {
-            persistence.return_lent(cache);
-            if cache.page_in_snapshot(id)
-                && let Some(frame) = cache.page_frame(id)
-                && let Some(version) = cache.page_version(id)
-                && let Some(stabilization) = persistence.stabilization.as_mut()
-            {
-                stabilization.copies.insert(id, (version, Box::new(*frame.bytes())));
-            }
+        if let Some(stabilization) = stabilization {
+            stabilization.copies.insert(id, (version, Box::new(*frame.bytes())));
         }
     }
     cache.mark_page_dirty(id);
@@ -359,47 +325,13 @@ impl Persistence {
             pages,
             next_page: 0,
             copies: BTreeMap::new(),
-            lent: Vec::new(),
-            lent_failure: None,
-            page_write_tsc: 0,
-            fastest_step_page_tsc: u64::MAX,
-            lent_returns: 0,
-            lent_return_tsc: 0,
-            device_wait_tsc_at_snapshot: crate::drivers::device_wait_tsc(),
         });
         self.next_snapshot_tick = timer::ticks() + self.interval_ticks;
         Ok(())
     }
 
-    /// Has the store give back every page lent to it (see [`before_page_write`]); they are
-    /// stored. If that fails, the checkpoint is abandoned in the store at once (it holds no
-    /// lent page afterwards) and its next step reports the failure.
-    fn return_lent(&mut self, cache: &ObjectCache<Frame>) {
-        let Some(stabilization) = self.stabilization.as_mut() else {
-            return;
-        };
-        if stabilization.lent.is_empty() {
-            return;
-        }
-        let started = arch::read_tsc();
-        if let Err(error) = self.store.checkpoint_return_lent() {
-            let _ = self.store.abandon_checkpoint();
-            stabilization.lent_failure.get_or_insert(alloc::format!("giving back the pages lent to the store: {error}"));
-            stabilization.lent.clear();
-            return;
-        }
-        for id in stabilization.lent.drain(..) {
-            cache.page_stored(id);
-        }
-        stabilization.lent_returns += 1;
-        stabilization.lent_return_tsc += arch::read_tsc() - started;
-    }
-
     pub(super) fn stabilize_step(&mut self, objects: &Objects) -> Result<(), Failure> {
         let stabilization = self.stabilization.as_mut().expect("called while stabilizing");
-        if let Some(failure) = stabilization.lent_failure.take() {
-            return Err(Failure::retry(failure));
-        }
         let mut budget = STEP_OBJECTS;
         while budget > 0
             && let Some((page, block)) = stabilization.directory.pop()
@@ -413,33 +345,20 @@ impl Persistence {
             self.store.checkpoint_write_node(node.id, node.version, &node.image)?;
             budget -= 1;
         }
-        let pages_started_tsc = arch::read_tsc();
-        let pages_before = stabilization.next_page;
         while budget > 0
             && let Some(&id) = stabilization.pages.get(stabilization.next_page)
         {
             if let Some((version, bytes)) = stabilization.copies.remove(&id) {
                 self.store.checkpoint_write_page(id, version, &bytes)?;
             } else {
-                // Not written since the snapshot, so neither evicted: dirty pages stay. Lent
-                // to the store, it stays in the snapshot (unevictable, and copied on write)
-                // until the store gives it back.
+                // Not written since the snapshot, so neither evicted: dirty pages stay.
                 let frame = objects.cache.page_frame(id).expect("a page of the snapshot is resident");
                 let version = objects.cache.page_version(id).expect("pages are never removed");
-                self.store.checkpoint_write_page_lent(id, version, alloc::sync::Arc::new(frame.lend()))?;
-                stabilization.lent.push(id);
-                stabilization.next_page += 1;
-                budget -= 1;
-                continue;
+                self.store.checkpoint_write_page(id, version, frame.bytes())?;
             }
             objects.cache.page_stored(id);
             stabilization.next_page += 1;
             budget -= 1;
-        }
-        let step_page_write_tsc = arch::read_tsc() - pages_started_tsc;
-        stabilization.page_write_tsc += step_page_write_tsc;
-        if stabilization.next_page - pages_before == STEP_OBJECTS {
-            stabilization.fastest_step_page_tsc = stabilization.fastest_step_page_tsc.min(step_page_write_tsc / STEP_OBJECTS as u64);
         }
         if !stabilization.directory.is_empty()
             || !stabilization.nodes.is_empty()
@@ -456,16 +375,9 @@ impl Persistence {
             let generation = stabilization.generation;
             return Err(Failure::retry(alloc::format!("failure injected at commit of checkpoint {generation} (holdfast.test-checkpoint-failure)")));
         }
-        let commit_started_tsc = arch::read_tsc();
-        let device_wait_before_commit_tsc = crate::drivers::device_wait_tsc();
         let generation = self.store.commit_checkpoint()?;
         debug_assert_eq!(generation, stabilization.generation);
-        // Flushed: the disks have read every lent page.
-        for id in stabilization.lent.drain(..) {
-            objects.cache.page_stored(id);
-        }
-        let committed_tsc = arch::read_tsc();
-        let stabilization_ns = timer::tsc_to_nanoseconds(committed_tsc - stabilization.snapshot_tsc);
+        let stabilization_ns = timer::tsc_to_nanoseconds(arch::read_tsc() - stabilization.snapshot_tsc);
         let stabilization_us = stabilization_ns / 1000;
         self.store.note_checkpoint_stabilization_seconds(stabilization_ns as f64 / 1e9);
         println!(
@@ -474,20 +386,6 @@ impl Persistence {
             stabilization.page_count,
             stabilization.snapshot_pause_us,
             stabilization_us / 1000
-        );
-        let page_write_us = timer::tsc_to_microseconds(stabilization.page_write_tsc);
-        println!(
-            "holdfast: checkpoint {generation} stabilization: page writes {page_write_us} us ({} ns a page, fastest step {} ns a page, {} us of it waiting for the disks), commit {} us ({} us waiting), lent pages given back early {} times ({} us)",
-            (page_write_us * 1000).checked_div(stabilization.page_count as u64).unwrap_or(0),
-            match stabilization.fastest_step_page_tsc {
-                u64::MAX => 0,
-                tsc => timer::tsc_to_nanoseconds(tsc),
-            },
-            timer::tsc_to_microseconds(device_wait_before_commit_tsc - stabilization.device_wait_tsc_at_snapshot),
-            timer::tsc_to_microseconds(committed_tsc - commit_started_tsc),
-            timer::tsc_to_microseconds(crate::drivers::device_wait_tsc() - device_wait_before_commit_tsc),
-            stabilization.lent_returns,
-            timer::tsc_to_microseconds(stabilization.lent_return_tsc),
         );
         self.stabilization = None;
         if self.failures_since_commit > 0 {
