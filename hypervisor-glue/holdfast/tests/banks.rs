@@ -11,7 +11,8 @@
 //! after it; the audit log is read from the host (`holdfast tenant audit`) before the kill
 //! and after the restart; then the host revokes the last tenant (`holdfast tenant revoke`)
 //! and the system is killed before any checkpoint: after the restart the revocation's record
-//! is there (the journal) and the monitor does the revocation again.
+//! is there (the journal) and the monitor does the revocation again. A second boot fills a
+//! store through a bank (store_full_test.rs).
 
 mod support;
 
@@ -178,5 +179,32 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     wait_for(&vm, &mut seen, |line| line == "keysafe: revocation of C done again after a restart");
     let list = run_holdfast(&["tenant", "list", &name]);
     assert_eq!((list.status, list.stdout.as_str()), (Some(0), ""), "{}", list.transcript());
+    support::kill_and_wait(&name, vm);
+}
+
+/// A full store (services/store-full-manifest.toml on 16 MiB): the bank's buyer gets
+/// `STORE_FULL` once the range has no page id left, then `exhausted` for the process the
+/// checkpoint directory could not name, and checkpoints go on committing afterwards (none
+/// fails: `wait_for` fails on "checkpoint failed").
+#[test]
+fn a_full_store_refuses_pages_and_processes_and_checkpoints_go_on() {
+    let image_dir = build_image("store-full-image", Some(&source_dir().join("services/store-full-manifest.toml")));
+    let store = scratch_dir("store-full").join("store.img");
+    let store = store.to_str().expect("UTF-8 path");
+    let format = run_holdfast(&["store", "format", "--size-mib", "16", "--force", store]);
+    assert_eq!(format.status, Some(0), "{}", format.transcript());
+    let name = format!("store-full-{}", std::process::id());
+    let vm = spawn_reading_lines(
+        holdfast()
+            .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "600"])
+            .arg("--image-dir")
+            .arg(&image_dir)
+            .args(["--disk", store, "--append", "holdfast.checkpoint-interval-ms=1000"]),
+    );
+    let mut seen = Vec::new();
+    wait_for(&vm, &mut seen, |line| line.starts_with("store-full-test: ") && line.ends_with(" processes: passed"));
+    // The second commit from here began after the test's last purchase.
+    wait_for(&vm, &mut seen, committed);
+    wait_for(&vm, &mut seen, committed);
     support::kill_and_wait(&name, vm);
 }
