@@ -4,9 +4,15 @@
 //! floods the victim's server through the forwarder it was granted and then invokes
 //! everything it holds at random for 10 s from a seed given on the command line; the
 //! victim (tenant_victim.rs) finds its pages' checksum and its bank's counts unchanged, and
-//! its calls to its server during the attack waited no longer than the hostile tenant's
-//! longest run on the processor (a quantum, as tests/meters.rs bounds it) and a call's own
-//! time.
+//! its calls to its server during and after the attack waited no longer than the hostile
+//! tenant can run without a break and a call's own time. Not one quantum, as
+//! tests/meters.rs bounds a spinner: a tenant that floods a server the victim also calls
+//! gets the server back after each reply for as long as it runs (the kernel's
+//! `make_available` lets the stalled victim try again, but the replier runs first and calls
+//! again: "the first to run wins"), so the victim's call waits up to the flooder's whole
+//! run: its share of a period, one more quantum (a tick is charged whole), and its share of
+//! the next period when the run straddles a period's end (31 and 40 ms seen with a 30 ms
+//! share and 10 ms quanta).
 
 mod support;
 
@@ -17,9 +23,11 @@ use support::{build_image, holdfast, run_holdfast, scratch_dir, source_dir, spaw
 /// The fuzzing's seed: `hostile-tenant: seed N` prints it, and the same seed repeats the
 /// digest of the first 2000 calls' reply codes.
 const SEED: u64 = 1717;
-/// A call's own time beside the quantum it may wait (tests/meters.rs's figure: under TCG a
-/// loaded host stretches a call by milliseconds).
+/// A call's own time beside what it may wait (tests/meters.rs's figure: under TCG a loaded
+/// host stretches a call by milliseconds).
 const CALL_US_MAX: u64 = 5_000;
+/// The hostile tenant's meter's share of each 100 ms period (services/tenant-manifest.toml).
+const HOSTILE_SHARE_US: u64 = 30_000;
 
 /// The numbers in `line` after each of `labels`, in order.
 fn figures<const N: usize>(line: &str, labels: [&str; N]) -> Option<[u64; N]> {
@@ -90,9 +98,11 @@ fn a_hostile_tenant_leaves_another_tenants_data_latency_and_quota_unchanged() {
          slowest {before_us} us, during {during_calls} slowest {during_us} us, after {after_calls} slowest {after_us} us"
     );
     assert!(during_calls > 0 && after_calls > 0);
+    let bound_us = 2 * HOSTILE_SHARE_US + quantum_us + CALL_US_MAX;
     assert!(
-        during_us <= quantum_us + CALL_US_MAX,
-        "a victim call took {during_us} us during the attack, the hostile tenant's quantum {quantum_us} us\n{}",
+        during_us <= bound_us && after_us <= bound_us,
+        "a victim call took {during_us} us during the attack and {after_us} us after it, more than {bound_us} us \
+         (the hostile tenant's share {HOSTILE_SHARE_US} us, its quantum {quantum_us} us)\n{}",
         seen.join("\n")
     );
 }

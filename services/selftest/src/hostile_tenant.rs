@@ -310,6 +310,8 @@ struct Fuzzed {
     /// FNV-1a over the reply codes of the first `DIGEST_CALLS` calls.
     digest: u64,
     log_full: u64,
+    /// The slowest call to each register, in us: which servers a call can keep busy.
+    slowest_us: [u64; 16],
 }
 
 fn fuzz(seed: u64) -> Fuzzed {
@@ -343,11 +345,14 @@ fn fuzz(seed: u64) -> Fuzzed {
         let received: [u8; 3] = core::array::from_fn(|_| random.pick(&RECEIVE));
         let send_count = random.below(3) as usize;
         let receive_count = random.below(4) as usize;
+        let before = now();
         let reply = Invocation::call(target, order, words)
             .with_string(&string[..length])
             .sending(&sent[..send_count])
             .receiving(&received[..receive_count])
             .invoke(&mut buffer);
+        let slowest = &mut fuzzed.slowest_us[usize::from(target)];
+        *slowest = (*slowest).max((now() - before) / 1000);
         if fuzzed.calls < DIGEST_CALLS {
             for byte in reply.code.to_le_bytes() {
                 fuzzed.digest = (fuzzed.digest ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
@@ -397,6 +402,19 @@ fn run(seed: u64) -> Checked {
             (b" ms, ", fuzzed.answered_zero),
             (b" answered 0, ", fuzzed.log_full),
             (b" refused for a full audit log; the first 2000 calls' digest ", fuzzed.digest),
+        ],
+        b"\n",
+    );
+    let slowest = fuzzed.slowest_us;
+    print_figures(
+        &[
+            (b"hostile-tenant: its slowest calls in us: clock ", slowest[2]),
+            (b", bank ", slowest[3]),
+            (b", node ", slowest[4]),
+            (b", monitor ", slowest[9]),
+            (b", operator ", slowest[8]),
+            (b", server ", slowest[12]),
+            (b", received ", slowest[13].max(slowest[14]).max(slowest[15])),
         ],
         b"\n",
     );
