@@ -31,6 +31,7 @@
 use holdfast_userlib::abi::InvocationError;
 use holdfast_userlib::abi::interface::Type;
 use holdfast_userlib::abi::methods::{self, clock, node, process};
+use holdfast_userlib::random::Xorshift as Random;
 use holdfast_userlib::{self as user, Invocation};
 
 const CLOCK: u8 = 2;
@@ -48,52 +49,15 @@ const LEDGER_METER: u64 = 4;
 /// (`echo_server.rs` `RESUME_COPY`).
 const ECHO_RESUME_COPY: u64 = 7;
 
-/// xorshift64*: reproducible from its seed, good enough to reach every path.
-struct Random(u64);
-
-impl Random {
-    /// Every seed its own sequence: splitmix64's finalizer (a bijection) spreads the seed,
-    /// and xorshift's one forbidden state, 0, becomes another.
-    fn new(seed: u64) -> Self {
-        let mut state = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        state = (state ^ state >> 30).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        state = (state ^ state >> 27).wrapping_mul(0x94d0_49bb_1331_11eb);
-        state ^= state >> 31;
-        Self(if state == 0 { 0x9e37_79b9_7f4a_7c15 } else { state })
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-
-    /// A capability register to invoke: any but the own process's and the ledger's.
-    fn register(&mut self) -> u8 {
-        const INVOKED: [u8; 14] = [0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15];
-        INVOKED[self.below(INVOKED.len() as u64) as usize]
-    }
-
-    /// A capability register to send: as [`Self::register`], but not the echo server's.
-    fn sent_register(&mut self) -> u8 {
-        const SENT: [u8; 13] = [0, 2, 3, 4, 6, 7, 9, 10, 11, 12, 13, 14, 15];
-        SENT[self.below(SENT.len() as u64) as usize]
-    }
-
-    /// A capability register to receive into: 6..=15 but the ledger's: not the echo
-    /// server's, which is invoked without asking what it holds (a console received there
-    /// would be invoked with random bytes), nor the node's and the page's, which stay to
-    /// be made into processes and spaces again and again.
-    fn receive_register(&mut self) -> u8 {
-        const RECEIVED: [u8; 9] = [6, 7, 9, 10, 11, 12, 13, 14, 15];
-        RECEIVED[self.below(RECEIVED.len() as u64) as usize]
-    }
-}
+/// Capability registers to invoke: any but the own process's and the ledger's.
+const INVOKED: [u8; 14] = [0, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15];
+/// Capability registers to send: as [`INVOKED`], but not the echo server's.
+const SENT: [u8; 13] = [0, 2, 3, 4, 6, 7, 9, 10, 11, 12, 13, 14, 15];
+/// Capability registers to receive into: 6..=15 but the ledger's: not the echo server's,
+/// which is invoked without asking what it holds (a console received there would be
+/// invoked with random bytes), nor the node's and the page's, which stay to be made into
+/// processes and spaces again and again.
+const RECEIVED: [u8; 9] = [6, 7, 9, 10, 11, 12, 13, 14, 15];
 
 /// What an invocation was, for the summary.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -161,11 +125,10 @@ fn order_for(random: &mut Random, held: Held) -> u64 {
         process::SET_METER,
         process::SWAP_REGISTER,
     ];
-    let pick = |random: &mut Random, orders: &[u64]| orders[random.below(orders.len() as u64) as usize];
     match (held, random.below(8)) {
-        (_, 0) => random.next(),
-        (Held::Node, 1..=3) => pick(random, &NODE_ORDERS),
-        (Held::Process, 1..=3) => pick(random, &PROCESS_ORDERS),
+        (_, 0) => random.word(),
+        (Held::Node, 1..=3) => random.pick(&NODE_ORDERS),
+        (Held::Process, 1..=3) => random.pick(&PROCESS_ORDERS),
         // The echo server hands out copies of its resume capability when asked.
         (Held::EchoServer, 1..=2) => ECHO_RESUME_COPY,
         _ => random.below(13),
@@ -287,15 +250,15 @@ fn main() -> u64 {
     while counts.invocations < invocations_max && draws < 20 * invocations_max {
         draws += 1;
         for byte in string.iter_mut().take(64) {
-            *byte = random.next() as u8;
+            *byte = random.word() as u8;
         }
         let words = [
-            random.next(),
+            random.word(),
             random.below(40),
             random.below(5000),
-            random.next(),
+            random.word(),
         ];
-        let target = random.register();
+        let target = random.pick(&INVOKED);
         let Some(held) = held(target, used_resumes) else {
             continue;
         };
@@ -314,14 +277,14 @@ fn main() -> u64 {
         // A start capability of a process made here is never kept: even `identify` of a
         // start capability is an invocation of its process, which would wait forever.
         let receive_count = random.below(5) as usize * usize::from(aim(held, order) != Aim::MakeStart);
-        let sent: [u8; 4] = core::array::from_fn(|_| random.sent_register());
-        let received: [u8; 4] = core::array::from_fn(|_| random.receive_register());
+        let sent: [u8; 4] = core::array::from_fn(|_| random.pick(&SENT));
+        let received: [u8; 4] = core::array::from_fn(|_| random.pick(&RECEIVED));
         invocation = invocation
             .sending(&sent[..send_count])
             .receiving(&received[..receive_count]);
         // Now and then the reply's resume capability (void: a reply is no call) too.
         if random.below(8) == 0 {
-            invocation = invocation.resume_into(random.receive_register());
+            invocation = invocation.resume_into(random.pick(&RECEIVED));
         }
         let length = match random.below(4) {
             0 => 0,
@@ -335,7 +298,7 @@ fn main() -> u64 {
             // invocation, not misread it.
             0 => {
                 const UNDEFINED_BITS: u64 = 0xfe00_0000_0000_0000 | 1 << 51 | 0xf800_0000 | 0xc0;
-                let descriptor = invocation.descriptor.encode() | random.next() & UNDEFINED_BITS;
+                let descriptor = invocation.descriptor.encode() | random.word() & UNDEFINED_BITS;
                 invocation.invoke_raw(descriptor, &mut buffer)
             }
             _ => invocation.invoke(&mut buffer),

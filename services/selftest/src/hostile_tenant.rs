@@ -48,6 +48,7 @@ use holdfast_userlib::abi::methods::{self, process};
 use holdfast_userlib::bank;
 use holdfast_userlib::interface::{clock, identify, node, page};
 use holdfast_userlib::keysafe::{self, control_order, refusal};
+use holdfast_userlib::random::Xorshift as Random;
 use holdfast_userlib::syscall::{self, CapReg, Error};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -294,34 +295,6 @@ fn fill_audit_log() -> Result<u64, &'static str> {
     Ok(FORBIDDEN_COUNT)
 }
 
-/// xorshift64* from a splitmix64-spread seed, as `hostile` has it.
-struct Random(u64);
-
-impl Random {
-    fn new(seed: u64) -> Self {
-        let mut state = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        state = (state ^ state >> 30).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        state = (state ^ state >> 27).wrapping_mul(0x94d0_49bb_1331_11eb);
-        state ^= state >> 31;
-        Self(if state == 0 { 0x9e37_79b9_7f4a_7c15 } else { state })
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-
-    fn pick(&mut self, registers: &[u8]) -> u8 {
-        registers[self.below(registers.len() as u64) as usize]
-    }
-}
-
 /// What the fuzzing did.
 #[derive(Default)]
 struct Fuzzed {
@@ -343,7 +316,7 @@ fn fuzz(seed: u64) -> Fuzzed {
     let start = now();
     while fuzzed.calls < DIGEST_CALLS || now() - start < FUZZ_NS {
         let target = random.pick(&FUZZED);
-        let mut order = if random.below(8) == 0 { random.next() } else { random.below(16) };
+        let mut order = if random.below(8) == 0 { random.word() } else { random.below(16) };
         // A process it made or bought is never started (it has no code: it would fault)
         // nor given a start capability (a call to one would wait for ever). Only the
         // receiving registers can hold one; the others hold what they were given.
@@ -352,9 +325,9 @@ fn fuzz(seed: u64) -> Fuzzed {
         if is_process && (order == process::START || order == process::MAKE_START) {
             order = methods::IDENTIFY;
         }
-        let words = [random.below(70), random.next(), random.below(5000), random.next()];
+        let words = [random.below(70), random.word(), random.below(5000), random.word()];
         for byte in string.iter_mut().take(64) {
-            *byte = random.next() as u8;
+            *byte = random.word() as u8;
         }
         let length = match random.below(4) {
             0 => 0,
