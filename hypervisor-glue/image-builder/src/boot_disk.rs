@@ -102,31 +102,37 @@ pub fn make_boot_disk(
     )
     .map_err(staging_error)?;
 
+    // Written beside `output` and renamed over it, like the image's other files (see
+    // `write_file`): a VM booting the previous disk keeps reading it whole.
+    let partial = crate::partial_path(output);
     let result = Command::new("grub-mkrescue")
         .arg("-d")
         .arg(GRUB_BIOS_PLATFORM_DIR)
         .arg("-o")
-        .arg(output)
+        .arg(&partial)
         .arg(&staging)
         .stdin(Stdio::null())
         .output();
     // The staging files are copies; failing to remove them costs only disk space.
     let _ = std::fs::remove_dir_all(&staging);
-    let output = match result {
-        Ok(output) => output,
+    let grub = match result {
+        Ok(grub) => grub,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Err(BootDiskError::GrubMissing);
         }
         Err(error) => return Err(staging_error(error)),
     };
-    if !output.status.success() {
-        let message = last_lines(&String::from_utf8_lossy(&output.stderr), 3);
+    if !grub.status.success() {
+        let message = last_lines(&String::from_utf8_lossy(&grub.stderr), 3);
         return Err(BootDiskError::GrubFailed {
-            status: output.status,
+            status: grub.status,
             message,
         });
     }
-    Ok(())
+    std::fs::rename(&partial, output).map_err(|source| BootDiskError::Staging {
+        path: partial,
+        source,
+    })
 }
 
 /// The last `count` lines of `text`, joined by `; `: xorriso is chatty, and its last lines

@@ -114,19 +114,30 @@ pub fn build(
 }
 
 fn copy_file(from: &Path, to: &Path) -> Result<(), BuildError> {
-    std::fs::copy(from, to)
-        .map(drop)
+    let bytes = std::fs::read(from).map_err(|source| BuildError::Write {
+        path: to.to_owned(),
+        source,
+    })?;
+    write_file(to, &bytes)
+}
+
+/// Writes `bytes` beside `path` and renames them over it, so a VM started from the previous
+/// image (or a second build racing this one) reads one whole file or the other, never a
+/// file cut off mid-write: a rename replaces the name, and an open file keeps its old data.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    let partial = partial_path(path);
+    std::fs::write(&partial, bytes)
+        .and_then(|()| std::fs::rename(&partial, path))
         .map_err(|source| BuildError::Write {
-            path: to.to_owned(),
+            path: path.to_owned(),
             source,
         })
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
-    std::fs::write(path, bytes).map_err(|source| BuildError::Write {
-        path: path.to_owned(),
-        source,
-    })
+/// `dir/.name.partial`: where a file of the image is written before it is renamed into place.
+pub(crate) fn partial_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.partial"))
 }
 
 /// `build/image/initial.hfi (412 KiB)`.
@@ -134,5 +145,31 @@ fn describe_file(path: &Path) -> String {
     match std::fs::metadata(path) {
         Ok(metadata) => format!("{} ({} KiB)", path.display(), metadata.len().div_ceil(1024)),
         Err(_) => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    /// A VM started from the previous build holds its kernel open while the next build
+    /// writes: it must go on reading the old file whole, and the name must give the new one.
+    #[test]
+    fn a_rebuilt_file_replaces_the_old_one_without_cutting_it_under_a_reader() {
+        let dir = std::env::temp_dir().join(format!("holdfast-write-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("holdfast-kernel.elf");
+        write_file(&path, &[1u8; 8192]).unwrap();
+        let mut reader = std::fs::File::open(&path).unwrap();
+
+        write_file(&path, &[2u8; 100]).unwrap();
+        let mut old = Vec::new();
+        reader.read_to_end(&mut old).unwrap();
+        assert_eq!(old, vec![1u8; 8192]);
+        assert_eq!(std::fs::read(&path).unwrap(), vec![2u8; 100]);
+        assert!(!partial_path(&path).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

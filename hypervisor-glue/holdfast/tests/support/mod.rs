@@ -121,10 +121,20 @@ pub fn image_dir() -> &'static Path {
     IMAGE_DIR.get_or_init(|| build_image("test-image", None))
 }
 
-/// Builds an image of `manifest` (the default one if `None`) into `<target>/<name>`. A file
-/// lock keeps test processes that run at the same time from building over each other.
+/// Builds the image `name` from `manifest` (the default one if `None`) once per test binary:
+/// the tests of one binary share it. A file lock keeps test processes that run at the same
+/// time from building over each other, and the builder's renames keep a VM started from an
+/// earlier build reading whole files.
 pub fn build_image(name: &str, manifest: Option<&Path>) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, Option<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
     let dir = target_dir().join(name);
+    // Held through the build: a second test asking for the same image waits for it.
+    let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let wanted = (name.to_owned(), manifest.map(Path::to_owned));
+    if let Some(earlier) = built.iter().find(|(earlier, _)| earlier == name) {
+        assert_eq!(earlier, &wanted, "two manifests for the image '{name}'");
+        return dir;
+    }
     let lock = File::create(target_dir().join(format!("{name}.lock"))).expect("create lock file");
     lock.lock().expect("lock the image directory");
     let mut arguments = vec!["image", "build", "--out", dir.to_str().expect("UTF-8 path")];
@@ -138,6 +148,7 @@ pub fn build_image(name: &str, manifest: Option<&Path>) -> PathBuf {
         "holdfast image build failed\n{}",
         build.transcript()
     );
+    built.push(wanted);
     dir
 }
 
