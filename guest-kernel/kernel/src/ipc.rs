@@ -15,6 +15,7 @@ use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, Slot};
 
 use crate::arch::syscall::UserRegisters;
+use crate::arch::timer;
 use crate::{methods, network, persistence, services};
 use crate::objects::{OBJECTS, Objects};
 use crate::process::{self, ProcessState, SCHEDULER};
@@ -238,6 +239,11 @@ fn invoke_general(
                 drop(objects);
                 stall(invoker, receiver, registers)
             }
+            if available && kept_for_another(&scheduler.processes[receiver], invoker) {
+                drop(scheduler);
+                drop(objects);
+                yield_to_first_come(invoker, registers)
+            }
             (receiver, scheduler)
         }
         CapType::Resume => {
@@ -377,6 +383,7 @@ fn fast_call(
     if (waiting.state != ProcessState::Available)
         | waiting.waiting_for_keeper
         | (waiting.root.version() != held.version())
+        | ((waiting.kept_for != process::NO_PROCESS) & (waiting.kept_for != invoker))
     {
         return None;
     }
@@ -494,19 +501,57 @@ fn stall(invoker: usize, target: usize, registers: &UserRegisters) -> ! {
     process::switch_to_next()
 }
 
-/// Marks `index` available and lets every process stalled on it try again (the first to
-/// run wins; the others stall again).
+/// Marks `index` available and lets every process stalled on it try again, keeping it for
+/// the first of them for [`KEPT_TICKS`]: without that the caller just answered, which runs
+/// first (the return switches to it), called again at once, and a client that called in a
+/// loop held a shared server for its whole time slice while the others stalled.
 fn make_available(scheduler: &mut process::Scheduler, index: usize) {
-    scheduler.processes[index].state = ProcessState::Available;
+    let server = &mut scheduler.processes[index];
+    server.state = ProcessState::Available;
+    server.kept_for = process::NO_PROCESS;
     // Usually nobody waits: a test inline rather than a call of `pop_front`.
-    if scheduler.processes[index].stalled.is_empty() {
+    if server.stalled.is_empty() {
         return;
     }
+    let mut first = process::NO_PROCESS;
     while let Some(stalled) = scheduler.processes[index].stalled.pop_front() {
         if scheduler.processes[stalled].state == ProcessState::Stalled {
             scheduler.processes[stalled].state = ProcessState::Runnable;
+            if first == process::NO_PROCESS {
+                first = stalled;
+            }
         }
     }
+    let server = &mut scheduler.processes[index];
+    server.kept_for = first;
+    server.kept_until_tick = timer::ticks() + KEPT_TICKS;
+}
+
+/// How long a process that became available is kept for the first of those stalled on it:
+/// long enough for it to have its turn (the ticks of a round of two or three runnable
+/// processes), short enough that one that never tries again (stopped, out of time,
+/// destroyed) holds nobody up for long.
+const KEPT_TICKS: u64 = 3;
+
+/// Whether the available process `server` is kept for a process other than `invoker`.
+fn kept_for_another(server: &process::Process, invoker: usize) -> bool {
+    server.kept_for != process::NO_PROCESS
+        && server.kept_for != invoker
+        && timer::ticks() < server.kept_until_tick
+}
+
+/// The target is kept for the first of those that stalled on it: the invoker lets it go
+/// first and runs its `syscall` again at its next turn (not queued on the target: if the
+/// first never comes, the keeping ends by itself and nobody is left stalled).
+fn yield_to_first_come(invoker: usize, registers: &UserRegisters) -> ! {
+    {
+        let mut scheduler = SCHEDULER.lock();
+        let process = &mut scheduler.processes[invoker];
+        process.registers.copy_from(registers);
+        process.registers.rip -= 2;
+        process.state = ProcessState::Runnable;
+    }
+    process::switch_to_next()
 }
 
 fn become_available_and_switch(invoker: usize, registers: &UserRegisters) -> ! {

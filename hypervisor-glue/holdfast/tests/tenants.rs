@@ -4,17 +4,18 @@
 //! floods the victim's server through the forwarder it was granted and then invokes
 //! everything it holds at random for 10 s from a seed given on the command line; the
 //! victim (tenant_victim.rs) finds its pages' checksum and its bank's counts unchanged, and
-//! its calls to its server during and after the attack waited at most `VICTIM_WAIT_US_MAX`.
+//! its calls to its server during and after the attack waited at most one quantum more
+//! than its slowest call before it (or than a quantum, if that is longer).
 //!
-//! Not one quantum, as tests/meters.rs bounds a spinner, for two reasons in the kernel,
-//! both seen here. A tenant that floods a server the victim also calls gets the server back
-//! after each reply for as long as it runs (`ipc::make_available` lets the stalled victim
-//! try again, but the replier runs first and calls again: "the first to run wins"), so the
-//! victim waits for the flooder's whole run. And that run is longer than its share: a
-//! tick is charged whole to whoever is current, so the ticks that land while the server
-//! runs the flooder's calls are charged to the server's meter (here none; on the victim's
-//! meter a victim call waited 81 to 228 ms), and a run can straddle a period's end. Seen:
-//! 31 to 71 ms with a 30 ms share and 10 ms quanta, against 0.4 to 20 ms unattacked.
+//! Why the slowest call before the attack and not nothing: the victim waits without any
+//! attack too (up to 26 ms seen, at random, on a busy host: its cause is not yet known). And why a quantum more, where tests/meters.rs bounds a
+//! spinner's delay by one quantum alone: besides the hostile tenant's own quantum the
+//! victim may wait for the services (its bank, the monitor, the server) running the hostile
+//! tenant's requests, whose time is charged to their own meters (here none), not to the
+//! caller's. Seen: 12 to 26 ms during the attack with 10.2 ms quanta, never more than
+//! before it. Before `ipc::make_available` kept a server for the first caller stalled on
+//! it, a flooder that the server had just answered ran first and called again, holding the
+//! server for its whole run: 34 to 91 ms (51 ms against 13 ms before the attack).
 
 mod support;
 
@@ -25,11 +26,10 @@ use support::{build_image, holdfast, run_holdfast, scratch_dir, source_dir, spaw
 /// The fuzzing's seed: `hostile-tenant: seed N` prints it, and the same seed repeats the
 /// digest of the first 2000 calls' reply codes.
 const SEED: u64 = 1717;
-/// How long a victim call may wait during the attack: four of the meters' 100 ms periods,
-/// four times the longest wait seen alone (91 ms; see above for why not a quantum), because
-/// CI runs another guest beside this one on two cores. Issue 17's bound (one quantum) is
-/// not met: the kernel's two causes are in the closing note.
-const VICTIM_WAIT_US_MAX: u64 = 400_000;
+/// A victim call's own time beside the quantum the attack may add: microseconds, but a
+/// host that deschedules QEMU's vCPU thread stretches it by milliseconds (as in
+/// tests/meters.rs).
+const CALL_US_MAX: u64 = 5_000;
 
 /// The numbers in `line` after each of `labels`, in order.
 fn figures<const N: usize>(line: &str, labels: [&str; N]) -> Option<[u64; N]> {
@@ -102,10 +102,12 @@ fn a_hostile_tenant_leaves_another_tenants_data_latency_and_quota_unchanged() {
          slowest {before_us} us, during {during_calls} slowest {during_us} us, after {after_calls} slowest {after_us} us"
     );
     assert!(during_calls > 0 && after_calls > 0);
+    let wait_us_max = before_us.max(quantum_us) + quantum_us + CALL_US_MAX;
     assert!(
-        during_us <= VICTIM_WAIT_US_MAX && after_us <= VICTIM_WAIT_US_MAX,
+        during_us <= wait_us_max && after_us <= wait_us_max,
         "a victim call took {during_us} us during the attack and {after_us} us after it, more than \
-         {VICTIM_WAIT_US_MAX} us (the hostile tenant's quantum {quantum_us} us)\n{}",
+         {wait_us_max} us (its slowest call before the attack {before_us} us, or a quantum if longer, \
+         and one of the hostile tenant's quanta, {quantum_us} us, and a call)\n{}",
         seen.join("\n")
     );
 }

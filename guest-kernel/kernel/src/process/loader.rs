@@ -248,6 +248,8 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
         registers,
         state: ProcessState::Runnable,
         stalled: VecDeque::new(),
+        kept_for: super::NO_PROCESS,
+        kept_until_tick: 0,
         waiting_for_keeper: false,
         invocation_count: 0,
     });

@@ -132,6 +132,8 @@ pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Res
             registers: registers_from(&restored.registers),
             state,
             stalled: VecDeque::new(),
+            kept_for: super::NO_PROCESS,
+            kept_until_tick: 0,
             waiting_for_keeper: restored.waiting_for_keeper,
             invocation_count: restored.invocation_count,
         });

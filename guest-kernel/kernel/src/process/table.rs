@@ -48,6 +48,12 @@ pub struct Process {
     pub state: ProcessState,
     /// Processes stalled invoking this one, first come first served.
     pub stalled: VecDeque<usize>,
+    /// The first of those stalled on this process when it last became available
+    /// ([`NO_PROCESS`] if none): until tick `kept_until_tick` no other invoker may take it
+    /// (`ipc::make_available`), so that a caller it has just answered cannot call again
+    /// before the one that waited.
+    pub kept_for: usize,
+    pub kept_until_tick: u64,
     /// Waiting for its keeper: the reply restarts it from its registers (which the keeper
     /// may have changed) instead of being delivered into them.
     pub waiting_for_keeper: bool,
@@ -71,7 +77,7 @@ pub struct Scheduler {
 }
 
 /// No process: an index that [`Scheduler::processes`] never reaches.
-pub(super) const NO_PROCESS: usize = usize::MAX;
+pub const NO_PROCESS: usize = usize::MAX;
 
 /// How many guesses [`Scheduler::index_of`] keeps: every IPC looks its receiver up, and a
 /// search of the table is a few translation blocks per process under TCG.
@@ -174,6 +180,8 @@ pub fn adopt(root: Capability) {
         registers: UserRegisters::default(),
         state: ProcessState::Stopped { exit_code: 0 },
         stalled: VecDeque::new(),
+        kept_for: NO_PROCESS,
+        kept_until_tick: 0,
         waiting_for_keeper: false,
         invocation_count: 0,
     };
