@@ -152,7 +152,7 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     // capability's node, its inbox and the outer nodes of the three forwarders granted to it.
     let list = run_holdfast(&["tenant", "list", &name]);
     assert_eq!(list.status, Some(0), "{}", list.transcript());
-    assert_eq!(list.stdout.trim_end(), "C number 2 generation 1 pages 0/0 nodes 6/8", "{}", list.transcript());
+    assert_eq!(list.stdout.trim_end(), "C number 2 generation 1 pages 0/0 nodes 6/8 refusals 0 logged 0", "{}", list.transcript());
     // A revocation from the host with no checkpoint after it, then a crash: its record was
     // committed through the journal, and the monitor does it again at its first request
     // after the restart (the checkpoint brought C back live).

@@ -1,8 +1,10 @@
 //! Hostile tenants (services/tenant-manifest.toml): a hostile tenant
 //! (services/selftest/src/hostile_tenant.rs) replays capabilities the monitor revoked, asks
 //! it for forbidden grants, counts what it can name, exhausts its bank, spins on its meter,
-//! floods the victim's server through the forwarder it was granted and then invokes
-//! everything it holds at random for 10 s from a seed given on the command line; the
+//! floods the victim's server through the forwarder it was granted, asks for 1000 forbidden
+//! grants (twice what the audit log holds, were each logged: after them the victim's
+//! allowed grant must still be made) and then invokes everything it holds at random for
+//! 10 s from a seed given on the command line; the
 //! victim (tenant_victim.rs) finds its pages' checksum and its bank's counts unchanged, and
 //! its calls to its server during and after the attack waited at most one quantum more
 //! than its slowest call before it (or than a quantum, if that is longer).
@@ -88,6 +90,11 @@ fn a_hostile_tenant_leaves_another_tenants_data_latency_and_quota_unchanged() {
     assert_eq!((pages, nodes), (32, 32), "{}", seen.join("\n"));
     assert!((100..=450).contains(&ran_permille), "it ran {ran_permille} permille on a 300 permille share");
     assert!(flood_calls > 0);
+    let refused_line = seen.iter().find(|line| line.contains(" forbidden grants refused in "));
+    let [refusals, allowed_code] = refused_line
+        .and_then(|line| figures(line, ["hostile-tenant: ", "then the victim's allowed grant got code "]))
+        .unwrap_or_else(|| panic!("no refusals' figures:\n{}", seen.join("\n")));
+    assert_eq!((refusals, allowed_code), (1000, 0), "{}", seen.join("\n"));
     let [fuzz_calls, fuzz_ms] =
         figures(line("hostile-tenant: fuzz: "), ["fuzz: ", "calls in "]).expect("the fuzzing's figures");
     assert!(fuzz_ms >= 10_000 && fuzz_calls >= 2_000, "{fuzz_calls} calls in {fuzz_ms} ms");

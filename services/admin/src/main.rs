@@ -9,7 +9,7 @@
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
-//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's), then `ok tenants <count>` |
+//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), then `ok tenants <count>` |
 //! | `tenant revoke <name>` | `ok objects <n>`: the tenant's bank destroyed, every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
 //! | `tenant audit <name>` | the reference monitor's audit records about compartment `<name>`, a line each (`<sequence> boot <b> granted A -> B page`, `holdfast_keysafe_policy::audit::Record::render`), then `ok records <n>`; a record that fails its checks ends the reply with an `error` line naming it |
 //!
@@ -241,7 +241,8 @@ fn tenant_list(reply: &mut Reply) {
         reply.push(listed.name()).push(b" number ").number(u64::from(listed.number));
         reply.push(b" generation ").number(u64::from(listed.generation));
         reply.push(b" pages ").number(listed.bank.pages).push(b"/").number(listed.bank.page_limit);
-        reply.push(b" nodes ").number(listed.bank.nodes).push(b"/").number(listed.bank.node_limit).push(b"\n");
+        reply.push(b" nodes ").number(listed.bank.nodes).push(b"/").number(listed.bank.node_limit);
+        reply.push(b" refusals ").number(listed.refusals).push(b" logged ").number(listed.refusals_logged).push(b"\n");
     }
     reply.push(b"ok tenants ").number(count as u64).push(b"\n");
 }

@@ -18,6 +18,13 @@ mod tests;
 pub const COMPARTMENTS_MAX: usize = 16;
 /// The longest compartment name, in bytes.
 pub const NAME_BYTES_MAX: usize = 16;
+/// How many of one compartment's refused grants the audit log records (for each
+/// generation of it); the rest are only counted ([`Compartment::refusals`]). A refusal costs
+/// the refused nothing, so without a bound one compartment could fill the log with them, and
+/// then every compartment's grants (never made unless logged) would be refused. All
+/// [`COMPARTMENTS_MAX`] compartments' logged refusals take 128 of the log's 495 records
+/// that are not kept for revocations.
+pub const REFUSALS_LOGGED_MAX: u64 = 8;
 /// The bit of a policy mask that allows kind `type_code`; the kernel's type codes are below
 /// 32.
 pub const fn kind_bit(type_code: u64) -> u32 {
@@ -75,6 +82,10 @@ pub struct Compartment {
     /// Moves on each time the entry is made again, so that a badge of a revoked
     /// compartment never names its successor.
     pub generation: u32,
+    /// Its grants refused by the policy, and how many of those the audit log records (at
+    /// most [`REFUSALS_LOGGED_MAX`]).
+    pub refusals: u64,
+    pub refusals_logged: u64,
 }
 
 /// The compartments and the policy between them.
@@ -93,7 +104,8 @@ impl Default for Compartments {
 impl Compartments {
     pub const fn empty() -> Self {
         Self {
-            entries: [Compartment { name: Name::EMPTY, live: false, generation: 0 }; COMPARTMENTS_MAX],
+            entries: [Compartment { name: Name::EMPTY, live: false, generation: 0, refusals: 0, refusals_logged: 0 };
+                COMPARTMENTS_MAX],
             policy: [[0; COMPARTMENTS_MAX]; COMPARTMENTS_MAX],
         }
     }
@@ -118,7 +130,7 @@ impl Compartments {
         }
         let index = self.entries.iter().position(|entry| !entry.live).ok_or(Refusal::TooManyCompartments)?;
         let entry = &mut self.entries[index];
-        *entry = Compartment { name, live: true, generation: entry.generation.wrapping_add(1) };
+        *entry = Compartment { name, live: true, generation: entry.generation.wrapping_add(1), refusals: 0, refusals_logged: 0 };
         self.clear_policy(index);
         Ok(index)
     }
@@ -165,6 +177,20 @@ impl Compartments {
 
     pub fn policy(&self, from: usize, to: usize) -> u32 {
         self.policy.get(from).and_then(|row| row.get(to)).copied().unwrap_or(0)
+    }
+
+    /// Whether a refused grant of live compartment `from` is to be written to the audit log:
+    /// only its first [`REFUSALS_LOGGED_MAX`] are.
+    pub fn refusal_to_log(&self, from: usize) -> bool {
+        self.get(from).is_some_and(|entry| entry.refusals_logged < REFUSALS_LOGGED_MAX)
+    }
+
+    /// Counts a refused grant of `from`'s, `logged` if the audit log took its record.
+    pub fn count_refusal(&mut self, from: usize, logged: bool) {
+        if let Some(entry) = self.entries.get_mut(from).filter(|entry| entry.live) {
+            entry.refusals = entry.refusals.saturating_add(1);
+            entry.refusals_logged += u64::from(logged);
+        }
     }
 
     /// Whether `from` may hand `to` a capability of type `type_code`.

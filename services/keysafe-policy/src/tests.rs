@@ -3,7 +3,7 @@ use std::string::String;
 use std::vec::Vec;
 
 use crate::audit::{self, AuditError, Event, Record};
-use crate::{COMPARTMENTS_MAX, Compartments, Name, Refusal, kind_bit};
+use crate::{COMPARTMENTS_MAX, Compartments, Name, REFUSALS_LOGGED_MAX, Refusal, kind_bit};
 
 const PAGE: u64 = 2;
 const NODE: u64 = 3;
@@ -171,4 +171,38 @@ fn the_last_records_are_kept_for_revocations() {
     }
     assert!(!audit::has_room(Event::Revoked, capacity, log_bytes));
     assert!(!audit::has_room(Event::Revoked, u64::MAX, log_bytes));
+}
+
+/// One compartment's refusals cannot fill the audit log: its first few are logged, the rest
+/// counted; every compartment's together leave most of the log for grants; a compartment
+/// made again in the same entry starts from none.
+#[test]
+fn only_a_compartments_first_refusals_are_logged_and_all_are_counted() {
+    let mut compartments = Compartments::empty();
+    let hostile = compartments.create(name("hostile")).unwrap();
+    let other = compartments.create(name("other")).unwrap();
+    let mut logged = 0;
+    for _ in 0..1000 {
+        let to_log = compartments.refusal_to_log(hostile);
+        logged += u64::from(to_log);
+        compartments.count_refusal(hostile, to_log);
+    }
+    assert_eq!(logged, REFUSALS_LOGGED_MAX);
+    let entry = compartments.get(hostile).unwrap();
+    assert_eq!((entry.refusals, entry.refusals_logged), (1000, REFUSALS_LOGGED_MAX));
+    assert!(compartments.refusal_to_log(other), "another compartment's refusals are still logged");
+    // A refusal the log could not take is counted as not logged.
+    compartments.count_refusal(other, false);
+    assert!(compartments.refusal_to_log(other));
+    assert_eq!(compartments.get(other).unwrap().refusals_logged, 0);
+
+    let room = audit::capacity(8 * 4096) - COMPARTMENTS_MAX as u64;
+    assert!(REFUSALS_LOGGED_MAX * COMPARTMENTS_MAX as u64 <= room / 3, "refusals take at most a third of the log");
+
+    compartments.revoke(hostile).unwrap();
+    assert!(!compartments.refusal_to_log(hostile), "a revoked compartment logs nothing");
+    let again = compartments.create(name("hostile")).unwrap();
+    assert_eq!(again, hostile);
+    assert!(compartments.refusal_to_log(again));
+    assert_eq!(compartments.get(again).unwrap().refusals, 0);
 }

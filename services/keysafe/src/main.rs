@@ -316,6 +316,8 @@ fn list(state: &State, reply: &mut [u8]) -> Answer {
             generation: entry.generation,
             name: entry.name.padded(),
             bank: info.unwrap_or(bank::Info { pages: 0, page_limit: 0, nodes: 0, node_limit: 0 }),
+            refusals: entry.refusals,
+            refusals_logged: entry.refusals_logged,
         };
         reply[entries * keysafe::LIST_ENTRY_BYTES..][..keysafe::LIST_ENTRY_BYTES].copy_from_slice(&listed.encode());
         entries += 1;
@@ -331,11 +333,13 @@ fn grant(state: &mut State, log: &mut Log<'_>, from: usize, words: [u64; 4]) -> 
     let type_code = sensed.map_err(|_| refusal::BAD_REQUEST)?.type_code;
     if let Err(refused) = state.compartments.check(from, to, type_code) {
         let code = refusal_code(refused);
-        let mut logged = record(Event::Refused, state, from, Some(to));
-        logged.type_code = type_code as u8;
-        logged.code = code as u16;
-        // Refused whether or not the refusal could be logged.
-        let _ = log.append(logged);
+        let mut refused = record(Event::Refused, state, from, Some(to));
+        refused.type_code = type_code as u8;
+        refused.code = code as u16;
+        // Refused whether or not the refusal could be logged; past a compartment's first
+        // few, counted only (`tenant list`), so that no compartment fills the log.
+        let logged = state.compartments.refusal_to_log(from) && log.append(refused).is_ok();
+        state.compartments.count_refusal(from, logged);
         return Err(code);
     }
     let slot = state.inbox[to].iter().position(|&granter| granter == EMPTY).ok_or(refusal::INBOX_FULL)?;

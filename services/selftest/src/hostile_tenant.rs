@@ -17,12 +17,11 @@
 //! ready page, says in its own page (word 0) that it attacks (2), exhausts its bank, spins
 //! on its meter for `SPIN_NS` (`meter-spinner`'s measure: the share it ran and its longest
 //! run, the quantum the victim may wait), floods the victim's server through the forwarder
-//! for `FLOOD_NS`, and fuzzes for `FUZZ_NS`: calls with random orders, words, strings and
-//! capabilities sent, on every register but its console, its own process and its page.
-//! Finally its page says done (3). With `--append holdfast.hostile-fill-log=1` it first
-//! asks the monitor for 1000 forbidden grants (each an audit record written through the
-//! journal) and has the operator try an allowed grant after them; off in the test, as it
-//! fills the log for every tenant and delays the victim's calls (see the manifest).
+//! for `FLOOD_NS`, asks the monitor for 1000 forbidden grants (were each an audit record,
+//! they would fill the log, and every tenant's grants would then be refused) and has the
+//! operator try an allowed grant after them, and fuzzes for `FUZZ_NS`: calls with random
+//! orders, words, strings and capabilities sent, on every register but its console, its
+//! own process and its page. Finally its page says done (3).
 //!
 //! The fuzzing reproduces from its seed: `hostile-tenant: seed <n>` first, the kernel's
 //! boot number `fuzz-seed` (`--append holdfast.fuzz-seed=<n>`) or the clock's time without
@@ -37,8 +36,7 @@
 //! Capability registers: 0 console, 1 own process, 2 the clock, 3 its bank, 4 the
 //! hand-off node, 5 the victim's ready page (read-only), 6 its own page, 7 the boot number
 //! `fuzz-seed`, 8 the operator; then 9 its compartment, 10 `lapsed`'s, 11 the page's
-//! forwarder, 12 the server's; 13 to 15 receive (13 holds the boot number
-//! `hostile-fill-log` at the start).
+//! forwarder, 12 the server's; 13 to 15 receive.
 #![no_std]
 #![no_main]
 
@@ -70,8 +68,6 @@ const HOSTILE_NUMBER: u64 = 2;
 const RECEIVED: u64 = 1;
 /// `tenant-warden`'s order: try a grant the policy allows, reply with its code.
 const PROBE: u64 = 2;
-/// Holds the boot number `hostile-fill-log` at the start, then receives.
-const FILL_LOG: u8 = 13;
 /// `tenant-server`'s.
 const ECHO: u64 = 1;
 const ATTACKING: u64 = 2;
@@ -282,10 +278,10 @@ fn flood() -> Result<u64, &'static str> {
     Ok(calls)
 }
 
-/// Asks the monitor for a forbidden grant `FORBIDDEN_COUNT` times: each refusal is a record
-/// in the audit log, which the monitor writes through the journal and every compartment's
-/// grants need room in (the monitor refuses with `FORBIDDEN` whether or not the record fit).
-/// Returns how many refusals.
+/// Asks the monitor for a forbidden grant `FORBIDDEN_COUNT` times, twice what the audit log
+/// holds, were each refusal a record (the monitor logs a compartment's first few and counts
+/// the rest; it refuses with `FORBIDDEN` whether or not the record fit). Returns how many
+/// refusals.
 fn fill_audit_log() -> Result<u64, &'static str> {
     const FORBIDDEN_COUNT: u64 = 1_000;
     for _ in 0..FORBIDDEN_COUNT {
@@ -360,7 +356,7 @@ fn fuzz(seed: u64) -> Fuzzed {
     fuzzed
 }
 
-fn run(seed: u64, fill_log: bool) -> Checked {
+fn run(seed: u64) -> Checked {
     take_grants()?;
     replay_revoked()?;
     let log_full = forbidden_grants()?;
@@ -387,21 +383,20 @@ fn run(seed: u64, fill_log: bool) -> Checked {
         ],
         b" calls in 2000 ms\n",
     );
-    if fill_log {
-        let fill_start = now();
-        let refusals = fill_audit_log()?;
-        let fill_ms = (now() - fill_start) / 1_000_000;
-        // The operator tries a grant the policy allows, from the victim.
-        let code = user::call(OPERATOR, PROBE, [0; 4]).map_or(u64::MAX, |words| words[0]);
-        print_figures(
-            &[
-                (b"hostile-tenant: ", refusals),
-                (b" forbidden grants refused in ", fill_ms),
-                (b" ms; then the victim's allowed grant got code ", code),
-            ],
-            b"\n",
-        );
-    }
+    let fill_start = now();
+    let refusals = fill_audit_log()?;
+    let fill_ms = (now() - fill_start) / 1_000_000;
+    // The operator tries a grant the policy allows, from the victim: the log has room.
+    let code = user::call(OPERATOR, PROBE, [0; 4]).map_or(u64::MAX, |words| words[0]);
+    print_figures(
+        &[
+            (b"hostile-tenant: ", refusals),
+            (b" forbidden grants refused in ", fill_ms),
+            (b" ms; then the victim's allowed grant got code ", code),
+        ],
+        b"\n",
+    );
+    expect(code == 0, "after its refusals the victim's allowed grant was refused")?;
     print_figures(&[(b"hostile-tenant: fuzzing with seed ", seed)], b"\n");
     let fuzzed = fuzz(seed);
     print_figures(
@@ -437,8 +432,7 @@ fn main() -> u64 {
         _ => now(),
     };
     print_figures(&[(b"hostile-tenant: seed ", seed)], b"\n");
-    let fill_log = matches!(user::call(FILL_LOG, methods::number::VALUE, [0; 4]), Ok([value, 1, ..]) if value != 0);
-    let result = run(seed, fill_log);
+    let result = run(seed);
     // The victim waits for this whatever happened.
     let _ = say(DONE);
     u64::from(!holdfast_userlib::check::verdict("hostile-tenant", result))

@@ -33,13 +33,14 @@ pub mod control_order {
     pub const AUDIT: u64 = 4;
     /// String back: an entry of [`super::LIST_ENTRY_BYTES`] per live compartment, by
     /// number: number u8, 3 bytes 0, generation u32, name (16 bytes, zero-padded), then
-    /// its bank's pages held, page limit, nodes held, node limit (u64 each; all
-    /// little-endian). Word 0 back: how many.
+    /// its bank's pages held, page limit, nodes held, node limit, its grants refused and
+    /// how many of those the audit log holds (u64 each; all little-endian). Word 0 back:
+    /// how many.
     pub const LIST: u64 = 5;
 }
 
 /// The bytes of an entry of [`control_order::LIST`]'s reply.
-pub const LIST_ENTRY_BYTES: usize = 56;
+pub const LIST_ENTRY_BYTES: usize = 72;
 
 /// The orders of a compartment's capability.
 pub mod order {
@@ -131,6 +132,8 @@ pub struct Listed {
     /// Zero-padded.
     pub name: [u8; 16],
     pub bank: crate::bank::Info,
+    pub refusals: u64,
+    pub refusals_logged: u64,
 }
 
 impl Listed {
@@ -141,6 +144,8 @@ impl Listed {
             generation: u32::from_le_bytes(entry[4..8].try_into().expect("4 bytes")),
             name: entry[8..24].try_into().expect("16 bytes"),
             bank: crate::bank::Info { pages: word(24), page_limit: word(32), nodes: word(40), node_limit: word(48) },
+            refusals: word(56),
+            refusals_logged: word(64),
         }
     }
 
@@ -149,7 +154,15 @@ impl Listed {
         entry[0] = self.number;
         entry[4..8].copy_from_slice(&self.generation.to_le_bytes());
         entry[8..24].copy_from_slice(&self.name);
-        for (at, value) in [(24, self.bank.pages), (32, self.bank.page_limit), (40, self.bank.nodes), (48, self.bank.node_limit)] {
+        let words = [
+            (24, self.bank.pages),
+            (32, self.bank.page_limit),
+            (40, self.bank.nodes),
+            (48, self.bank.node_limit),
+            (56, self.refusals),
+            (64, self.refusals_logged),
+        ];
+        for (at, value) in words {
             entry[at..at + 8].copy_from_slice(&value.to_le_bytes());
         }
         entry
