@@ -5,8 +5,9 @@
 //! resume capability delivers the reply to the process waiting in a call; invoking any
 //! other capability runs a kernel object's method ([`crate::methods`]). Nothing is buffered:
 //! an invocation of a busy process stalls the invoker, which runs its `syscall` again when
-//! the target becomes available. So every invocation either completes or leaves no trace,
-//! and no process needs a kernel stack of its own while it waits.
+//! the target becomes available, first come first served ([`make_available`]). So every
+//! invocation either completes or leaves no trace, and no process needs a kernel stack of
+//! its own while it waits.
 
 use arrayvec::ArrayVec;
 use holdfast_abi::descriptor::{self, Descriptor, Kind};
