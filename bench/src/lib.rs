@@ -31,6 +31,7 @@ pub mod initramfs;
 pub mod linux_peer;
 pub mod micro;
 pub mod pair;
+pub mod program_bench;
 pub mod store;
 pub mod runner;
 pub mod services;

@@ -142,14 +142,14 @@ pub fn parse_figure_line(line: &str, marker: &str) -> Option<Result<(String, f64
 }
 
 /// Every figure of `marker` in `lines`, in order; the first failure or bad line is the error.
-pub(crate) fn figures_in(lines: &[String], marker: &str) -> Result<Vec<(String, f64)>, String> {
+fn figures_in(lines: &[String], marker: &str) -> Result<Vec<(String, f64)>, String> {
     lines
         .iter()
         .filter_map(|line| parse_figure_line(line, marker))
         .collect()
 }
 
-pub(crate) fn find(figures: &[(String, f64)], key: &str, lines: &[String]) -> Result<f64, String> {
+fn find(figures: &[(String, f64)], key: &str, lines: &[String]) -> Result<f64, String> {
     figures
         .iter()
         .find(|(name, _)| name == key)
@@ -166,18 +166,44 @@ pub(crate) fn find(figures: &[(String, f64)], key: &str, lines: &[String]) -> Re
         })
 }
 
-/// The Linux peer's figures from its run's lines.
-pub fn linux_figures(lines: &[String]) -> Result<LinuxFiguresNs, String> {
-    let figures = figures_in(lines, LINUX_MARKER)?;
+/// The figure set of `marker`'s lines: per stem, `<stem>_<unit>` (the median over the
+/// program's rounds) and `<stem>_max_<unit>` (its slowest round), in `stems` order. All are
+/// required: a missing one would leave a row of the table empty without saying why.
+pub fn figure_set<const N: usize>(
+    lines: &[String],
+    marker: &str,
+    stems: [&str; N],
+    unit: &str,
+) -> Result<Figures<N>, String> {
+    let figures = figures_in(lines, marker)?;
     let mut values = Figures {
-        median: [0.0; LinuxFigure::ALL.len()],
-        max: [0.0; LinuxFigure::ALL.len()],
+        median: [0.0; N],
+        max: [0.0; N],
     };
-    for (index, figure) in LinuxFigure::ALL.iter().enumerate() {
-        values.median[index] = find(&figures, &format!("{}_ns", figure.stem()), lines)?;
-        values.max[index] = find(&figures, &format!("{}_max_ns", figure.stem()), lines)?;
+    for (index, stem) in stems.iter().enumerate() {
+        values.median[index] = find(&figures, &format!("{stem}_{unit}"), lines)?;
+        values.max[index] = find(&figures, &format!("{stem}_max_{unit}"), lines)?;
     }
     Ok(values)
+}
+
+/// `cycles` in nanoseconds, converted with the kernel's calibration line among `lines`.
+pub fn cycles_to_ns<const N: usize>(
+    cycles: Figures<N>,
+    lines: &[String],
+) -> Result<Figures<N>, String> {
+    let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
+    Ok(cycles.map(|cycles| cycles * 1000.0 / tsc_mhz))
+}
+
+/// The Linux peer's figures from its run's lines.
+pub fn linux_figures(lines: &[String]) -> Result<LinuxFiguresNs, String> {
+    figure_set(
+        lines,
+        LINUX_MARKER,
+        LinuxFigure::ALL.map(LinuxFigure::stem),
+        "ns",
+    )
 }
 
 /// The TSC frequency from the kernel's calibration line, in MHz.
@@ -205,24 +231,16 @@ pub fn kernel_tsc_mhz(lines: &[String]) -> Result<u64, String> {
 
 /// The Holdfast program's figures in TSC cycles. All are required.
 pub fn holdfast_cycles(lines: &[String]) -> Result<HoldfastFiguresCycles, String> {
-    let figures = figures_in(lines, HOLDFAST_MARKER)?;
-    let mut values = Figures {
-        median: [0.0; Measure::ALL.len()],
-        max: [0.0; Measure::ALL.len()],
-    };
-    for (index, name) in HOLDFAST_NAMES.iter().enumerate() {
-        values.median[index] = find(&figures, &format!("{name}_tsc_cycles"), lines)?;
-        values.max[index] = find(&figures, &format!("{name}_max_tsc_cycles"), lines)?;
-    }
-    Ok(values)
+    figure_set(lines, HOLDFAST_MARKER, HOLDFAST_NAMES, "tsc_cycles")
 }
 
 /// The Holdfast program's figures in nanoseconds (its TSC cycles converted with the
 /// kernel's calibration), and in cycles.
-pub fn holdfast_figures(lines: &[String]) -> Result<(HoldfastFiguresNs, HoldfastFiguresCycles), String> {
+pub fn holdfast_figures(
+    lines: &[String],
+) -> Result<(HoldfastFiguresNs, HoldfastFiguresCycles), String> {
     let cycles = holdfast_cycles(lines)?;
-    let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
-    Ok((cycles.map(|cycles| cycles * 1000.0 / tsc_mhz), cycles))
+    Ok((cycles_to_ns(cycles, lines)?, cycles))
 }
 
 #[cfg(test)]

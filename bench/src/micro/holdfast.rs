@@ -35,14 +35,26 @@ pub fn initial_image(
 /// incrementally: its progress goes to stderr) and keeps the initial image at
 /// `cache_directory`/bench-micro.hfi.
 pub fn prepare(source_dir: &Path, cache_directory: &Path) -> anyhow::Result<HoldfastFiles> {
+    prepare_image(source_dir, cache_directory, MANIFEST, "bench-micro.hfi")
+}
+
+/// [`prepare`] for the system of `manifest` (relative to `source_dir`), its initial image
+/// kept at `cache_directory`/`image_file_name`: the services benchmark's guest is made the
+/// same way.
+pub fn prepare_image(
+    source_dir: &Path,
+    cache_directory: &Path,
+    manifest: &str,
+    image_file_name: &str,
+) -> anyhow::Result<HoldfastFiles> {
     // Before the guest build, which takes long: a mistake in the manifest is told at once.
-    let manifest = Manifest::load(&source_dir.join(MANIFEST))?;
+    let loaded = Manifest::load(&source_dir.join(manifest))?;
     let artifacts = guest_build::build_guest_crates(source_dir)?;
-    let image = initial_image(&manifest, &artifacts.programs)
-        .with_context(|| format!("cannot make the benchmark's initial image from {MANIFEST}"))?;
+    let image = initial_image(&loaded, &artifacts.programs)
+        .with_context(|| format!("cannot make the benchmark's initial image from {manifest}"))?;
     Ok(HoldfastFiles {
         kernel: artifacts.kernel,
-        initial_image: linux_peer::write_cached(cache_directory, "bench-micro.hfi", &image)?,
+        initial_image: linux_peer::write_cached(cache_directory, image_file_name, &image)?,
     })
 }
 
