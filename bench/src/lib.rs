@@ -26,6 +26,7 @@
 //! drill's client-visible outage and acknowledged transactions lost.
 
 pub mod boot_table;
+pub mod figure_lines;
 pub mod guests;
 pub mod initramfs;
 pub mod linux_peer;

@@ -3,20 +3,21 @@
 //! benchmark's own initial image and the Linux peer's static C program (`bench/peers/`) in
 //! the boot benchmark's initramfs. [`run`] boots both guests the same number of times,
 //! interleaved, and reads each boot's figure set; each benchmark then takes the medians
-//! and worst cases over boots ([`crate::micro::figures::Figures::over_boots`]) and renders
+//! and worst cases over boots ([`crate::figure_lines::Figures::over_boots`]) and renders
 //! its own table, so that the two differ only in what they time and how they show it.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow};
+use holdfast_image_builder::{Manifest, guest_build, initial_image};
 
+use crate::figure_lines::KERNEL_TSC_LINE_PREFIX;
 use crate::guests::{self, Guest};
 use crate::initramfs::Entry;
 use crate::linux_peer;
-use crate::micro::figures::KERNEL_TSC_LINE_PREFIX;
-use crate::micro::holdfast::HoldfastFiles;
 use crate::setup::{GuestVm, RunOptions, RunSetup};
 
 /// Boots per guest by default, and with the `quick` preset (for CI). Each boot already
@@ -49,6 +50,43 @@ impl ProgramBenchOptions {
             run: RunOptions::new(RUNS_PER_GUEST_QUICK),
         }
     }
+}
+
+/// What the Holdfast guest boots from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldfastFiles {
+    pub kernel: PathBuf,
+    pub initial_image: PathBuf,
+}
+
+/// The initial image of `manifest`'s system, its programs found in `programs` (binary name
+/// → ELF file).
+pub fn initial_image(
+    manifest: &Manifest,
+    programs: &BTreeMap<String, PathBuf>,
+) -> anyhow::Result<Vec<u8>> {
+    Ok(initial_image::make_initial_image(manifest, programs)?)
+}
+
+/// Reads the benchmark's manifest (`manifest`, relative to `source_dir`), builds the guest
+/// crates of `source_dir` (cargo, incrementally: its progress goes to stderr) and keeps the
+/// initial image of its system at `cache_directory`/`image_file_name`, apart from
+/// `holdfast image build`'s image (the self-test's).
+pub fn prepare_image(
+    source_dir: &Path,
+    cache_directory: &Path,
+    manifest: &str,
+    image_file_name: &str,
+) -> anyhow::Result<HoldfastFiles> {
+    // Before the guest build, which takes long: a mistake in the manifest is told at once.
+    let loaded = Manifest::load(&source_dir.join(manifest))?;
+    let artifacts = guest_build::build_guest_crates(source_dir)?;
+    let image = initial_image(&loaded, &artifacts.programs)
+        .with_context(|| format!("cannot make the benchmark's initial image from {manifest}"))?;
+    Ok(HoldfastFiles {
+        kernel: artifacts.kernel,
+        initial_image: linux_peer::write_cached(cache_directory, image_file_name, &image)?,
+    })
 }
 
 /// The Linux peer's timing program: a C source built on the host with

@@ -17,14 +17,15 @@ use std::io::{self, Write};
 use holdfast_abi as abi;
 use holdfast_qemu::Accelerator;
 
+use crate::figure_lines::{Figures, KERNEL_TSC_LINE_PREFIX};
 use crate::linux_peer;
 use crate::program_bench::{self, PeerProgram, ProgramLines, listed_ns};
 use crate::table::Caption;
 use figures::{
-    Figures, HOLDFAST_MARKER, HoldfastFiguresCycles, HoldfastFiguresNs, KERNEL_TSC_LINE_PREFIX,
-    LINUX_MARKER, LinuxFigure, LinuxFiguresNs,
+    HOLDFAST_MARKER, HoldfastFiguresCycles, HoldfastFiguresNs, LINUX_MARKER, LinuxFigure,
+    LinuxFiguresNs,
 };
-pub use holdfast::HoldfastFiles;
+pub use program_bench::HoldfastFiles;
 pub use program_bench::{RUNS_PER_GUEST_DEFAULT, RUNS_PER_GUEST_QUICK};
 use table::{Measure, Medians, ONE_WAY_IPC_CYCLES_MAX_KVM};
 

@@ -1,7 +1,7 @@
 //! The figures the services benchmark's guests print, read as the micro-benchmark's are
-//! (`crate::micro::figures`: `<marker> <name> <number>`, the median and the slowest round).
+//! ([`crate::figure_lines`]: `<marker> <name> <number>`, the median and the slowest round).
 
-use crate::micro::figures::{Figures, cycles_to_ns, figure_set};
+use crate::figure_lines::{Figures, cycles_to_ns, figure_set};
 
 /// What the Linux peer's program (`bench/peers/linux-services.c`) starts its lines with.
 pub const LINUX_MARKER: &str = "LINUX-SERVICES";

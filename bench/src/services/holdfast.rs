@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::micro::holdfast::{HoldfastFiles, prepare_image};
+use crate::program_bench::{HoldfastFiles, prepare_image};
 
 /// The ring-3 program that times (a bin of `services/selftest`).
 pub const PROGRAM: &str = "bench-services";

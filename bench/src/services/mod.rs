@@ -20,8 +20,8 @@ use std::io::{self, Write};
 
 use holdfast_abi as abi;
 
+use crate::figure_lines::Figures;
 use crate::linux_peer;
-use crate::micro::figures::Figures;
 use crate::program_bench::{self, PeerProgram, ProgramLines, listed_ns};
 use crate::table::Caption;
 use figures::{

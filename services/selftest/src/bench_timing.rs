@@ -1,6 +1,6 @@
 //! What the benchmarks' timing programs (`bench_micro.rs`, `bench_services.rs`) share: the
 //! TSC read they time with, a measure's spread over its rounds, and the lines the host
-//! reads (`bench/src/micro/figures.rs`). Included by `#[path]` into each bin, as the bins
+//! reads (`bench/src/figure_lines.rs`). Included by `#[path]` into each bin, as the bins
 //! of this crate share no library.
 
 use holdfast_userlib as user;
