@@ -14,7 +14,7 @@
  *   LINUX-MICRO signal_handler_fault_ns <ns>  a fault a SIGSEGV handler resolves (mprotect)
  *
  * or `LINUX-MICRO-FAILED <what>: <error>` and exit status 1. Built by the host with
- * `gcc -static -O2` (bench/src/micro/linux.rs); `holdfast bench micro` reads the lines.
+ * `gcc -static -O2` (bench/src/program_bench.rs); `holdfast bench micro` reads the lines.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -11,7 +11,7 @@
  *                                            write to it (munmap untimed)
  *
  * or `LINUX-SERVICES-FAILED <what>: <error>` and exit status 1. Built by the host with
- * `gcc -static -O2` (bench/src/services/linux.rs); `holdfast bench services` reads the lines.
+ * `gcc -static -O2` (bench/src/program_bench.rs); `holdfast bench services` reads the lines.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -26,11 +26,13 @@
 //! drill's client-visible outage and acknowledged transactions lost.
 
 pub mod boot_table;
+pub mod figure_lines;
 pub mod guests;
 pub mod initramfs;
 pub mod linux_peer;
 pub mod micro;
 pub mod pair;
+pub mod program_bench;
 pub mod store;
 pub mod runner;
 pub mod services;

@@ -2,55 +2,31 @@
 //! `bench/micro-manifest.toml` describes (`bench-micro` and the servers it times), made by
 //! the image builder and kept apart from `holdfast image build`'s image (the self-test's).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::Context;
-use holdfast_image_builder::{Manifest, guest_build, initial_image};
-
-use crate::linux_peer;
+pub use crate::program_bench::HoldfastFiles;
+use crate::program_bench::prepare_image;
 
 /// The ring-3 program that times (a bin of `services/selftest`).
 pub const PROGRAM: &str = "bench-micro";
 /// The benchmark's system, relative to the source tree.
 pub const MANIFEST: &str = "bench/micro-manifest.toml";
 
-/// What the Holdfast guest boots from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HoldfastFiles {
-    pub kernel: PathBuf,
-    pub initial_image: PathBuf,
-}
-
-/// The initial image of `manifest`'s system, its programs found in `programs` (binary name
-/// → ELF file).
-pub fn initial_image(
-    manifest: &Manifest,
-    programs: &BTreeMap<String, PathBuf>,
-) -> anyhow::Result<Vec<u8>> {
-    Ok(initial_image::make_initial_image(manifest, programs)?)
-}
-
 /// Reads the benchmark's manifest, builds the guest crates of `source_dir` (cargo,
 /// incrementally: its progress goes to stderr) and keeps the initial image at
 /// `cache_directory`/bench-micro.hfi.
 pub fn prepare(source_dir: &Path, cache_directory: &Path) -> anyhow::Result<HoldfastFiles> {
-    // Before the guest build, which takes long: a mistake in the manifest is told at once.
-    let manifest = Manifest::load(&source_dir.join(MANIFEST))?;
-    let artifacts = guest_build::build_guest_crates(source_dir)?;
-    let image = initial_image(&manifest, &artifacts.programs)
-        .with_context(|| format!("cannot make the benchmark's initial image from {MANIFEST}"))?;
-    Ok(HoldfastFiles {
-        kernel: artifacts.kernel,
-        initial_image: linux_peer::write_cached(cache_directory, "bench-micro.hfi", &image)?,
-    })
+    prepare_image(source_dir, cache_directory, MANIFEST, "bench-micro.hfi")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::program_bench::initial_image;
     use holdfast_boot_image::system_table::Target;
     use holdfast_boot_image::{EntryKind, Image, SYSTEM_TABLE_ENTRY_NAME};
+    use holdfast_image_builder::Manifest;
+    use std::collections::BTreeMap;
 
     fn manifest() -> Manifest {
         let source_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

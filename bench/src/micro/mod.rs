@@ -10,57 +10,34 @@
 
 pub mod figures;
 pub mod holdfast;
-pub mod linux;
 pub mod table;
 
 use std::io::{self, Write};
 
-use anyhow::anyhow;
 use holdfast_abi as abi;
 use holdfast_qemu::Accelerator;
 
-use crate::guests::{self, Guest};
+use crate::figure_lines::{Figures, KERNEL_TSC_LINE_PREFIX};
 use crate::linux_peer;
-use crate::setup::{GuestVm, RunOptions, RunSetup};
+use crate::program_bench::{self, PeerProgram, ProgramLines, listed_ns};
 use crate::table::Caption;
 use figures::{
-    Figures, HOLDFAST_MARKER, HoldfastFiguresNs, KERNEL_TSC_LINE_PREFIX, LINUX_MARKER,
+    HOLDFAST_MARKER, HoldfastFiguresCycles, HoldfastFiguresNs, LINUX_MARKER, LinuxFigure,
     LinuxFiguresNs,
 };
-pub use holdfast::HoldfastFiles;
+pub use program_bench::HoldfastFiles;
+pub use program_bench::{RUNS_PER_GUEST_DEFAULT, RUNS_PER_GUEST_QUICK};
 use table::{Measure, Medians, ONE_WAY_IPC_CYCLES_MAX_KVM};
 
-/// Boots per guest by default, and with the `quick` preset. Each boot already takes a
-/// median over its program's rounds; more boots guard against one slow boot.
-pub const RUNS_PER_GUEST_DEFAULT: usize = 3;
-pub const RUNS_PER_GUEST_QUICK: usize = 1;
+/// What `holdfast bench micro` runs: the services benchmark's options, as both boot the
+/// same two guests with their own programs.
+pub type MicroBenchOptions = program_bench::ProgramBenchOptions;
 
-/// What `holdfast bench micro` runs.
-#[derive(Clone, Debug)]
-pub struct MicroBenchOptions {
-    /// The Holdfast guest, from [`holdfast::prepare`].
-    pub holdfast: HoldfastFiles,
-    /// How both guests run; its cache folder keeps the peer's program and initramfs.
-    pub run: RunOptions,
-}
-
-impl MicroBenchOptions {
-    /// The full benchmark: [`RUNS_PER_GUEST_DEFAULT`] boots per guest under TCG.
-    pub fn new(holdfast: HoldfastFiles) -> Self {
-        Self {
-            holdfast,
-            run: RunOptions::new(RUNS_PER_GUEST_DEFAULT),
-        }
-    }
-
-    /// The `quick` preset: [`RUNS_PER_GUEST_QUICK`] boot per guest.
-    pub fn quick(holdfast: HoldfastFiles) -> Self {
-        Self {
-            holdfast,
-            run: RunOptions::new(RUNS_PER_GUEST_QUICK),
-        }
-    }
-}
+/// The Linux peer's program.
+pub const LINUX_PROGRAM: PeerProgram = PeerProgram {
+    name: "linux-micro",
+    source: include_str!("../../peers/linux-micro.c"),
+};
 
 /// What the benchmark measured: every boot's figures, their medians and the table.
 #[derive(Clone, Debug)]
@@ -89,92 +66,36 @@ pub fn measure_micro(
     options: &MicroBenchOptions,
     progress: &mut dyn Write,
 ) -> anyhow::Result<MicroReport> {
-    let setup = RunSetup::prepare(&options.run)?;
-    let linux_initramfs = linux::prepare_initramfs(&setup.busybox, &setup.cache_dir)?;
-    writeln!(
-        progress,
-        "micro bench: {} boots per guest, {}, {} MiB, QEMU {}; Holdfast {} with {}; Linux peer {} with {}",
-        options.run.runs_per_guest,
-        options.run.accelerator,
-        options.run.memory_mib,
-        setup.qemu.path().display(),
-        options.holdfast.kernel.display(),
-        options.holdfast.initial_image.display(),
-        setup.linux_kernel.display(),
-        linux_initramfs.display()
-    )?;
-
-    // The VMs are the boot benchmark's, so that the two differ only in what the guests run.
-    let guest_vms = [
-        GuestVm {
-            guest: Guest::HoldfastPvh,
-            label: "Holdfast",
-            spec: setup.vm_spec(guests::holdfast_pvh_boot(
-                &options.holdfast.kernel,
-                &options.holdfast.initial_image,
-            )),
-            keep_lines_with: vec![HOLDFAST_MARKER, KERNEL_TSC_LINE_PREFIX],
-            first_program_line: None,
-            failure_message: "the Holdfast guest did not finish".to_owned(),
+    // Holdfast's boots keep their cycles too: under KVM the table shows them.
+    let holdfast = ProgramLines::<(HoldfastFiguresNs, HoldfastFiguresCycles)> {
+        marker: HOLDFAST_MARKER,
+        read: figures::holdfast_figures,
+        progress: |(ns, _)| listed_ns(Measure::ALL.map(Measure::name), ns.median),
+    };
+    let linux = ProgramLines {
+        marker: LINUX_MARKER,
+        read: figures::linux_figures,
+        progress: |ns: &LinuxFiguresNs| {
+            listed_ns(LinuxFigure::ALL.map(LinuxFigure::name), ns.median)
         },
-        GuestVm {
-            guest: Guest::Linux,
-            label: "Linux peer",
-            spec: setup.vm_spec(linux_peer::boot(&setup.linux_kernel, &linux_initramfs)),
-            keep_lines_with: vec![LINUX_MARKER],
-            first_program_line: None,
-            failure_message: "the Linux peer did not finish".to_owned(),
-        },
-    ];
-    let mut holdfast_ns = Vec::new();
-    let mut holdfast_cycles = Vec::new();
-    let mut linux_ns = Vec::new();
-    setup.run_interleaved(&guest_vms, progress, |index, run_number, run| {
-        if guest_vms[index].guest == Guest::Linux {
-            let figures = figures::linux_figures(&run.kept_lines)
-                .map_err(|why| anyhow!("the Linux peer, run {run_number}: {why}"))?;
-            linux_ns.push(figures);
-            Ok(listed_ns(
-                figures::LinuxFigure::ALL.map(|figure| figure.name()),
-                figures.median,
-            ))
-        } else {
-            let (figures, cycles) = figures::holdfast_figures(&run.kept_lines)
-                .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
-            holdfast_ns.push(figures);
-            holdfast_cycles.push(cycles);
-            Ok(listed_ns(Measure::ALL.map(Measure::name), figures.median))
-        }
-    })?;
+    };
+    let boots = program_bench::run("micro", options, LINUX_PROGRAM, holdfast, linux, progress)?;
+    let (holdfast_ns, holdfast_cycles): (Vec<_>, Vec<_>) = boots.holdfast.into_iter().unzip();
 
-    let mut medians = summarize(&holdfast_ns, &linux_ns);
+    let mut medians = summarize(&holdfast_ns, &boots.linux);
     let kvm = options.run.accelerator == Accelerator::Kvm;
     medians.holdfast_cycles_kvm = kvm.then(|| Figures::over_boots(&holdfast_cycles));
     let caption = Caption {
-        title: format!(
-            "micro: {} ({})",
-            setup.conditions(),
-            linux_peer::KERNEL_COMMAND_LINE
-        ),
+        title: boots.title,
         notes: notes(kvm),
     };
     let table = table::render(&medians, &caption);
     Ok(MicroReport {
         holdfast_ns,
-        linux_ns,
+        linux_ns: boots.linux,
         medians,
         table,
     })
-}
-
-/// One run's figures for its progress line: "getppid 1351.4 ns, pipe round trip …".
-fn listed_ns<const N: usize>(names: [&str; N], figures_ns: [f64; N]) -> String {
-    names
-        .iter()
-        .zip(figures_ns)
-        .map(|(name, ns)| format!("{name} {ns:.1} ns"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The medians and worst cases over boots, figure by figure.
@@ -242,33 +163,6 @@ fn notes(kvm: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_qemu::Accelerator;
-
-    fn files() -> HoldfastFiles {
-        HoldfastFiles {
-            kernel: "k.elf".into(),
-            initial_image: "bench-micro.hfi".into(),
-        }
-    }
-
-    #[test]
-    fn presets() {
-        assert_eq!(MicroBenchOptions::new(files()).run.runs_per_guest, 3);
-        let quick = MicroBenchOptions::quick(files()).run;
-        assert_eq!(
-            (quick.runs_per_guest, quick.accelerator),
-            (1, Accelerator::Tcg)
-        );
-    }
-
-    #[test]
-    fn the_linux_peer_boots_with_mitigations_off() {
-        assert!(
-            linux_peer::KERNEL_COMMAND_LINE
-                .split_whitespace()
-                .any(|word| word == "mitigations=off")
-        );
-    }
 
     #[test]
     fn medians_are_over_boots_figure_by_figure_and_maxima_the_worst_boot() {
@@ -294,7 +188,24 @@ mod tests {
         );
         assert_eq!(medians.holdfast_ns.median, [2000.0, 5.0, 50.0, 500.0, 8.0]);
         assert_eq!(medians.holdfast_ns.max, [6000.0, 12.0, 120.0, 1200.0, 18.0]);
-        assert_eq!(medians.linux_ns.median, [2.0, 20.0, 200.0, 2000.0, 5.0, 8.0]);
+        assert_eq!(
+            medians.linux_ns.median,
+            [2.0, 20.0, 200.0, 2000.0, 5.0, 8.0]
+        );
         assert_eq!(medians.linux_ns.max, [9.0, 90.0, 900.0, 9000.0, 18.0, 27.0]);
+    }
+
+    #[test]
+    fn the_peer_program_prints_every_figure_the_host_reads() {
+        let source = LINUX_PROGRAM.source;
+        for figure in LinuxFigure::ALL {
+            assert!(
+                source.contains(&format!("report(\"{}\"", figure.stem())),
+                "{}",
+                figure.stem()
+            );
+        }
+        assert!(source.contains("LINUX-MICRO %s_ns %.1f\\nLINUX-MICRO %s_max_ns %.1f\\n"));
+        assert!(source.contains("LINUX-MICRO-FAILED %s: %s\\n"));
     }
 }

@@ -239,7 +239,7 @@ pub fn render(medians: &Medians, caption: &Caption) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::micro::figures::Figures;
+    use crate::figure_lines::Figures;
 
     fn medians(trivial_invocation_ns: f64) -> Medians {
         Medians {

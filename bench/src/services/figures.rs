@@ -1,7 +1,7 @@
 //! The figures the services benchmark's guests print, read as the micro-benchmark's are
-//! (`crate::micro::figures`: `<marker> <name> <number>`, the median and the slowest round).
+//! ([`crate::figure_lines`]: `<marker> <name> <number>`, the median and the slowest round).
 
-use crate::micro::figures::{Figures, figures_in, find, kernel_tsc_mhz};
+use crate::figure_lines::{Figures, cycles_to_ns, figure_set};
 
 /// What the Linux peer's program (`bench/peers/linux-services.c`) starts its lines with.
 pub const LINUX_MARKER: &str = "LINUX-SERVICES";
@@ -81,36 +81,24 @@ pub type LinuxFiguresNs = Figures<{ LinuxFigure::ALL.len() }>;
 
 /// The Linux peer's figures from its run's lines; all are required.
 pub fn linux_figures(lines: &[String]) -> Result<LinuxFiguresNs, String> {
-    let figures = figures_in(lines, LINUX_MARKER)?;
-    let mut values = Figures {
-        median: [0.0; LinuxFigure::ALL.len()],
-        max: [0.0; LinuxFigure::ALL.len()],
-    };
-    for (index, figure) in LinuxFigure::ALL.iter().enumerate() {
-        values.median[index] = find(&figures, &format!("{}_ns", figure.stem()), lines)?;
-        values.max[index] = find(&figures, &format!("{}_max_ns", figure.stem()), lines)?;
-    }
-    Ok(values)
+    figure_set(
+        lines,
+        LINUX_MARKER,
+        LinuxFigure::ALL.map(LinuxFigure::stem),
+        "ns",
+    )
 }
 
 /// The Holdfast program's figures in nanoseconds, its TSC cycles converted with the
 /// kernel's calibration line; all are required.
 pub fn holdfast_figures(lines: &[String]) -> Result<HoldfastFiguresNs, String> {
-    let figures = figures_in(lines, HOLDFAST_MARKER)?;
-    let mut cycles = Figures {
-        median: [0.0; HoldfastFigure::ALL.len()],
-        max: [0.0; HoldfastFigure::ALL.len()],
-    };
-    for (index, figure) in HoldfastFigure::ALL.iter().enumerate() {
-        cycles.median[index] = find(&figures, &format!("{}_tsc_cycles", figure.stem()), lines)?;
-        cycles.max[index] = find(
-            &figures,
-            &format!("{}_max_tsc_cycles", figure.stem()),
-            lines,
-        )?;
-    }
-    let tsc_mhz = kernel_tsc_mhz(lines)? as f64;
-    Ok(cycles.map(|cycles| cycles * 1000.0 / tsc_mhz))
+    let cycles = figure_set(
+        lines,
+        HOLDFAST_MARKER,
+        HoldfastFigure::ALL.map(HoldfastFigure::stem),
+        "tsc_cycles",
+    )?;
+    cycles_to_ns(cycles, lines)
 }
 
 #[cfg(test)]

@@ -5,11 +5,7 @@
 
 use std::path::Path;
 
-use anyhow::Context;
-use holdfast_image_builder::{Manifest, guest_build};
-
-use crate::linux_peer;
-use crate::micro::holdfast::{HoldfastFiles, initial_image};
+use crate::program_bench::{HoldfastFiles, prepare_image};
 
 /// The ring-3 program that times (a bin of `services/selftest`).
 pub const PROGRAM: &str = "bench-services";
@@ -19,21 +15,14 @@ pub const MANIFEST: &str = "bench/services-manifest.toml";
 /// Reads the benchmark's manifest, builds the guest crates of `source_dir` (cargo,
 /// incrementally) and keeps the initial image at `cache_directory`/bench-services.hfi.
 pub fn prepare(source_dir: &Path, cache_directory: &Path) -> anyhow::Result<HoldfastFiles> {
-    // Before the guest build, which takes long: a mistake in the manifest is told at once.
-    let manifest = Manifest::load(&source_dir.join(MANIFEST))?;
-    let artifacts = guest_build::build_guest_crates(source_dir)?;
-    let image = initial_image(&manifest, &artifacts.programs)
-        .with_context(|| format!("cannot make the benchmark's initial image from {MANIFEST}"))?;
-    Ok(HoldfastFiles {
-        kernel: artifacts.kernel,
-        initial_image: linux_peer::write_cached(cache_directory, "bench-services.hfi", &image)?,
-    })
+    prepare_image(source_dir, cache_directory, MANIFEST, "bench-services.hfi")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use holdfast_boot_image::system_table::Target;
+    use holdfast_image_builder::Manifest;
 
     #[test]
     fn the_manifest_gives_bench_services_a_bank_a_constructor_a_meter_and_echo_server() {

@@ -14,55 +14,32 @@
 
 pub mod figures;
 pub mod holdfast;
-pub mod linux;
 pub mod table;
 
 use std::io::{self, Write};
 
-use anyhow::anyhow;
 use holdfast_abi as abi;
 
-use crate::guests::{self, Guest};
+use crate::figure_lines::Figures;
 use crate::linux_peer;
-use crate::micro::figures::{Figures, KERNEL_TSC_LINE_PREFIX};
-use crate::micro::holdfast::HoldfastFiles;
-use crate::setup::{GuestVm, RunOptions, RunSetup};
+use crate::program_bench::{self, PeerProgram, ProgramLines, listed_ns};
 use crate::table::Caption;
 use figures::{
     HOLDFAST_MARKER, HoldfastFigure, HoldfastFiguresNs, LINUX_MARKER, LinuxFigure, LinuxFiguresNs,
 };
+pub use program_bench::{RUNS_PER_GUEST_DEFAULT, RUNS_PER_GUEST_QUICK};
 use table::Medians;
 
-/// Boots per guest by default, and with the `quick` preset (for CI).
-pub const RUNS_PER_GUEST_DEFAULT: usize = 3;
-pub const RUNS_PER_GUEST_QUICK: usize = 1;
+/// What `holdfast bench services` runs: the micro-benchmark's options, as both boot the
+/// same two guests with their own programs.
+pub type ServicesBenchOptions = program_bench::ProgramBenchOptions;
 
-/// What `holdfast bench services` runs.
-#[derive(Clone, Debug)]
-pub struct ServicesBenchOptions {
-    /// The Holdfast guest, from [`holdfast::prepare`].
-    pub holdfast: HoldfastFiles,
-    /// How both guests run; its cache folder keeps the peer's program and initramfs.
-    pub run: RunOptions,
-}
-
-impl ServicesBenchOptions {
-    /// The full benchmark: [`RUNS_PER_GUEST_DEFAULT`] boots per guest under TCG.
-    pub fn new(holdfast: HoldfastFiles) -> Self {
-        Self {
-            holdfast,
-            run: RunOptions::new(RUNS_PER_GUEST_DEFAULT),
-        }
-    }
-
-    /// The `quick` preset: [`RUNS_PER_GUEST_QUICK`] boot per guest.
-    pub fn quick(holdfast: HoldfastFiles) -> Self {
-        Self {
-            holdfast,
-            run: RunOptions::new(RUNS_PER_GUEST_QUICK),
-        }
-    }
-}
+/// The Linux peer's program. It also is the static binary its fork and exec figure execs,
+/// by its path in the initramfs (its argv[0]).
+pub const LINUX_PROGRAM: PeerProgram = PeerProgram {
+    name: "linux-services",
+    source: include_str!("../../peers/linux-services.c"),
+};
 
 /// What the benchmark measured: every boot's figures, their medians and the table.
 #[derive(Clone, Debug)]
@@ -89,92 +66,44 @@ pub fn measure_services(
     options: &ServicesBenchOptions,
     progress: &mut dyn Write,
 ) -> anyhow::Result<ServicesReport> {
-    let setup = RunSetup::prepare(&options.run)?;
-    let linux_initramfs = linux::prepare_initramfs(&setup.busybox, &setup.cache_dir)?;
-    writeln!(
+    let holdfast = ProgramLines {
+        marker: HOLDFAST_MARKER,
+        read: figures::holdfast_figures,
+        progress: |ns: &HoldfastFiguresNs| {
+            listed_ns(HoldfastFigure::ALL.map(HoldfastFigure::stem), ns.median)
+        },
+    };
+    let linux = ProgramLines {
+        marker: LINUX_MARKER,
+        read: figures::linux_figures,
+        progress: |ns: &LinuxFiguresNs| {
+            listed_ns(LinuxFigure::ALL.map(LinuxFigure::stem), ns.median)
+        },
+    };
+    let boots = program_bench::run(
+        "services",
+        options,
+        LINUX_PROGRAM,
+        holdfast,
+        linux,
         progress,
-        "services bench: {} boots per guest, {}, {} MiB, QEMU {}; Holdfast {} with {}; Linux peer {} with {}",
-        options.run.runs_per_guest,
-        options.run.accelerator,
-        options.run.memory_mib,
-        setup.qemu.path().display(),
-        options.holdfast.kernel.display(),
-        options.holdfast.initial_image.display(),
-        setup.linux_kernel.display(),
-        linux_initramfs.display()
     )?;
-    let guest_vms = [
-        GuestVm {
-            guest: Guest::HoldfastPvh,
-            label: "Holdfast",
-            spec: setup.vm_spec(guests::holdfast_pvh_boot(
-                &options.holdfast.kernel,
-                &options.holdfast.initial_image,
-            )),
-            keep_lines_with: vec![HOLDFAST_MARKER, KERNEL_TSC_LINE_PREFIX],
-            first_program_line: None,
-            failure_message: "the Holdfast guest did not finish".to_owned(),
-        },
-        GuestVm {
-            guest: Guest::Linux,
-            label: "Linux peer",
-            spec: setup.vm_spec(linux_peer::boot(&setup.linux_kernel, &linux_initramfs)),
-            keep_lines_with: vec![LINUX_MARKER],
-            first_program_line: None,
-            failure_message: "the Linux peer did not finish".to_owned(),
-        },
-    ];
-    let mut holdfast_ns = Vec::new();
-    let mut linux_ns = Vec::new();
-    setup.run_interleaved(&guest_vms, progress, |index, run_number, run| {
-        if guest_vms[index].guest == Guest::Linux {
-            let figures = figures::linux_figures(&run.kept_lines)
-                .map_err(|why| anyhow!("the Linux peer, run {run_number}: {why}"))?;
-            linux_ns.push(figures);
-            Ok(listed_ns(
-                LinuxFigure::ALL.map(LinuxFigure::stem),
-                figures.median,
-            ))
-        } else {
-            let figures = figures::holdfast_figures(&run.kept_lines)
-                .map_err(|why| anyhow!("the Holdfast guest, run {run_number}: {why}"))?;
-            holdfast_ns.push(figures);
-            Ok(listed_ns(
-                HoldfastFigure::ALL.map(HoldfastFigure::stem),
-                figures.median,
-            ))
-        }
-    })?;
 
     let medians = Medians {
-        holdfast_ns: Figures::over_boots(&holdfast_ns),
-        linux_ns: Figures::over_boots(&linux_ns),
+        holdfast_ns: Figures::over_boots(&boots.holdfast),
+        linux_ns: Figures::over_boots(&boots.linux),
     };
     let caption = Caption {
-        title: format!(
-            "services: {} ({})",
-            setup.conditions(),
-            linux_peer::KERNEL_COMMAND_LINE
-        ),
+        title: boots.title,
         notes: notes(),
     };
     let table = table::render(&medians, &caption);
     Ok(ServicesReport {
-        holdfast_ns,
-        linux_ns,
+        holdfast_ns: boots.holdfast,
+        linux_ns: boots.linux,
         medians,
         table,
     })
-}
-
-/// One run's figures for its progress line.
-fn listed_ns<const N: usize>(names: [&str; N], figures_ns: [f64; N]) -> String {
-    names
-        .iter()
-        .zip(figures_ns)
-        .map(|(name, ns)| format!("{name} {ns:.1} ns"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn notes() -> Vec<String> {
@@ -212,22 +141,41 @@ fn notes() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_qemu::Accelerator;
 
     #[test]
-    fn presets() {
-        let files = HoldfastFiles {
-            kernel: "k.elf".into(),
-            initial_image: "bench-services.hfi".into(),
-        };
-        assert_eq!(
-            ServicesBenchOptions::new(files.clone()).run.runs_per_guest,
-            3
+    fn the_peer_program_prints_every_figure_the_host_reads() {
+        for figure in LinuxFigure::ALL {
+            assert!(
+                LINUX_PROGRAM
+                    .source
+                    .contains(&format!("report(\"{}\"", figure.stem())),
+                "{}",
+                figure.stem()
+            );
+        }
+        assert!(
+            LINUX_PROGRAM
+                .source
+                .contains("LINUX-SERVICES-FAILED %s: %s\\n")
         );
-        let quick = ServicesBenchOptions::quick(files).run;
+    }
+
+    /// Builds the real program with the real compiler and runs it on the host: its exec of
+    /// itself with `--exit` must work, and it prints each figure.
+    #[test]
+    fn the_peer_program_builds_static_and_runs() {
+        let directory =
+            std::env::temp_dir().join(format!("holdfast-bench-services-{}", std::process::id()));
+        let executable = LINUX_PROGRAM.build(&directory).unwrap();
         assert_eq!(
-            (quick.runs_per_guest, quick.accelerator),
-            (1, Accelerator::Tcg)
+            linux_peer::is_static_elf(&std::fs::read(&executable).unwrap()),
+            Ok(true)
         );
+        let output = std::process::Command::new(&executable).output().unwrap();
+        std::fs::remove_dir_all(&directory).unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{stdout}");
+        let lines: Vec<String> = stdout.lines().map(str::to_owned).collect();
+        figures::linux_figures(&lines).unwrap();
     }
 }

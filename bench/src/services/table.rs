@@ -125,7 +125,7 @@ pub fn render(medians: &Medians, caption: &Caption) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::micro::figures::Figures;
+    use crate::figure_lines::Figures;
 
     fn medians(process_cycle_ns: f64, forwarded_call_ns: f64) -> Medians {
         Medians {

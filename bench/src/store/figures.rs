@@ -9,7 +9,7 @@
 //! - The Linux peer (`bench/peers/linux-store.c`): `LINUX-STORE <name> <number>` or
 //!   `LINUX-STORE-FAILED <why>`.
 
-use crate::micro::figures::{kernel_tsc_mhz, parse_figure_line};
+use crate::figure_lines::{kernel_tsc_mhz, parse_figure_line};
 
 pub const HOLDFAST_MARKER: &str = "HOLDFAST-STORE";
 pub const LINUX_MARKER: &str = "LINUX-STORE";

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use crate::initramfs::Entry;
 use crate::linux_peer;
 
-/// The program's source, built into this binary (see `micro::linux`).
+/// The program's source, built into this binary (see `program_bench::PeerProgram`).
 pub const PROGRAM_SOURCE: &str = include_str!("../../peers/linux-store.c");
 const PROGRAM_NAME: &str = "linux-store";
 

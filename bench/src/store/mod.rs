@@ -140,7 +140,7 @@ const HOLDFAST_KEPT: [&str; 6] = [
     "HOLDFAST-STORE-FAILED",
     figures::COMMIT_LINE_PREFIX,
     figures::RESTART_LINE_PREFIX,
-    crate::micro::figures::KERNEL_TSC_LINE_PREFIX,
+    crate::figure_lines::KERNEL_TSC_LINE_PREFIX,
 ];
 
 struct Session<'a> {

@@ -24,9 +24,13 @@
 #![no_std]
 #![no_main]
 
+#[path = "bench_timing.rs"]
+mod timing;
+
 use holdfast_userlib::abi::methods::ObjectError;
 use holdfast_userlib::abi::{USER_STACK_BYTES, USER_STACK_TOP};
 use holdfast_userlib::{self as user, Invocation};
+use timing::{FigureLines, Spread, read_tsc, spread};
 
 const ECHO_SERVER: u8 = 2;
 const KEEPER_NODE: u8 = 3;
@@ -64,50 +68,8 @@ static mut UNTOUCHED: [[u8; 4096]; FAULT_PAGES] = [[0; 4096]; FAULT_PAGES];
 /// 16 of 32 pages), each faulted once and timed alone. The keeper's pool holds more.
 const KEEPER_FAULTS: usize = 15;
 
-fn read_tsc() -> u64 {
-    // SAFETY: rdtsc only reads the time-stamp counter; ring 3 may (CR4.TSD is clear).
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-/// A measure's rounds (or single timings): their median and their maximum.
-#[derive(Clone, Copy)]
-struct Spread {
-    median: u64,
-    max: u64,
-}
-
-fn spread(values: &mut [u64]) -> Spread {
-    values.sort_unstable();
-    Spread {
-        median: values[values.len() / 2],
-        max: values[values.len() - 1],
-    }
-}
-
-/// `name`: the measure's name without its unit.
-fn report(name: &str, cycles: Spread) {
-    let mut median_digits = [0u8; 20];
-    let mut max_digits = [0u8; 20];
-    user::print_parts(&[
-        b"HOLDFAST-MICRO ",
-        name.as_bytes(),
-        b"_tsc_cycles ",
-        user::decimal(cycles.median, &mut median_digits),
-        b"\nHOLDFAST-MICRO ",
-        name.as_bytes(),
-        b"_max_tsc_cycles ",
-        user::decimal(cycles.max, &mut max_digits),
-        b"\n",
-    ]);
-}
-
-fn fail(what: &str) -> u64 {
-    // A figure for an invocation the kernel did not answer as expected would be wrong.
-    user::print("HOLDFAST-MICRO-FAILED ");
-    user::print(what);
-    user::print("\n");
-    1
-}
+/// What this program's lines start with (`bench/src/micro/figures.rs`).
+const LINES: FigureLines = FigureLines::new("HOLDFAST-MICRO");
 
 fn trivial_invocation() -> Option<Spread> {
     let mut rounds = [0u64; ROUNDS];
@@ -204,25 +166,25 @@ fn keeper_fault() -> Option<Spread> {
 
 fn main() -> u64 {
     let Some(trivial) = trivial_invocation() else {
-        return fail("trivial invocation: not answered InvalidOrder");
+        return LINES.fail("trivial invocation: not answered InvalidOrder");
     };
-    report("trivial_invocation", trivial);
+    LINES.report("trivial_invocation", trivial);
     let Some(round_trip) = round_trip_ipc() else {
-        return fail("round-trip IPC: echo-server did not echo");
+        return LINES.fail("round-trip IPC: echo-server did not echo");
     };
-    report("round_trip_ipc", round_trip);
+    LINES.report("round_trip_ipc", round_trip);
     let Some(one_way) = one_way_ipc() else {
-        return fail("one-way IPC: echo-server did not answer TIMESTAMP with a later TSC");
+        return LINES.fail("one-way IPC: echo-server did not answer TIMESTAMP with a later TSC");
     };
-    report("one_way_ipc", one_way);
-    report("node_tree_fault", node_tree_fault());
+    LINES.report("one_way_ipc", one_way);
+    LINES.report("node_tree_fault", node_tree_fault());
     if !wrap_space_in_keeper_node() {
-        return fail("keeper fault: cannot wrap the own space in a keeper node");
+        return LINES.fail("keeper fault: cannot wrap the own space in a keeper node");
     }
     let Some(keeper) = keeper_fault() else {
-        return fail("keeper fault: the keeper's page was not zeroed");
+        return LINES.fail("keeper fault: the keeper's page was not zeroed");
     };
-    report("keeper_fault", keeper);
+    LINES.report("keeper_fault", keeper);
     0
 }
 

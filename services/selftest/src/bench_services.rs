@@ -25,11 +25,15 @@
 #![no_std]
 #![no_main]
 
+#[path = "bench_timing.rs"]
+mod timing;
+
 use holdfast_userlib::bank;
 use holdfast_userlib::constructor::yield_process;
 use holdfast_userlib::interface::{node, page, process, space};
 use holdfast_userlib::syscall::CapReg;
 use holdfast_userlib::{self as user, Invocation};
+use timing::{FigureLines, Spread, read_tsc, spread};
 
 const BANK: CapReg = CapReg::new(2);
 const CONSTRUCTOR: CapReg = CapReg::new(3);
@@ -66,50 +70,8 @@ const CYCLE_BANK_LIMIT: u64 = 1024;
 struct Window([[u8; 4096]; PAGES_PER_ROUND]);
 static mut WINDOW: Window = Window([[0; 4096]; PAGES_PER_ROUND]);
 
-fn read_tsc() -> u64 {
-    // SAFETY: rdtsc only reads the time-stamp counter; ring 3 may (CR4.TSD is clear).
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-/// A measure's rounds: their median and their maximum.
-#[derive(Clone, Copy)]
-struct Spread {
-    median: u64,
-    max: u64,
-}
-
-fn spread(values: &mut [u64]) -> Spread {
-    values.sort_unstable();
-    Spread {
-        median: values[values.len() / 2],
-        max: values[values.len() - 1],
-    }
-}
-
-/// `name`: the measure's name without its unit.
-fn report(name: &str, cycles: Spread) {
-    let mut median_digits = [0u8; 20];
-    let mut max_digits = [0u8; 20];
-    user::print_parts(&[
-        b"HOLDFAST-SERVICES ",
-        name.as_bytes(),
-        b"_tsc_cycles ",
-        user::decimal(cycles.median, &mut median_digits),
-        b"\nHOLDFAST-SERVICES ",
-        name.as_bytes(),
-        b"_max_tsc_cycles ",
-        user::decimal(cycles.max, &mut max_digits),
-        b"\n",
-    ]);
-}
-
-fn fail(what: &str) -> u64 {
-    // A figure for work the services did not do as asked would be wrong.
-    user::print("HOLDFAST-SERVICES-FAILED ");
-    user::print(what);
-    user::print("\n");
-    1
-}
+/// What this program's lines start with (`bench/src/services/figures.rs`).
+const LINES: FigureLines = FigureLines::new("HOLDFAST-SERVICES");
 
 /// One process made, answering, and gone: see the crate's doc.
 fn process_cycle(serial: u64) -> Result<(), &'static str> {
@@ -223,19 +185,19 @@ fn make_forwarder() -> Result<(), &'static str> {
 }
 
 fn run() -> Result<(), &'static str> {
-    report("process_cycle", process_cycles()?);
-    report("page_allocation", page_allocations()?);
+    LINES.report("process_cycle", process_cycles()?);
+    LINES.report("page_allocation", page_allocations()?);
     make_forwarder()?;
     let (direct, forwarded) = calls()?;
-    report("direct_call", direct);
-    report("forwarded_call", forwarded);
+    LINES.report("direct_call", direct);
+    LINES.report("forwarded_call", forwarded);
     Ok(())
 }
 
 fn main() -> u64 {
     match run() {
         Ok(()) => 0,
-        Err(what) => fail(what),
+        Err(what) => LINES.fail(what),
     }
 }
 
