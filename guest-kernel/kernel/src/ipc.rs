@@ -240,7 +240,7 @@ fn invoke_general(
                 drop(objects);
                 stall(invoker, receiver, registers)
             }
-            if available && kept_for_another(&scheduler.processes[receiver], invoker) {
+            if available && kept_for_another(&scheduler, receiver, invoker) {
                 drop(scheduler);
                 drop(objects);
                 yield_to_first_come(invoker, registers)
@@ -528,17 +528,21 @@ fn make_available(scheduler: &mut process::Scheduler, index: usize) {
     server.kept_until_tick = timer::ticks() + KEPT_TICKS;
 }
 
-/// How long a process that became available is kept for the first of those stalled on it:
-/// long enough for it to have its turn (the ticks of a round of two or three runnable
-/// processes), short enough that one that never tries again (stopped, out of time,
-/// destroyed) holds nobody up for long.
+/// How long at most a process that became available is kept for the first of those
+/// stalled on it: long enough for it to have its turn (the ticks of a round of two or three
+/// runnable processes), short enough that one that runs on without trying again holds
+/// nobody up for long.
 const KEPT_TICKS: u64 = 3;
 
-/// Whether the available process `server` is kept for a process other than `invoker`.
-fn kept_for_another(server: &process::Process, invoker: usize) -> bool {
-    server.kept_for != process::NO_PROCESS
-        && server.kept_for != invoker
-        && timer::ticks() < server.kept_until_tick
+/// Whether the available process `server` is kept for a process other than `invoker`: one
+/// still waiting for its turn to try again (runnable; not one that went on to wait for
+/// something else, ran out of time, was stopped or destroyed).
+fn kept_for_another(scheduler: &process::Scheduler, server: usize, invoker: usize) -> bool {
+    let kept_for = scheduler.processes[server].kept_for;
+    kept_for != process::NO_PROCESS
+        && kept_for != invoker
+        && scheduler.processes[kept_for].state == ProcessState::Runnable
+        && timer::ticks() < scheduler.processes[server].kept_until_tick
 }
 
 /// The target is kept for the first of those that stalled on it: the invoker lets it go
