@@ -206,19 +206,6 @@ fn stop_made_processes() -> u64 {
     stopped
 }
 
-fn print_number_line(parts: &[(&[u8], u64)], end: &[u8]) {
-    let mut digits = [[0u8; 20]; 8];
-    let mut line: [&[u8]; 17] = [b""; 17];
-    let mut used = 0;
-    for ((text, value), digits) in parts.iter().zip(digits.iter_mut()) {
-        line[used] = text;
-        line[used + 1] = user::decimal(*value, digits);
-        used += 2;
-    }
-    line[used] = end;
-    user::print_parts(&line[..=used]);
-}
-
 /// Gives the process made into register `process` the ledger's meter, fetched into a
 /// scratch register (15, or 14 if the process is in 15), which it returns.
 fn give_meter(process: u8) -> u8 {
@@ -238,7 +225,7 @@ fn main() -> u64 {
         Ok([seed, 1, ..]) => seed,
         _ => now_nanoseconds(),
     };
-    print_number_line(&[(b"hostile: seed ", seed)], b"\n");
+    user::print_numbers(&[(b"hostile: seed ", seed)], b"\n");
     let mut random = Random::new(seed);
     let mut string = [0u8; 4200];
     let mut buffer = [0u8; 4200];
@@ -320,7 +307,7 @@ fn main() -> u64 {
         }
     }
     let stopped = stop_made_processes();
-    print_number_line(
+    user::print_numbers(
         &[
             (b"hostile: ", counts.invocations),
             (b" random invocations: ", counts.processes_made),

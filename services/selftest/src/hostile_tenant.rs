@@ -47,6 +47,7 @@ use holdfast_userlib::bank;
 use holdfast_userlib::interface::{clock, identify, node, page};
 use holdfast_userlib::keysafe::{self, control_order, refusal};
 use holdfast_userlib::random::Xorshift as Random;
+use holdfast_userlib::spin::{Spun, spin};
 use holdfast_userlib::syscall::{self, CapReg, Error};
 use holdfast_userlib::{self as user, Invocation};
 
@@ -78,8 +79,6 @@ const FLOOD_NS: u64 = 2_000_000_000;
 const FUZZ_NS: u64 = 10_000_000_000;
 /// The calls whose reply codes the digest covers: fewer than any run makes in `FUZZ_NS`.
 const DIGEST_CALLS: u64 = 2_000;
-/// A gap between two clock reads longer than this was spent off the processor.
-const RUNNING_GAP_NS: u64 = 1_000_000;
 /// What the fuzzing invokes and sends: all but the console (random bytes would garble the
 /// report), its own process (it must live to report) and its own page (the victim reads
 /// the phase from it).
@@ -111,19 +110,6 @@ fn page_word(register: CapReg) -> u64 {
 
 fn say(phase: u64) -> Checked {
     page::write(OWN_PAGE, 0, &phase.to_le_bytes()).map_err(|_| "its own page does not write")
-}
-
-fn print_figures(parts: &[(&[u8], u64)], end: &[u8]) {
-    let mut digits = [[0u8; 20]; 8];
-    let mut line: [&[u8]; 17] = [b""; 17];
-    let mut used = 0;
-    for ((text, value), digits) in parts.iter().zip(digits.iter_mut()) {
-        line[used] = text;
-        line[used + 1] = user::decimal(*value, digits);
-        used += 2;
-    }
-    line[used] = end;
-    user::print_parts(&line[..=used]);
 }
 
 /// Takes its capabilities and grants, attacks the live page forwarder, has `lapsed` revoked.
@@ -245,25 +231,6 @@ fn exhaust_bank() -> Result<(u64, u64), &'static str> {
     Ok((pages, nodes))
 }
 
-/// Spins for `SPIN_NS`: the permille of the time it ran, and its longest run in us.
-fn spin() -> (u64, u64) {
-    let start = now();
-    let mut last = start;
-    let (mut ran_ns, mut run_ns, mut longest_run_ns) = (0, 0, 0);
-    while last - start < SPIN_NS {
-        let read = now();
-        if read - last < RUNNING_GAP_NS {
-            ran_ns += read - last;
-            run_ns += read - last;
-            longest_run_ns = longest_run_ns.max(run_ns);
-        } else {
-            run_ns = 0;
-        }
-        last = read;
-    }
-    (ran_ns * 1000 / (last - start), longest_run_ns / 1000)
-}
-
 /// Calls the victim's server as fast as it can for `FLOOD_NS`, now and then with an order
 /// it does not have; returns how many calls.
 fn flood() -> Result<u64, &'static str> {
@@ -361,7 +328,7 @@ fn run(seed: u64) -> Checked {
     replay_revoked()?;
     let log_full = forbidden_grants()?;
     let live = census()?;
-    print_figures(
+    user::print_numbers(
         &[(b"hostile-tenant: revoked capabilities void, forbidden grants refused (", log_full), (b" for a full audit log), ", live)],
         b" registers hold what it was given\n",
     );
@@ -371,9 +338,9 @@ fn run(seed: u64) -> Checked {
     }
     say(ATTACKING)?;
     let (pages, nodes) = exhaust_bank()?;
-    let (ran_permille, longest_run_us) = spin();
+    let Spun { ran_permille, longest_run_us } = spin(SPIN_NS, now);
     let calls = flood()?;
-    print_figures(
+    user::print_numbers(
         &[
             (b"hostile-tenant: its bank sold ", pages),
             (b" pages and ", nodes),
@@ -388,7 +355,7 @@ fn run(seed: u64) -> Checked {
     let fill_ms = (now() - fill_start) / 1_000_000;
     // The operator tries a grant the policy allows, from the victim: the log has room.
     let code = user::call(OPERATOR, PROBE, [0; 4]).map_or(u64::MAX, |words| words[0]);
-    print_figures(
+    user::print_numbers(
         &[
             (b"hostile-tenant: ", refusals),
             (b" forbidden grants refused in ", fill_ms),
@@ -397,9 +364,9 @@ fn run(seed: u64) -> Checked {
         b"\n",
     );
     expect(code == 0, "after its refusals the victim's allowed grant was refused")?;
-    print_figures(&[(b"hostile-tenant: fuzzing with seed ", seed)], b"\n");
+    user::print_numbers(&[(b"hostile-tenant: fuzzing with seed ", seed)], b"\n");
     let fuzzed = fuzz(seed);
-    print_figures(
+    user::print_numbers(
         &[
             (b"hostile-tenant: fuzz: ", fuzzed.calls),
             (b" calls in ", fuzzed.elapsed_ms),
@@ -410,7 +377,7 @@ fn run(seed: u64) -> Checked {
         b"\n",
     );
     let slowest = fuzzed.slowest_us;
-    print_figures(
+    user::print_numbers(
         &[
             (b"hostile-tenant: its slowest calls in us: clock ", slowest[2]),
             (b", bank ", slowest[3]),
@@ -431,7 +398,7 @@ fn main() -> u64 {
         Ok([seed, 1, ..]) => seed,
         _ => now(),
     };
-    print_figures(&[(b"hostile-tenant: seed ", seed)], b"\n");
+    user::print_numbers(&[(b"hostile-tenant: seed ", seed)], b"\n");
     let result = run(seed);
     // The victim waits for this whatever happened.
     let _ = say(DONE);

@@ -10,43 +10,23 @@
 #![no_main]
 
 use holdfast_userlib::interface::clock;
+use holdfast_userlib::spin::spin;
 use holdfast_userlib::syscall::CapReg;
 use holdfast_userlib::{self as user};
 
 const CLOCK: CapReg = CapReg::new(2);
 const WINDOW_NS: u64 = 3_000_000_000;
-/// A gap between two clock reads longer than this was spent off the processor.
-const RUNNING_GAP_NS: u64 = 1_000_000;
 
 fn now() -> u64 {
     clock::now(CLOCK).map_or(0, |now| now.nanoseconds)
 }
 
 fn main() -> u64 {
-    let start = now();
-    let mut last = start;
-    let (mut ran_ns, mut run_ns, mut longest_run_ns) = (0, 0, 0);
-    while last - start < WINDOW_NS {
-        let read = now();
-        if read - last < RUNNING_GAP_NS {
-            ran_ns += read - last;
-            run_ns += read - last;
-            longest_run_ns = longest_run_ns.max(run_ns);
-        } else {
-            run_ns = 0;
-        }
-        last = read;
-    }
-    let mut digits = [[0u8; 20]; 2];
-    let [permille_digits, longest_digits] = &mut digits;
-    let permille = ran_ns * 1000 / (last - start);
-    user::print_parts(&[
-        b"meter-spinner: ran ",
-        user::decimal(permille, permille_digits),
-        b" permille of 3000 ms, its longest run ",
-        user::decimal(longest_run_ns / 1000, longest_digits),
+    let spun = spin(WINDOW_NS, now);
+    user::print_numbers(
+        &[(b"meter-spinner: ran ", spun.ran_permille), (b" permille of 3000 ms, its longest run ", spun.longest_run_us)],
         b" us\n",
-    ]);
+    );
     loop {
         core::hint::spin_loop();
     }

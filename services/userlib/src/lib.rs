@@ -18,6 +18,7 @@ pub use holdfast_abi as abi;
 pub mod check;
 pub mod net;
 pub mod random;
+pub mod spin;
 pub mod space;
 pub mod bank;
 pub mod constructor;
@@ -190,6 +191,21 @@ pub fn print_parts(parts: &[&[u8]]) {
         length += taken;
     }
     let _ = write_to(CONSOLE, &line[..length]);
+}
+
+/// Prints one line of texts each followed by its number in decimal (up to eight), then
+/// `end`, in one write ([`print_parts`]).
+pub fn print_numbers(parts: &[(&[u8], u64)], end: &[u8]) {
+    let mut digits = [[0u8; 20]; 8];
+    let mut line: [&[u8]; 17] = [b""; 17];
+    let mut used = 0;
+    for ((text, value), digits) in parts.iter().zip(digits.iter_mut()) {
+        line[used] = text;
+        line[used + 1] = decimal(*value, digits);
+        used += 2;
+    }
+    line[used] = end;
+    print_parts(&line[..=used]);
 }
 
 /// `value` in decimal, written into the end of `digits`; returns the digits.
