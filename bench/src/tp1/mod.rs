@@ -90,6 +90,12 @@ pub struct Counters {
     pub flushes: Option<u64>,
     /// Kernel invocations (Holdfast only).
     pub invocations: Option<u64>,
+    /// Seconds the kernel spent on background steps at ring 3's timer ticks, every process
+    /// waiting (Holdfast only: `holdfast_background_steps_at_ticks_seconds_total`).
+    pub steps_at_ticks_seconds: Option<f64>,
+    /// Seconds the kernel waited for its disk, no process running (Holdfast only:
+    /// `holdfast_disk_wait_seconds_total`).
+    pub disk_wait_seconds: Option<f64>,
 }
 
 /// Whether the PostgreSQL guest runs.
@@ -163,6 +169,8 @@ pub struct Measured {
     pub report: RunReport,
     pub flushes: Option<u64>,
     pub invocations: Option<u64>,
+    pub steps_at_ticks_seconds: Option<f64>,
+    pub disk_wait_seconds: Option<f64>,
 }
 
 /// Everything measured of one system.
@@ -404,11 +412,13 @@ fn measure_system<L: Target, T: Target>(
         let measured = Measured {
             flushes: difference(before.flushes, after.flushes),
             invocations: difference(before.invocations, after.invocations),
+            steps_at_ticks_seconds: after.steps_at_ticks_seconds.zip(before.steps_at_ticks_seconds).map(|(after, before)| after - before),
+            disk_wait_seconds: after.disk_wait_seconds.zip(before.disk_wait_seconds).map(|(after, before)| after - before),
             report,
         };
         let report = &measured.report;
         eprintln!(
-            "holdfast bench tp1: {name}: {} loop, {clients} client{}{}: {:.1} tps acknowledged ({} acknowledged, {} refused, {} failed, {} unfinished), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms{}",
+            "holdfast bench tp1: {name}: {} loop, {clients} client{}{}: {:.1} tps acknowledged ({} acknowledged, {} refused, {} failed, {} unfinished), p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms{}{}",
             report.mode,
             if clients == 1 { "" } else { "s" },
             rate.map(|rate| format!(" at {rate:.1}/s"))
@@ -424,6 +434,13 @@ fn measure_system<L: Target, T: Target>(
             measured
                 .flushes
                 .map(|flushes| format!(", {flushes} flushes"))
+                .unwrap_or_default(),
+            // Where the kernel's time went that no process could use: what the latency
+            // tail follows.
+            measured
+                .steps_at_ticks_seconds
+                .zip(measured.disk_wait_seconds)
+                .map(|(ticks, disk)| format!(", kernel steps at ticks {ticks:.2} s, disk waits {disk:.2} s"))
                 .unwrap_or_default(),
         );
         Ok(measured)
@@ -492,7 +509,7 @@ fn postgres_counters(url: &str) -> anyhow::Result<Counters> {
         };
         Ok(Counters {
             flushes,
-            invocations: None,
+            ..Counters::default()
         })
     })?
 }

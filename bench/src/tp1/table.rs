@@ -446,6 +446,8 @@ mod tests {
             report: report(clients, rate, p99_ms, (rate * 5.0) as u64),
             flushes,
             invocations: None,
+            steps_at_ticks_seconds: None,
+            disk_wait_seconds: None,
         };
         SystemFigures {
             load_time: Duration::from_secs(2),

@@ -106,6 +106,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
         scheduler.processes[current].root
     };
     let mut space_keeper = None;
+    let fault_started = crate::arch::read_tsc();
     if let (14, Some(address), Some(error_code)) =
         (report.vector, report.address, report.error_code)
     {
@@ -145,6 +146,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 let current = scheduler.current();
                 let running = scheduler.installed() == current;
                 scheduler.processes[current].tables.map_page(address, frame, access, running);
+                persistence::PAGE_FAULTS.add_since(fault_started);
                 enter(scheduler, current)
             }
             Some(Err(keeper)) => space_keeper = Some(keeper),

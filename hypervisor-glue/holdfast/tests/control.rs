@@ -100,6 +100,12 @@ fn checkpoints_are_controlled_and_counted_from_the_host() {
     assert!(value("holdfast_journal_commit_seconds_count") > 0.0, "{counters}");
     assert!(value("holdfast_checkpoint_snapshot_pause_last_seconds") > 0.0, "{counters}");
     assert_eq!(value("holdfast_checkpoint_failures_total"), 0.0, "{counters}");
+    // Where the kernel's time went: the writers' commits wait for the disk, the checkpoints
+    // took steps, and every first touch of a page after a snapshot faulted.
+    assert!(value("holdfast_disk_waits_total") > 0.0 && value("holdfast_disk_wait_seconds_total") > 0.0, "{counters}");
+    let steps_seconds = value("holdfast_background_steps_at_ticks_seconds_total") + value("holdfast_background_steps_idle_seconds_total");
+    assert!(steps_seconds > 0.0 && value("holdfast_background_steps_at_ticks_total") >= 0.0, "{counters}");
+    assert!(value("holdfast_page_faults_resolved_total") > 0.0 && value("holdfast_page_fault_seconds_total") > 0.0, "{counters}");
     for metric in [
         "holdfast_checkpoint_objects_written_total",
         "holdfast_checkpoint_stabilization_last_seconds",

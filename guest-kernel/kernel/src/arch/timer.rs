@@ -175,3 +175,32 @@ pub fn measure_frequency_millihertz(tick_count: u64) -> u64 {
     let elapsed_us = tsc_to_microseconds(super::read_tsc() - tsc_start).max(1);
     tick_count * 1_000_000_000 / elapsed_us
 }
+
+/// Kernel time spent on one kind of work, in TSC cycles, and how many times: counted
+/// without a lock (the fault path, the disk driver), so that the counters show what the
+/// kernel took from the processes and on what (`holdfast_*_seconds_total`).
+pub struct KernelTime {
+    cycles: AtomicU64,
+    count: AtomicU64,
+}
+
+impl KernelTime {
+    pub const fn new() -> Self {
+        Self { cycles: AtomicU64::new(0), count: AtomicU64::new(0) }
+    }
+
+    /// Counts one span that began at TSC `started`.
+    pub fn add_since(&self, started: u64) {
+        let cycles = super::read_tsc().saturating_sub(started);
+        self.cycles.fetch_add(cycles, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn seconds(&self) -> f64 {
+        tsc_to_nanoseconds(self.cycles.load(Ordering::Relaxed)) as f64 / 1e9
+    }
+
+    pub fn count(&self) -> f64 {
+        self.count.load(Ordering::Relaxed) as f64
+    }
+}

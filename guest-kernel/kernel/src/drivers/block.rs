@@ -54,6 +54,10 @@ fn in_flight_bytes_max() -> usize {
     crate::memory::heap_bytes() / 16
 }
 
+/// The kernel waiting for a disk to answer (halted or spinning): no process runs
+/// meanwhile, since the kernel does not preempt itself.
+pub static DISK_WAITS: crate::arch::timer::KernelTime = crate::arch::timer::KernelTime::new();
+
 /// How long a request may go unanswered before its device is given up, in milliseconds.
 static ANSWER_TIME_LIMIT_MS: AtomicU64 = AtomicU64::new(30_000);
 
@@ -214,6 +218,15 @@ impl Block {
     /// I/O threads while they write; a halted one is woken by the answer. A commit's write
     /// and flush are each such a wait.
     fn wait_for_answer(&self) -> Result<(), Unanswered> {
+        let (started, waits) = (crate::arch::read_tsc(), !self.queue.can_pop());
+        let answered = self.halt_for_answer();
+        if waits {
+            DISK_WAITS.add_since(started);
+        }
+        answered
+    }
+
+    fn halt_for_answer(&self) -> Result<(), Unanswered> {
         if !self.interrupts || !crate::arch::timer::apic_ready() {
             return self.spin_for_answer();
         }
@@ -278,7 +291,12 @@ impl Block {
     /// most of a few (noisy) bench runs. The waits a journal commit makes alone with the
     /// device ([`Block::add_wait_pop`]) halt.
     fn complete_next(&mut self) {
-        if self.spin_for_answer().is_err() {
+        let (started, waits) = (crate::arch::read_tsc(), !self.queue.can_pop());
+        let answered = self.spin_for_answer();
+        if waits {
+            DISK_WAITS.add_since(started);
+        }
+        if answered.is_err() {
             self.give_up();
             return;
         }

@@ -20,7 +20,7 @@ use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::transport::pci::bus::DeviceFunction;
 
 use crate::println;
-pub use block::{Block, set_answer_time_limit_ms};
+pub use block::{Block, DISK_WAITS, set_answer_time_limit_ms};
 pub use net::{Net, SendError};
 
 /// A device the kernel looked for.

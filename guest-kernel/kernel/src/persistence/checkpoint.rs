@@ -170,6 +170,16 @@ pub fn set_test_dirty_pages_max(pages: u64) {
 /// One step of checkpoint work, if any is due: called at each timer tick (with no process
 /// running) and, with `idle`, from the idle loop. Returns whether it did anything.
 pub fn step(idle: bool) -> bool {
+    let started = arch::read_tsc();
+    let worked = step_untimed(idle);
+    if worked {
+        let time = if idle { &super::metrics::STEPS_IDLE } else { &super::metrics::STEPS_AT_TICKS };
+        time.add_since(started);
+    }
+    worked
+}
+
+fn step_untimed(idle: bool) -> bool {
     // Page tables dropped with the translations go back to the heap a few at a time.
     let freed = crate::space::free_retired_tables(1);
     let mut objects = OBJECTS.lock();

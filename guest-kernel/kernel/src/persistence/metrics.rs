@@ -9,6 +9,17 @@ use holdfast_store::histogram;
 
 use super::with_store;
 
+use crate::arch::timer::KernelTime;
+
+/// Background steps (journal groups, checkpoint stabilization and migration, mirrors,
+/// scrub, the pair's stream) taken at ring 3's timer ticks: every process waits meanwhile.
+pub static STEPS_AT_TICKS: KernelTime = KernelTime::new();
+/// The same steps taken in the idle loop, when no process could run.
+pub static STEPS_IDLE: KernelTime = KernelTime::new();
+/// Page faults the kernel resolved by mapping a page (after a snapshot every first touch
+/// of a page is one: the snapshot drops every translation).
+pub static PAGE_FAULTS: KernelTime = KernelTime::new();
+
 
 /// What the kernel measures about the store, beside the store's own counters.
 pub(super) struct KernelCounters {
@@ -88,6 +99,13 @@ pub fn counters_families() -> Option<Vec<String>> {
             ("holdfast_page_load_seconds_total", kernel.page_load_seconds_total),
             // Every process's, kept in its root node: they count across restarts.
             ("holdfast_invocations_total", invocations_total as f64),
+            ("holdfast_background_steps_at_ticks_seconds_total", STEPS_AT_TICKS.seconds()),
+            ("holdfast_background_steps_at_ticks_total", STEPS_AT_TICKS.count()),
+            ("holdfast_background_steps_idle_seconds_total", STEPS_IDLE.seconds()),
+            ("holdfast_disk_wait_seconds_total", crate::drivers::DISK_WAITS.seconds()),
+            ("holdfast_disk_waits_total", crate::drivers::DISK_WAITS.count()),
+            ("holdfast_page_faults_resolved_total", PAGE_FAULTS.count()),
+            ("holdfast_page_fault_seconds_total", PAGE_FAULTS.seconds()),
         ];
         let store_counters = persistence.store.counters();
         let pair_metrics = crate::pair::primary::metrics();

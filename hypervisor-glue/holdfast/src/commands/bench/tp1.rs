@@ -268,7 +268,8 @@ fn parse_generation(said: &str) -> Option<u64> {
     words.next()?.parse().ok()
 }
 
-/// The appliance's journal flushes and kernel invocations since it was made, from its
+/// The appliance's journal flushes, kernel invocations and kernel time (background steps
+/// at ticks, disk waits) since it was made, from its
 /// admin service's counters (`holdfast vm counters`).
 fn appliance_counters(exe: &Path, name: &str, state_dir: &Path) -> anyhow::Result<Counters> {
     let output = Command::new(exe)
@@ -285,11 +286,13 @@ fn appliance_counters(exe: &Path, name: &str, state_dir: &Path) -> anyhow::Resul
         text.lines()
             .find_map(|line| line.strip_prefix(metric)?.strip_prefix(' '))
             .and_then(|value| value.trim().parse::<f64>().ok())
-            .map(|value| value as u64)
     };
+    let count = |metric: &str| value(metric).map(|value| value as u64);
     Ok(Counters {
-        flushes: value("holdfast_journal_writes_total"),
-        invocations: value("holdfast_invocations_total"),
+        flushes: count("holdfast_journal_writes_total"),
+        invocations: count("holdfast_invocations_total"),
+        steps_at_ticks_seconds: value("holdfast_background_steps_at_ticks_seconds_total"),
+        disk_wait_seconds: value("holdfast_disk_wait_seconds_total"),
     })
 }
 
