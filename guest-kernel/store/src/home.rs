@@ -10,7 +10,7 @@ use crate::format::home_table::{HomeTable, TableEntry, TablePlace};
 use crate::format::log_record::BlockKind;
 use crate::format::{Block, as_block, checksum, zeroed_block};
 use crate::geometry::HomeRangeLayout;
-use crate::store::{BlockKey, Store};
+use crate::store::{BlockKey, Store, TABLE_CACHE_MAX};
 
 pub(crate) fn table_region(kind: BlockKind) -> Region {
     match kind {
@@ -37,10 +37,41 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
+    /// A group's current table, from [`Store::table_cache`] or else read
+    /// ([`Store::read_table_from_mirrors`]).
+    pub(crate) fn read_table(
+        &mut self,
+        kind: BlockKind,
+        group: u64,
+    ) -> Result<HomeTable, StoreError> {
+        match self.table_cache.get(&(kind, group)) {
+            Some(table) => Ok(table.clone()),
+            None => self.read_table_from_mirrors(kind, group),
+        }
+    }
+
+    /// Keeps `table` as its group's current one, making room if the cache is full.
+    pub(crate) fn cache_table(&mut self, table: HomeTable) {
+        if self.table_cache.len() >= TABLE_CACHE_MAX {
+            self.table_cache.pop_first();
+        }
+        self.table_cache.insert((table.kind, table.group), table);
+    }
+
     /// A group's current table: of both slots on every readable mirror, the valid copy with
     /// the highest sequence. A mirror whose copy of a slot is invalid or older than the best
-    /// copy of that slot gets the best copy written over it.
-    pub(crate) fn read_table(
+    /// copy of that slot gets the best copy written over it. The table is cached.
+    pub(crate) fn read_table_from_mirrors(
+        &mut self,
+        kind: BlockKind,
+        group: u64,
+    ) -> Result<HomeTable, StoreError> {
+        let table = self.read_table_uncached(kind, group)?;
+        self.cache_table(table.clone());
+        Ok(table)
+    }
+
+    fn read_table_uncached(
         &mut self,
         kind: BlockKind,
         group: u64,

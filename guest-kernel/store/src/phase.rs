@@ -488,11 +488,17 @@ impl<D: BlockDevice> Store<D> {
         self.flush()?;
         let mut table_block = crate::format::zeroed_block();
         for ((kind, group), table) in &migration.tables {
+            // Out of the cache until written: after a failed write, the table is read
+            // again from the mirrors.
+            self.table_cache.remove(&(*kind, *group));
             table.encode(&mut table_block);
             let device_block = self.range_layout(*kind).table_block(*group, table.slot);
             self.mirrors.write(device_block, &table_block[..])?;
         }
         self.flush()?;
+        for table in migration.tables.values() {
+            self.cache_table(table.clone());
+        }
         let home_generation = self.checkpoint_generation;
         let snapshot_generation = self.snapshot_generation;
         let journal_ticket_next = self.journal.ticket_next;

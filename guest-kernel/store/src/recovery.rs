@@ -234,6 +234,7 @@ impl<D: BlockDevice> Store<D> {
             checkpoint_generation: superblock.home_generation,
             journal: JournalQueue::new(superblock.journal_ticket_next),
             table_sequence_next: (superblock.boot_count + 1) << 32,
+            table_cache: BTreeMap::new(),
             totals: Totals::default(),
             recovery_findings,
             recovery_notes,

@@ -50,7 +50,8 @@ impl<D: BlockDevice> Store<D> {
         }
         let group = cursor.group;
         cursor.group += 1;
-        let table = self.read_table(kind, group)?;
+        // From the mirrors, not the cache: the scrub checks every copy of the tables too.
+        let table = self.read_table_from_mirrors(kind, group)?;
         let first_index = group * crate::format::home_table::TABLE_ENTRIES_MAX as u64;
         // Runs of consecutive blocks to check, read together: a read per block made a
         // group's step long enough to delay what waited behind it.

@@ -82,6 +82,11 @@ pub struct Store<D: BlockDevice> {
     pub(crate) checkpoint_generation: u64,
     pub(crate) journal: JournalQueue,
     pub(crate) table_sequence_next: u64,
+    /// Home tables as last read or written, at most [`TABLE_CACHE_MAX`]: a page or node
+    /// loaded from home then takes one read instead of three (its table's two slots on every
+    /// mirror, then the block), which a restart's first seconds are made of. Only migration
+    /// writes tables, and it updates them here; the scrub reads them from the mirrors.
+    pub(crate) table_cache: BTreeMap<(BlockKind, u64), HomeTable>,
     pub(crate) totals: Totals,
     /// Superblock slots open found bad or stale on the mirrors it kept.
     pub(crate) recovery_findings: Vec<Finding>,
@@ -92,6 +97,10 @@ pub struct Store<D: BlockDevice> {
     /// (flushed); written into each new record header.
     pub(crate) durable_sequence_next: u64,
 }
+
+/// Home tables kept in [`Store::table_cache`]: about 5 MiB of them, the tables of 86,000
+/// blocks, more than a TP1 database's working set at scale 1.
+pub(crate) const TABLE_CACHE_MAX: usize = 1024;
 
 /// Running totals behind [`crate::StoreCounters`].
 #[derive(Clone, Copy, Debug)]

@@ -14,9 +14,9 @@ use crate::format::zeroed_block;
 use crate::*;
 
 /// Shared so that a test can damage the media under an open store; counts the write and
-/// flush requests it gets.
+/// flush requests it gets, and the reads.
 #[derive(Clone)]
-pub(crate) struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>);
+pub(crate) struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>, Rc<Cell<u64>>);
 
 impl MemoryDevice {
     pub(crate) fn new(block_count: u64) -> Self {
@@ -25,12 +25,18 @@ impl MemoryDevice {
                 alloc::vec![0; block_count as usize * BLOCK_SIZE],
             )),
             Rc::new(Cell::new(0)),
+            Rc::new(Cell::new(0)),
         )
     }
 
     /// Write and flush requests so far.
     fn requests(&self) -> u64 {
         self.1.get()
+    }
+
+    /// Read requests so far.
+    fn reads(&self) -> u64 {
+        self.2.get()
     }
 
     pub(crate) fn contents(&self) -> Vec<u8> {
@@ -57,6 +63,7 @@ impl BlockDevice for MemoryDevice {
     }
 
     fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.2.set(self.2.get() + 1);
         check_request(self.block_count(), first_block, buf.len())?;
         let start = first_block as usize * BLOCK_SIZE;
         buf.copy_from_slice(&self.0.borrow()[start..start + buf.len()]);
@@ -568,6 +575,52 @@ fn a_scrub_repairs_bad_copies_nothing_reads() {
     while store.scrub_step(&mut cursor).unwrap() {}
     assert_eq!(cursor.blocks_checked, 120);
     assert_eq!(store.counters().mirror_repaired_blocks_total, 3);
+    let report = store.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
+
+#[test]
+fn a_home_block_takes_one_read_once_its_table_is_cached_and_migration_keeps_it_current() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    let pages: Vec<(u64, u64, u8)> = (0..100).map(|id| (id, 1, id as u8 + 1)).collect();
+    checkpoint_pages(&mut store, &pages);
+    migrate_all(&mut store);
+    drop(store);
+    let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
+    let reads = device.reads();
+    assert_eq!(read_page(&mut store, 42), (1, 43));
+    assert_eq!(device.reads() - reads, 2, "the table's two slots in one read, then the page");
+    let reads = device.reads();
+    assert_eq!(read_page(&mut store, 43), (1, 44));
+    assert_eq!(device.reads() - reads, 1, "the table is cached");
+    // A migration writes the group's table anew: the cache must follow it, or the page's
+    // new copy at home fails the old table's checksum.
+    checkpoint_pages(&mut store, &[(42, 2, 0xee)]);
+    migrate_all(&mut store);
+    assert_eq!(store.log_used_blocks(), 0);
+    assert_eq!(read_page(&mut store, 42), (2, 0xee));
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(read_page(&mut store, 42), (2, 0xee));
+    assert_eq!(read_page(&mut store, 43), (1, 44));
+}
+
+#[test]
+fn the_scrub_checks_tables_on_the_mirrors_not_in_the_cache() {
+    let layout = GEOMETRY.layout().unwrap();
+    let (a, b) = blank_mirrors();
+    let mut store = Store::format(alloc::vec![a.clone(), b], GEOMETRY).unwrap();
+    let pages: Vec<(u64, u64, u8)> = (0..100).map(|id| (id, 1, id as u8)).collect();
+    checkpoint_pages(&mut store, &pages);
+    migrate_all(&mut store);
+    // Both slots of group 0's table: whichever is current, a copy is bad.
+    let table_block = layout.page_ranges.table_block(0, 0);
+    a.flip_bit(table_block);
+    a.flip_bit(table_block + 1);
+    assert!(!store.check().unwrap().is_clean());
+    let mut cursor = ScrubCursor::default();
+    while store.scrub_step(&mut cursor).unwrap() {}
     let report = store.check().unwrap();
     assert!(report.is_clean(), "{report:?}");
 }
