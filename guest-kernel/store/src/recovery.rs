@@ -320,7 +320,8 @@ impl<D: BlockDevice> Store<D> {
         let mut used_blocks = 0;
         let mut records: Vec<ScannedRecord> = Vec::new();
         let mut stopped_by_tail = false;
-        while let Some(record) = self.read_record(&cursor)? {
+        let mut ahead = crate::log::LogReadAhead::new(self.mirrors.mirrors.len());
+        while let Some(record) = self.read_record(&cursor, &mut ahead)? {
             let record_blocks = record.header.block_count();
             // A record reaching into the tail cannot have been written after it: stale.
             if used_blocks + record_blocks > log_block_count - 1 {
