@@ -28,8 +28,11 @@ use crate::target::{Session, Target, TransactionError};
 /// How often a transaction refused with a retryable error (deadlock, `internal`) is tried
 /// before it counts as failed.
 const RETRYABLE_ATTEMPTS_MAX: u32 = 20;
-/// The pause between connection attempts while a target is away (restarting).
-const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+/// The pauses between connection attempts while a target is away (restarting, failing
+/// over): the first this short, each next one twice the last, up to the longest. A fixed
+/// 200 ms pause added up to 200 ms to every failover's outage after the new primary served.
+const RECONNECT_PAUSE_FIRST: Duration = Duration::from_millis(10);
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_millis(200);
 /// Latencies are recorded in microseconds, from 1 µs to an hour, to three significant
 /// digits.
 const LATENCY_US_MAX: u64 = 3_600_000_000;
@@ -250,6 +253,7 @@ impl<T: Target> Client<T> {
         if let (generation, Some(session)) = &*guard {
             return (*generation, Arc::clone(session));
         }
+        let mut pause = RECONNECT_PAUSE_FIRST;
         loop {
             match self.target.connect().await {
                 Ok(session) => {
@@ -261,7 +265,10 @@ impl<T: Target> Client<T> {
                     guard.1 = Some(Arc::clone(&session));
                     return (guard.0, session);
                 }
-                Err(_) => tokio::time::sleep(RECONNECT_PAUSE).await,
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+                }
             }
         }
     }
