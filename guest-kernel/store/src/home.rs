@@ -10,7 +10,7 @@ use crate::format::home_table::{HomeTable, TableEntry, TablePlace};
 use crate::format::log_record::BlockKind;
 use crate::format::{Block, as_block, checksum, zeroed_block};
 use crate::geometry::HomeRangeLayout;
-use crate::store::{BlockKey, Store, TABLE_CACHE_MAX};
+use crate::store::{BlockKey, Store};
 
 pub(crate) fn table_region(kind: BlockKind) -> Region {
     match kind {
@@ -38,40 +38,49 @@ impl<D: BlockDevice> Store<D> {
     }
 
     /// A group's current table, from [`Store::table_cache`] or else read
-    /// ([`Store::read_table_from_mirrors`]).
+    /// ([`Store::read_table_from_mirrors`]) and cached.
     pub(crate) fn read_table(
         &mut self,
         kind: BlockKind,
         group: u64,
     ) -> Result<HomeTable, StoreError> {
-        match self.table_cache.get(&(kind, group)) {
-            Some(table) => Ok(table.clone()),
-            None => self.read_table_from_mirrors(kind, group),
+        if let Some(table) = self.table_cache.get(&(kind, group)) {
+            return Ok(table.clone());
         }
-    }
-
-    /// Keeps `table` as its group's current one, making room if the cache is full.
-    pub(crate) fn cache_table(&mut self, table: HomeTable) {
-        if self.table_cache.len() >= TABLE_CACHE_MAX {
-            self.table_cache.pop_first();
-        }
-        self.table_cache.insert((table.kind, table.group), table);
-    }
-
-    /// A group's current table: of both slots on every readable mirror, the valid copy with
-    /// the highest sequence. A mirror whose copy of a slot is invalid or older than the best
-    /// copy of that slot gets the best copy written over it. The table is cached.
-    pub(crate) fn read_table_from_mirrors(
-        &mut self,
-        kind: BlockKind,
-        group: u64,
-    ) -> Result<HomeTable, StoreError> {
-        let table = self.read_table_uncached(kind, group)?;
+        let table = self.read_table_from_mirrors(kind, group)?;
         self.cache_table(table.clone());
         Ok(table)
     }
 
-    fn read_table_uncached(
+    /// Keeps `table` as its group's current one, making room if the cache is full.
+    pub(crate) fn cache_table(&mut self, table: HomeTable) {
+        while self.table_cache.len() >= self.table_cache_max {
+            if self.table_cache.pop_first().is_none() {
+                return;
+            }
+        }
+        self.table_cache.insert((table.kind, table.group), table);
+    }
+
+    /// Keeps at most `tables` home tables from now on ([`crate::TABLE_CACHE_MAX`] at open; 0
+    /// keeps none): a small guest's heap holds its pages too.
+    pub fn set_table_cache_max(&mut self, tables: usize) {
+        self.table_cache_max = tables;
+        while self.table_cache.len() > tables {
+            self.table_cache.pop_first();
+        }
+    }
+
+    /// Forgets every cached table, for memory: they are read again when needed.
+    pub fn drop_table_cache(&mut self) {
+        self.table_cache.clear();
+    }
+
+    /// A group's current table: of both slots on every readable mirror, the valid copy with
+    /// the highest sequence. A mirror whose copy of a slot is invalid or older than the best
+    /// copy of that slot gets the best copy written over it. Not cached: the scrub reads
+    /// every table once a pass, and would push the tables in use out of the cache.
+    pub(crate) fn read_table_from_mirrors(
         &mut self,
         kind: BlockKind,
         group: u64,

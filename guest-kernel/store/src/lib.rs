@@ -52,4 +52,4 @@ pub use journal::{JOURNAL_COMMIT_PAGES_MAX, JournalPage, JournalTicket};
 pub use mirror::MirrorState;
 pub use phase::{CheckpointPhase, MigrationProgress, checkpoint_log_blocks_max};
 pub use scrub::ScrubCursor;
-pub use store::{MirrorStatus, Store};
+pub use store::{MirrorStatus, Store, TABLE_CACHE_BYTES_PER_TABLE, TABLE_CACHE_MAX};

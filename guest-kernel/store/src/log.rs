@@ -332,45 +332,50 @@ impl<D: BlockDevice> Store<D> {
         )
     }
 
-    /// Reads `buf.len()` bytes of the log from mirror `index` at `first_block` through
-    /// `ahead`'s window for that mirror, reading a new window when they are not in it (and
-    /// the blocks exactly if the window cannot be read).
-    fn read_log_ahead(
+    /// `block_count` blocks of the log on mirror `index` from `first_block`, out of
+    /// `ahead`'s window for that mirror, which is read anew when they are not in it: at
+    /// least [`READ_AHEAD_BLOCKS`] (within the log), or only the blocks asked for if the
+    /// mirror cannot give the whole window (damaged or not yet resilvered further on).
+    fn log_blocks<'a>(
         &mut self,
-        ahead: &mut LogReadAhead,
+        ahead: &'a mut LogReadAhead,
         index: usize,
         first_block: u64,
-        buf: &mut [u8],
-    ) -> Result<(), DeviceError> {
-        let blocks = (buf.len() / BLOCK_SIZE) as u64;
-        if let Some(Some((start, window))) = ahead.windows.get(index)
-            && first_block >= *start
-            && first_block + blocks <= start + (window.len() / BLOCK_SIZE) as u64
-        {
-            let offset = (first_block - start) as usize * BLOCK_SIZE;
-            buf.copy_from_slice(&window[offset..offset + buf.len()]);
-            return Ok(());
-        }
-        let log_end = self.layout.log_first_block + self.layout.log_block_count;
-        let window_blocks = READ_AHEAD_BLOCKS.max(blocks).min(log_end.saturating_sub(first_block));
-        if window_blocks > blocks
-            && index < ahead.windows.len()
-            && self.mirrors.readable(first_block, window_blocks).contains(&index)
-        {
-            let mut window = alloc::vec![0u8; window_blocks as usize * BLOCK_SIZE];
-            if self.mirrors.read_from(index, first_block, &mut window).is_ok() {
-                buf.copy_from_slice(&window[..buf.len()]);
-                ahead.windows[index] = Some((first_block, window));
-                return Ok(());
+        block_count: u64,
+    ) -> Result<&'a [u8], DeviceError> {
+        let in_window = matches!(
+            &ahead.windows[index],
+            Some((start, window))
+                if first_block >= *start
+                    && first_block + block_count <= start + (window.len() / BLOCK_SIZE) as u64
+        );
+        if !in_window {
+            let log_end = self.layout.log_first_block + self.layout.log_block_count;
+            let window_blocks = READ_AHEAD_BLOCKS.max(block_count).min(log_end.saturating_sub(first_block));
+            // The last window's buffer, reused: a fresh one was zeroed first, which under
+            // emulation cost as much as the read.
+            let mut window = ahead.windows[index].take().map(|(_, window)| window).unwrap_or_default();
+            window.resize(window_blocks as usize * BLOCK_SIZE, 0);
+            let whole = self.mirrors.readable(first_block, window_blocks).contains(&index)
+                && self.mirrors.read_from(index, first_block, &mut window).is_ok();
+            if !whole {
+                window.resize(block_count as usize * BLOCK_SIZE, 0);
+                self.mirrors.read_from(index, first_block, &mut window)?;
             }
+            ahead.windows[index] = Some((first_block, window));
         }
-        self.mirrors.read_from(index, first_block, buf)
+        let Some((start, window)) = &ahead.windows[index] else {
+            unreachable!("the window was just read")
+        };
+        let offset = (first_block - start) as usize * BLOCK_SIZE;
+        Ok(&window[offset..offset + block_count as usize * BLOCK_SIZE])
     }
 
     /// Reads the record `cursor` expects from the first mirror that holds it whole (header
     /// and every data block), and writes it over the mirrors that do not. `None` is the end
-    /// of the log. The reads go through `ahead`: a scan of many small records (journal
-    /// groups) took two or three device reads a record, most of a restart's time.
+    /// of the log. The reads go through `ahead`, and the record is checked where it lies in
+    /// the window: a scan of many small records (journal groups) took two or three device
+    /// reads a record, and as many copies, most of a restart's time.
     pub(crate) fn read_record(
         &mut self,
         cursor: &LogCursor,
@@ -385,50 +390,38 @@ impl<D: BlockDevice> Store<D> {
             if let Some((_, record)) = &found {
                 // A record that reached only some mirrors before a crash must be copied to
                 // the others now, or losing the first mirror later would cut the log here.
-                let mut copy = alloc::vec![0u8; record.len()];
-                let in_place = self
-                    .mirrors
-                    .readable(first_block, (record.len() / BLOCK_SIZE) as u64)
-                    .contains(&index)
+                let record_blocks = (record.len() / BLOCK_SIZE) as u64;
+                let in_place = self.mirrors.readable(first_block, record_blocks).contains(&index)
                     && self
-                        .read_log_ahead(ahead, index, first_block, &mut copy)
-                        .is_ok()
-                    && copy == *record;
+                        .log_blocks(ahead, index, first_block, record_blocks)
+                        .is_ok_and(|copy| copy == &record[..]);
                 if !in_place {
                     lacking.push(index);
                 }
                 continue;
             }
-            let mut header_block = zeroed_block();
-            if self
-                .read_log_ahead(ahead, index, first_block, &mut header_block[..])
-                .is_err()
-            {
+            let Ok(header_block) = self.log_blocks(ahead, index, first_block, 1) else {
                 continue;
-            }
-            let Ok(header) = LogHeader::decode(&header_block, &expected) else {
+            };
+            let Ok(header) = LogHeader::decode(as_block(header_block), &expected) else {
                 lacking.push(index);
                 continue;
             };
-            let mut record = header_block.to_vec();
-            if header.kind != RecordKind::Padding && header.data_block_count > 0 {
-                let mut data = alloc::vec![0u8; header.data_block_count as usize * BLOCK_SIZE];
-                if self
-                    .mirrors
-                    .readable(first_block + 1, u64::from(header.data_block_count))
-                    .contains(&index)
-                    && self
-                        .read_log_ahead(ahead, index, first_block + 1, &mut data)
-                        .is_ok()
-                    && data_matches(&header, &data)
-                {
-                    record.extend_from_slice(&data);
-                } else {
-                    lacking.push(index);
-                    continue;
-                }
-            }
-            let header_checksum = sealed_checksum(&header_block);
+            let header_checksum = sealed_checksum(as_block(header_block));
+            let data_blocks = match header.kind {
+                RecordKind::Padding => 0,
+                _ => u64::from(header.data_block_count),
+            };
+            let record = if self.mirrors.readable(first_block, 1 + data_blocks).contains(&index) {
+                self.log_blocks(ahead, index, first_block, 1 + data_blocks).ok()
+            } else {
+                None
+            };
+            let Some(record) = record.filter(|record| data_matches(&header, &record[BLOCK_SIZE..])) else {
+                lacking.push(index);
+                continue;
+            };
+            let record = record.to_vec();
             found = Some((
                 ScannedRecord {
                     header,

@@ -235,6 +235,7 @@ impl<D: BlockDevice> Store<D> {
             journal: JournalQueue::new(superblock.journal_ticket_next),
             table_sequence_next: (superblock.boot_count + 1) << 32,
             table_cache: BTreeMap::new(),
+            table_cache_max: crate::store::TABLE_CACHE_MAX,
             totals: Totals::default(),
             recovery_findings,
             recovery_notes,

@@ -87,6 +87,8 @@ pub struct Store<D: BlockDevice> {
     /// mirror, then the block), which a restart's first seconds are made of. Only migration
     /// writes tables, and it updates them here; the scrub reads them from the mirrors.
     pub(crate) table_cache: BTreeMap<(BlockKind, u64), HomeTable>,
+    /// How many tables the cache keeps at most ([`Store::set_table_cache_max`]).
+    pub(crate) table_cache_max: usize,
     pub(crate) totals: Totals,
     /// Superblock slots open found bad or stale on the mirrors it kept.
     pub(crate) recovery_findings: Vec<Finding>,
@@ -98,9 +100,14 @@ pub struct Store<D: BlockDevice> {
     pub(crate) durable_sequence_next: u64,
 }
 
-/// Home tables kept in [`Store::table_cache`]: about 5 MiB of them, the tables of 86,000
-/// blocks, more than a TP1 database's working set at scale 1.
-pub(crate) const TABLE_CACHE_MAX: usize = 1024;
+/// Home tables kept in [`Store::table_cache`] unless the owner says fewer: about 4 MiB of
+/// them, the tables of 86,000 blocks, more than a TP1 database's working set at scale 1.
+pub const TABLE_CACHE_MAX: usize = 1024;
+
+/// What one cached home table takes in memory, about: for sizing the cache.
+pub const TABLE_CACHE_BYTES_PER_TABLE: usize = crate::format::home_table::TABLE_ENTRIES_MAX
+    * core::mem::size_of::<crate::format::home_table::TableEntry>()
+    + core::mem::size_of::<HomeTable>();
 
 /// Running totals behind [`crate::StoreCounters`].
 #[derive(Clone, Copy, Debug)]

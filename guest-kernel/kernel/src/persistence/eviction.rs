@@ -65,6 +65,8 @@ pub fn make_room(objects: &mut Objects, keep: &[ObjectId]) -> Result<(), String>
     let Some(persistence) = guard.as_mut() else {
         return Ok(());
     };
+    // The store's cached home tables go first: they are read again when needed.
+    persistence.store.drop_table_cache();
     // A checkpoint's pages stay until stored (or, if it fails, dirty again).
     while persistence.stabilization.is_some() {
         if let Err(failure) = persistence.stabilize_step(objects) {

@@ -7,9 +7,8 @@ use holdfast_objects::ObjectId;
 use holdfast_store::SecondsHistogram;
 use holdfast_store::histogram;
 
-use super::with_store;
-
 use crate::arch::timer::KernelTime;
+use super::with_store;
 
 /// Background steps (journal groups, checkpoint stabilization and migration, mirrors,
 /// scrub, the pair's stream) taken at ring 3's timer ticks: every process waits meanwhile.

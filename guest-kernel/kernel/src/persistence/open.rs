@@ -54,7 +54,11 @@ pub fn open(disks: Vec<Block>, recover: holdfast_store::Recover) -> Result<Opene
 /// once processes run (the first at once: a fresh store holds nothing until then, and a
 /// restart's repairs and resilvering are kept). `on_journal_durable` wakes the processes
 /// waiting for journal commits up to a ticket (the invocation path's, which sits above).
-pub fn attach(store: Store<Block>, interval_ms: u64, on_journal_durable: fn(&mut Objects, u64)) {
+pub fn attach(mut store: Store<Block>, interval_ms: u64, on_journal_durable: fn(&mut Objects, u64)) {
+    // A sixty-fourth of the heap at most for home tables: pages come from it too (the
+    // paging test's 32 MiB guest ran out of heap with the store's default).
+    let table_cache_tables = crate::memory::heap_bytes() / 64 / holdfast_store::TABLE_CACHE_BYTES_PER_TABLE;
+    store.set_table_cache_max(table_cache_tables.min(holdfast_store::TABLE_CACHE_MAX));
     BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
     let mut objects = OBJECTS.lock();
     objects.set_store_backed(StoreAccess { make_room, read_page });
