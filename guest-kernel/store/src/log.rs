@@ -122,8 +122,11 @@ pub(crate) struct PlacedRecord {
 }
 
 /// A record found by the recovery scan.
-/// Blocks a log scan reads at once from each mirror ([`LogReadAhead`]): 512 KiB.
-const READ_AHEAD_BLOCKS: u64 = 128;
+/// Blocks a log scan reads at once from each mirror ([`LogReadAhead`]): one whole record
+/// at most, what the scan allocated for a record before it read ahead. A 512 KiB window
+/// ran the paging test's 32 MiB guest out of heap later on (its later allocation of 704
+/// KiB found no span with room once the window's had been taken and freed).
+const READ_AHEAD_BLOCKS: u64 = 1 + LOG_RECORD_DATA_BLOCKS_MAX as u64;
 
 /// What a log scan has read ahead: one window of blocks per mirror, by mirror index.
 pub(crate) struct LogReadAhead {
