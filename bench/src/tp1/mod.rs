@@ -409,11 +409,12 @@ fn measure_system<L: Target, T: Target>(
         ))??;
         let after = counters()?;
         let difference = |before: Option<u64>, after: Option<u64>| after?.checked_sub(before?);
+        let seconds_difference = |before: Option<f64>, after: Option<f64>| Some(after? - before?);
         let measured = Measured {
             flushes: difference(before.flushes, after.flushes),
             invocations: difference(before.invocations, after.invocations),
-            steps_at_ticks_seconds: after.steps_at_ticks_seconds.zip(before.steps_at_ticks_seconds).map(|(after, before)| after - before),
-            disk_wait_seconds: after.disk_wait_seconds.zip(before.disk_wait_seconds).map(|(after, before)| after - before),
+            steps_at_ticks_seconds: seconds_difference(before.steps_at_ticks_seconds, after.steps_at_ticks_seconds),
+            disk_wait_seconds: seconds_difference(before.disk_wait_seconds, after.disk_wait_seconds),
             report,
         };
         let report = &measured.report;

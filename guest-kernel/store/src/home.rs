@@ -54,11 +54,10 @@ impl<D: BlockDevice> Store<D> {
 
     /// Keeps `table` as its group's current one, making room if the cache is full.
     pub(crate) fn cache_table(&mut self, table: HomeTable) {
-        while self.table_cache.len() >= self.table_cache_max {
-            if self.table_cache.pop_first().is_none() {
-                return;
-            }
-        }
+        let Some(room_for_one) = self.table_cache_max.checked_sub(1) else {
+            return;
+        };
+        self.trim_table_cache(room_for_one);
         self.table_cache.insert((table.kind, table.group), table);
     }
 
@@ -66,6 +65,10 @@ impl<D: BlockDevice> Store<D> {
     /// keeps none): a small guest's heap holds its pages too.
     pub fn set_table_cache_max(&mut self, tables: usize) {
         self.table_cache_max = tables;
+        self.trim_table_cache(tables);
+    }
+
+    fn trim_table_cache(&mut self, tables: usize) {
         while self.table_cache.len() > tables {
             self.table_cache.pop_first();
         }

@@ -121,7 +121,6 @@ pub(crate) struct PlacedRecord {
     pub(crate) header_checksum: u32,
 }
 
-/// A record found by the recovery scan.
 /// Blocks a log scan reads at once from each mirror ([`LogReadAhead`]): one whole record
 /// at most, what the scan allocated for a record before it read ahead. A 512 KiB window
 /// ran the paging test's 32 MiB guest out of heap later on (its later allocation of 704
@@ -139,6 +138,7 @@ impl LogReadAhead {
     }
 }
 
+/// A record found by the recovery scan.
 pub(crate) struct ScannedRecord {
     pub(crate) header: LogHeader,
     pub(crate) header_checksum: u32,

@@ -218,8 +218,13 @@ impl Block {
     /// I/O threads while they write; a halted one is woken by the answer. A commit's write
     /// and flush are each such a wait.
     fn wait_for_answer(&self) -> Result<(), Unanswered> {
+        self.counting_wait(Self::halt_for_answer)
+    }
+
+    /// Runs `wait` and counts its time in [`DISK_WAITS`] if no answer was there already.
+    fn counting_wait(&self, wait: fn(&Self) -> Result<(), Unanswered>) -> Result<(), Unanswered> {
         let (started, waits) = (crate::arch::read_tsc(), !self.queue.can_pop());
-        let answered = self.halt_for_answer();
+        let answered = wait(self);
         if waits {
             DISK_WAITS.add_since(started);
         }
@@ -291,12 +296,7 @@ impl Block {
     /// most of a few (noisy) bench runs. The waits a journal commit makes alone with the
     /// device ([`Block::add_wait_pop`]) halt.
     fn complete_next(&mut self) {
-        let (started, waits) = (crate::arch::read_tsc(), !self.queue.can_pop());
-        let answered = self.spin_for_answer();
-        if waits {
-            DISK_WAITS.add_since(started);
-        }
-        if answered.is_err() {
+        if self.counting_wait(Self::spin_for_answer).is_err() {
             self.give_up();
             return;
         }
