@@ -247,9 +247,7 @@ impl<D: BlockDevice> Store<D> {
             // The same scan, with its repairs skipped by the mirror set.
             store.recover_log(true, recover)?;
             store.note_truncation();
-            if !store.directory.is_empty()
-                || store.checkpoint_generation > store.superblock.home_generation
-            {
+            if store.log_used_blocks() > 0 {
                 store.start_migration();
             }
             return Ok(store);
@@ -292,9 +290,11 @@ impl<D: BlockDevice> Store<D> {
                 _ => None,
             };
         }
-        if !store.directory.is_empty()
-            || store.checkpoint_generation > store.superblock.home_generation
-        {
+        // Also where the log holds only records of a checkpoint a crash cut short: the
+        // migration frees them as it does an abandoned checkpoint's. Left there, they took
+        // the room the next checkpoint needed (a crash in a small store's first checkpoint
+        // left too little log for the rebuilt system's).
+        if store.log_used_blocks() > 0 {
             store.start_migration();
         }
         Ok(store)

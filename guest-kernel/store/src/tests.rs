@@ -1228,3 +1228,29 @@ fn mirrors_that_ran_apart_report_the_discarded_history() {
     assert_eq!(read_page(&mut store, 3), (2, 0x34));
     assert_eq!(read_page(&mut store, 4), (0, 0));
 }
+
+#[test]
+fn a_checkpoint_cut_short_by_a_crash_is_freed_from_the_log_at_open() {
+    // A crash during the first checkpoint: its records fill the log, and nothing committed.
+    let geometry = Geometry { page_count: 2000, log_block_count: 2048, ..GEOMETRY };
+    let device = MemoryDevice::new(geometry.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], geometry).unwrap();
+    migrate_all(&mut store);
+    store.begin_checkpoint().unwrap();
+    for id in 10..1400 {
+        store.checkpoint_write_page(ObjectId(id), Version(1), &page(0x77)).unwrap();
+    }
+    assert!(store.log_used_blocks() > 1000, "{} blocks used", store.log_used_blocks());
+    drop(store);
+    let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
+    assert_eq!(store.checkpoint_generation(), 0, "nothing committed");
+    migrate_all(&mut store);
+    assert_eq!(store.log_used_blocks(), 0, "the cut-short checkpoint's records left the log");
+    let pages: Vec<(u64, u64, u8)> = (10..1810).map(|id| (id, 1, 0x55)).collect();
+    let generation = checkpoint_pages(&mut store, &pages);
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(store.checkpoint_generation(), generation);
+    assert_eq!(read_page(&mut store, 1809), (1, 0x55));
+    assert!(store.check().unwrap().is_clean());
+}

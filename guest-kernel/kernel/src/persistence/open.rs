@@ -45,9 +45,17 @@ pub fn open(disks: Vec<Block>, recover: holdfast_store::Recover) -> Result<Opene
     };
     // `select` kept only disks of the store (or damaged ones, or a blank beside the store):
     // any error now is the store's.
-    let store = Store::open_with(disks, recover).map_err(|error| error.to_string())?;
+    let mut store = Store::open_with(disks, recover).map_err(|error| error.to_string())?;
     mirror_disks::opened(&store);
-    Ok(if store.checkpoint_generation() == 0 { Opened::Fresh(store) } else { Opened::Checkpointed(store) })
+    if store.checkpoint_generation() != 0 {
+        return Ok(Opened::Checkpointed(store));
+    }
+    // The rebuilt system's first checkpoint needs the whole log that `check_capacity`
+    // counts on: the records of one a crash cut short are freed first (a few blocks' work).
+    while let holdfast_store::MigrationProgress::Migrating { .. } =
+        store.migrate_step(64).map_err(|error| error.to_string())?
+    {}
+    Ok(Opened::Fresh(store))
 }
 
 /// Hands `store` to the kernel: pages live on it from now on, and checkpoints go to it
