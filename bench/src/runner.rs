@@ -536,8 +536,10 @@ mod tests {
             timeout: Duration::from_secs(20),
         };
         let sample = run_boot(command, &expectation).unwrap();
+        // The gap is timed from when the host read the marker, which a busy host reads late
+        // (CI once saw under 301 ms): 200 ms tells the sleep was counted from 1 ms without it.
         assert!(
-            sample.ready_from_first_instruction >= Duration::from_millis(301)
+            sample.ready_from_first_instruction >= Duration::from_millis(200)
                 && sample.ready_from_first_instruction < Duration::from_secs(10),
             "{sample:?}"
         );
