@@ -57,6 +57,10 @@ pub struct DrillReport {
     pub ready_ms: u64,
     /// The longest time the clients went without an acknowledgement.
     pub outage_ms: f64,
+    /// When that outage began, from the fault (negative: the last acknowledgement before it
+    /// came that long before the fault; past `ready_ms`: the new primary's clients stalled
+    /// after it served). The load's clock starts a few ms after the drill's.
+    pub outage_began_from_fault_ms: i64,
     pub acknowledged: u64,
     /// Acknowledged transactions (of every drill so far) not on the new primary.
     pub lost: usize,
@@ -101,7 +105,7 @@ pub fn run(arguments: &PairDrillArguments) -> Result<ExitCode, Failure> {
         let kind = arguments.kinds[(drill as usize - 1) % arguments.kinds.len()];
         let report = one_drill(arguments, drill, kind, &mut random, seed, &target, &ledger_dir)?;
         eprintln!(
-            "pair drill {}: #{drill} {}: node {} -> {}, detection {} ms, promotion {} ms, ready {} ms, outage {:.0} ms, {} acknowledged, {} lost{}",
+            "pair drill {}: #{drill} {}: node {} -> {}, detection {} ms, promotion {} ms, ready {} ms, outage {:.0} ms (from {} ms), {} acknowledged, {} lost{}",
             arguments.name,
             report.kind,
             report.old_primary,
@@ -110,6 +114,7 @@ pub fn run(arguments: &PairDrillArguments) -> Result<ExitCode, Failure> {
             report.promotion_ms,
             report.ready_ms,
             report.outage_ms,
+            report.outage_began_from_fault_ms,
             report.acknowledged,
             report.lost,
             if report.check_passed { "" } else { ", CHECK FAILED" }
@@ -215,6 +220,7 @@ fn one_drill(
         promotion_ms: promotion.takeover_ms,
         ready_ms,
         outage_ms: run.silence_us_max as f64 / 1000.0,
+        outage_began_from_fault_ms: (run.silence_from_seconds * 1000.0) as i64 - fault_at.duration_since(load_started).as_millis() as i64,
         acknowledged: run.acknowledged,
         lost: lost_of(&checked),
         check_passed: checked.passed(),
@@ -311,6 +317,7 @@ fn table(name: &str, seed: u64, reports: &[DrillReport]) -> String {
         Column::right("promotion ms"),
         Column::right("ready ms"),
         Column::right("outage ms"),
+        Column::right("outage from ms"),
         Column::right("acknowledged"),
         Column::right("lost"),
         Column::left("check"),
@@ -326,6 +333,7 @@ fn table(name: &str, seed: u64, reports: &[DrillReport]) -> String {
                 report.promotion_ms.to_string(),
                 report.ready_ms.to_string(),
                 format!("{:.0}", report.outage_ms),
+                report.outage_began_from_fault_ms.to_string(),
                 report.acknowledged.to_string(),
                 report.lost.to_string(),
                 if report.check_passed { "passed".into() } else { "FAILED".into() },
@@ -358,7 +366,7 @@ fn table(name: &str, seed: u64, reports: &[DrillReport]) -> String {
     let caption = Caption {
         title: format!("pair {name}: {} failover drill(s) under TP1 load, seed {seed}", reports.len()),
         notes: vec![
-            "outage: the longest time the load generator went without any acknowledgement (it reconnects to the same endpoint and retries by id)".into(),
+            "outage: the longest time the load generator went without any acknowledgement (it reconnects to the same endpoint and retries by id); outage from: when it began, from the fault".into(),
             "a freeze or a cut is detected after the supervisor's heartbeat timeout; a kill when QEMU exits".into(),
             "peers, not measured here: CloudNativePG's failover tests allow 10 s, Patroni's defaults 30 s".into(),
         ],
