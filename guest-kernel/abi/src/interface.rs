@@ -1,7 +1,7 @@
 // Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
 // Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
 
-//! The kernel interface, ABI version 5: capability types, order codes, errors, and the
+//! The kernel interface, ABI version 6: capability types, order codes, errors, and the
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
@@ -27,7 +27,7 @@
 
 /// The ABI version: the kernel prints it at boot and loads only programs whose ELF note
 /// names it.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// Where the register of each role of `invoke` lies in the register file (the order of
 /// `process.read_registers`), in words: the kernel checks its register file against
@@ -665,6 +665,8 @@ pub mod space {
         pub const INFO: u64 = 3;
         /// Returns a read-only capability to the same space.
         pub const WEAKEN: u64 = 4;
+        /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation: a walk of a space tree visits only those slots.
+        pub const OCCUPIED: u64 = 5;
     }
 
     /// An invocation of a space capability, decoded and with its arguments checked
@@ -688,6 +690,8 @@ pub mod space {
         Info,
         /// Returns a read-only capability to the same space.
         Weaken,
+        /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation: a walk of a space tree visits only those slots.
+        Occupied,
     }
 
     impl Request {
@@ -711,6 +715,7 @@ pub mod space {
                 }
                 order::INFO => Ok(Self::Info),
                 order::WEAKEN => Ok(Self::Weaken),
+                order::OCCUPIED => Ok(Self::Occupied),
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

@@ -305,6 +305,14 @@ fn space_method(
             ok([u64::from(height), flags, 0, 0])
         }
         space::Request::Weaken => ok_capability(target.restricted(Rights::READ_ONLY)),
+        space::Request::Occupied => {
+            let node = objects.cache.node(&target).map_err(|_| ObjectError::InvalidOrder)?;
+            let occupied = (0..holdfast_objects::NODE_SLOT_COUNT as u64)
+                .filter_map(|index| Slot::new(index).map(|at| (index, node.get(at))))
+                .filter(|(_, held)| objects.cache.live_or_void(*held).kind() != CapType::Void)
+                .fold(0u64, |slots, (index, _)| slots | 1 << index);
+            ok([occupied, 0, 0, 0])
+        }
         space::Request::Identify => unreachable!("answered by the caller"),
     }
 }

@@ -54,6 +54,9 @@ struct PageEntry<F> {
     /// and it is not stored yet. A cell: the kernel writes pages through shared borrows of
     /// the cache (ring 3 writes them without the kernel at all once mapped).
     dirty_epoch: Cell<u64>,
+    /// The translation epoch in which a space walk last reached this page: if it is the
+    /// current one, a page-table entry may map it ([`ObjectCache::is_page_translated`]).
+    translated_in: Cell<u64>,
 }
 
 /// A page's dirty epoch once the store holds it as it is.
@@ -62,7 +65,7 @@ const CLEAN: u64 = 0;
 impl<F> PageEntry<F> {
     /// A clean page: new ones are marked dirty by their maker.
     fn new(version: OnceCell<Version>, frame: Option<F>) -> Self {
-        Self { version, frame, dirty_epoch: Cell::new(CLEAN) }
+        Self { version, frame, dirty_epoch: Cell::new(CLEAN), translated_in: Cell::new(0) }
     }
 }
 
@@ -517,6 +520,28 @@ impl<F> ObjectCache<F> {
             entry.translated_in.get() == self.translation_epoch
                 && entry.translated_slots.get() & (1 << slot.index()) != 0
         })
+    }
+
+    /// Whether a translation made since translations were last forgotten read any slot of
+    /// node `id`: destroying the node must drop them.
+    pub fn is_node_translated(&self, id: ObjectId) -> bool {
+        self.nodes.get(&id).is_some_and(|entry| {
+            entry.translated_in.get() == self.translation_epoch && entry.translated_slots.get() != 0
+        })
+    }
+
+    /// Records that a translation now maps page `id` (see [`Self::is_page_translated`]).
+    pub fn mark_page_translated(&self, id: ObjectId) {
+        if let Some(entry) = self.pages.get(&id) {
+            entry.translated_in.set(self.translation_epoch);
+        }
+    }
+
+    /// Whether a translation made since translations were last forgotten maps page `id`:
+    /// destroying the page must drop them, or its process could still reach what becomes
+    /// another object's bytes.
+    pub fn is_page_translated(&self, id: ObjectId) -> bool {
+        self.pages.get(&id).is_some_and(|entry| entry.translated_in.get() == self.translation_epoch)
     }
 
     /// Every translation was dropped: no node has one depending on it any more.

@@ -39,7 +39,8 @@ pub fn slot_for(height: u8, address: u64) -> Slot {
 const WALK_NODES_MAX: usize = 2 * (SPACE_HEIGHT_MAX as usize + 1);
 
 /// Walks `space` down to the page holding `address`. If it finds the page, every node
-/// passed is marked as one a translation depends on ([`ObjectCache::mark_translated`]).
+/// passed is marked as one a translation depends on ([`ObjectCache::mark_translated`]),
+/// and the page as mapped ([`ObjectCache::mark_page_translated`]).
 pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk {
     let mut capability = space;
     // The part of the address the current level resolves; each descent drops the bits of
@@ -57,6 +58,7 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
                 for &(node, slots) in &passed[..step] {
                     cache.mark_translated(node, slots);
                 }
+                cache.mark_page_translated(capability.object());
                 return Walk::Page {
                     page: capability,
                     writable,
@@ -144,6 +146,7 @@ mod tests {
             [(1, top_slot), (2, leaf_slot), (3, leaf_slot)].map(|(id, slot)| cache.is_translated(ObjectId(id), slot))
         };
         assert_eq!(marked(&cache), [false; 3]);
+        assert!(!cache.is_page_translated(page.object()) && !cache.is_node_translated(ObjectId(2)));
         let found = walk(&cache, top, ADDRESS);
         assert_eq!(
             found,
@@ -156,13 +159,18 @@ mod tests {
         assert_eq!(marked(&cache), [true, true, false]);
         let other = slot(if leaf_slot.index() == 0 { 1 } else { 0 });
         assert!(!cache.is_translated(ObjectId(2), other), "only the slot read is marked");
+        // Destroying the page or a node passed must drop the translation; node 3, never
+        // passed, need not.
+        assert!(cache.is_page_translated(page.object()), "the page reached is mapped");
+        assert_eq!([1, 2, 3].map(|id| cache.is_node_translated(ObjectId(id))), [true, true, false]);
         cache.forget_translations();
         assert_eq!(marked(&cache), [false; 3]);
+        assert!(!cache.is_page_translated(page.object()) && !cache.is_node_translated(ObjectId(1)));
     }
 
     #[test]
     fn other_addresses_and_addresses_beyond_the_space_miss() {
-        let (cache, top, _, _) = two_level_space(ADDRESS);
+        let (cache, top, _, page) = two_level_space(ADDRESS);
         let missing = Walk::Missing { keeper: None };
         for address in [ADDRESS + 4096, ADDRESS - (1 << 17), 1 << 22, u64::MAX] {
             assert_eq!(
@@ -171,11 +179,12 @@ mod tests {
                 "{address:#x}"
             );
         }
-        // No page-table entry comes of a failed walk: no node is marked.
+        // No page-table entry comes of a failed walk: no node is marked, nor the page.
         for slot in (0..32).map(slot) {
             assert!(!cache.is_translated(ObjectId(1), slot));
             assert!(!cache.is_translated(ObjectId(2), slot));
         }
+        assert!(!cache.is_page_translated(page.object()));
     }
 
     #[test]

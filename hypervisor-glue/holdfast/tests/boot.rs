@@ -26,6 +26,7 @@ fn assert_selftest_passed(stdout: &str, transcript: &str) {
         "ipc-client: indirector: void once revoked [ok]",
         "ipc-client: node.sense: a start capability is described, not called [ok]",
         "ipc-client: node.sense: an empty slot is void [ok]",
+        "space-test: space.occupied says the slot was empty and now holds the page [ok]",
         "space-test: its replacement is seen at the next access [ok]",
         "zero-client: three faults resolved by the keeper with zeroed pages [ok]",
         "meter-client: the meter ran out and its keeper refilled it [ok]",

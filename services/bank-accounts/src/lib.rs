@@ -7,6 +7,10 @@
 //! and the banks below it sold. The ids of destroyed objects are kept and used again
 //! before the kernel is asked for new ones, so that churn does not use up the store.
 //!
+//! Each bank's records are linked in a list of its own, so that destroying a bank costs
+//! what it and the banks below it hold, not a scan of the whole table (which took a
+//! constructor's process cycle 2 ms under TCG for the 30 objects it held).
+//!
 //! Everything here is fixed-size arrays (the bank's memory is its process's pages, which
 //! the checkpoints keep): [`BANKS_MAX`] banks, [`OBJECTS_MAX`] objects held at once.
 //! Reaching either is a refusal ([`Refusal`]), never a failure of the bank.
@@ -91,12 +95,25 @@ struct Record {
     /// The node that forwards to the bank `owner` (its capability is an indirector of it):
     /// destroyed with the bank, never sold back.
     forwarder: bool,
+    /// The owner's list of records: the slots before and after this one, each plus one (0:
+    /// none), so that an empty table is all zero bytes.
+    previous: u32,
+    next: u32,
 }
 
 const GONE: u64 = u64::MAX;
 
 fn key(kind: Kind, id: u64) -> u64 {
     id << 1 | kind.range_word()
+}
+
+/// A record slot as a list link, and back ([`Record::next`]).
+fn link(slot: usize) -> u32 {
+    slot as u32 + 1
+}
+
+fn linked(link: u32) -> Option<usize> {
+    link.checked_sub(1).map(|slot| slot as usize)
 }
 
 struct FreeIds {
@@ -121,6 +138,8 @@ impl FreeIds {
 pub struct Accounts {
     banks: [Bank; BANKS_MAX],
     records: [Record; TABLE_SLOTS],
+    /// Each bank's first record ([`link`]).
+    first_records: [u32; BANKS_MAX],
     held: usize,
     free_pages: FreeIds,
     free_nodes: FreeIds,
@@ -132,7 +151,8 @@ impl Accounts {
     pub const fn empty() -> Self {
         Self {
             banks: [Bank { live: false, generation: 0, parent: 0, page_limit: 0, node_limit: 0, pages: 0, nodes: 0 }; BANKS_MAX],
-            records: [Record { key: 0, owner: 0, forwarder: false }; TABLE_SLOTS],
+            records: [Record { key: 0, owner: 0, forwarder: false, previous: 0, next: 0 }; TABLE_SLOTS],
+            first_records: [0; BANKS_MAX],
             held: 0,
             free_pages: FreeIds { ids: [0; FREE_IDS_MAX], count: 0 },
             free_nodes: FreeIds { ids: [0; FREE_IDS_MAX], count: 0 },
@@ -236,7 +256,12 @@ impl Accounts {
         while self.records[slot].key != 0 && self.records[slot].key != GONE {
             slot = (slot + 1) % TABLE_SLOTS;
         }
-        self.records[slot] = Record { key: wanted, owner: index, forwarder };
+        let next = self.first_records[index as usize];
+        if let Some(first) = linked(next) {
+            self.records[first].previous = link(slot);
+        }
+        self.records[slot] = Record { key: wanted, owner: index, forwarder, previous: 0, next };
+        self.first_records[index as usize] = link(slot);
         self.held += 1;
         self.count(index, kind, true);
     }
@@ -270,13 +295,35 @@ impl Accounts {
         let Some(slot) = self.find(kind, id) else {
             return;
         };
-        let owner = self.records[slot].owner;
-        self.records[slot] = Record { key: GONE, owner: 0, forwarder: false };
+        let Record { owner, previous, next, .. } = self.records[slot];
+        match linked(previous) {
+            Some(before) => self.records[before].next = next,
+            None => self.first_records[owner as usize] = next,
+        }
+        if let Some(after) = linked(next) {
+            self.records[after].previous = previous;
+        }
+        self.records[slot] = Record { key: GONE, ..Record::default() };
+        self.clear_gone_run(slot);
         self.held -= 1;
         self.count(owner, kind, false);
         match kind {
             Kind::Page => self.free_pages.push(id),
             Kind::Node => self.free_nodes.push(id),
+        }
+    }
+
+    /// Empties the run of removed records ending at `slot` if an empty slot follows it: no
+    /// lookup needs to go on past them then. Without this, churn left the table all removed
+    /// records, and every lookup of an id not held scanned all of it.
+    fn clear_gone_run(&mut self, slot: usize) {
+        if self.records[(slot + 1) % TABLE_SLOTS].key != 0 {
+            return;
+        }
+        let mut at = slot;
+        while self.records[at].key == GONE {
+            self.records[at].key = 0;
+            at = (at + TABLE_SLOTS - 1) % TABLE_SLOTS;
         }
     }
 
@@ -301,16 +348,15 @@ impl Accounts {
             *flag = self.banks[at].live && self.chain(at as u32).any(|above| above == index);
         }
         let mut destroyed = 0;
-        for slot in 0..TABLE_SLOTS {
-            let record = self.records[slot];
-            if record.key == 0 || record.key == GONE || !doomed[record.owner as usize] {
-                continue;
+        for bank in (0..BANKS_MAX).filter(|&at| doomed[at]) {
+            while let Some(slot) = linked(self.first_records[bank]) {
+                let record = self.records[slot];
+                let kind = if record.key & 1 == 0 { Kind::Page } else { Kind::Node };
+                let id = record.key >> 1;
+                destroy(kind, id);
+                self.forget(kind, id);
+                destroyed += 1;
             }
-            let kind = if record.key & 1 == 0 { Kind::Page } else { Kind::Node };
-            let id = record.key >> 1;
-            destroy(kind, id);
-            self.forget(kind, id);
-            destroyed += 1;
         }
         for (at, &flag) in doomed.iter().enumerate() {
             if flag {

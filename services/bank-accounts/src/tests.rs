@@ -116,3 +116,42 @@ fn too_many_banks_is_a_refusal() {
     }
     assert_eq!(accounts.open(PRIME, 1, 1), Err(Refusal::TooManyBanks));
 }
+
+#[test]
+fn a_destroyed_bank_gives_up_what_it_holds_after_sales_back_in_any_order() {
+    let mut accounts = accounts(u64::MAX, u64::MAX);
+    let doomed = accounts.open(PRIME, u64::MAX, u64::MAX).unwrap();
+    let kept = accounts.open(PRIME, u64::MAX, u64::MAX).unwrap();
+    // Interleaved sales, so that the two banks' records lie side by side in the table (ids
+    // from 1: the kernel's first object id).
+    for id in 1..1000 {
+        sell(&mut accounts, if id % 3 == 0 { kept } else { doomed }, Kind::Page, id, 1).unwrap();
+    }
+    // Sold back from the head, the tail and the middle of the doomed bank's list.
+    let sold_back = [998, 1, 500, 997, 2];
+    for id in sold_back {
+        accounts.check_return(doomed, Kind::Page, id).unwrap();
+        accounts.forget(Kind::Page, id);
+    }
+    let mut destroyed = Vec::new();
+    accounts.destroy(doomed, |_, id| destroyed.push(id)).unwrap();
+    destroyed.sort_unstable();
+    let expected: Vec<u64> = (1..1000).filter(|id| id % 3 != 0 && !sold_back.contains(id)).collect();
+    assert_eq!(destroyed, expected);
+    assert_eq!(accounts.bank(kept).pages, 333);
+    assert!((3..1000).step_by(3).all(|id| accounts.owner(Kind::Page, id) == Some((kept, false))));
+}
+
+#[test]
+fn churn_leaves_no_removed_records_for_lookups_to_pass() {
+    let mut accounts = accounts(u64::MAX, u64::MAX);
+    // Banks made and destroyed, each holding a process's worth of objects, as a
+    // constructor's yields do: ids move on, so the records land all over the table.
+    for round in 0..2000u64 {
+        let bank = accounts.open(PRIME, u64::MAX, u64::MAX).unwrap();
+        sell(&mut accounts, bank, Kind::Node, 1 + round * 40, 40).unwrap();
+        accounts.destroy(bank, |_, _| {}).unwrap();
+    }
+    assert_eq!(accounts.held, 0);
+    assert!(accounts.records.iter().all(|record| record.key == 0), "every slot is empty again");
+}

@@ -7,7 +7,7 @@
 #![no_std]
 #![no_main]
 
-use holdfast_userlib::abi::methods::{node, page, process};
+use holdfast_userlib::abi::methods::{node, page, process, space as space_order};
 use holdfast_userlib::abi::{USER_STACK_BYTES, USER_STACK_TOP};
 use holdfast_userlib::{self as user, Invocation, space};
 
@@ -47,11 +47,17 @@ fn main() -> u64 {
             .invoke(&mut [])
             .code
     };
+    let occupied = || {
+        let reply = Invocation::call(LEVEL, space_order::OCCUPIED, [0; 4]).invoke(&mut []);
+        (reply.code == 0).then_some(reply.words[0] >> space::slot(1, ADDRESS) & 1 == 1)
+    };
+    let before = occupied();
     let swapped = swap(FIRST_PAGE);
     checks.check(
         "a page swapped into the tree is mapped",
         first.code == 0 && swapped == 0 && read_at_address() == b'F',
     );
+    checks.check("space.occupied says the slot was empty and now holds the page", before == Some(false) && occupied() == Some(true));
     let swapped = swap(SECOND_PAGE);
     checks.check(
         "its replacement is seen at the next access",

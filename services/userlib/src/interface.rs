@@ -406,6 +406,17 @@ pub mod space {
         .check()?;
         Ok(())
     }
+
+    /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation: a walk of a space tree visits only those slots.
+    ///
+    ///
+    /// Returns bit i set: slot i holds a capability.
+    ///
+    /// Errors: invocation errors only.
+    pub fn occupied(space: CapReg) -> Result<u64, Error> {
+        let received = invoke(Invocation::call(space, order::OCCUPIED)).check()?;
+        Ok(received.words[0])
+    }
 }
 
 /// A process: registers, 16 capability registers, an address space, a keeper and a meter.
