@@ -444,6 +444,8 @@ pub mod page {
         pub const ZERO: u64 = 3;
         /// Returns a read-only capability to the same page.
         pub const WEAKEN: u64 = 4;
+        /// Copies every byte of page `source` into this page (no string passes through ring 3).
+        pub const COPY_FROM: u64 = 5;
     }
 
     /// An invocation of a page capability, decoded and with its arguments checked
@@ -469,6 +471,8 @@ pub mod page {
         Zero,
         /// Returns a read-only capability to the same page.
         Weaken,
+        /// Copies every byte of page `source` into this page (no string passes through ring 3).
+        CopyFrom,
     }
 
     impl Request {
@@ -505,6 +509,13 @@ pub mod page {
                 }
                 order::ZERO => Ok(Self::Zero),
                 order::WEAKEN => Ok(Self::Weaken),
+                order::COPY_FROM => {
+                    // `source` must be a page; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::CopyFrom)
+                }
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

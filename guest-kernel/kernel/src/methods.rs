@@ -166,6 +166,15 @@ fn page_method(
             page_for_writing(objects, &target)?.fill(0);
             ok([0; 4])
         }
+        page::Request::CopyFrom => {
+            let source = argument(message);
+            objects.ensure_resident(&[source.object()], true).map_err(|_| ObjectError::Unavailable)?;
+            // A copy on the kernel stack (128 KiB, empty at each entry): the two pages may
+            // be one, and the cache lends one frame at a time.
+            let bytes = *objects.cache.page(&source).map_err(|_| ObjectError::WrongType)?.bytes();
+            page_for_writing(objects, &target)?.copy_from_slice(&bytes);
+            ok([0; 4])
+        }
         page::Request::Weaken => ok_capability(target.restricted(Rights::READ_ONLY)),
         page::Request::Identify => unreachable!("answered by the caller"),
     }

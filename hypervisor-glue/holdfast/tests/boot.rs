@@ -31,6 +31,7 @@ fn assert_selftest_passed(stdout: &str, transcript: &str) {
         "zero-client: three faults resolved by the keeper with zeroed pages [ok]",
         "meter-client: the meter ran out and its keeper refilled it [ok]",
         // A process made from a node, given a space and started, runs a real program.
+        "objects-test: page: copy_from copies every byte, through a read-only capability to the source [ok]",
         "objects-test: process: a made process without a meter is not started [ok]",
         "objects-test: process: start runs a made process on this program's code in its space [ok]",
         "selftest: ring3 (made): stopped with exit code 0 after 1 invocations [ok]",

@@ -5,10 +5,11 @@
 //! The program is a template process the initial system made and never started
 //! (`template = true` in the manifest). A yield makes a bank below the requester's bank for
 //! the new process, buys from it a root node and a copy of the template's space (nodes
-//! anew; pages the template can write copied; read-only pages, the code, shared), gives the
-//! process the template's registers and the constructor's components as its capability
-//! registers, runs it on the requester's meter, and returns its start capability. If any
-//! purchase fails the bank below is destroyed, and with it all that was bought.
+//! anew; pages the template can write copied, by `page.copy_from`; read-only pages, the
+//! code, shared), gives the process the template's registers and the constructor's
+//! components as its capability registers, runs it on the requester's meter, and returns
+//! its start capability. If any purchase fails the bank below is destroyed, and with it all
+//! that was bought.
 //!
 //! Confinement (EROS): a yielded process holds its space (fresh nodes, private or
 //! read-only pages) and the components. It is confined if every component is safe — void,
@@ -50,7 +51,8 @@ const READ_ONLY: u64 = 1;
 const WEAK: u64 = 2;
 const CAPABILITY_REGISTERS: u64 = 16;
 
-static mut PAGE_BYTES: [u8; 4096] = [0; 4096];
+/// `process.read_registers`' answer: the 18 words of `interface.toml`'s `register_file`.
+const REGISTER_FILE_BYTES: usize = 18 * 8;
 
 /// Whether a capability conveys no authority to write or to communicate.
 fn is_safe(register: CapReg) -> bool {
@@ -75,7 +77,7 @@ fn leaks() -> u64 {
 
 /// The template's space copied for a new process, into `MADE`: nodes anew, pages it can
 /// write copied, read-only ones (code and read-only data) shared.
-fn copy_space(buffer: &mut [u8; 4096]) -> Result<(), Error> {
+fn copy_space() -> Result<(), Error> {
     let walk = TreeCopy { walk: WALK, bank: PROCESS_BANK, source: SOURCE, target: TARGET, child: CHILD, made: MADE, scratch: SCRATCH };
     process::fetch_space(TEMPLATE, SOURCE)?;
     walk.copy(SOURCE, &|_| Ok(()), &mut |identity| {
@@ -87,20 +89,20 @@ fn copy_space(buffer: &mut [u8; 4096]) -> Result<(), Error> {
             return Ok(Some(CHILD));
         }
         bank::buy_page(PROCESS_BANK, MADE)?;
-        let length = page::read(CHILD, 0, 4096, buffer)?;
-        page::write(MADE, 0, &buffer[..length])?;
+        page::copy_from(MADE, CHILD)?;
         Ok(Some(MADE))
     })
 }
 
 /// Makes the new process in `MADE_PROCESS` from the template and the components, paid for
 /// by `PROCESS_BANK`, and starts it.
-fn build(buffer: &mut [u8; 4096]) -> Result<(), Error> {
+fn build() -> Result<(), Error> {
     bank::buy_process(PROCESS_BANK, MADE_PROCESS)?;
-    copy_space(buffer)?;
+    copy_space()?;
     process::set_space(MADE_PROCESS, MADE)?;
-    let length = process::read_registers(TEMPLATE, buffer)?;
-    process::write_registers(MADE_PROCESS, &buffer[..length])?;
+    let mut registers = [0; REGISTER_FILE_BYTES];
+    let length = process::read_registers(TEMPLATE, &mut registers)?;
+    process::write_registers(MADE_PROCESS, &registers[..length])?;
     for register in 0..CAPABILITY_REGISTERS {
         node::fetch(COMPONENTS, register, CHILD)?;
         process::swap_register(MADE_PROCESS, register, CHILD, SCRATCH)?;
@@ -110,11 +112,11 @@ fn build(buffer: &mut [u8; 4096]) -> Result<(), Error> {
     process::make_start(MADE_PROCESS, 0, MADE)
 }
 
-fn yield_process(buffer: &mut [u8; 4096]) -> Result<(), u64> {
+fn yield_process() -> Result<(), u64> {
     // Unlimited below the requester's bank: its own limits and those above it bound it.
     bank::create_child(CapReg::new(REQUESTER_BANK), u64::MAX, u64::MAX, PROCESS_BANK)
         .map_err(|_| refusal::BANK_REFUSED)?;
-    build(buffer).map_err(|error| {
+    build().map_err(|error| {
         let _ = bank::destroy(PROCESS_BANK);
         match error {
             Error::Reply(_) => refusal::BANK_REFUSED,
@@ -124,9 +126,6 @@ fn yield_process(buffer: &mut [u8; 4096]) -> Result<(), u64> {
 }
 
 fn main() -> u64 {
-    // SAFETY: `main` runs once, on the program's only thread, and never returns: this is the
-    // only reference to the buffer for the program's life.
-    let buffer = unsafe { &mut *core::ptr::addr_of_mut!(PAGE_BYTES) };
     let wait = |reply: Invocation<'_>| {
         reply.receiving(&[REQUESTER_BANK, REQUESTER_METER]).resume_into(RESUME).invoke(&mut [])
     };
@@ -134,7 +133,7 @@ fn main() -> u64 {
     let mut message = wait(Invocation::return_to(SCRATCH.index(), 0, [0; 4]));
     loop {
         let reply = match message.code {
-            order::YIELD => match yield_process(buffer) {
+            order::YIELD => match yield_process() {
                 Ok(()) => Invocation::return_to(RESUME, 0, [0; 4]).sending(&[MADE.index()]),
                 Err(code) => Invocation::return_to(RESUME, code, [0; 4]),
             },

@@ -1,7 +1,8 @@
 //! Checks of node, page and process methods, each error included.
 //!
 //! Capability registers: 0 console, 1 own process, 2 a node, 3 a page, 4 the clock, 5 the
-//! number [7, 9], 9 a meter of 5000 µs that no process runs on.
+//! number [7, 9], 9 a meter of 5000 µs that no process runs on, 14 a meter for the process
+//! it makes, 15 a second page.
 #![no_std]
 #![no_main]
 
@@ -25,6 +26,7 @@ const WEAK_SPACE: u8 = 11;
 const MADE_PROCESS: u8 = 12;
 const SCRATCH: u8 = 13;
 const MADE_METER: u8 = 14;
+const SECOND_PAGE: u8 = 15;
 
 fn error(error: ObjectError) -> Result<[u64; 4], u64> {
     Err(error as u64)
@@ -120,6 +122,27 @@ fn main() -> u64 {
         "page: zero through a read-only capability",
         user::call(READ_ONLY_PAGE, page::ZERO, [0; 4]) == error(ObjectError::ReadOnly),
     );
+    let copy_from = |target: u8, source: u8| {
+        Invocation::call(target, page::COPY_FROM, [0; 4]).sending(&[source]).invoke(&mut []).code
+    };
+    let scribbled = Invocation::call(SECOND_PAGE, page::WRITE, [4000, 0, 0, 0])
+        .with_string(b"xyz")
+        .invoke(&mut []);
+    let copied = copy_from(SECOND_PAGE, READ_ONLY_PAGE);
+    let (mut head, mut tail) = ([0u8; 8], [0xffu8; 3]);
+    let head_reply = Invocation::call(SECOND_PAGE, page::READ, [9, 5, 0, 0]).invoke(&mut head);
+    let tail_reply = Invocation::call(SECOND_PAGE, page::READ, [4000, 3, 0, 0]).invoke(&mut tail);
+    checks.check(
+        "page: copy_from copies every byte, through a read-only capability to the source",
+        scribbled.code == 0
+            && copied == 0
+            && head_reply.code == 0
+            && head[..head_reply.string_length] == *b"\0abc\0"
+            && tail_reply.code == 0
+            && tail == [0; 3],
+    );
+    checks.code("page: copy_from into a read-only capability", copy_from(READ_ONLY_PAGE, SECOND_PAGE), ObjectError::ReadOnly as u64);
+    checks.code("page: copy_from a node", copy_from(SECOND_PAGE, NODE), ObjectError::WrongType as u64);
 
     checks.check(
         "unknown order",

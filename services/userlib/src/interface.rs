@@ -170,6 +170,20 @@ pub mod page {
         .check()?;
         Ok(())
     }
+
+    /// Copies every byte of page `source` into this page (no string passes through ring 3).
+    ///
+    /// - `source`: The page copied, read-only or not (void once revoked: `wrong_type`). Type page.
+    ///
+    /// Errors: `read_only`, `wrong_type`; and invocation errors.
+    pub fn copy_from(page: CapReg, source: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            send: &[source],
+            ..Invocation::call(page, order::COPY_FROM)
+        })
+        .check()?;
+        Ok(())
+    }
 }
 
 /// 32 capability slots, numbered 0..=31.
