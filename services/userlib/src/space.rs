@@ -118,13 +118,12 @@ impl TreeCopy {
         if level >= TREE_LEVELS_MAX {
             return Err(Error::Object(ObjectError::OutOfRange));
         }
-        node::fetch(self.walk, 2 * level, self.source)?;
         // Only the slots that hold something: three invocations for each of a node's 32
         // slots made the walk most of a constructor's yield (a program's tree is sparse).
+        node::fetch(self.walk, 2 * level, self.source)?;
         let occupied = space::occupied(self.source)?;
+        node::fetch(self.walk, 2 * level + 1, self.target)?;
         for slot in (0..SPACE_SLOTS).filter(|slot| occupied >> slot & 1 != 0) {
-            // Again each time: the level below used the register.
-            node::fetch(self.walk, 2 * level, self.source)?;
             space::fetch(self.source, slot, self.child)?;
             let Ok(identity) = identify(self.child) else { continue };
             let copied = if identity.type_code == Type::Space as u64 {
@@ -132,6 +131,9 @@ impl TreeCopy {
                 node::swap(self.walk, 2 * (level + 1), self.child, self.scratch)?;
                 node::swap(self.walk, 2 * (level + 1) + 1, self.made, self.scratch)?;
                 self.copy_level(level + 1, flags_ok, leaf)?;
+                // The level below used the registers: this level's nodes back, and the copy.
+                node::fetch(self.walk, 2 * level, self.source)?;
+                node::fetch(self.walk, 2 * level + 1, self.target)?;
                 node::fetch(self.walk, 2 * (level + 1) + 1, self.made)?;
                 self.made
             } else {
@@ -140,7 +142,6 @@ impl TreeCopy {
                     None => continue,
                 }
             };
-            node::fetch(self.walk, 2 * level + 1, self.target)?;
             space::swap(self.target, slot, copied, self.scratch)?;
         }
         Ok(())
