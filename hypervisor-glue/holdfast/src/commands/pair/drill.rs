@@ -61,6 +61,11 @@ pub struct DrillReport {
     /// came that long before the fault; past `ready_ms`: the new primary's clients stalled
     /// after it served). The load's clock starts a few ms after the drill's.
     pub outage_began_from_fault_ms: i64,
+    /// The slowest transaction, from its first send to its acknowledgement (retries and
+    /// reconnections included): what one client waited at worst.
+    pub slowest_ms: f64,
+    /// Connections made again after one was lost (a client may lose its own more than once).
+    pub reconnects: u64,
     pub acknowledged: u64,
     /// Acknowledged transactions (of every drill so far) not on the new primary.
     pub lost: usize,
@@ -105,7 +110,7 @@ pub fn run(arguments: &PairDrillArguments) -> Result<ExitCode, Failure> {
         let kind = arguments.kinds[(drill as usize - 1) % arguments.kinds.len()];
         let report = one_drill(arguments, drill, kind, &mut random, seed, &target, &ledger_dir)?;
         eprintln!(
-            "pair drill {}: #{drill} {}: node {} -> {}, detection {} ms, promotion {} ms, ready {} ms, outage {:.0} ms (from {} ms), {} acknowledged, {} lost{}",
+            "pair drill {}: #{drill} {}: node {} -> {}, detection {} ms, promotion {} ms, ready {} ms, outage {:.0} ms (from {} ms), slowest {:.0} ms, {} reconnects, {} acknowledged, {} lost{}",
             arguments.name,
             report.kind,
             report.old_primary,
@@ -115,6 +120,8 @@ pub fn run(arguments: &PairDrillArguments) -> Result<ExitCode, Failure> {
             report.ready_ms,
             report.outage_ms,
             report.outage_began_from_fault_ms,
+            report.slowest_ms,
+            report.reconnects,
             report.acknowledged,
             report.lost,
             if report.check_passed { "" } else { ", CHECK FAILED" }
@@ -221,6 +228,8 @@ fn one_drill(
         ready_ms,
         outage_ms: run.silence_us_max as f64 / 1000.0,
         outage_began_from_fault_ms: (run.silence_from_seconds * 1000.0) as i64 - fault_at.duration_since(load_started).as_millis() as i64,
+        slowest_ms: run.latency.max_us as f64 / 1000.0,
+        reconnects: run.reconnects,
         acknowledged: run.acknowledged,
         lost: lost_of(&checked),
         check_passed: checked.passed(),
@@ -318,6 +327,8 @@ fn table(name: &str, seed: u64, reports: &[DrillReport]) -> String {
         Column::right("ready ms"),
         Column::right("outage ms"),
         Column::right("outage from ms"),
+        Column::right("slowest ms"),
+        Column::right("reconnects"),
         Column::right("acknowledged"),
         Column::right("lost"),
         Column::left("check"),
@@ -334,6 +345,8 @@ fn table(name: &str, seed: u64, reports: &[DrillReport]) -> String {
                 report.ready_ms.to_string(),
                 format!("{:.0}", report.outage_ms),
                 report.outage_began_from_fault_ms.to_string(),
+                format!("{:.0}", report.slowest_ms),
+                report.reconnects.to_string(),
                 report.acknowledged.to_string(),
                 report.lost.to_string(),
                 if report.check_passed { "passed".into() } else { "FAILED".into() },
@@ -366,7 +379,7 @@ fn table(name: &str, seed: u64, reports: &[DrillReport]) -> String {
     let caption = Caption {
         title: format!("pair {name}: {} failover drill(s) under TP1 load, seed {seed}", reports.len()),
         notes: vec![
-            "outage: the longest time the load generator went without any acknowledgement (it reconnects to the same endpoint and retries by id); outage from: when it began, from the fault".into(),
+            "outage: the longest time the load generator went without any acknowledgement (it reconnects to the same endpoint and retries by id); outage from: when it began, from the fault; slowest: one transaction's wait, retries included".into(),
             "a freeze or a cut is detected after the supervisor's heartbeat timeout; a kill when QEMU exits".into(),
             "peers, not measured here: CloudNativePG's failover tests allow 10 s, Patroni's defaults 30 s".into(),
         ],
