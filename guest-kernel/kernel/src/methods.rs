@@ -168,7 +168,10 @@ fn page_method(
         }
         page::Request::CopyFrom => {
             let source = argument(message);
-            objects.ensure_resident(&[source.object()], true).map_err(|_| ObjectError::Unavailable)?;
+            // Both kept: making room for the source alone could evict the target loaded above.
+            objects
+                .ensure_resident(&[target.object(), source.object()], true)
+                .map_err(|_| ObjectError::Unavailable)?;
             // A copy on the kernel stack (128 KiB, empty at each entry): the two pages may
             // be one, and the cache lends one frame at a time.
             let bytes = *objects.cache.page(&source).map_err(|_| ObjectError::WrongType)?.bytes();
