@@ -517,17 +517,22 @@ impl<F> ObjectCache<F> {
     /// node `id`: changing that slot must drop them.
     pub fn is_translated(&self, id: ObjectId, slot: Slot) -> bool {
         self.nodes.get(&id).is_some_and(|entry| {
-            entry.translated_in.get() == self.translation_epoch
-                && entry.translated_slots.get() & (1 << slot.index()) != 0
+            Self::translated_slots(entry, self.translation_epoch) & (1 << slot.index()) != 0
         })
     }
 
     /// Whether a translation made since translations were last forgotten read any slot of
     /// node `id`: destroying the node must drop them.
     pub fn is_node_translated(&self, id: ObjectId) -> bool {
-        self.nodes.get(&id).is_some_and(|entry| {
-            entry.translated_in.get() == self.translation_epoch && entry.translated_slots.get() != 0
-        })
+        self.nodes.get(&id).is_some_and(|entry| Self::translated_slots(entry, self.translation_epoch) != 0)
+    }
+
+    /// The slots of `entry` that translations made in `epoch` read (bit i: slot i); none if
+    /// its marks are from an earlier epoch. A mask rather than a branch (a translation block
+    /// fewer under TCG): [`Self::node_mut_translated`] is on the invocation path.
+    fn translated_slots(entry: &NodeEntry, epoch: u64) -> u32 {
+        let current = u32::from(entry.translated_in.get() == epoch);
+        entry.translated_slots.get() & current.wrapping_neg()
     }
 
     /// Records that a translation now maps page `id` (see [`Self::is_page_translated`]).
@@ -565,10 +570,7 @@ impl<F> ObjectCache<F> {
         let entry = Self::node_entry_in(&mut self.nodes, self.node_loader, id).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         Self::note_node_dirty(&mut self.dirty_nodes, entry, id);
-        // A mask rather than a branch (a translation block fewer under TCG): the slots count
-        // only if they were marked in the current epoch.
-        let current = u32::from(entry.translated_in.get() == self.translation_epoch);
-        let translated = entry.translated_slots.get() & current.wrapping_neg();
+        let translated = Self::translated_slots(entry, self.translation_epoch);
         Ok((&mut entry.node, translated))
     }
 
