@@ -37,7 +37,7 @@ use super::{DIRECTORY_PAGE, PERSISTENCE, Persistence, mirror_disks, with_store};
 
 /// Objects written (or log blocks migrated) per step: bounds the time a step holds the
 /// kernel (about 256 KiB of disk writes).
-const STEP_OBJECTS: usize = 64;
+pub(super) const STEP_OBJECTS: usize = 64;
 
 /// A checkpoint is due this often unless the boot command line says otherwise
 /// (`holdfast.checkpoint-interval-ms=N`).

@@ -10,7 +10,7 @@ use crate::arch::timer;
 use crate::drivers::Block;
 use crate::objects::{OBJECTS, Objects};
 use crate::objects::StoreAccess;
-use super::checkpoint::interval_ticks;
+use super::checkpoint::{STEP_OBJECTS, interval_ticks};
 use super::eviction::make_room;
 use super::metrics::KernelCounters;
 use super::restore::{load_node, load_page_version, read_page};
@@ -53,7 +53,7 @@ pub fn open(disks: Vec<Block>, recover: holdfast_store::Recover) -> Result<Opene
     // The rebuilt system's first checkpoint needs the whole log that `check_capacity`
     // counts on: the records of one a crash cut short are freed first (a few blocks' work).
     while let holdfast_store::MigrationProgress::Migrating { .. } =
-        store.migrate_step(64).map_err(|error| error.to_string())?
+        store.migrate_step(STEP_OBJECTS).map_err(|error| error.to_string())?
     {}
     Ok(Opened::Fresh(store))
 }
