@@ -75,10 +75,17 @@ struct TakeFrames;
 impl OomHandler for TakeFrames {
     fn handle_oom(talc: &mut Talc<Self>, layout: Layout) -> Result<(), ()> {
         // Room for the alignment and Talc's own tags besides the allocation itself.
-        let bytes = (layout.size() + layout.align() + 256)
-            .max(BYTE_SPAN_BYTES_MIN)
-            .next_multiple_of(PAGE_BYTES);
-        let base = FRAMES.lock().take(bytes / PAGE_BYTES).ok_or(())?;
+        let needed = (layout.size() + layout.align() + 256).next_multiple_of(PAGE_BYTES);
+        // Once object pages fill the heap, the free frames are scattered and a whole
+        // minimum span may not be found in one piece where the allocation alone can be.
+        let (base, bytes) = {
+            let mut frames = FRAMES.lock();
+            let span = needed.max(BYTE_SPAN_BYTES_MIN);
+            match frames.take(span / PAGE_BYTES) {
+                Some(base) => (base, span),
+                None => (frames.take(needed / PAGE_BYTES).ok_or(())?, needed),
+            }
+        };
         // SAFETY: the frames were free and are now the byte allocator's alone: nothing
         // gives them back to `FRAMES`, and they are heap RAM in the direct map.
         unsafe { talc.claim(Span::from_base_size(base, bytes)) }.map(|_| ())

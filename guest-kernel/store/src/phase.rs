@@ -5,7 +5,9 @@
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
+use alloc::collections::btree_map::Entry;
 use alloc::vec::Vec;
+use core::ops::Bound;
 
 use holdfast_objects::{ObjectId, Version};
 
@@ -58,13 +60,13 @@ pub(crate) struct Stabilization {
     /// goes to the log in one device write once its buffer ([`RUN_RECORDS_MAX`] records, or
     /// one when memory is short) is full.
     run: RecordRun,
-    /// Where this checkpoint's blocks are in the log, in the order written (a later copy
-    /// of a block replaces an earlier one); joins the directory at commit. A list, sorted
-    /// once at commit: a map insert per page cost more than its lookups saved.
-    pending: Vec<(BlockKey, DirectoryEntry)>,
-    /// Where this checkpoint's pots are in the log: a later node of a pot written already
-    /// starts from that copy.
-    pending_pots: BTreeMap<u64, DirectoryEntry>,
+    /// Where this checkpoint's blocks are in the log (a later copy of a block replaces an
+    /// earlier one; a later node of a pot written already starts from its copy); becomes
+    /// the directory at commit. A map, not a list sorted at commit: the list and the sort's
+    /// scratch were each one contiguous allocation as large as the checkpoint, which a heap
+    /// full of object pages could not always give (the paging test's 32 MiB guest failed a
+    /// 4,139-page checkpoint's 704 KiB list).
+    pending: BTreeMap<BlockKey, DirectoryEntry>,
     first_sequence: Option<u64>,
     data_record_count: u64,
     data_header_checksum_chain: u32,
@@ -91,9 +93,12 @@ pub fn checkpoint_log_blocks_max(pages: u64, pots: u64) -> u64 {
 const MIGRATION_READ_BLOCKS_MAX: usize = 64;
 
 pub(crate) struct Migration {
-    /// The directory as it was when migration began, in home order.
-    work: Vec<(BlockKey, DirectoryEntry)>,
-    next: usize,
+    /// The directory as it was when migration began, moved home in key (home) order. A
+    /// copy of the map, not a list: no allocation as large as the directory.
+    work: BTreeMap<BlockKey, DirectoryEntry>,
+    /// The last block moved home, and how many have been.
+    moved_last: Option<BlockKey>,
+    moved: usize,
     /// The head when migration began: the new tail once everything before it is home.
     tail_after: LogCursor,
     /// Tables changed so far, each written once (to its older slot) at the end.
@@ -126,7 +131,7 @@ impl Stabilization {
 
 impl Migration {
     fn backlog_blocks(&self) -> u64 {
-        (self.work.len() - self.next) as u64
+        (self.work.len() - self.moved) as u64
     }
 }
 
@@ -161,8 +166,7 @@ impl<D: BlockDevice> Store<D> {
             generation: self.snapshot_generation,
             pots: BTreeMap::new(),
             run: RecordRun::new(),
-            pending: Vec::new(),
-            pending_pots: BTreeMap::new(),
+            pending: BTreeMap::new(),
             first_sequence: None,
             data_record_count: 0,
             data_header_checksum_chain: 0,
@@ -187,7 +191,7 @@ impl<D: BlockDevice> Store<D> {
             if !stabilization.pots.contains_key(&key.1) {
                 // Pots leave `pots` only to be written at once (below), so the pot's newest
                 // copy is this checkpoint's in the log, or else the committed one.
-                let base = match stabilization.pending_pots.get(&key.1).copied() {
+                let base = match stabilization.pending.get(&key).copied() {
                     Some(entry) => (
                         entry.versions,
                         store.read_log_data(entry.position, entry.checksum)?,
@@ -249,9 +253,9 @@ impl<D: BlockDevice> Store<D> {
             store.append_run(&mut commit)?;
             store.flush()?;
             // Built once the devices have given back the runs' buffers: built while they
-            // still wrote them, its list and tree on top of theirs ran the paging test's
-            // 32 MiB guest out of heap. The commit is durable: nothing fails from here on, so
-            // the pending list is taken, not copied.
+            // still wrote them, the directory on top of theirs ran the paging test's 32 MiB
+            // guest out of heap. The commit is durable: nothing fails from here on, so
+            // the pending map is taken, not copied.
             let directory = store.directory_with(core::mem::take(&mut stabilization.pending));
             Ok((stabilization.generation, directory))
         })?;
@@ -283,24 +287,28 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
-    /// The directory once a checkpoint's blocks `pending` join it: of each block's copies,
-    /// the newest (a later copy of this checkpoint, or a journal commit made after the
-    /// snapshot, which stays newer than the snapshot's copy).
+    /// The directory, taken, once a checkpoint's blocks `pending` join it: of each block's copies,
+    /// the newest (a journal commit made after the snapshot stays newer than the snapshot's
+    /// copy). The directory holds only journal commits here (the last migration finished
+    /// before this checkpoint began), mostly far fewer than the checkpoint's blocks, so they
+    /// go into its map rather than it into theirs.
     fn directory_with(
-        &self,
-        pending: Vec<(BlockKey, DirectoryEntry)>,
+        &mut self,
+        mut pending: BTreeMap<BlockKey, DirectoryEntry>,
     ) -> BTreeMap<BlockKey, DirectoryEntry> {
-        // One list sorted by block then age, built at once keeping each block's last entry:
-        // after journal commits, a map of the pending blocks merged into the directory (or
-        // before that an insert per block) built and freed a second tree, which under TCG
-        // took 160 ms more than this for a 64 MiB checkpoint. With an empty directory this
-        // costs what building the pending blocks' map alone did.
-        let mut all = pending;
-        all.extend(self.directory.iter().map(|(key, entry)| (*key, *entry)));
-        all.sort_by(|(key, entry), (other_key, other_entry)| {
-            key.cmp(other_key).then(entry.order.cmp(&other_entry.order))
-        });
-        all.into_iter().collect()
+        for (key, entry) in core::mem::take(&mut self.directory) {
+            match pending.entry(key) {
+                Entry::Vacant(vacant) => {
+                    vacant.insert(entry);
+                }
+                Entry::Occupied(mut occupied) => {
+                    if entry.order > occupied.get().order {
+                        occupied.insert(entry);
+                    }
+                }
+            }
+        }
+        pending
     }
 
     /// Records how long the caller's stabilization took (the store has no clock), for the
@@ -340,14 +348,10 @@ impl<D: BlockDevice> Store<D> {
     }
 
     pub(crate) fn start_migration(&mut self) {
-        let work = self
-            .directory
-            .iter()
-            .map(|(key, entry)| (*key, *entry))
-            .collect();
         self.phase = Phase::Migrating(Box::new(Migration {
-            work,
-            next: 0,
+            work: self.directory.clone(),
+            moved_last: None,
+            moved: 0,
             tail_after: self.head,
             tables: BTreeMap::new(),
         }));
@@ -403,12 +407,9 @@ impl<D: BlockDevice> Store<D> {
                         entry: entry_index as u32,
                     },
                 };
-                if entry.kind == BlockKind::NodePot {
-                    stabilization.pending_pots.insert(entry.index, directory_entry);
-                }
                 stabilization
                     .pending
-                    .push(((entry.kind, entry.index), directory_entry));
+                    .insert((entry.kind, entry.index), directory_entry);
             }
             stabilization.first_sequence.get_or_insert(place.sequence);
             stabilization.data_record_count += 1;
@@ -425,17 +426,24 @@ impl<D: BlockDevice> Store<D> {
         migration: &mut Migration,
         block_count_max: usize,
     ) -> Result<bool, StoreError> {
-        let end = (migration.next + block_count_max).min(migration.work.len());
+        let after = migration.moved_last.map_or(Bound::Unbounded, Bound::Excluded);
+        let step: Vec<(BlockKey, DirectoryEntry)> = migration
+            .work
+            .range((after, Bound::Unbounded))
+            .take(block_count_max)
+            .map(|(key, entry)| (*key, *entry))
+            .collect();
+        let end = step.len();
         let mut run_start: Option<(BlockKind, u64)> = None;
         let mut run: Vec<u8> = Vec::new();
         // Blocks consecutive in the log (a checkpoint logs its pages in order) are read
         // together: one read each would leave migration waiting on the device per block.
         let mut read: Vec<u8> = Vec::new();
-        let mut read_first = migration.next;
-        for item in migration.next..end {
+        let mut read_first = 0;
+        for item in 0..end {
             if item >= read_first + read.len() / crate::BLOCK_SIZE {
-                let first_position = migration.work[item].1.position;
-                let checksums: Vec<u32> = migration.work[item..end]
+                let first_position = step[item].1.position;
+                let checksums: Vec<u32> = step[item..end]
                     .iter()
                     .take(MIGRATION_READ_BLOCKS_MAX)
                     .enumerate()
@@ -445,7 +453,7 @@ impl<D: BlockDevice> Store<D> {
                 read = self.read_log_data_run(first_position, &checksums)?;
                 read_first = item;
             }
-            let ((kind, index), entry) = migration.work[item];
+            let ((kind, index), entry) = step[item];
             let offset = (item - read_first) * crate::BLOCK_SIZE;
             let block = &read[offset..offset + crate::BLOCK_SIZE];
             let (group, entry_index) = HomeRangeLayout::group_of(index);
@@ -480,9 +488,10 @@ impl<D: BlockDevice> Store<D> {
             run.extend_from_slice(block);
         }
         self.write_home_run(run_start, &run)?;
-        self.totals.migrated_blocks += (end - migration.next) as u64;
-        migration.next = end;
-        if migration.next < migration.work.len() {
+        self.totals.migrated_blocks += end as u64;
+        migration.moved += end;
+        migration.moved_last = step.last().map(|(key, _)| *key).or(migration.moved_last);
+        if migration.moved < migration.work.len() {
             return Ok(false);
         }
         self.flush()?;
