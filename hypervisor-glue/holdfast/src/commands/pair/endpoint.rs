@@ -15,10 +15,12 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a connection to the primary's port may take before the client's is closed.
 const CONNECT_TIME_LIMIT: Duration = Duration::from_secs(5);
+/// How often a connection waiting its turn looks at the primary port's accept queue.
+const ACCEPT_QUEUE_POLL: Duration = Duration::from_millis(1);
 /// How long a client's connection is held while no primary serves, before it is closed.
 pub const HOLD_TIME_LIMIT: Duration = Duration::from_secs(30);
 
@@ -28,6 +30,9 @@ struct Inner {
     /// Signalled when the target changes, for the connections held meanwhile.
     target_changed: Condvar,
     hold_time_limit: Duration,
+    /// Held while a connection to the primary is being made: one at a time (see
+    /// [`connect`]).
+    connecting: Mutex<()>,
     /// Open forwarded connections: their client and primary sides, to close on a switch.
     connections: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
     next_id: AtomicU64,
@@ -102,7 +107,7 @@ fn forward(inner: &Inner, client: TcpStream) {
     let Some(target) = target else {
         return;
     };
-    let Ok(primary) = TcpStream::connect_timeout(&target, CONNECT_TIME_LIMIT) else {
+    let Some(primary) = connect(inner, target) else {
         return;
     };
     let _ = client.set_nodelay(true);
@@ -130,6 +135,48 @@ fn forward(inner: &Inner, client: TcpStream) {
         let _ = upstream.join();
     }
     inner.connections.lock().expect("endpoint connections").remove(&id);
+}
+
+/// A connection to `target`, made one at a time with the endpoint's others, each once
+/// the one before has been accepted.
+///
+/// QEMU's user-mode network listens on a forwarded port with a backlog of one (libslirp's
+/// `listen(s, 1)`) and accepts one connection per turn of its main loop. When the held
+/// clients of a failover all connected at once, the host kernel queued two and dropped the
+/// SYNs of the rest, which then waited for its one-second SYN retransmit: one client in
+/// every 16-client drill was left 1–3 s behind the others. Giving up an attempt after a
+/// few milliseconds and making it again does not do: an attempt given up just as its
+/// handshake completed leaves the listener a connection that is reset under it.
+fn connect(inner: &Inner, target: SocketAddr) -> Option<TcpStream> {
+    let _turn = inner.connecting.lock().expect("endpoint connecting");
+    let deadline = Instant::now() + CONNECT_TIME_LIMIT;
+    // The kernel drops a SYN once the queue holds one more than the backlog: two here.
+    while accept_queue_length(target).is_some_and(|queued| queued >= 2) && Instant::now() < deadline {
+        thread::sleep(ACCEPT_QUEUE_POLL);
+    }
+    let left = deadline.saturating_duration_since(Instant::now()).max(ACCEPT_QUEUE_POLL);
+    TcpStream::connect_timeout(&target, left).ok()
+}
+
+/// Connections to the IPv4 listener at `address` on this host that it has not accepted
+/// yet: Linux lists a listening socket's accept queue as its `rx_queue` in
+/// `/proc/net/tcp`. None where that cannot be read or holds no such listener.
+fn accept_queue_length(address: SocketAddr) -> Option<u64> {
+    let SocketAddr::V4(address) = address else {
+        return None;
+    };
+    // Addresses are written as the bytes of the address in host order, in hex.
+    let host_order = u32::from_ne_bytes(address.ip().octets());
+    let bound = [format!("{host_order:08X}:{:04X}", address.port()), format!("00000000:{:04X}", address.port())];
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (local, state, queues) = (fields.get(1)?, fields.get(3)?, fields.get(4)?);
+        if *state != "0A" || !bound.iter().any(|bound| bound == local) {
+            return None;
+        }
+        u64::from_str_radix(queues.split(':').nth(1)?, 16).ok()
+    })
 }
 
 /// Copies until `from` ends, then closes both directions of both sides, so that the other
@@ -209,5 +256,53 @@ mod tests {
         assert_eq!(ask(&mut second, 4), vec![b'B', 4]);
         assert_eq!(endpoint.forwarded_total(), 3);
         drop(second);
+    }
+
+    #[test]
+    fn a_listeners_accept_queue_is_read_from_the_host() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        assert_eq!(accept_queue_length(address), Some(0));
+        let _waiting = [TcpStream::connect(address).unwrap(), TcpStream::connect(address).unwrap()];
+        assert_eq!(accept_queue_length(address), Some(2));
+        drop(listener.accept().unwrap());
+        assert_eq!(accept_queue_length(address), Some(1));
+    }
+
+    /// The held clients of a failover all connect at once to a primary whose port, like
+    /// QEMU's forwarded ones, has a backlog of one and is accepted from slowly: each must
+    /// still be answered well before the host's one-second SYN retransmit.
+    #[test]
+    fn a_burst_of_held_clients_reaches_a_primary_with_a_backlog_of_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // SAFETY: the descriptor is the listener's and open; listening again only sets the
+        // backlog.
+        assert_eq!(unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 1) }, 0);
+        let primary = listener.local_addr().unwrap();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                thread::spawn(move || {
+                    let mut byte = [0u8; 1];
+                    while stream.read_exact(&mut byte).is_ok() && stream.write_all(&[b'P', byte[0]]).is_ok() {}
+                });
+                thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let endpoint = Endpoint::start(TcpListener::bind("127.0.0.1:0").unwrap(), Duration::from_secs(10)).unwrap();
+        let clients: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(endpoint.address()).unwrap()).collect();
+        thread::sleep(Duration::from_millis(100));
+        let switched = Instant::now();
+        endpoint.switch(Some(primary));
+        let answered: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut client)| thread::spawn(move || (ask(&mut client, index as u8), switched.elapsed())))
+            .collect();
+        for (index, client) in answered.into_iter().enumerate() {
+            let (reply, waited) = client.join().unwrap();
+            assert_eq!(reply, vec![b'P', index as u8]);
+            assert!(waited < Duration::from_millis(900), "client {index} answered {waited:?} after the switch");
+        }
     }
 }
