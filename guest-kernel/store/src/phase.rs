@@ -287,11 +287,11 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
-    /// The directory, taken, once a checkpoint's blocks `pending` join it: of each block's copies,
-    /// the newest (a journal commit made after the snapshot stays newer than the snapshot's
-    /// copy). The directory holds only journal commits here (the last migration finished
-    /// before this checkpoint began), mostly far fewer than the checkpoint's blocks, so they
-    /// go into its map rather than it into theirs.
+    /// The directory, taken, once a checkpoint's blocks `pending` join it: of each block's
+    /// copies, the newest (a journal commit made after the snapshot stays newer than the
+    /// snapshot's copy). The directory holds only journal commits here (the last migration
+    /// finished before this checkpoint began), mostly far fewer than the checkpoint's
+    /// blocks, so they go into its map rather than it into theirs.
     fn directory_with(
         &mut self,
         mut pending: BTreeMap<BlockKey, DirectoryEntry>,

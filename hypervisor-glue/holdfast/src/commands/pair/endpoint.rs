@@ -194,7 +194,11 @@ mod tests {
 
     /// A server that answers each connection's bytes with `tag` and them, until it closes.
     fn tagged_echo(tag: u8) -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        tagged_echo_on(TcpListener::bind("127.0.0.1:0").unwrap(), tag, Duration::ZERO)
+    }
+
+    /// [`tagged_echo`] on `listener`, pausing `accept_pause` after each connection it accepts.
+    fn tagged_echo_on(listener: TcpListener, tag: u8, accept_pause: Duration) -> SocketAddr {
         let address = listener.local_addr().unwrap();
         thread::spawn(move || {
             for stream in listener.incoming() {
@@ -207,6 +211,7 @@ mod tests {
                         }
                     }
                 });
+                thread::sleep(accept_pause);
             }
         });
         address
@@ -278,17 +283,7 @@ mod tests {
         // SAFETY: the descriptor is the listener's and open; listening again only sets the
         // backlog.
         assert_eq!(unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 1) }, 0);
-        let primary = listener.local_addr().unwrap();
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let mut stream = stream.unwrap();
-                thread::spawn(move || {
-                    let mut byte = [0u8; 1];
-                    while stream.read_exact(&mut byte).is_ok() && stream.write_all(&[b'P', byte[0]]).is_ok() {}
-                });
-                thread::sleep(Duration::from_millis(5));
-            }
-        });
+        let primary = tagged_echo_on(listener, b'P', Duration::from_millis(5));
         let endpoint = Endpoint::start(TcpListener::bind("127.0.0.1:0").unwrap(), Duration::from_secs(10)).unwrap();
         let clients: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(endpoint.address()).unwrap()).collect();
         thread::sleep(Duration::from_millis(100));
