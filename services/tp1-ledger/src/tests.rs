@@ -303,6 +303,46 @@ fn a_restart_between_the_index_catch_up_and_the_batch_refuses_the_batch() {
 }
 
 #[test]
+fn a_restart_backlog_is_searched_until_the_table_has_caught_up() {
+    // A restart brings back the table as the last checkpoint left it, beside the history
+    // the journal committed since: a backlog the table does not cover.
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let mut random = Random(21);
+    let early: Vec<_> = (0..100).map(|_| random.transaction(1)).collect();
+    service.run(&early);
+    let checkpoint_index = (service.tags.clone(), service.positions.clone(), service.covered);
+    let covered_at_checkpoint = service.covered;
+    let backlog: Vec<_> = (0..1000).map(|_| random.transaction(1)).collect();
+    let acknowledged = service.run(&backlog);
+    (service.tags, service.positions, service.covered) = checkpoint_index;
+    let history = service.ledger().history_count();
+
+    // Every transaction of the backlog, retried, gets its first outcome and none is applied
+    // again, though the one catch-up took only its share of the backlog into the table.
+    assert_eq!(service.run(&backlog), acknowledged);
+    assert_eq!(service.ledger().history_count(), history);
+    assert_eq!(service.covered, covered_at_checkpoint + CATCH_UP_RECORDS_MAX);
+
+    // Each batch takes more of the backlog than it adds (one record, which the next
+    // catch-up takes): the table catches up, and a retry, adding nothing, takes the last.
+    let mut batches = 0;
+    while service.covered + 1 < service.ledger().history_count() {
+        service.run(&[random.transaction(1)]);
+        batches += 1;
+        assert!(batches <= 1000 / (CATCH_UP_RECORDS_MAX - 1) + 1, "the table falls behind");
+    }
+    service.run(&backlog[..1]);
+    assert_eq!(service.covered, service.ledger().history_count());
+    let ledger = Ledger::new(&service.region);
+    let index = Index::new(&mut service.tags, &mut service.positions, &mut service.covered, [3, 4]);
+    for (transaction, outcome) in backlog.iter().zip(&acknowledged) {
+        assert_eq!(Ok(index.find_in_table(&ledger, &transaction.id).expect("in the table")), *outcome);
+    }
+    assert_invariant(&ledger);
+}
+
+#[test]
 fn history_records_round_trip() {
     let record = HistoryRecord {
         id: [9; 16],
