@@ -547,13 +547,15 @@ pub const CATCH_UP_RECORDS_MAX: u64 = BATCH_RECORDS_MAX as u64 + BATCH_RECORDS_M
 ///
 /// Why not all at once: a restart brings back the table as the last checkpoint left it,
 /// with the history the journal committed since, and the table's pages are not in memory
-/// then. Each record added loads a page of the table at random (twelve MiB of it), so
-/// catching up 1,274 records took 788 ms in a failover drill under TCG, in which no client
-/// got a reply. Their history is contiguous, a few dozen pages read in order.
+/// then. Each record added touches a page of the table at random, so catching up 1,274
+/// records at once took 788 ms in a failover drill under TCG (two pages each then), in
+/// which no client got a reply. Their history is contiguous: a few dozen pages in order.
 pub struct Index<'a> {
-    /// A tag per slot, from the id (0: empty), and the history index it leads to.
-    tags: &'a mut [u64],
-    positions: &'a mut [u32],
+    /// Per slot, 0 if empty, else a tag from the id's hash (high 32 bits, never 0) and the
+    /// history index it leads to (low 32 bits): one word, so that a probe or an insert
+    /// touches one page of the table, not two (8 MiB in all, dirtied at random: it is most
+    /// of what TP1 gives each checkpoint to write).
+    slots: &'a mut [u64],
     /// History records `0..covered` are in the table.
     covered: &'a mut u64,
     /// History records `covered..tail_end` are not in the table yet; the region held
@@ -564,24 +566,28 @@ pub struct Index<'a> {
 }
 
 impl Index<'_> {
-    fn tag_of(&self, id: &[u8; 16]) -> u64 {
+    /// Where `id`'s probe starts, and its tag (never 0).
+    fn slot_and_tag(&self, id: &[u8; 16]) -> (usize, u64) {
         use core::hash::Hasher;
         // Keyed: a client chooses its ids, and with a known hash could make them all collide
         // and every lookup walk the whole table.
         let mut hasher = siphasher::sip::SipHasher13::new_with_keys(self.key[0], self.key[1]);
         hasher.write(id);
-        hasher.finish().max(1)
+        let hash = hasher.finish();
+        (hash as usize & (INDEX_SLOTS - 1), (hash >> 32).max(1))
     }
 }
 
+const _: () = assert!(HISTORY_CAPACITY <= u32::MAX as u64, "a history index fits a slot's low 32 bits");
+
 impl<'a> Index<'a> {
-    /// `tags` and `positions` are [`INDEX_SLOTS`] long; `covered` is the count of records
-    /// they hold (all three zero for a new index); `key` is secret and stays the same for as
-    /// long as they are kept.
-    pub fn new(tags: &'a mut [u64], positions: &'a mut [u32], covered: &'a mut u64, key: [u64; 2]) -> Self {
-        assert!(tags.len() == INDEX_SLOTS && positions.len() == INDEX_SLOTS);
+    /// `slots` is [`INDEX_SLOTS`] long; `covered` is the count of records it holds (both
+    /// zero for a new index); `key` is secret and stays the same for as long as they are
+    /// kept.
+    pub fn new(slots: &'a mut [u64], covered: &'a mut u64, key: [u64; 2]) -> Self {
+        assert!(slots.len() == INDEX_SLOTS);
         let tail_end = *covered;
-        Self { tags, positions, covered, tail_end, key }
+        Self { slots, covered, tail_end, key }
     }
 
     pub fn covered(&self) -> u64 {
@@ -599,20 +605,17 @@ impl<'a> Index<'a> {
         let guard = ledger.guard();
         let count = ledger.history_count();
         if *self.covered > count {
-            self.tags.fill(0);
+            self.slots.fill(0);
             *self.covered = 0;
         }
         self.tail_end = count;
         let count = count.min(*self.covered + CATCH_UP_RECORDS_MAX);
         for index in *self.covered..count {
-            let tag = self.tag_of(&ledger.history(index).id);
-            let mask = INDEX_SLOTS - 1;
-            let mut slot = tag as usize & mask;
-            while self.tags[slot] != 0 {
-                slot = (slot + 1) & mask;
+            let (mut slot, tag) = self.slot_and_tag(&ledger.history(index).id);
+            while self.slots[slot] != 0 {
+                slot = (slot + 1) & (INDEX_SLOTS - 1);
             }
-            self.tags[slot] = tag;
-            self.positions[slot] = index as u32;
+            self.slots[slot] = tag << 32 | index;
         }
         *self.covered = count;
         guard
@@ -629,18 +632,13 @@ impl<'a> Index<'a> {
     }
 
     fn find_in_table(&self, ledger: &Ledger<'_>, id: &[u8; 16]) -> Option<Outcome> {
-        let tag = self.tag_of(id);
-        let mask = INDEX_SLOTS - 1;
-        let mut slot = tag as usize & mask;
-        while self.tags[slot] != 0 {
-            let index = u64::from(self.positions[slot]);
-            if self.tags[slot] == tag && index < *self.covered {
-                let record = ledger.history(index);
-                if record.id == *id {
-                    return Some(record.outcome(index));
-                }
+        let (mut slot, tag) = self.slot_and_tag(id);
+        while self.slots[slot] != 0 {
+            let index = self.slots[slot] & u64::from(u32::MAX);
+            if self.slots[slot] >> 32 == tag && index < *self.covered && ledger.history_id(index) == id {
+                return Some(ledger.history(index).outcome(index));
             }
-            slot = (slot + 1) & mask;
+            slot = (slot + 1) & (INDEX_SLOTS - 1);
         }
         None
     }

@@ -36,8 +36,7 @@ impl Random {
 /// A region, its index's memory, and the service's loop reduced to what the ledger does.
 struct Service {
     region: Vec<u8>,
-    tags: Vec<u64>,
-    positions: Vec<u32>,
+    slots: Vec<u64>,
     covered: u64,
 }
 
@@ -45,8 +44,7 @@ impl Service {
     fn new() -> Self {
         Self {
             region: vec![0; REGION_BYTES as usize],
-            tags: vec![0; INDEX_SLOTS],
-            positions: vec![0; INDEX_SLOTS],
+            slots: vec![0; INDEX_SLOTS],
             covered: 0,
         }
     }
@@ -64,7 +62,7 @@ impl Service {
         let mut pending = transactions;
         while !pending.is_empty() {
             let ledger = Ledger::new(&self.region);
-            let mut index = Index::new(&mut self.tags, &mut self.positions, &mut self.covered, [3, 4]);
+            let mut index = Index::new(&mut self.slots, &mut self.covered, [3, 4]);
             let guard = index.catch_up(&ledger);
             let mut batch = Batch::new(&ledger, guard, 7);
             let mut taken = 0;
@@ -230,8 +228,7 @@ fn a_batch_computed_before_a_restart_is_refused_and_nothing_applies_twice() {
     let early: Vec<_> = (0..500).map(|_| random.transaction(1)).collect();
     service.run(&early);
     let checkpoint_region = service.region.clone();
-    let (checkpoint_tags, checkpoint_positions, checkpoint_covered) =
-        (service.tags.clone(), service.positions.clone(), service.covered);
+    let (checkpoint_slots, checkpoint_covered) = (service.slots.clone(), service.covered);
 
     // In hand at the checkpoint: these, computed into a batch from the checkpoint's view.
     let in_hand: Vec<_> = (0..40).map(|_| random.transaction(1)).collect();
@@ -250,8 +247,7 @@ fn a_batch_computed_before_a_restart_is_refused_and_nothing_applies_twice() {
     let history_before = service.ledger().history_count();
 
     // Restart: old index, newer region; the stale batch's write is refused...
-    service.tags = checkpoint_tags;
-    service.positions = checkpoint_positions;
+    service.slots = checkpoint_slots;
     service.covered = checkpoint_covered;
     assert_eq!(apply(&mut service.region, &stale_write, REGION_ADDRESS), Err(Changed));
     // ...and computing it again finds every transaction with its first outcome.
@@ -274,19 +270,19 @@ fn a_restart_between_the_index_catch_up_and_the_batch_refuses_the_batch() {
     let in_hand: Vec<_> = (0..7).map(|_| random.transaction(1)).collect();
     let guard = {
         let ledger = Ledger::new(&service.region);
-        let mut index = Index::new(&mut service.tags, &mut service.positions, &mut service.covered, [3, 4]);
+        let mut index = Index::new(&mut service.slots, &mut service.covered, [3, 4]);
         index.catch_up(&ledger)
     };
-    let checkpoint_index = (service.tags.clone(), service.positions.clone(), service.covered);
+    let checkpoint_index = (service.slots.clone(), service.covered);
     let acknowledged = service.run(&in_hand);
     let later: Vec<_> = (0..100).map(|_| random.transaction(1)).collect();
     service.run(&later);
     let history_before = service.ledger().history_count();
 
-    (service.tags, service.positions, service.covered) = checkpoint_index;
+    (service.slots, service.covered) = checkpoint_index;
     let write = {
         let ledger = Ledger::new(&service.region);
-        let index = Index::new(&mut service.tags, &mut service.positions, &mut service.covered, [3, 4]);
+        let index = Index::new(&mut service.slots, &mut service.covered, [3, 4]);
         let mut batch = Batch::new(&ledger, guard, 9);
         for transaction in &in_hand {
             assert!(index.find(&ledger, &transaction.id).is_none(), "the old index lacks it");
@@ -311,11 +307,11 @@ fn a_restart_backlog_is_searched_until_the_table_has_caught_up() {
     let mut random = Random(21);
     let early: Vec<_> = (0..100).map(|_| random.transaction(1)).collect();
     service.run(&early);
-    let checkpoint_index = (service.tags.clone(), service.positions.clone(), service.covered);
+    let checkpoint_index = (service.slots.clone(), service.covered);
     let covered_at_checkpoint = service.covered;
     let backlog: Vec<_> = (0..1000).map(|_| random.transaction(1)).collect();
     let acknowledged = service.run(&backlog);
-    (service.tags, service.positions, service.covered) = checkpoint_index;
+    (service.slots, service.covered) = checkpoint_index;
     let history = service.ledger().history_count();
 
     // Every transaction of the backlog, retried, gets its first outcome and none is applied
@@ -335,7 +331,7 @@ fn a_restart_backlog_is_searched_until_the_table_has_caught_up() {
     service.run(&backlog[..1]);
     assert_eq!(service.covered, service.ledger().history_count());
     let ledger = Ledger::new(&service.region);
-    let index = Index::new(&mut service.tags, &mut service.positions, &mut service.covered, [3, 4]);
+    let index = Index::new(&mut service.slots, &mut service.covered, [3, 4]);
     for (transaction, outcome) in backlog.iter().zip(&acknowledged) {
         assert_eq!(Ok(index.find_in_table(&ledger, &transaction.id).expect("in the table")), *outcome);
     }

@@ -68,8 +68,7 @@ struct Region([u8; ledger::REGION_BYTES as usize]);
 static mut REGION: Region = Region([0; ledger::REGION_BYTES as usize]);
 
 /// The id index: derived from the history (checkpointed, not journaled).
-static mut INDEX_TAGS: [u64; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
-static mut INDEX_POSITIONS: [u32; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
+static mut INDEX_SLOTS: [u64; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
 static mut INDEX_COVERED: u64 = 0;
 
 static mut STATE: State = State::new();
@@ -167,8 +166,7 @@ fn index() -> Index<'static> {
     // here at a time, which never outlives the call that made it.
     unsafe {
         Index::new(
-            &mut *core::ptr::addr_of_mut!(INDEX_TAGS),
-            &mut *core::ptr::addr_of_mut!(INDEX_POSITIONS),
+            &mut *core::ptr::addr_of_mut!(INDEX_SLOTS),
             &mut *core::ptr::addr_of_mut!(INDEX_COVERED),
             (*core::ptr::addr_of!(STATE)).index_key,
         )
