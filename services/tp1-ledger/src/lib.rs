@@ -551,11 +551,13 @@ pub const CATCH_UP_RECORDS_MAX: u64 = BATCH_RECORDS_MAX as u64 + BATCH_RECORDS_M
 /// records at once took 788 ms in a failover drill under TCG (two pages each then), in
 /// which no client got a reply. Their history is contiguous: a few dozen pages in order.
 pub struct Index<'a> {
-    /// Per slot, 0 if empty, else a tag from the id's hash (high 32 bits, never 0) and the
-    /// history index it leads to (low 32 bits): one word, so that a probe or an insert
-    /// touches one page of the table, not two (8 MiB in all, dirtied at random: it is most
-    /// of what TP1 gives each checkpoint to write).
-    slots: &'a mut [u64],
+    /// Per slot, 0 if empty, else a tag from the id's hash (the high [`TAG_BITS`], never 0)
+    /// and the history index it leads to (the low [`POSITION_BITS`]): one 4-byte word, so
+    /// that a probe or an insert touches one page of the table, and the table is 4 MiB.
+    /// It is dirtied at random, one page per transaction: most of what TP1 gives each
+    /// checkpoint to write. A tag matches another id's once in 8,192 probes; the history
+    /// record's id decides.
+    slots: &'a mut [u32],
     /// History records `0..covered` are in the table.
     covered: &'a mut u64,
     /// History records `covered..tail_end` are not in the table yet; the region held
@@ -567,24 +569,29 @@ pub struct Index<'a> {
 
 impl Index<'_> {
     /// Where `id`'s probe starts, and its tag (never 0).
-    fn slot_and_tag(&self, id: &[u8; 16]) -> (usize, u64) {
+    fn slot_and_tag(&self, id: &[u8; 16]) -> (usize, u32) {
         use core::hash::Hasher;
         // Keyed: a client chooses its ids, and with a known hash could make them all collide
         // and every lookup walk the whole table.
         let mut hasher = siphasher::sip::SipHasher13::new_with_keys(self.key[0], self.key[1]);
         hasher.write(id);
         let hash = hasher.finish();
-        (hash as usize & (INDEX_SLOTS - 1), (hash >> 32).max(1))
+        (hash as usize & (INDEX_SLOTS - 1), ((hash >> 32) as u32 >> POSITION_BITS).max(1))
     }
 }
 
-const _: () = assert!(HISTORY_CAPACITY <= u32::MAX as u64, "a history index fits a slot's low 32 bits");
+/// A slot's low bits: a history index, which they hold whole.
+const POSITION_BITS: u32 = HISTORY_CAPACITY.trailing_zeros();
+const _: () = assert!(HISTORY_CAPACITY == 1 << POSITION_BITS, "every history index fits POSITION_BITS");
+/// A slot's high bits: the tag.
+const TAG_BITS: u32 = u32::BITS - POSITION_BITS;
+const _: () = assert!(TAG_BITS >= 12, "a tag tells most ids apart without reading their records");
 
 impl<'a> Index<'a> {
     /// `slots` is [`INDEX_SLOTS`] long; `covered` is the count of records it holds (both
     /// zero for a new index); `key` is secret and stays the same for as long as they are
     /// kept.
-    pub fn new(slots: &'a mut [u64], covered: &'a mut u64, key: [u64; 2]) -> Self {
+    pub fn new(slots: &'a mut [u32], covered: &'a mut u64, key: [u64; 2]) -> Self {
         assert!(slots.len() == INDEX_SLOTS);
         let tail_end = *covered;
         Self { slots, covered, tail_end, key }
@@ -615,7 +622,7 @@ impl<'a> Index<'a> {
             while self.slots[slot] != 0 {
                 slot = (slot + 1) & (INDEX_SLOTS - 1);
             }
-            self.slots[slot] = tag << 32 | index;
+            self.slots[slot] = tag << POSITION_BITS | index as u32;
         }
         *self.covered = count;
         guard
@@ -634,8 +641,8 @@ impl<'a> Index<'a> {
     fn find_in_table(&self, ledger: &Ledger<'_>, id: &[u8; 16]) -> Option<Outcome> {
         let (mut slot, tag) = self.slot_and_tag(id);
         while self.slots[slot] != 0 {
-            let index = self.slots[slot] & u64::from(u32::MAX);
-            if self.slots[slot] >> 32 == tag && index < *self.covered && ledger.history_id(index) == id {
+            let index = u64::from(self.slots[slot] & ((1 << POSITION_BITS) - 1));
+            if self.slots[slot] >> POSITION_BITS == tag && index < *self.covered && ledger.history_id(index) == id {
                 return Some(ledger.history(index).outcome(index));
             }
             slot = (slot + 1) & (INDEX_SLOTS - 1);

@@ -36,7 +36,7 @@ impl Random {
 /// A region, its index's memory, and the service's loop reduced to what the ledger does.
 struct Service {
     region: Vec<u8>,
-    slots: Vec<u64>,
+    slots: Vec<u32>,
     covered: u64,
 }
 
@@ -336,6 +336,29 @@ fn a_restart_backlog_is_searched_until_the_table_has_caught_up() {
         assert_eq!(Ok(index.find_in_table(&ledger, &transaction.id).expect("in the table")), *outcome);
     }
     assert_invariant(&ledger);
+}
+
+#[test]
+fn a_tag_that_matches_another_ids_is_told_apart_by_the_record() {
+    // 13-bit tags: an id new to the history meets a slot holding its slot's tag once in
+    // 8,192 probes. Put one in its way on purpose: the lookup reads the record, finds
+    // another id, and goes on probing.
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let mut random = Random(31);
+    let early: Vec<_> = (0..50).map(|_| random.transaction(1)).collect();
+    let outcomes = service.run(&early);
+    let newcomer = random.transaction(1);
+    let ledger = Ledger::new(&service.region);
+    let mut index = Index::new(&mut service.slots, &mut service.covered, [3, 4]);
+    index.catch_up(&ledger);
+    let (slot, tag) = index.slot_and_tag(&newcomer.id);
+    assert_eq!(index.slots[slot], 0, "seed 31 puts the newcomer's probe on an empty slot");
+    index.slots[slot] = tag << POSITION_BITS | 7;
+    assert_eq!(index.find(&ledger, &newcomer.id), None);
+    for (transaction, outcome) in early.iter().zip(&outcomes) {
+        assert_eq!(Ok(index.find(&ledger, &transaction.id).expect("found")), *outcome);
+    }
 }
 
 #[test]

@@ -68,7 +68,7 @@ struct Region([u8; ledger::REGION_BYTES as usize]);
 static mut REGION: Region = Region([0; ledger::REGION_BYTES as usize]);
 
 /// The id index: derived from the history (checkpointed, not journaled).
-static mut INDEX_SLOTS: [u64; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
+static mut INDEX_SLOTS: [u32; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
 static mut INDEX_COVERED: u64 = 0;
 
 static mut STATE: State = State::new();
