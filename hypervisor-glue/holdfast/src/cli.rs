@@ -604,6 +604,37 @@ pub enum TenantCommand {
         after_help = "Exit status: 0 revoked, 2 a usage error, no such VM or no such tenant, 3 the appliance refused (the reason is printed)."
     )]
     Revoke(TenantAuditArguments),
+    /// Make tenant NAME: a compartment of the reference monitor with a bank of its own
+    /// (below the monitor's) limited to --pages pages and --nodes nodes. Its creation is
+    /// committed to the audit log before the reply; the command then has checkpoints taken
+    /// and returns once one that holds the tenant has committed, so that a tenant it
+    /// reports made survives any crash.
+    #[command(
+        after_help = "Exit status: 0 made and durable, 2 a usage error, no such VM or a tenant of that name exists, 3 the appliance refused or no checkpoint committed within 60 s (the reason is printed)."
+    )]
+    Create(TenantLimitsArguments),
+    /// Set the page and node limits of tenant NAME's bank. A limit below what the tenant
+    /// holds stops its purchases of that kind until it holds less; nothing it holds is taken
+    /// back. Returns once a checkpoint that holds the new limits has committed.
+    #[command(
+        after_help = "Exit status: 0 set and durable, 2 a usage error, no such VM or no such tenant, 3 the appliance refused or no checkpoint committed within 60 s (the reason is printed)."
+    )]
+    Quota(TenantLimitsArguments),
+}
+
+#[derive(Debug, Args)]
+pub struct TenantLimitsArguments {
+    /// The VM's name (`holdfast run --name`)
+    pub vm: String,
+    /// The tenant (compartment): 1 to 16 printable characters without spaces
+    pub name: String,
+    /// The most pages the tenant's bank may hold
+    #[arg(long, value_name = "N")]
+    pub pages: u64,
+    /// The most nodes the tenant's bank may hold: at least 3 (its bank's forwarder, its
+    /// capability to the monitor and its inbox)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(3..))]
+    pub nodes: u64,
 }
 
 #[derive(Debug, Args)]

@@ -11,8 +11,9 @@
 //! after it; the audit log is read from the host (`holdfast tenant audit`) before the kill
 //! and after the restart; then the host revokes the last tenant (`holdfast tenant revoke`)
 //! and the system is killed before any checkpoint: after the restart the revocation's record
-//! is there (the journal) and the monitor does the revocation again. A second boot fills a
-//! store through a bank (store_full_test.rs).
+//! is there (the journal) and the monitor does the revocation again. Then the host makes a
+//! tenant and changes its quota (`holdfast tenant create|quota`), and both are there after a
+//! kill straight after. A second test fills a store through a bank (store_full_test.rs).
 
 mod support;
 
@@ -179,6 +180,40 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     wait_for(&vm, &mut seen, |line| line == "keysafe: revocation of C done again after a restart");
     let list = run_holdfast(&["tenant", "list", &name]);
     assert_eq!((list.status, list.stdout.as_str()), (Some(0), ""), "{}", list.transcript());
+
+    // A tenant made from the host, its quota changed: each reported only once a checkpoint
+    // holds it, so both survive the crash that follows at once.
+    let create = run_holdfast(&["tenant", "create", &name, "acme", "--pages", "4", "--nodes", "8"]);
+    assert_eq!(create.status, Some(0), "{}", create.transcript());
+    assert!(create.stdout.contains("tenant acme created (compartment "), "{}", create.transcript());
+    assert!(create.stdout.contains("at most 4 pages and 8 nodes), durable from checkpoint "), "{}", create.transcript());
+    // Its bank holds its own forwarder, its capability's node and its inbox.
+    let acme_line = |list: &str| list.lines().find(|line| line.starts_with("acme number ")).map(str::to_owned);
+    let list = run_holdfast(&["tenant", "list", &name]);
+    let listed = acme_line(&list.stdout).unwrap_or_else(|| panic!("acme is not listed: {}", list.transcript()));
+    assert!(listed.ends_with(" pages 0/4 nodes 3/8 refusals 0 logged 0"), "{listed}");
+    let taken = run_holdfast(&["tenant", "create", &name, "acme", "--pages", "1", "--nodes", "3"]);
+    assert_eq!(taken.status, Some(2), "{}", taken.transcript());
+    assert!(taken.stderr.contains("a tenant named 'acme' exists already"), "{}", taken.transcript());
+    let quota = run_holdfast(&["tenant", "quota", &name, "acme", "--pages", "2", "--nodes", "5"]);
+    assert_eq!(quota.status, Some(0), "{}", quota.transcript());
+    assert!(quota.stdout.contains("tenant acme may hold 2 pages and 5 nodes, durable from checkpoint "), "{}", quota.transcript());
+    let nobody = run_holdfast(&["tenant", "quota", &name, "nobody", "--pages", "2", "--nodes", "5"]);
+    assert_eq!(nobody.status, Some(2), "{}", nobody.transcript());
+    assert!(nobody.stderr.contains("no tenant named 'nobody'"), "{}", nobody.transcript());
+    let too_few = run_holdfast(&["tenant", "quota", &name, "acme", "--pages", "2", "--nodes", "2"]);
+    assert_eq!(too_few.status, Some(2), "{}", too_few.transcript());
+    let (acme_events, _) = audit(&name, "acme");
+    assert_eq!(acme_events.len(), 1, "{acme_events:?}");
+    assert!(acme_events[0].starts_with("created acme generation "), "{acme_events:?}");
+    support::kill_and_wait(&name, vm);
+
+    let vm = run();
+    let mut seen = Vec::new();
+    wait_for(&vm, &mut seen, |line| line.starts_with("holdfast: restarted from checkpoint "));
+    let list = run_holdfast(&["tenant", "list", &name]);
+    let listed = acme_line(&list.stdout).unwrap_or_else(|| panic!("acme did not survive the crash: {}", list.transcript()));
+    assert!(listed.ends_with(" pages 0/2 nodes 3/5 refusals 0 logged 0"), "the quota did not survive the crash: {listed}");
     support::kill_and_wait(&name, vm);
 }
 

@@ -1,9 +1,10 @@
 //! The TP1 appliance end to end (services/tp1-manifest.toml: the network service, the TP1
-//! service, the admin service) under TCG, driven only from 127.0.0.1 through
+//! service, the space bank, the reference monitor, the admin service) under TCG, driven only from 127.0.0.1 through
 //! `holdfast run --tp1-port`:
 //!
 //! - tokens minted by `holdfast tp1 token`; `load` needs an admin token and loads once;
 //!   `holdfast tp1 run` and `check` pass;
+//! - a tenant made by `holdfast tenant create` is there after every kill;
 //! - a fuzzer sends at least 100,000 malformed or unauthorised requests (seeded: it prints
 //!   its seed, `HOLDFAST_TP1_FUZZ_SEED=N` repeats one) over several connections, each
 //!   answered with the status it deserves, frames that cannot be framed answered and the
@@ -356,6 +357,11 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     let client = mint(&appliance, "alice", false);
     let bad_name = run_holdfast(&["tp1", "token", &appliance.name, "has space"]);
     assert_eq!(bad_name.status, Some(2), "{}", bad_name.transcript());
+    // A tenant of the appliance (a compartment of its reference monitor), still there after
+    // every kill below.
+    let tenant = run_holdfast(&["tenant", "create", &appliance.name, "acme", "--pages", "1024", "--nodes", "64"]);
+    assert_eq!(tenant.status, Some(0), "{}", tenant.transcript());
+    const TENANT_LINE: &str = "acme number 0 generation 1 pages 0/1024 nodes 3/64 refusals 0 logged 0";
     let refused = appliance.tp1(&["load", "--scale", "1"], &client, &ledger);
     assert_eq!(refused.status, Some(3), "a client token loaded\n{}", refused.transcript());
     let loaded = appliance.tp1(&["load", "--scale", "1"], &admin, &ledger);
@@ -486,6 +492,8 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
             println!("tp1 kills: {kill} in {:.0} s; {line}", started.elapsed().as_secs_f64());
         }
     }
+    let tenants = run_holdfast(&["tenant", "list", &appliance.name]);
+    assert_eq!(tenants.stdout.trim_end(), TENANT_LINE, "{}", tenants.transcript());
     appliance.kill();
 }
 

@@ -10,6 +10,8 @@
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
 //! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), then `ok tenants <count>` |
+//! | `tenant create <name> <pages> <nodes>` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint |
+//! | `tenant quota <name> <pages> <nodes>` | `ok`: new limits for the tenant's bank (a limit below what it holds stops further sales; nothing held is taken back); it persists with the next checkpoint |
 //! | `tenant revoke <name>` | `ok objects <n>`: the tenant's bank destroyed, every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
 //! | `tenant audit <name>` | the reference monitor's audit records about compartment `<name>`, a line each (`<sequence> boot <b> granted A -> B page`, `holdfast_keysafe_policy::audit::Record::render`), then `ok records <n>`; a record that fails its checks ends the reply with an `error` line naming it |
 //!
@@ -17,7 +19,8 @@
 //! appliance with the TP1 service, 3 its tokens page, 4 the journal, 5 a space whose first
 //! page is the tokens page (the journal's guarded `write` writes through it), 6 the TP1
 //! service's counters page (read-only); 7 the clock (its boot count tells a restart); 8 the
-//! reference monitor's control capability (`services/keysafe`), on an appliance with one.
+//! reference monitor's control capability (`services/keysafe`), on an appliance with one;
+//! 9 scratch.
 #![no_std]
 #![no_main]
 
@@ -37,6 +40,8 @@ const TP1_COUNTERS: CapReg = CapReg::new(6);
 const CLOCK: CapReg = CapReg::new(7);
 /// The reference monitor's control capability.
 const KEYSAFE: CapReg = CapReg::new(8);
+/// Where a capability the admin service does not keep lands.
+const SCRATCH: CapReg = CapReg::new(9);
 /// Attempts at a token write whose guard moved (a restart between reading the page and
 /// writing it) before giving up.
 const MINT_ATTEMPTS_MAX: usize = 4;
@@ -115,6 +120,13 @@ fn parse_number(text: &[u8]) -> Option<u64> {
 
 fn answer(request: &[u8], reply: &mut Reply) {
     let mut words = request.split(|&byte| byte == b' ').filter(|word| !word.is_empty());
+    // The two requests of five words; every other request has four at most.
+    let mut ahead = words.clone();
+    let first_six: [Option<&[u8]>; 6] = core::array::from_fn(|_| ahead.next());
+    if let [Some(b"tenant"), Some(verb @ (b"create" | b"quota")), Some(name), Some(pages), Some(nodes), None] = first_six {
+        tenant_limits(verb, name, pages, nodes, reply);
+        return;
+    }
     match (words.next(), words.next(), words.next(), words.next()) {
         // `failures-since-commit` above 0: checkpoints are failing (and retried at each
         // interval), so nothing since generation <g> is persisted but journal commits.
@@ -209,8 +221,32 @@ fn answer(request: &[u8], reply: &mut Reply) {
             }
         },
         _ => {
-            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant revoke <name> | tenant audit <name>)");
+            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant create <name> <pages> <nodes> | tenant quota <name> <pages> <nodes> | tenant revoke <name> | tenant audit <name>)");
         }
+    }
+}
+
+/// `tenant create <name> <pages> <nodes>`: a new compartment of the reference monitor, its
+/// bank of these limits below the monitor's; `tenant quota <name> <pages> <nodes>`: new
+/// limits for a live one's bank.
+fn tenant_limits(verb: &[u8], name: &[u8], pages: &[u8], nodes: &[u8], reply: &mut Reply) {
+    let (Some(page_limit), Some(node_limit)) = (parse_number(pages), parse_number(nodes)) else {
+        reply.error(b"the page and node limits are whole numbers");
+        return;
+    };
+    let done = if verb == b"create" {
+        // The compartment's capability is for programs of the tenant's own; none runs
+        // yet, so the admin service keeps none (the monitor holds what it needs).
+        user::keysafe::create(KEYSAFE, name, page_limit, node_limit, SCRATCH).map(|number| {
+            reply.push(b"ok number ").number(number).push(b"\n");
+        })
+    } else {
+        user::keysafe::set_quota(KEYSAFE, name, page_limit, node_limit).map(|()| {
+            reply.push(b"ok\n");
+        })
+    };
+    if let Err(error) = done {
+        keysafe_failed(error, name, reply);
     }
 }
 
@@ -221,7 +257,11 @@ fn keysafe_failed(error: Error, name: &[u8], reply: &mut Reply) {
         Error::Invocation(user::abi::InvocationError::Void) => reply.error(b"no reference monitor on this appliance"),
         Error::Reply(refusal::NO_SUCH_COMPARTMENT) => reply.push(b"error no tenant named ").push(name).push(b"\n"),
         Error::Reply(refusal::BAD_NAME) => reply.error(b"a tenant's name is 1 to 16 printable characters without spaces"),
-        Error::Reply(refusal::AUDIT_UNAVAILABLE) => reply.error(b"the audit log could not be written: nothing was revoked"),
+        Error::Reply(refusal::AUDIT_UNAVAILABLE) => reply.error(b"the audit log could not be written: nothing was done"),
+        Error::Reply(refusal::NAME_TAKEN) => reply.push(b"error a tenant named ").push(name).push(b" exists already\n"),
+        Error::Reply(refusal::TOO_MANY_COMPARTMENTS) => reply.error(b"the reference monitor holds as many tenants as it can (16)"),
+        Error::Reply(refusal::BAD_REQUEST) => reply.error(b"a tenant's node limit is at least 3 (its bank's forwarder, its capability and its inbox)"),
+        Error::Reply(refusal::BANK_REFUSED) => reply.error(b"the monitor's bank refused (its limits reached, or the store full): nothing was done"),
         error => reply.failed(error),
     };
 }

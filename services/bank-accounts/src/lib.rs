@@ -195,6 +195,31 @@ impl Accounts {
         Ok(free as u32)
     }
 
+    /// Sets the limits of bank `child`, which must be a live bank directly below `parent`
+    /// (only its parent's holder may change them: the holder of a bank cannot raise its own
+    /// limits). A limit below what the bank holds already is kept: it sells nothing more of
+    /// that kind until it holds less.
+    pub fn set_limits(&mut self, parent: u32, child: u32, page_limit: u64, node_limit: u64) -> Result<(), Refusal> {
+        let bank = self.banks.get_mut(child as usize).ok_or(Refusal::NoSuchBank)?;
+        if !bank.live {
+            return Err(Refusal::NoSuchBank);
+        }
+        if child == PRIME || bank.parent != parent {
+            return Err(Refusal::NotOwned);
+        }
+        bank.page_limit = page_limit;
+        bank.node_limit = node_limit;
+        Ok(())
+    }
+
+    /// The bank whose capability is an indirector of node `id` (its forwarder), if any.
+    pub fn bank_forwarded_by(&self, id: u64) -> Option<u32> {
+        match self.owner(Kind::Node, id) {
+            Some((owner, true)) => Some(owner),
+            _ => None,
+        }
+    }
+
     /// The banks from `index` up to the prime bank.
     fn chain(&self, index: u32) -> impl Iterator<Item = u32> + '_ {
         let mut next = Some(index);

@@ -155,3 +155,42 @@ fn churn_leaves_no_removed_records_for_lookups_to_pass() {
     assert_eq!(accounts.held, 0);
     assert!(accounts.records.iter().all(|record| record.key == 0), "every slot is empty again");
 }
+
+#[test]
+fn only_the_parent_sets_a_childs_limits_and_a_lower_limit_stops_sales() {
+    let mut accounts = accounts(u64::MAX, u64::MAX);
+    let parent = accounts.open(PRIME, 100, 100).unwrap();
+    let child = accounts.open(parent, 10, 10).unwrap();
+    let grandchild = accounts.open(child, 10, 10).unwrap();
+    sell(&mut accounts, child, Kind::Page, 1, 4).unwrap();
+    // Raised by its parent: the child sells up to the new limit, and its parent's still bounds it.
+    accounts.set_limits(parent, child, 200, 20).unwrap();
+    assert_eq!((accounts.bank(child).page_limit, accounts.bank(child).node_limit), (200, 20));
+    assert_eq!(sell(&mut accounts, child, Kind::Page, 5, 200), Err(Refusal::LimitReached));
+    assert_eq!(accounts.bank(parent).pages, 100);
+    // Lowered below what it holds: nothing more is sold, nothing held is taken away.
+    accounts.set_limits(parent, child, 50, 20).unwrap();
+    assert_eq!(accounts.may_sell(child, Kind::Page), Err(Refusal::LimitReached));
+    assert_eq!(accounts.bank(child).pages, 100);
+    // Not by itself, a grandparent, a sibling or the prime bank's holder of another bank.
+    assert_eq!(accounts.set_limits(child, child, 1000, 1000), Err(Refusal::NotOwned));
+    assert_eq!(accounts.set_limits(PRIME, child, 1000, 1000), Err(Refusal::NotOwned));
+    assert_eq!(accounts.set_limits(grandchild, child, 1000, 1000), Err(Refusal::NotOwned));
+    assert_eq!(accounts.set_limits(parent, PRIME, 1000, 1000), Err(Refusal::NotOwned));
+    assert_eq!(accounts.bank(child).page_limit, 50);
+    // A destroyed bank has no limits to set.
+    accounts.destroy(child, |_, _| {}).unwrap();
+    assert_eq!(accounts.set_limits(parent, child, 1, 1), Err(Refusal::NoSuchBank));
+    assert_eq!(accounts.set_limits(parent, u32::MAX, 1, 1), Err(Refusal::NoSuchBank));
+}
+
+#[test]
+fn a_banks_forwarder_names_the_bank() {
+    let mut accounts = accounts(u64::MAX, u64::MAX);
+    let bank = accounts.open(PRIME, 10, 10).unwrap();
+    accounts.record_sale(bank, Kind::Node, 7, true);
+    accounts.record_sale(bank, Kind::Node, 8, false);
+    assert_eq!(accounts.bank_forwarded_by(7), Some(bank));
+    assert_eq!(accounts.bank_forwarded_by(8), None, "a node it sold is not its forwarder");
+    assert_eq!(accounts.bank_forwarded_by(9), None);
+}

@@ -230,12 +230,14 @@ fn parse_name(string: &[u8]) -> Result<Name, u64> {
     Name::parse(string).map_err(refusal_code)
 }
 
+/// The smallest node limit of a compartment's bank: its own forwarder (the space bank
+/// counts it), the node of the compartment's capability and its inbox.
+const COMPARTMENT_NODES_MIN: u64 = 3;
+
 fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) -> Result<Answer, u64> {
     let name = parse_name(string)?;
     let [page_limit, node_limit, ..] = words;
-    // The bank's own forwarder (the space bank counts it), its capability's node and its
-    // inbox, at least.
-    if node_limit < 3 {
+    if node_limit < COMPARTMENT_NODES_MIN {
         return Err(refusal::BAD_REQUEST);
     }
     let index = state.compartments.create(name).map_err(refusal_code)?;
@@ -264,6 +266,18 @@ fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) 
     }
     state.inbox[index] = [EMPTY; INBOX_SLOTS];
     Ok(Answer::WithCapability([index as u64, 0, 0, 0]))
+}
+
+fn set_quota(state: &State, string: &[u8], words: [u64; 4]) -> Result<Answer, u64> {
+    let name = parse_name(string)?;
+    let index = state.compartments.find(&name).ok_or(refusal::NO_SUCH_COMPARTMENT)?;
+    let [page_limit, node_limit, ..] = words;
+    if node_limit < COMPARTMENT_NODES_MIN {
+        return Err(refusal::BAD_REQUEST);
+    }
+    node::fetch(BANKS, index as u64, BANK).map_err(|_| refusal::BANK_REFUSED)?;
+    bank::set_child_limits(MONITOR_BANK, BANK, page_limit, node_limit).map_err(|_| refusal::BANK_REFUSED)?;
+    Ok(Answer::Words([0; 4]))
 }
 
 fn set_policy(state: &mut State, log: &mut Log<'_>, words: [u64; 4]) -> Result<Answer, u64> {
@@ -396,6 +410,7 @@ fn answer(state: &mut State, log: &mut Log<'_>, reply: &mut [u8], code: u64, bad
             control_order::REVOKE => revoke(state, log, string),
             control_order::AUDIT => read_audit(log, reply, string, words),
             control_order::LIST => Ok(list(state, reply)),
+            control_order::SET_QUOTA => set_quota(state, string, words),
             _ => Err(refusal::BAD_REQUEST),
         };
     }

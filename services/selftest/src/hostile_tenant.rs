@@ -181,6 +181,7 @@ fn forbidden_grants() -> Result<u64, &'static str> {
     expect(refused(control(control_order::REVOKE, [0; 4], b"victim"), refusal::BAD_REQUEST), "it revoked the victim")?;
     expect(refused(control(control_order::AUDIT, [0; 4], b"victim"), refusal::BAD_REQUEST), "it read the victim's audit records")?;
     expect(refused(control(control_order::LIST, [0; 4], b""), refusal::BAD_REQUEST), "it listed the compartments")?;
+    expect(refused(control(control_order::SET_QUOTA, [1 << 40, 1 << 40, 0, 0], b"hostile"), refusal::BAD_REQUEST), "it set its own quota")?;
     expect(forbidden(keysafe::grant(COMPARTMENT, VICTIM_NUMBER, CLOCK)), "a policy it asked for let it grant the victim")?;
     // The victim is still there: its server answers through the forwarder.
     expect(user::call(12, ECHO, [5, 6, 7, 0]).is_ok_and(|words| words[..3] == [5, 6, 7]), "the victim's server is gone")?;
@@ -227,6 +228,11 @@ fn exhaust_bank() -> Result<(u64, u64), &'static str> {
     };
     expect(last == Error::Reply(bank::refusal::LIMIT_REACHED), "its bank refused a node without its limit's code")?;
     expect(pages == info.page_limit - info.pages && nodes == info.node_limit - info.nodes, "its bank refused before its limit")?;
+    // Its bank's holder cannot raise the bank's limits: only the parent's holder can.
+    expect(
+        bank::set_child_limits(BANK, BANK, 1 << 40, 1 << 40) == Err(Error::Reply(bank::refusal::NOT_OWNED)),
+        "its bank raised its own limits",
+    )?;
     expect(bank::create_child(BANK, 1 << 40, 1 << 40, CapReg::new(14)).is_err() || bank::buy_page(CapReg::new(14), SCRATCH).is_err(), "a bank below its full bank sold a page")?;
     Ok((pages, nodes))
 }

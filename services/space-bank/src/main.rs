@@ -163,6 +163,20 @@ fn answer(accounts: &mut Accounts, code: u64, badge: u64, words: [u64; 4]) -> Re
             });
             Answer::Words([destroyed.map_err(refusal_code)? as u64, 0, 0, 0])
         }
+        order::SET_CHILD_LIMITS => {
+            let [page_limit, node_limit, ..] = words;
+            if node_limit == 0 {
+                return Err(refusal::BAD_REQUEST);
+            }
+            // A bank's capability is an indirector of its forwarder node, which names it.
+            let forwarder = range::object_id(RANGE, CapReg::new(RECEIVED)).map_err(|_| refusal::NO_SUCH_BANK)?;
+            let child = Kind::from_range_word(forwarder.kind)
+                .filter(|&kind| kind == Kind::Node)
+                .and_then(|_| accounts.bank_forwarded_by(forwarder.id))
+                .ok_or(refusal::NOT_OWNED)?;
+            accounts.set_limits(bank, child, page_limit, node_limit).map_err(refusal_code)?;
+            Answer::Words([0; 4])
+        }
         order::INFO => {
             let held = accounts.bank(bank);
             Answer::Words([held.pages, held.page_limit, held.nodes, held.node_limit])

@@ -26,6 +26,12 @@ pub mod order {
     /// Words back: pages held, page limit, nodes held, node limit (held: sold by this
     /// bank or any below it).
     pub const INFO: u64 = 7;
+    /// Capability sent: a bank directly below this one (as `create_child` gave it). Words
+    /// 0 and 1: its new page and node limits (nodes at least 1). A limit below what it
+    /// holds stops its sales of that kind until it holds less; nothing it holds is taken
+    /// back. Refused (`not_owned`) for any other bank: a bank's holder cannot raise its own
+    /// limits.
+    pub const SET_CHILD_LIMITS: u64 = 8;
 }
 
 /// What a bank answers instead of 0 when it refuses (server reply codes, apart from the
@@ -86,6 +92,13 @@ pub fn sell(bank: CapReg, object: CapReg) -> Result<(), Error> {
 /// Makes a bank below `bank` with its own limits, into `into`.
 pub fn create_child(bank: CapReg, page_limit: u64, node_limit: u64, into: CapReg) -> Result<(), Error> {
     invoke(Invocation { words: [page_limit, node_limit, 0, 0], receive: &[into], ..Invocation::call(bank, order::CREATE_CHILD) })
+        .check()
+        .map(|_| ())
+}
+
+/// Sets the limits of `child`, a bank directly below `bank`.
+pub fn set_child_limits(bank: CapReg, child: CapReg, page_limit: u64, node_limit: u64) -> Result<(), Error> {
+    invoke(Invocation { words: [page_limit, node_limit, 0, 0], send: &[child], ..Invocation::call(bank, order::SET_CHILD_LIMITS) })
         .check()
         .map(|_| ())
 }

@@ -37,6 +37,11 @@ pub mod control_order {
     /// how many of those the audit log holds (u64 each; all little-endian). Word 0 back:
     /// how many.
     pub const LIST: u64 = 5;
+    /// String: a live compartment's name. Words 0 and 1: its bank's new page and node
+    /// limits (at least 3 nodes, as at `CREATE`). A limit below what the bank holds stops
+    /// its sales of that kind; nothing it holds is taken back. Not an audit record: the
+    /// log records what crosses compartments and what makes and ends them.
+    pub const SET_QUOTA: u64 = 6;
 }
 
 /// The bytes of an entry of [`control_order::LIST`]'s reply.
@@ -92,6 +97,13 @@ pub fn create(control: CapReg, name: &[u8], page_limit: u64, node_limit: u64, in
     })
     .check()?;
     Ok(received.words[0])
+}
+
+/// Sets the page and node limits of compartment `name`'s bank.
+pub fn set_quota(control: CapReg, name: &[u8], page_limit: u64, node_limit: u64) -> Result<(), Error> {
+    invoke(Invocation { words: [page_limit, node_limit, 0, 0], string: name, ..Invocation::call(control, control_order::SET_QUOTA) })
+        .check()
+        .map(|_| ())
 }
 
 /// Lets compartment `from` hand `to` the kinds in `kinds` (bit i: type code i).

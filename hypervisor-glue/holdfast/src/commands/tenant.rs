@@ -1,11 +1,16 @@
-//! `holdfast tenant audit|revoke VM NAME`, `holdfast tenant list VM`: a running appliance's
-//! tenants, through its admin service (see [`super::control`]) and its reference monitor
-//! (services/keysafe).
+//! `holdfast tenant audit|revoke VM NAME`, `holdfast tenant create|quota VM NAME --pages N
+//! --nodes N`, `holdfast tenant list VM`: a running appliance's tenants, through its admin
+//! service (see [`super::control`]) and its reference monitor (services/keysafe).
 
 use std::process::ExitCode;
+use std::thread;
+use std::time::{Duration, Instant};
 
-use crate::cli::TenantCommand;
+use crate::cli::{TenantCommand, TenantLimitsArguments};
 use crate::failure::Failure;
+
+/// How long `create` and `quota` wait for the checkpoints that make the change durable.
+const DURABLE_TIME_LIMIT: Duration = Duration::from_secs(60);
 
 pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
     match command {
@@ -26,6 +31,25 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        TenantCommand::Create(arguments) => {
+            let said = limits(&arguments, "create")?;
+            let number = said.trim_end().strip_prefix("ok number ").unwrap_or("?").to_owned();
+            let generation = wait_until_durable(&arguments.vm)?;
+            println!(
+                "{}: tenant {} created (compartment {number}, at most {} pages and {} nodes), durable from checkpoint {generation}",
+                arguments.vm, arguments.name, arguments.pages, arguments.nodes
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        TenantCommand::Quota(arguments) => {
+            limits(&arguments, "quota")?;
+            let generation = wait_until_durable(&arguments.vm)?;
+            println!(
+                "{}: tenant {} may hold {} pages and {} nodes, durable from checkpoint {generation}",
+                arguments.vm, arguments.name, arguments.pages, arguments.nodes
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         TenantCommand::Revoke(arguments) => {
             check_name(&arguments.name)?;
             let reply = super::control::request(&arguments.vm, &format!("tenant revoke {}", arguments.name))
@@ -35,6 +59,52 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `tenant create|quota NAME PAGES NODES` to the admin service; its reply.
+fn limits(arguments: &TenantLimitsArguments, verb: &str) -> Result<String, Failure> {
+    check_name(&arguments.name)?;
+    let request = format!("tenant {verb} {} {} {}", arguments.name, arguments.pages, arguments.nodes);
+    super::control::request(&arguments.vm, &request).map_err(|failure| {
+        let text = failure.to_string();
+        if text.contains("exists already") {
+            Failure::input(format!("a tenant named '{}' exists already on this appliance", arguments.name))
+        } else {
+            unknown_tenant(failure, &arguments.name)
+        }
+    })
+}
+
+/// Has checkpoints taken until one that began after this call has committed; returns its
+/// generation. Two commits: a checkpoint being stabilized when the change was made may
+/// have taken its snapshot before it.
+fn wait_until_durable(vm: &str) -> Result<u64, Failure> {
+    let generation = || -> Result<u64, Failure> {
+        let status = super::control::request(vm, "checkpoint status")?;
+        status
+            .split_whitespace()
+            .skip_while(|word| *word != "generation")
+            .nth(1)
+            .and_then(|word| word.parse().ok())
+            .ok_or_else(|| Failure::other(format!("{vm}: an unexpected checkpoint status: {}", status.trim_end())))
+    };
+    let deadline = Instant::now() + DURABLE_TIME_LIMIT;
+    let mut newest = generation()?;
+    for _ in 0..2 {
+        let before = newest;
+        super::control::request(vm, "checkpoint now")?;
+        while newest == before {
+            if Instant::now() >= deadline {
+                return Err(Failure::other(format!(
+                    "{vm}: the change is made, but no checkpoint committed within {} s: it is lost if the VM stops before one does (see `holdfast checkpoint status {vm}`)",
+                    DURABLE_TIME_LIMIT.as_secs()
+                )));
+            }
+            thread::sleep(Duration::from_millis(20));
+            newest = generation()?;
+        }
+    }
+    Ok(newest)
 }
 
 /// A tenant's name as the monitor takes it, checked here so that a typo is a usage error
