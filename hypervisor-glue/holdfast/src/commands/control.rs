@@ -4,7 +4,8 @@
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::failure::Failure;
 use crate::paths;
@@ -12,6 +13,32 @@ use crate::paths;
 /// How long the admin service may take to answer: a guest under TCG on a busy host answers
 /// within a second; a system without the admin service never does.
 const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(30);
+
+/// The newest committed checkpoint's generation in a `checkpoint status` reply.
+pub fn status_generation(reply: &str) -> Option<u64> {
+    reply.trim_end().strip_prefix("ok generation ")?.split_whitespace().next()?.parse().ok()
+}
+
+/// Has the VM take a checkpoint and waits until one has committed since this call, asking
+/// `checkpoint status` every `poll`; `ask` sends a request and returns its reply. Returns
+/// the newer generation, or `None` if none committed before `deadline`.
+pub fn checkpoint_and_wait(
+    ask: impl Fn(&str) -> Result<String, Failure>,
+    deadline: Instant,
+    poll: Duration,
+) -> Result<Option<u64>, Failure> {
+    let before = ask("checkpoint status")?;
+    let before = status_generation(&before)
+        .ok_or_else(|| Failure::other(format!("unexpected reply '{}'", before.trim_end())))?;
+    ask("checkpoint now")?;
+    while Instant::now() < deadline {
+        if let Some(now) = status_generation(&ask("checkpoint status")?).filter(|&now| now > before) {
+            return Ok(Some(now));
+        }
+        thread::sleep(poll);
+    }
+    Ok(None)
+}
 
 /// Sends `request` to VM `name` and returns the reply's body and `ok` line; an `error`
 /// reply is a failure naming what the guest said.
@@ -87,5 +114,35 @@ fn read_reply(reader: &mut BufReader<UnixStream>, name: &str, time_limit: Durati
         if done {
             return Ok(reply);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn a_status_reply_gives_its_generation() {
+        assert_eq!(status_generation("ok generation 12 interval-ms 5000 log-fill-permille 3 degraded 0\n"), Some(12));
+        assert_eq!(status_generation("error no checkpoint\n"), None);
+        assert_eq!(status_generation("ok generation x\n"), None);
+    }
+
+    #[test]
+    fn the_wait_ends_at_a_newer_commit_or_the_deadline() {
+        // A VM whose generation moves on at its third status reply after the request.
+        let asked = RefCell::new(Vec::new());
+        let ask = |request: &str| {
+            asked.borrow_mut().push(request.to_owned());
+            let statuses = asked.borrow().iter().filter(|asked| *asked == "checkpoint status").count();
+            Ok(format!("ok generation {}\n", if statuses >= 4 { 8 } else { 7 }))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert_eq!(checkpoint_and_wait(ask, deadline, Duration::ZERO).unwrap(), Some(8));
+        assert_eq!(asked.borrow()[..2], ["checkpoint status", "checkpoint now"]);
+        // A generation that never moves: none by the deadline.
+        let still = |_: &str| Ok("ok generation 7\n".to_owned());
+        assert_eq!(checkpoint_and_wait(still, Instant::now() + Duration::from_millis(50), Duration::from_millis(5)).unwrap(), None);
     }
 }

@@ -163,26 +163,14 @@ fn follow(domain: &RunningDomain, time_limit: Option<Duration>, stop_requested: 
 /// generation moves), so that the next start resumes from it with no journal to replay.
 /// A system without the admin service does not answer; that is said and the stop goes on.
 fn final_checkpoint(socket: &Path, name: &str) {
-    let generation = |reply: &str| -> Option<u64> {
-        reply.trim_end().strip_prefix("ok generation ")?.split_whitespace().next()?.parse().ok()
-    };
     let deadline = Instant::now() + FINAL_CHECKPOINT_TIME_LIMIT;
     let ask = |request: &str| {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         control::request_on(socket, name, request, left)
     };
-    let result = (|| -> Result<u64, Failure> {
-        let before = ask("checkpoint status")?;
-        let before = generation(&before).ok_or_else(|| Failure::other(format!("unexpected reply '{}'", before.trim_end())))?;
-        ask("checkpoint now")?;
-        while Instant::now() < deadline {
-            if generation(&ask("checkpoint status")?).is_some_and(|now| now > before) {
-                return Ok(before + 1);
-            }
-            std::thread::sleep(POLL_INTERVAL);
-        }
-        Err(Failure::other(format!("no commit within {} s", FINAL_CHECKPOINT_TIME_LIMIT.as_secs())))
-    })();
+    let result = control::checkpoint_and_wait(ask, deadline, POLL_INTERVAL).and_then(|committed| {
+        committed.ok_or_else(|| Failure::other(format!("no commit within {} s", FINAL_CHECKPOINT_TIME_LIMIT.as_secs())))
+    });
     match result {
         Ok(generation) => eprintln!("holdfast: final checkpoint committed (generation {generation} or later)"),
         Err(failure) => eprintln!("holdfast: no final checkpoint ({failure}); stopping anyway: every acknowledged commit is on disk"),

@@ -3,7 +3,6 @@
 //! service (see [`super::control`]) and its reference monitor (services/keysafe).
 
 use std::process::ExitCode;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cli::{TenantCommand, TenantLimitsArguments};
@@ -11,6 +10,8 @@ use crate::failure::Failure;
 
 /// How long `create` and `quota` wait for the checkpoints that make the change durable.
 const DURABLE_TIME_LIMIT: Duration = Duration::from_secs(60);
+/// How often they ask whether a checkpoint has committed (one takes tens of milliseconds).
+const DURABLE_POLL: Duration = Duration::from_millis(20);
 
 pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
     match command {
@@ -79,30 +80,17 @@ fn limits(arguments: &TenantLimitsArguments, verb: &str) -> Result<String, Failu
 /// generation. Two commits: a checkpoint being stabilized when the change was made may
 /// have taken its snapshot before it.
 fn wait_until_durable(vm: &str) -> Result<u64, Failure> {
-    let generation = || -> Result<u64, Failure> {
-        let status = super::control::request(vm, "checkpoint status")?;
-        status
-            .split_whitespace()
-            .skip_while(|word| *word != "generation")
-            .nth(1)
-            .and_then(|word| word.parse().ok())
-            .ok_or_else(|| Failure::other(format!("{vm}: an unexpected checkpoint status: {}", status.trim_end())))
-    };
     let deadline = Instant::now() + DURABLE_TIME_LIMIT;
-    let mut newest = generation()?;
+    let ask = |request: &str| super::control::request(vm, request);
+    let too_late = || {
+        Failure::other(format!(
+            "{vm}: the change is made, but no checkpoint committed within {} s: it is lost if the VM stops before one does (see `holdfast checkpoint status {vm}`)",
+            DURABLE_TIME_LIMIT.as_secs()
+        ))
+    };
+    let mut newest = 0;
     for _ in 0..2 {
-        let before = newest;
-        super::control::request(vm, "checkpoint now")?;
-        while newest == before {
-            if Instant::now() >= deadline {
-                return Err(Failure::other(format!(
-                    "{vm}: the change is made, but no checkpoint committed within {} s: it is lost if the VM stops before one does (see `holdfast checkpoint status {vm}`)",
-                    DURABLE_TIME_LIMIT.as_secs()
-                )));
-            }
-            thread::sleep(Duration::from_millis(20));
-            newest = generation()?;
-        }
+        newest = super::control::checkpoint_and_wait(ask, deadline, DURABLE_POLL)?.ok_or_else(too_late)?;
     }
     Ok(newest)
 }
