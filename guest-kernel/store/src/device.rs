@@ -32,6 +32,16 @@ pub trait BlockDevice {
     /// `buf.len()` is a non-zero multiple of [`BLOCK_SIZE`].
     fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError>;
 
+    /// Reads several runs of contiguous blocks, each `(first_block, buf)` as in
+    /// [`BlockDevice::read`], together: a device that takes many requests at once answers
+    /// them in one wait rather than one wait each. The default reads them one by one.
+    fn read_many(&mut self, reads: &mut [(u64, &mut [u8])]) -> Result<(), DeviceError> {
+        for (first_block, buf) in reads.iter_mut() {
+            self.read(*first_block, buf)?;
+        }
+        Ok(())
+    }
+
     /// Writes `data.len() / BLOCK_SIZE` contiguous blocks starting at `first_block`, in one
     /// request so that the device can stream it. `data.len()` is a non-zero multiple of
     /// [`BLOCK_SIZE`].

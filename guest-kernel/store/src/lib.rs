@@ -32,6 +32,7 @@ pub mod inspect;
 pub mod journal;
 mod log;
 pub mod mirror;
+pub mod pace;
 pub mod phase;
 mod recovery;
 mod resilver;
@@ -50,6 +51,7 @@ pub use inspect::{CheckReport, Finding, Inspection, RecoveryNote, Remedy, StoreC
 pub use recovery::Recover;
 pub use journal::{JOURNAL_COMMIT_PAGES_MAX, JournalPage, JournalTicket};
 pub use mirror::MirrorState;
+pub use pace::Pace;
 pub use phase::{CheckpointPhase, MigrationProgress, checkpoint_log_blocks_max};
 pub use scrub::ScrubCursor;
 pub use store::{MirrorStatus, Store, TABLE_CACHE_BYTES_PER_TABLE, TABLE_CACHE_MAX};

@@ -321,18 +321,14 @@ impl<D: BlockDevice> Store<D> {
         Ok(block)
     }
 
-    /// Consecutive logged data blocks from `first_position`, one per checksum, verified
-    /// ([`MirrorSet::read_verified_blocks`](crate::mirror::MirrorSet::read_verified_blocks)).
-    pub(crate) fn read_log_data_run(
-        &mut self,
-        first_position: u64,
-        expected_checksums: &[u32],
-    ) -> Result<Vec<u8>, StoreError> {
-        self.mirrors.read_verified_blocks(
-            self.layout.log_first_block + first_position,
-            expected_checksums,
-            Region::LogData,
-        )
+    /// Runs of consecutive logged data blocks, `(first_position, checksums)` (one checksum
+    /// a block), read together and verified
+    /// ([`MirrorSet::read_verified_runs`](crate::mirror::MirrorSet::read_verified_runs)).
+    pub(crate) fn read_log_data_runs(&mut self, runs: &[(u64, Vec<u32>)]) -> Result<Vec<Vec<u8>>, StoreError> {
+        let first_block = self.layout.log_first_block;
+        let runs: Vec<(u64, Vec<u32>)> =
+            runs.iter().map(|(position, checksums)| (first_block + position, checksums.clone())).collect();
+        self.mirrors.read_verified_runs(&runs, Region::LogData)
     }
 
     /// `block_count` blocks of the log on mirror `index` from `first_block`, out of

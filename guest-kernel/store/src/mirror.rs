@@ -307,30 +307,41 @@ impl<D: BlockDevice> MirrorSet<D> {
         Err(first_failure.unwrap_or(StoreError::NoMirror))
     }
 
-    /// Consecutive blocks from `first_block`, each checked against its checksum, in one
-    /// read of the first readable mirror; a block that fails there (or all of them, if the
+    /// Runs of consecutive blocks, `(first_block, checksums)` (one checksum a block), each
+    /// checked against its checksum, read together from the first mirror that can give them
+    /// all ([`BlockDevice::read_many`]); a block that fails there (or all of them, if the
     /// read does) is read alone as [`Self::read_verified`] reads, from the other mirrors,
     /// and repaired where it was bad.
-    pub(crate) fn read_verified_blocks(
+    pub(crate) fn read_verified_runs(
         &mut self,
-        first_block: u64,
-        expected_checksums: &[u32],
+        runs: &[(u64, Vec<u32>)],
         region: Region,
-    ) -> Result<Vec<u8>, StoreError> {
-        let matches = |block: &[u8], expected: u32| {
-            if checksum(block) == expected { Ok(()) } else { Err(Check::DataChecksum) }
-        };
-        let mut blocks = alloc::vec![0u8; expected_checksums.len() * BLOCK_SIZE];
-        let first_mirror = self.readable(first_block, expected_checksums.len() as u64).first().copied();
-        let whole = first_mirror.is_some_and(|index| self.read_from(index, first_block, &mut blocks).is_ok());
-        for ((block_index, &expected), block) in (first_block..)
-            .zip(expected_checksums)
-            .zip(blocks.chunks_exact_mut(BLOCK_SIZE))
-        {
-            if !whole || matches(block, expected).is_err() {
-                self.read_verified(block_index, block, region, |bytes| matches(bytes, expected))?;
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut buffers: Vec<Vec<u8>> =
+            runs.iter().map(|(_, checksums)| alloc::vec![0u8; checksums.len() * BLOCK_SIZE]).collect();
+        let first_mirror = (0..self.mirrors.len()).find(|&index| {
+            runs.iter().all(|(first_block, checksums)| self.readable(*first_block, checksums.len() as u64).contains(&index))
+        });
+        let whole = first_mirror.is_some_and(|index| {
+            let mut reads: Vec<(u64, &mut [u8])> =
+                runs.iter().map(|(first_block, _)| *first_block).zip(buffers.iter_mut().map(Vec::as_mut_slice)).collect();
+            let result = self.mirrors[index].device.read_many(&mut reads);
+            if result == Err(DeviceError::Gone) {
+                self.mirrors[index].state = MirrorState::Failed(DeviceError::Gone);
+                self.failures_unrecorded = true;
+            }
+            result.is_ok()
+        });
+        for ((first_block, checksums), buffer) in runs.iter().zip(&mut buffers) {
+            for ((block_index, &expected), block) in
+                (*first_block..).zip(checksums).zip(buffer.chunks_exact_mut(BLOCK_SIZE))
+            {
+                let matches = |bytes: &[u8]| if checksum(bytes) == expected { Ok(()) } else { Err(Check::DataChecksum) };
+                if !whole || matches(block).is_err() {
+                    self.read_verified(block_index, block, region, matches)?;
+                }
             }
         }
-        Ok(blocks)
+        Ok(buffers)
     }
 }

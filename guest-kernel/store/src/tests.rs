@@ -14,9 +14,9 @@ use crate::format::zeroed_block;
 use crate::*;
 
 /// Shared so that a test can damage the media under an open store; counts the write and
-/// flush requests it gets, and the reads.
+/// flush requests it gets, the reads and the `read_many` requests.
 #[derive(Clone)]
-pub(crate) struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>, Rc<Cell<u64>>);
+pub(crate) struct MemoryDevice(Rc<RefCell<Vec<u8>>>, Rc<Cell<u64>>, Rc<Cell<u64>>, Rc<Cell<u64>>);
 
 impl MemoryDevice {
     pub(crate) fn new(block_count: u64) -> Self {
@@ -26,7 +26,13 @@ impl MemoryDevice {
             )),
             Rc::new(Cell::new(0)),
             Rc::new(Cell::new(0)),
+            Rc::new(Cell::new(0)),
         )
+    }
+
+    /// `read_many` requests so far (their runs count in [`MemoryDevice::reads`] too).
+    fn read_batches(&self) -> u64 {
+        self.3.get()
     }
 
     /// Write and flush requests so far.
@@ -67,6 +73,14 @@ impl BlockDevice for MemoryDevice {
         check_request(self.block_count(), first_block, buf.len())?;
         let start = first_block as usize * BLOCK_SIZE;
         buf.copy_from_slice(&self.0.borrow()[start..start + buf.len()]);
+        Ok(())
+    }
+
+    fn read_many(&mut self, reads: &mut [(u64, &mut [u8])]) -> Result<(), DeviceError> {
+        self.3.set(self.3.get() + 1);
+        for (first_block, buf) in reads.iter_mut() {
+            self.read(*first_block, buf)?;
+        }
         Ok(())
     }
 
@@ -556,6 +570,25 @@ fn migration_reads_the_log_in_runs_and_takes_each_block_from_a_mirror_that_has_i
     // The first mirror's bad block was read from the second and repaired; the second's was
     // never read (the first's copy was good), and the log it was in is free now.
     assert_eq!(store.counters().mirror_repaired_blocks_total, 1);
+    assert!(store.check().unwrap().is_clean());
+}
+
+#[test]
+fn a_migration_step_reads_its_blocks_scattered_in_the_log_in_one_request() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    // Logged in falling id order, migrated in rising: no two blocks of a step are next to
+    // each other in the log (as pages journaled at random are).
+    let pages: Vec<(u64, u64, u8)> = (1..=40).rev().map(|id| (id, 1, id as u8)).collect();
+    checkpoint_pages(&mut store, &pages);
+    let (batches, reads) = (device.read_batches(), device.reads());
+    assert!(matches!(store.migrate_step(16).unwrap(), MigrationProgress::Migrating { .. }));
+    assert_eq!(device.read_batches() - batches, 1, "one request for the step's 16 runs");
+    assert!(device.reads() - reads >= 16, "each run one read within it");
+    migrate_all(&mut store);
+    for (id, version, fill) in pages {
+        assert_eq!(read_page(&mut store, id), (version, fill));
+    }
     assert!(store.check().unwrap().is_clean());
 }
 

@@ -40,11 +40,14 @@ use super::hal::KernelHal;
 use holdfast_store::device::check_request;
 use holdfast_store::{BLOCK_SIZE, BlockDevice, DeviceError};
 
-/// Descriptors in the request queue: a request takes three (header, data, status), a flush
-/// two; QEMU offers 256, 16 is what the crate's own driver uses.
-const QUEUE_SIZE: usize = 16;
-/// Requests kept in flight at most (12 of the 16 descriptors): more would only hold more
-/// memory while the host catches up.
+/// Descriptors in the request queue: a write takes three (header, data, status), a flush
+/// and a read of [`Block::read_many_sectors`] two; QEMU offers 256. Room for
+/// [`READS_AT_ONCE_MAX`] reads at once.
+const QUEUE_SIZE: usize = 64;
+/// Reads [`Block::read_many_sectors`] has with the device at once.
+const READS_AT_ONCE_MAX: usize = QUEUE_SIZE / 2;
+/// Writes and flushes kept in flight at most: more would only hold more memory while the
+/// host catches up.
 const IN_FLIGHT_MAX: usize = 4;
 
 /// Bytes of handed-over writes kept in flight at most: a sixteenth of the kernel heap
@@ -454,6 +457,74 @@ impl Block {
         unsafe { self.queue.pop_used(token, inputs, outputs) }.map(|_| ()).map_err(|_| Waited::Queue)
     }
 
+    /// Reads of `(sector, buffer)`, up to [`READS_AT_ONCE_MAX`] with the device at once, after
+    /// every request in flight: one wait for many answers. Each read goes through a buffer
+    /// of its own on the heap (header, data, status in one), leaked if the device does not
+    /// answer, as [`Block::request_and_wait`]'s bounce buffer is.
+    fn read_many_sectors(&mut self, reads: &mut [(u64, &mut [u8])]) -> Result<(), DeviceError> {
+        self.complete_all();
+        for batch in reads.chunks_mut(READS_AT_ONCE_MAX) {
+            self.check_not_given_up()?;
+            let mut buffers: Vec<(u16, Box<[u8]>, usize)> = Vec::with_capacity(batch.len());
+            for (position, (sector, data)) in batch.iter().enumerate() {
+                let mut buffer = vec![0u8; HEADER_BYTES + data.len() + 1].into_boxed_slice();
+                buffer[..HEADER_BYTES].copy_from_slice(&request_header(REQUEST_READ, *sector)[..]);
+                buffer[HEADER_BYTES + data.len()] = STATUS_UNSET;
+                let (header, rest) = buffer.split_at_mut(HEADER_BYTES);
+                // SAFETY: the buffer stays in `buffers` (on the heap: moving the box moves
+                // none of its bytes), untouched, until its token is popped below, or is
+                // leaked if the device does not answer; the device writes the data and then
+                // the status into the last byte of what it is given to write.
+                match unsafe { self.queue.add(&[header], &mut [rest]) } {
+                    Ok(token) => buffers.push((token, buffer, position)),
+                    Err(_) => break,
+                }
+            }
+            if self.queue.should_notify() {
+                self.transport.notify(0);
+            }
+            // The queue is empty here and has room for the whole batch, so `add` does not
+            // fail; if it did, the reads it refused are reported as failed, not the device.
+            let mut failure = (buffers.len() < batch.len()).then_some(DeviceError::Io);
+            while !buffers.is_empty() {
+                if self.wait_for_answer().is_err() {
+                    for (_, buffer, _) in buffers.drain(..) {
+                        core::mem::forget(buffer);
+                    }
+                    self.give_up();
+                    return Err(DeviceError::Gone);
+                }
+                let token = self.queue.peek_used();
+                let Some(index) = buffers.iter().position(|(sent, _, _)| Some(*sent) == token) else {
+                    // An answer to nothing sent: the device is broken; what it holds leaks.
+                    for (_, buffer, _) in buffers.drain(..) {
+                        core::mem::forget(buffer);
+                    }
+                    self.give_up();
+                    return Err(DeviceError::Gone);
+                };
+                let (token, mut buffer, position) = buffers.swap_remove(index);
+                let (header, rest) = buffer.split_at_mut(HEADER_BYTES);
+                // SAFETY: the very buffers given to `add` for this token, untouched since.
+                let popped = unsafe { self.queue.pop_used(token, &[header], &mut [rest]) };
+                let data = &mut batch[position].1;
+                match (popped, buffer[HEADER_BYTES + data.len()]) {
+                    (Ok(_), STATUS_OK) => data.copy_from_slice(&buffer[HEADER_BYTES..HEADER_BYTES + data.len()]),
+                    (Ok(_), status) => {
+                        failure.get_or_insert(status_error(status));
+                    }
+                    (Err(_), _) => {
+                        failure.get_or_insert(DeviceError::Gone);
+                    }
+                }
+            }
+            if let Some(error) = failure {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
     fn read_sectors(&mut self, sector: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         check_sectors(self.capacity_sectors, sector, buffer.len())?;
         self.request_and_wait(REQUEST_READ, sector, None, Some(buffer))
@@ -538,6 +609,15 @@ impl BlockDevice for Block {
     fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         check_request(self.block_count(), first_block, buf.len())?;
         self.read_sectors(first_block * SECTORS_PER_BLOCK, buf)
+    }
+
+    fn read_many(&mut self, reads: &mut [(u64, &mut [u8])]) -> Result<(), DeviceError> {
+        for (first_block, buf) in reads.iter() {
+            check_request(self.block_count(), *first_block, buf.len())?;
+        }
+        let mut sectors: Vec<(u64, &mut [u8])> =
+            reads.iter_mut().map(|(first_block, buf)| (*first_block * SECTORS_PER_BLOCK, &mut **buf)).collect();
+        self.read_many_sectors(&mut sectors)
     }
 
     fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {

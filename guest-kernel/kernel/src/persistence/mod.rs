@@ -63,6 +63,8 @@ pub struct Persistence {
     /// Until when no new checkpoint is begun after a failure ([`Persistence::retry_pending`]).
     retry_tick: u64,
     stabilization: Option<Stabilization>,
+    /// The pace of the migration under way, set at its checkpoint's commit ([`checkpoint`]).
+    migration_pace: Option<holdfast_store::Pace>,
     /// When each queued journal commit was made (TSC), by ticket: for its latency.
     journal_submitted_tsc: BTreeMap<u64, u64>,
     /// Journal groups durable here whose flush the pair's standby does not have yet, as

@@ -80,6 +80,7 @@ pub fn attach(mut store: Store<Block>, interval_ms: u64, on_journal_durable: fn(
         next_snapshot_tick: timer::ticks(),
         retry_tick: 0,
         stabilization: None,
+        migration_pace: None,
         journal_submitted_tsc: BTreeMap::new(),
         journal_awaiting_standby: alloc::collections::VecDeque::new(),
         kernel_counters: KernelCounters::default(),
