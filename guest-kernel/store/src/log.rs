@@ -324,10 +324,10 @@ impl<D: BlockDevice> Store<D> {
     /// Runs of consecutive logged data blocks, `(first_position, checksums)` (one checksum
     /// a block), read together and verified
     /// ([`MirrorSet::read_verified_runs`](crate::mirror::MirrorSet::read_verified_runs)).
-    pub(crate) fn read_log_data_runs(&mut self, runs: &[(u64, Vec<u32>)]) -> Result<Vec<Vec<u8>>, StoreError> {
-        let first_block = self.layout.log_first_block;
-        let runs: Vec<(u64, Vec<u32>)> =
-            runs.iter().map(|(position, checksums)| (first_block + position, checksums.clone())).collect();
+    pub(crate) fn read_log_data_runs(&mut self, mut runs: Vec<(u64, Vec<u32>)>) -> Result<Vec<Vec<u8>>, StoreError> {
+        for (position, _) in &mut runs {
+            *position += self.layout.log_first_block;
+        }
         self.mirrors.read_verified_runs(&runs, Region::LogData)
     }
 

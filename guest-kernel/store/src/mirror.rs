@@ -146,13 +146,21 @@ impl<D: BlockDevice> MirrorSet<D> {
         buf: &mut [u8],
     ) -> Result<(), DeviceError> {
         let result = self.mirrors[index].device.read(first_block, buf);
-        if let Err(error) = result {
-            // A failed read is reported to the caller, which tries the next mirror; the
-            // mirror is only dropped when it is gone.
-            if error == DeviceError::Gone {
-                self.mirrors[index].state = MirrorState::Failed(error);
-                self.failures_unrecorded = true;
-            }
+        self.note_read(index, result)
+    }
+
+    /// [`MirrorSet::read_from`] for several runs at once ([`BlockDevice::read_many`]).
+    fn read_many_from(&mut self, index: usize, reads: &mut [(u64, &mut [u8])]) -> Result<(), DeviceError> {
+        let result = self.mirrors[index].device.read_many(reads);
+        self.note_read(index, result)
+    }
+
+    /// A failed read is reported to the caller, which tries the next mirror; the mirror is
+    /// only dropped when it is gone.
+    fn note_read(&mut self, index: usize, result: Result<(), DeviceError>) -> Result<(), DeviceError> {
+        if result == Err(DeviceError::Gone) {
+            self.mirrors[index].state = MirrorState::Failed(DeviceError::Gone);
+            self.failures_unrecorded = true;
         }
         result
     }
@@ -325,12 +333,7 @@ impl<D: BlockDevice> MirrorSet<D> {
         let whole = first_mirror.is_some_and(|index| {
             let mut reads: Vec<(u64, &mut [u8])> =
                 runs.iter().map(|(first_block, _)| *first_block).zip(buffers.iter_mut().map(Vec::as_mut_slice)).collect();
-            let result = self.mirrors[index].device.read_many(&mut reads);
-            if result == Err(DeviceError::Gone) {
-                self.mirrors[index].state = MirrorState::Failed(DeviceError::Gone);
-                self.failures_unrecorded = true;
-            }
-            result.is_ok()
+            self.read_many_from(index, &mut reads).is_ok()
         });
         for ((first_block, checksums), buffer) in runs.iter().zip(&mut buffers) {
             for ((block_index, &expected), block) in

@@ -452,7 +452,7 @@ impl<D: BlockDevice> Store<D> {
                 _ => reads.push((entry.position, alloc::vec![entry.checksum])),
             }
         }
-        let read = self.read_log_data_runs(&reads)?;
+        let read = self.read_log_data_runs(reads)?;
         let blocks = read.iter().flat_map(|run| run.chunks_exact(crate::BLOCK_SIZE));
         for (item, block) in (0..end).zip(blocks) {
             let ((kind, index), entry) = step[item];

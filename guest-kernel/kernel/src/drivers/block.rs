@@ -487,16 +487,10 @@ impl Block {
             // fail; if it did, the reads it refused are reported as failed, not the device.
             let mut failure = (buffers.len() < batch.len()).then_some(DeviceError::Io);
             while !buffers.is_empty() {
-                if self.wait_for_answer().is_err() {
-                    for (_, buffer, _) in buffers.drain(..) {
-                        core::mem::forget(buffer);
-                    }
-                    self.give_up();
-                    return Err(DeviceError::Gone);
-                }
-                let token = self.queue.peek_used();
-                let Some(index) = buffers.iter().position(|(sent, _, _)| Some(*sent) == token) else {
-                    // An answer to nothing sent: the device is broken; what it holds leaks.
+                // No answer in time, or an answer to nothing sent (the device is broken):
+                // the device is given up, and what it holds leaks.
+                let answered = self.wait_for_answer().is_ok().then(|| self.queue.peek_used()).flatten();
+                let Some(index) = answered.and_then(|token| buffers.iter().position(|(sent, _, _)| *sent == token)) else {
                     for (_, buffer, _) in buffers.drain(..) {
                         core::mem::forget(buffer);
                     }

@@ -61,8 +61,6 @@ pub(super) struct Stabilization {
     /// whose frame still holds the snapshot's contents is stored from its frame; one written
     /// since has its snapshot contents and version in `copies`.
     pub(super) pages: Vec<ObjectId>,
-    /// Whether `pages` is in id order yet (see [`Persistence::stabilize_step`]).
-    pages_sorted: bool,
     next_page: usize,
     copies: BTreeMap<ObjectId, (Version, Box<[u8; PAGE_BYTES]>)>,
     node_count: usize,
@@ -371,7 +369,6 @@ impl Persistence {
             page_count: pages.len(),
             nodes,
             pages,
-            pages_sorted: false,
             next_page: 0,
             copies: BTreeMap::new(),
         });
@@ -394,13 +391,13 @@ impl Persistence {
             self.store.checkpoint_write_node(node.id, node.version, &node.image)?;
             budget -= 1;
         }
-        if budget > 0 && !stabilization.pages_sorted {
+        // A step that reaches the pages stores at least one, so this sorts them once.
+        if budget > 0 && stabilization.next_page == 0 {
             // The pages go to the log in id order, the order migration moves them home in,
             // so that it reads them back in runs: in the order a program dirtied them (at
             // random, say) it read them a block at a time, a disk wait each. Sorted here,
             // at the first step to reach them, rather than in the snapshot's pause.
             stabilization.pages.sort_unstable();
-            stabilization.pages_sorted = true;
         }
         while budget > 0
             && let Some(&id) = stabilization.pages.get(stabilization.next_page)
