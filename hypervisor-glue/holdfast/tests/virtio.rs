@@ -68,7 +68,7 @@ fn guest_writes_the_pattern_to_a_test_disk() {
 
     let output = run_with_disk(&disk);
     let expected = format!(
-        "selftest: virtio-blk: {} sectors, read host header (seed {seed}), wrote and read back 64 sectors [ok]",
+        "selftest: virtio-blk: {} sectors, read host header (seed {seed}), wrote and read back 64 sectors, then read 66000 sectors 32 at a time [ok]",
         DISK_BYTES / SECTOR_BYTES
     );
     assert_eq!(
