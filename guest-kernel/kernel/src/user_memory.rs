@@ -182,8 +182,10 @@ pub fn guarded_write(
     if !crate::persistence::journal_would_take(pages.len()) {
         return Err(GuardedWriteError::Unavailable);
     }
+    // The commit that follows copies these pages whole: once it is durable, they need not
+    // be in the next checkpoint.
     for page in &pages {
-        crate::persistence::before_page_write(cache, page.object());
+        crate::persistence::before_journaled_page_write(cache, page.object());
     }
     for (&(address, bytes), found) in pieces.iter().zip(&pieces_pages) {
         let mut at = address;

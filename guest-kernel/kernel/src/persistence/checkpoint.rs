@@ -61,6 +61,9 @@ pub(super) struct Stabilization {
     /// whose frame still holds the snapshot's contents is stored from its frame; one written
     /// since has its snapshot contents and version in `copies`.
     pub(super) pages: Vec<ObjectId>,
+    /// `pages` sorted, and rid of pages outside the snapshot
+    /// ([`ObjectCache::settle_snapshot_pages`]), by the first step that reaches them.
+    pages_settled: bool,
     next_page: usize,
     copies: BTreeMap<ObjectId, (Version, Box<[u8; PAGE_BYTES]>)>,
     node_count: usize,
@@ -168,6 +171,21 @@ pub fn request_now() -> Option<()> {
 /// checkpoint being stabilized has not stored it yet, copies its snapshot contents first;
 /// then marks it dirty. The caller holds the object cache.
 pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
+    keep_snapshot_copy(cache, id);
+    cache.mark_page_dirty(id);
+}
+
+/// [`before_page_write`] for a write that a journal commit of the whole page follows
+/// (`journal.write`): once that commit is durable, the page may be clean
+/// ([`ObjectCache::page_journal_durable`]).
+pub fn before_journaled_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
+    keep_snapshot_copy(cache, id);
+    cache.mark_page_journaled(id);
+}
+
+/// If the checkpoint being stabilized has not stored page `id` yet, copies its snapshot
+/// contents first.
+fn keep_snapshot_copy(cache: &ObjectCache<Frame>, id: ObjectId) {
     if cache.page_in_snapshot(id)
         && let Some(frame) = cache.page_frame(id)
         && let Some(version) = cache.page_version(id)
@@ -180,7 +198,6 @@ pub fn before_page_write(cache: &ObjectCache<Frame>, id: ObjectId) {
             stabilization.copies.insert(id, (version, Box::new(*frame.bytes())));
         }
     }
-    cache.mark_page_dirty(id);
 }
 
 /// A lower limit on the dirty pages than the log's (`holdfast.test-dirty-pages-max=N`, for
@@ -369,6 +386,7 @@ impl Persistence {
             page_count: pages.len(),
             nodes,
             pages,
+            pages_settled: false,
             next_page: 0,
             copies: BTreeMap::new(),
         });
@@ -391,13 +409,16 @@ impl Persistence {
             self.store.checkpoint_write_node(node.id, node.version, &node.image)?;
             budget -= 1;
         }
-        // A step that reaches the pages stores at least one, so this sorts them once.
-        if budget > 0 && stabilization.next_page == 0 {
+        if budget > 0 && !stabilization.pages_settled {
             // The pages go to the log in id order, the order migration moves them home in,
             // so that it reads them back in runs: in the order a program dirtied them (at
             // random, say) it read them a block at a time, a disk wait each. Sorted here,
-            // at the first step to reach them, rather than in the snapshot's pause.
-            stabilization.pages.sort_unstable();
+            // at the first step to reach them, rather than in the snapshot's pause, and
+            // rid of the pages durable journal commits made clean before the snapshot.
+            let copies = &stabilization.copies;
+            objects.cache.settle_snapshot_pages(&mut stabilization.pages, |id| copies.contains_key(&id));
+            stabilization.page_count = stabilization.pages.len();
+            stabilization.pages_settled = true;
         }
         while budget > 0
             && let Some(&id) = stabilization.pages.get(stabilization.next_page)

@@ -3,7 +3,7 @@
 //! invoker's path otherwise, [`journal_commit`]).
 
 use alloc::vec::Vec;
-use holdfast_objects::ObjectCache;
+use holdfast_objects::{ObjectCache, ObjectId};
 
 use crate::arch::{self, timer};
 use crate::objects::{Frame, Objects};
@@ -17,6 +17,12 @@ const JOURNAL_LOG_FILL_MAX: f64 = 0.8;
 
 // A journal `write` (interface.toml) is one commit, which one log record must hold.
 const _: () = assert!(holdfast_abi::JOURNAL_WRITE_PAGES_MAX <= holdfast_store::JOURNAL_COMMIT_PAGES_MAX);
+
+/// A journal commit made and not yet acknowledged ([`Persistence::journal_submitted`]).
+pub(super) struct SubmittedCommit {
+    tsc: u64,
+    pages: Vec<ObjectId>,
+}
 
 /// Where a journal commit stands when its invocation returns.
 pub enum JournalCommit {
@@ -74,7 +80,11 @@ impl Persistence {
             .collect();
         match self.store.journal_submit(&frames) {
             Ok(ticket) => {
-                self.journal_submitted_tsc.insert(ticket.0, arch::read_tsc());
+                let pages: Vec<ObjectId> = frames.iter().map(|page| page.id).collect();
+                for &id in &pages {
+                    self.journal_newest_ticket.insert(id, ticket.0);
+                }
+                self.journal_submitted.insert(ticket.0, SubmittedCommit { tsc: arch::read_tsc(), pages });
                 Some(ticket.0)
             }
             // Hundreds of commits waiting (one per process at most), or a page the store has
@@ -130,11 +140,17 @@ impl Persistence {
     fn journal_acknowledge(&mut self, objects: &mut Objects, durable: u64) -> u64 {
         let now = arch::read_tsc();
         let counters = &mut self.kernel_counters;
-        while let Some(entry) = self.journal_submitted_tsc.first_entry()
+        while let Some(entry) = self.journal_submitted.first_entry()
             && *entry.key() <= durable
         {
-            let submitted = entry.remove();
-            counters.journal_commit_seconds.observe(timer::tsc_to_nanoseconds(now - submitted) as f64 / 1e9);
+            let (ticket, submitted) = entry.remove_entry();
+            counters.journal_commit_seconds.observe(timer::tsc_to_nanoseconds(now - submitted.tsc) as f64 / 1e9);
+            for id in submitted.pages {
+                if self.journal_newest_ticket.get(&id) == Some(&ticket) {
+                    self.journal_newest_ticket.remove(&id);
+                    objects.cache.page_journal_durable(id);
+                }
+            }
         }
         (self.on_journal_durable)(objects, durable);
         durable

@@ -47,6 +47,7 @@ pub use open::*;
 pub use restore::*;
 
 use checkpoint::Stabilization;
+use journal::SubmittedCommit;
 use metrics::KernelCounters;
 
 const _: () = assert!(NODE_IMAGE_BYTES == NODE_SIZE && DIRECTORY_BYTES == PAGE_BYTES);
@@ -65,8 +66,12 @@ pub struct Persistence {
     stabilization: Option<Stabilization>,
     /// The pace of the migration under way, set at its checkpoint's commit ([`checkpoint`]).
     migration_pace: Option<holdfast_store::Pace>,
-    /// When each queued journal commit was made (TSC), by ticket: for its latency.
-    journal_submitted_tsc: BTreeMap<u64, u64>,
+    /// Each journal commit not yet acknowledged, by ticket: when it was made (TSC, for its
+    /// latency) and its pages.
+    journal_submitted: BTreeMap<u64, SubmittedCommit>,
+    /// The newest ticket that commits each page, while that commit is not acknowledged: the
+    /// page may be clean once it is ([`holdfast_objects::ObjectCache::page_journal_durable`]).
+    journal_newest_ticket: BTreeMap<ObjectId, u64>,
     /// Journal groups durable here whose flush the pair's standby does not have yet, as
     /// (newest ticket, stream position), oldest first: acknowledged when it has.
     journal_awaiting_standby: alloc::collections::VecDeque<(u64, u64)>,
