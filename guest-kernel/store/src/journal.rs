@@ -162,10 +162,11 @@ impl<D: BlockDevice> Store<D> {
                     },
                 };
                 let key = (BlockKind::Page, entry.index);
-                if self
-                    .directory
-                    .get(&key)
-                    .is_none_or(|current| current.order < directory_entry.order)
+                if !self.journal_generation_superseded_by_home(generation)
+                    && self
+                        .directory
+                        .get(&key)
+                        .is_none_or(|current| current.order < directory_entry.order)
                 {
                     self.directory.insert(key, directory_entry);
                 }
@@ -175,5 +176,16 @@ impl<D: BlockDevice> Store<D> {
         self.journal.commits.clear();
         self.journal.queued_pages = 0;
         Ok(Some(JournalTicket(last_ticket)))
+    }
+
+    /// Whether journal commits made in snapshot generation `generation` (after that
+    /// snapshot, before the next) are older than what the home ranges hold: the next
+    /// checkpoint has moved home since, with every page they hold as it was at its snapshot
+    /// or newer. Such a commit is acknowledged when written, but its copies are never read:
+    /// one written late (queued at a snapshot taken at once, in a fault, then written after
+    /// that checkpoint's migration) would otherwise bring back a page's older contents and
+    /// version. Commits written in time were moved home by that migration.
+    pub(crate) fn journal_generation_superseded_by_home(&self, generation: u64) -> bool {
+        generation < self.superblock.home_generation
     }
 }

@@ -433,6 +433,7 @@ impl<D: BlockDevice> Store<D> {
                     }
                     _ => continue,
                 },
+                RecordKind::Journal if self.journal_generation_superseded_by_home(header.generation) => continue,
                 RecordKind::Journal => SOURCE_JOURNAL,
                 RecordKind::CheckpointCommit | RecordKind::Padding => continue,
             };

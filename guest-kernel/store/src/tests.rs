@@ -484,6 +484,33 @@ fn journal_commits_are_newer_than_the_snapshot_before_them_and_older_than_the_on
     assert_eq!(read_page(&mut store, 7), (6, 0x66));
 }
 
+/// A commit made before snapshot 2 but written only after checkpoint 2 has moved home (a
+/// checkpoint taken at once, in a fault, while commits waited for their group) is older than
+/// what home holds: neither a read nor a restart may bring its copy back.
+#[test]
+fn a_journal_commit_written_after_a_newer_checkpoint_went_home_is_not_read() {
+    let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
+    let mut store = Store::format(alloc::vec![device.clone()], GEOMETRY).unwrap();
+    checkpoint_pages(&mut store, &[(7, 1, 0x11)]);
+    migrate_all(&mut store);
+    // Made after snapshot 1, queued, not written.
+    let late = store
+        .journal_submit(&[JournalPage { id: ObjectId(7), version: Version(1), data: &page(0x22) }])
+        .unwrap();
+    // Checkpoint 2 holds what the page became after that commit was made.
+    checkpoint_pages(&mut store, &[(7, 2, 0x33)]);
+    migrate_all(&mut store);
+    assert_eq!(store.journal_write().unwrap(), Some(late));
+    assert_eq!(read_page(&mut store, 7), (2, 0x33));
+    drop(store);
+    let mut store = Store::open(alloc::vec![device.clone()]).unwrap();
+    assert_eq!(read_page(&mut store, 7), (2, 0x33), "after a restart");
+    migrate_all(&mut store);
+    drop(store);
+    let mut store = Store::open(alloc::vec![device]).unwrap();
+    assert_eq!(read_page(&mut store, 7), (2, 0x33), "after the next migration");
+}
+
 #[test]
 fn group_commit_packs_commits_into_records() {
     let device = MemoryDevice::new(GEOMETRY.layout().unwrap().block_count);
