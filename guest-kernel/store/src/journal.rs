@@ -16,7 +16,7 @@ use crate::format::log_record::{
 };
 use crate::format::{Block, checksum};
 use crate::log::RecordRun;
-use crate::store::{DirectoryEntry, Order, SOURCE_JOURNAL, Store};
+use crate::store::{DirectoryEntry, Order, SOURCE_JOURNAL, Store, enter_if_newer};
 
 /// Pages one commit may hold: one log record's worth.
 pub const JOURNAL_COMMIT_PAGES_MAX: usize = LOG_RECORD_DATA_BLOCKS_MAX;
@@ -161,31 +161,18 @@ impl<D: BlockDevice> Store<D> {
                         entry: entry_index as u32,
                     },
                 };
-                let key = (BlockKind::Page, entry.index);
-                if !self.journal_generation_superseded_by_home(generation)
-                    && self
-                        .directory
-                        .get(&key)
-                        .is_none_or(|current| current.order < directory_entry.order)
-                {
-                    self.directory.insert(key, directory_entry);
-                }
+                let home_generation = self.superblock.home_generation;
+                enter_if_newer(
+                    &mut self.directory,
+                    home_generation,
+                    (BlockKind::Page, entry.index),
+                    directory_entry,
+                );
             }
         }
         self.totals.journal_commits += self.journal.commits.len() as u64;
         self.journal.commits.clear();
         self.journal.queued_pages = 0;
         Ok(Some(JournalTicket(last_ticket)))
-    }
-
-    /// Whether journal commits made in snapshot generation `generation` (after that
-    /// snapshot, before the next) are older than what the home ranges hold: the next
-    /// checkpoint has moved home since, with every page they hold as it was at its snapshot
-    /// or newer. Such a commit is acknowledged when written, but its copies are never read:
-    /// one written late (queued at a snapshot taken at once, in a fault, then written after
-    /// that checkpoint's migration) would otherwise bring back a page's older contents and
-    /// version. Commits written in time were moved home by that migration.
-    pub(crate) fn journal_generation_superseded_by_home(&self, generation: u64) -> bool {
-        generation < self.superblock.home_generation
     }
 }

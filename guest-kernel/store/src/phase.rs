@@ -5,7 +5,6 @@
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
-use alloc::collections::btree_map::Entry;
 use alloc::vec::Vec;
 use core::ops::Bound;
 
@@ -21,7 +20,7 @@ use crate::format::superblock::LogCursor;
 use crate::format::{Block, checksum, checksum_chain};
 use crate::geometry::{HomeRangeLayout, NODE_SIZE, NODES_PER_POT};
 use crate::log::RecordRun;
-use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, Store};
+use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, Store, enter_if_newer};
 
 pub(crate) enum Phase {
     Idle,
@@ -296,17 +295,9 @@ impl<D: BlockDevice> Store<D> {
         &mut self,
         mut pending: BTreeMap<BlockKey, DirectoryEntry>,
     ) -> BTreeMap<BlockKey, DirectoryEntry> {
+        let home_generation = self.superblock.home_generation;
         for (key, entry) in core::mem::take(&mut self.directory) {
-            match pending.entry(key) {
-                Entry::Vacant(vacant) => {
-                    vacant.insert(entry);
-                }
-                Entry::Occupied(mut occupied) => {
-                    if entry.order > occupied.get().order {
-                        occupied.insert(entry);
-                    }
-                }
-            }
+            enter_if_newer(&mut pending, home_generation, key, entry);
         }
         pending
     }

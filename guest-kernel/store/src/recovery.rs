@@ -19,7 +19,9 @@ use crate::journal::JournalQueue;
 use crate::log::ScannedRecord;
 use crate::mirror::{MirrorSet, MirrorState};
 use crate::phase::Phase;
-use crate::store::{DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store, Totals};
+use crate::store::{
+    DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store, Totals, enter_if_newer,
+};
 
 /// What a read-write open does when a log record that was durable is bad on every mirror.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -433,7 +435,6 @@ impl<D: BlockDevice> Store<D> {
                     }
                     _ => continue,
                 },
-                RecordKind::Journal if self.journal_generation_superseded_by_home(header.generation) => continue,
                 RecordKind::Journal => SOURCE_JOURNAL,
                 RecordKind::CheckpointCommit | RecordKind::Padding => continue,
             };
@@ -449,14 +450,13 @@ impl<D: BlockDevice> Store<D> {
                         entry: entry_index as u32,
                     },
                 };
-                let key = (entry.kind, entry.index);
-                if self
-                    .directory
-                    .get(&key)
-                    .is_none_or(|current| current.order < directory_entry.order)
-                {
-                    self.directory.insert(key, directory_entry);
-                }
+                let home_generation = self.superblock.home_generation;
+                enter_if_newer(
+                    &mut self.directory,
+                    home_generation,
+                    (entry.kind, entry.index),
+                    directory_entry,
+                );
             }
         }
         Ok(truncated)

@@ -47,6 +47,27 @@ pub(crate) struct DirectoryEntry {
     pub(crate) order: Order,
 }
 
+/// Enters `entry` as block `key`'s copy in `directory` where it is newer than the copy
+/// there. A journal copy made in a snapshot generation below `home_generation` is never
+/// entered: the checkpoint now at home moved every page it holds home as it was at that
+/// checkpoint's snapshot or newer. Such a commit is acknowledged when written but never
+/// read: one written late (queued at a snapshot taken at once, in a fault, then written
+/// after that checkpoint's migration) would otherwise bring back a page's older contents
+/// and version. Commits written in time were moved home by that migration.
+pub(crate) fn enter_if_newer(
+    directory: &mut BTreeMap<BlockKey, DirectoryEntry>,
+    home_generation: u64,
+    key: BlockKey,
+    entry: DirectoryEntry,
+) {
+    if entry.order.source == SOURCE_JOURNAL && entry.order.generation < home_generation {
+        return;
+    }
+    if directory.get(&key).is_none_or(|current| current.order < entry.order) {
+        directory.insert(key, entry);
+    }
+}
+
 /// The four nodes of a pot, each with its version and image.
 pub type NodePot = [(Version, Box<[u8; NODE_SIZE]>); NODES_PER_POT as usize];
 
