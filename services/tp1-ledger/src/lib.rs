@@ -532,6 +532,12 @@ impl Batch {
 
 /// Slots of the id index: twice the history's capacity, so probes stay short.
 pub const INDEX_SLOTS: usize = 2 * HISTORY_CAPACITY as usize;
+/// History records whose ids share one of the index's tables ([`Index`]): consecutive ones,
+/// so that inserts dirty only the newest table.
+pub const INDEX_TABLE_RECORDS: u64 = 1 << 16;
+/// Slots of one table: twice its records, as for the whole index.
+const INDEX_TABLE_SLOTS: usize = 2 * INDEX_TABLE_RECORDS as usize;
+const _: () = assert!(HISTORY_CAPACITY.is_multiple_of(INDEX_TABLE_RECORDS), "the tables cover the history exactly");
 
 /// History records [`Index::catch_up`] adds to the table at most per call: a full batch
 /// and a quarter, so that the table gains on a backlog while batches keep adding to the
@@ -540,23 +546,30 @@ pub const INDEX_SLOTS: usize = 2 * HISTORY_CAPACITY as usize;
 /// wait 104 ms for its catch-up under TCG).
 pub const CATCH_UP_RECORDS_MAX: u64 = BATCH_RECORDS_MAX as u64 + BATCH_RECORDS_MAX as u64 / 4;
 
-/// Which history record holds each transaction id: an open-addressing table over the
+/// Which history record holds each transaction id: open-addressing tables over the
 /// service's own (checkpointed, not journaled) memory. It is derived from the history alone
 /// and [`Index::catch_up`] brings it towards the region before each use; the records it
 /// does not cover yet are searched one by one ([`Index::find`]).
 ///
-/// Why not all at once: a restart brings back the table as the last checkpoint left it,
-/// with the history the journal committed since, and the table's pages are not in memory
-/// then. Each record added touches a page of the table at random, so catching up 1,274
-/// records at once took 788 ms in a failover drill under TCG (two pages each then), in
-/// which no client got a reply. Their history is contiguous: a few dozen pages in order.
+/// Why not all at once: a restart brings back the tables as the last checkpoint left them,
+/// with the history the journal committed since, and their pages are not in memory then.
+/// Each record added touches a page of a table at random, so catching up 1,274 records at
+/// once took 788 ms in a failover drill under TCG (two pages each then), in which no client
+/// got a reply. Their history is contiguous: a few dozen pages in order.
+///
+/// Why [`INDEX_TABLE_RECORDS`] to a table, by history position, rather than one table: a
+/// page of the index dirtied since the last checkpoint is written by the next one, and the
+/// index is checkpointed, not journaled. One 4 MiB table took an insert on a random page of
+/// all 1,024, and under TP1 load every checkpoint wrote all of them (1,024 of its ~1,270
+/// pages). Inserts now go to the newest table only: 128 pages. A lookup probes every table
+/// that holds records (up to eight); it only reads them.
 pub struct Index<'a> {
-    /// Per slot, 0 if empty, else a tag from the id's hash (the high [`TAG_BITS`], never 0)
-    /// and the history index it leads to (the low [`POSITION_BITS`]): one 4-byte word, so
-    /// that a probe or an insert touches one page of the table, and the table is 4 MiB.
-    /// It is dirtied at random, one page per transaction: most of what TP1 gives each
-    /// checkpoint to write. A tag matches another id's once in 8,192 probes; the history
-    /// record's id decides.
+    /// `INDEX_SLOTS / INDEX_TABLE_SLOTS` tables of [`INDEX_TABLE_SLOTS`] each, table `t` holding the ids of
+    /// history records `t * INDEX_TABLE_RECORDS` onwards. Per slot, 0 if empty, else a tag
+    /// from the id's hash (the high [`TAG_BITS`], never 0) and the history index it leads
+    /// to (the low [`POSITION_BITS`]): one 4-byte word, so that a probe or an insert
+    /// touches one page of a table. A tag matches another id's once in 8,192 probes; the
+    /// history record's id decides.
     slots: &'a mut [u32],
     /// History records `0..covered` are in the table.
     covered: &'a mut u64,
@@ -568,7 +581,7 @@ pub struct Index<'a> {
 }
 
 impl Index<'_> {
-    /// Where `id`'s probe starts, and its tag (never 0).
+    /// Where `id`'s probe starts within a table, and its tag (never 0).
     fn slot_and_tag(&self, id: &[u8; 16]) -> (usize, u32) {
         use core::hash::Hasher;
         // Keyed: a client chooses its ids, and with a known hash could make them all collide
@@ -576,7 +589,7 @@ impl Index<'_> {
         let mut hasher = siphasher::sip::SipHasher13::new_with_keys(self.key[0], self.key[1]);
         hasher.write(id);
         let hash = hasher.finish();
-        (hash as usize & (INDEX_SLOTS - 1), ((hash >> 32) as u32 >> POSITION_BITS).max(1))
+        (hash as usize & (INDEX_TABLE_SLOTS - 1), ((hash >> 32) as u32 >> POSITION_BITS).max(1))
     }
 }
 
@@ -619,10 +632,11 @@ impl<'a> Index<'a> {
         let count = count.min(*self.covered + CATCH_UP_RECORDS_MAX);
         for index in *self.covered..count {
             let (mut slot, tag) = self.slot_and_tag(&ledger.history(index).id);
-            while self.slots[slot] != 0 {
-                slot = (slot + 1) & (INDEX_SLOTS - 1);
+            let table = self.table_mut((index / INDEX_TABLE_RECORDS) as usize);
+            while table[slot] != 0 {
+                slot = (slot + 1) & (INDEX_TABLE_SLOTS - 1);
             }
-            self.slots[slot] = tag << POSITION_BITS | index as u32;
+            table[slot] = tag << POSITION_BITS | index as u32;
         }
         *self.covered = count;
         guard
@@ -638,16 +652,27 @@ impl<'a> Index<'a> {
         })
     }
 
+    /// Probes the tables that hold records, newest first: a repeated id is mostly a
+    /// client's retry of a recent transaction.
     fn find_in_table(&self, ledger: &Ledger<'_>, id: &[u8; 16]) -> Option<Outcome> {
-        let (mut slot, tag) = self.slot_and_tag(id);
-        while self.slots[slot] != 0 {
-            let index = u64::from(self.slots[slot] & ((1 << POSITION_BITS) - 1));
-            if self.slots[slot] >> POSITION_BITS == tag && index < *self.covered && ledger.history_id(index) == id {
-                return Some(ledger.history(index).outcome(index));
+        let (start, tag) = self.slot_and_tag(id);
+        let tables_used = self.covered.div_ceil(INDEX_TABLE_RECORDS) as usize;
+        (0..tables_used).rev().find_map(|table| {
+            let table = &self.slots[table * INDEX_TABLE_SLOTS..][..INDEX_TABLE_SLOTS];
+            let mut slot = start;
+            while table[slot] != 0 {
+                let index = u64::from(table[slot] & ((1 << POSITION_BITS) - 1));
+                if table[slot] >> POSITION_BITS == tag && index < *self.covered && ledger.history_id(index) == id {
+                    return Some(ledger.history(index).outcome(index));
+                }
+                slot = (slot + 1) & (INDEX_TABLE_SLOTS - 1);
             }
-            slot = (slot + 1) & (INDEX_SLOTS - 1);
-        }
-        None
+            None
+        })
+    }
+
+    fn table_mut(&mut self, table: usize) -> &mut [u32] {
+        &mut self.slots[table * INDEX_TABLE_SLOTS..][..INDEX_TABLE_SLOTS]
     }
 }
 

@@ -361,6 +361,56 @@ fn a_tag_that_matches_another_ids_is_told_apart_by_the_record() {
     }
 }
 
+/// Gives history records `records` distinct ids (their index, and a marker byte) and makes
+/// the header count them, as batches of transactions would have.
+fn write_history_ids(service: &mut Service, records: core::ops::Range<u64>) {
+    for index in records.clone() {
+        let at = (HISTORY_OFFSET + index * HISTORY_RECORD_BYTES) as usize;
+        service.region[at..at + 8].copy_from_slice(&index.to_le_bytes());
+        service.region[at + 15] = 0xa5;
+    }
+    let at = HISTORY_COUNT_OFFSET as usize;
+    service.region[at..at + 8].copy_from_slice(&records.end.to_le_bytes());
+}
+
+fn catch_up_fully(service: &mut Service) {
+    let ledger = Ledger::new(&service.region);
+    let mut index = Index::new(&mut service.slots, &mut service.covered, [3, 4]);
+    while index.covered() < ledger.history_count() {
+        index.catch_up(&ledger);
+    }
+}
+
+#[test]
+fn inserts_change_only_the_newest_table_and_lookups_find_ids_in_every_table() {
+    // The index is checkpointed: a page it dirties is written by the next checkpoint. Two
+    // full tables, then half a third: the first two do not change.
+    let mut service = Service::new();
+    service.load(1).unwrap();
+    let table_slots = 2 * INDEX_TABLE_RECORDS as usize;
+    write_history_ids(&mut service, 0..2 * INDEX_TABLE_RECORDS);
+    catch_up_fully(&mut service);
+    let first_two = service.slots[..2 * table_slots].to_vec();
+    assert!(service.slots[2 * table_slots..].iter().all(|&slot| slot == 0));
+    let count = 2 * INDEX_TABLE_RECORDS + INDEX_TABLE_RECORDS / 2;
+    write_history_ids(&mut service, 2 * INDEX_TABLE_RECORDS..count);
+    catch_up_fully(&mut service);
+    assert!(service.slots[..2 * table_slots] == first_two[..], "an older table changed");
+    assert_eq!(service.slots[2 * table_slots..3 * table_slots].iter().filter(|&&slot| slot != 0).count() as u64, INDEX_TABLE_RECORDS / 2);
+    assert!(service.slots[3 * table_slots..].iter().all(|&slot| slot == 0));
+
+    let ledger = Ledger::new(&service.region);
+    let index = Index::new(&mut service.slots, &mut service.covered, [3, 4]);
+    for history_index in 0..count {
+        let id = ledger.history(history_index).id;
+        assert_eq!(index.find_in_table(&ledger, &id).map(|outcome| outcome.history_index), Some(history_index));
+    }
+    let mut unknown = [0u8; 16];
+    unknown[..8].copy_from_slice(&count.to_le_bytes());
+    unknown[15] = 0xa5;
+    assert_eq!(index.find(&ledger, &unknown), None);
+}
+
 #[test]
 fn history_records_round_trip() {
     let record = HistoryRecord {
