@@ -593,8 +593,8 @@ pub enum TenantCommand {
         after_help = "Exit status: 0 printed, 2 a usage error, no such VM, or no record names the tenant, 3 the appliance refused or a record is corrupt (the reason is printed)."
     )]
     Audit(TenantAuditArguments),
-    /// List the live tenants: name, compartment number and generation, and their bank's
-    /// pages and nodes held against its limits.
+    /// List the live tenants: name, compartment number and generation, their bank's pages
+    /// and nodes held against its limits, and their meter's CPU share.
     #[command(after_help = "Exit status: 0 listed, 2 no such VM, 3 the appliance refused (the reason is printed).")]
     List(VmName),
     /// Revoke tenant NAME: its bank is destroyed, so every forwarder granted to or from it,
@@ -605,7 +605,9 @@ pub enum TenantCommand {
     )]
     Revoke(TenantAuditArguments),
     /// Make tenant NAME: a compartment of the reference monitor with a bank of its own
-    /// (below the monitor's) limited to --pages pages and --nodes nodes. Its creation is
+    /// (below the monitor's) limited to --pages pages and --nodes nodes, and a meter of its
+    /// own (below the monitor's meter for all tenants) that gives what the tenant runs
+    /// --cpu-percent of every 100 ms period and no more. Its creation is
     /// committed to the audit log before the reply; the command then has checkpoints taken
     /// and returns once one that holds the tenant has committed, so that a tenant it
     /// reports made survives any crash.
@@ -613,9 +615,10 @@ pub enum TenantCommand {
         after_help = "Exit status: 0 made and durable, 2 a usage error, no such VM or a tenant of that name exists, 3 the appliance refused or no checkpoint committed within 60 s (the reason is printed)."
     )]
     Create(TenantLimitsArguments),
-    /// Set the page and node limits of tenant NAME's bank. A limit below what the tenant
-    /// holds stops its purchases of that kind until it holds less; nothing it holds is taken
-    /// back. Returns once a checkpoint that holds the new limits has committed.
+    /// Set the page and node limits of tenant NAME's bank and its meter's CPU share. A
+    /// limit below what the tenant holds stops its purchases of that kind until it holds
+    /// less; nothing it holds is taken back. Returns once a checkpoint that holds the new
+    /// quota has committed.
     #[command(
         after_help = "Exit status: 0 set and durable, 2 a usage error, no such VM or no such tenant, 3 the appliance refused or no checkpoint committed within 60 s (the reason is printed)."
     )]
@@ -631,10 +634,13 @@ pub struct TenantLimitsArguments {
     /// The most pages the tenant's bank may hold
     #[arg(long, value_name = "N")]
     pub pages: u64,
-    /// The most nodes the tenant's bank may hold: at least 3 (its bank's forwarder, its
-    /// capability to the monitor and its inbox)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(3..))]
+    /// The most nodes the tenant's bank may hold: at least 4 (its bank's forwarder, its
+    /// capability to the monitor, its inbox and its meter)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(4..))]
     pub nodes: u64,
+    /// The tenant's CPU share: percent of every 100 ms period its meter gives what it runs
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub cpu_percent: u64,
 }
 
 #[derive(Debug, Args)]

@@ -153,7 +153,7 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     // capability's node, its inbox and the outer nodes of the three forwarders granted to it.
     let list = run_holdfast(&["tenant", "list", &name]);
     assert_eq!(list.status, Some(0), "{}", list.transcript());
-    assert_eq!(list.stdout.trim_end(), "C number 2 generation 1 pages 0/0 nodes 6/8 refusals 0 logged 0", "{}", list.transcript());
+    assert_eq!(list.stdout.trim_end(), "C number 2 generation 1 pages 0/0 nodes 6/8 cpu none refusals 0 logged 0", "{}", list.transcript());
     // A revocation from the host with no checkpoint after it, then a crash: its record was
     // committed through the journal, and the monitor does it again at its first request
     // after the restart (the checkpoint brought C back live).
@@ -183,26 +183,28 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
 
     // A tenant made from the host, its quota changed: each reported only once a checkpoint
     // holds it, so both survive the crash that follows at once.
-    let create = run_holdfast(&["tenant", "create", &name, "acme", "--pages", "4", "--nodes", "8"]);
+    let create = run_holdfast(&["tenant", "create", &name, "acme", "--pages", "4", "--nodes", "8", "--cpu-percent", "20"]);
     assert_eq!(create.status, Some(0), "{}", create.transcript());
     assert!(create.stdout.contains("tenant acme created (compartment "), "{}", create.transcript());
-    assert!(create.stdout.contains("at most 4 pages and 8 nodes), durable from checkpoint "), "{}", create.transcript());
-    // Its bank holds its own forwarder, its capability's node and its inbox.
+    assert!(create.stdout.contains("at most 4 pages and 8 nodes, 20% of the CPU), durable from checkpoint "), "{}", create.transcript());
+    // Its bank holds its own forwarder, its capability's node, its inbox and its meter.
     let acme_line = |list: &str| list.lines().find(|line| line.starts_with("acme number ")).map(str::to_owned);
     let list = run_holdfast(&["tenant", "list", &name]);
     let listed = acme_line(&list.stdout).unwrap_or_else(|| panic!("acme is not listed: {}", list.transcript()));
-    assert!(listed.ends_with(" pages 0/4 nodes 3/8 refusals 0 logged 0"), "{listed}");
-    let taken = run_holdfast(&["tenant", "create", &name, "acme", "--pages", "1", "--nodes", "3"]);
+    assert!(listed.ends_with(" pages 0/4 nodes 4/8 cpu 20% refusals 0 logged 0"), "{listed}");
+    let taken = run_holdfast(&["tenant", "create", &name, "acme", "--pages", "1", "--nodes", "4", "--cpu-percent", "10"]);
     assert_eq!(taken.status, Some(2), "{}", taken.transcript());
     assert!(taken.stderr.contains("a tenant named 'acme' exists already"), "{}", taken.transcript());
-    let quota = run_holdfast(&["tenant", "quota", &name, "acme", "--pages", "2", "--nodes", "5"]);
+    let quota = run_holdfast(&["tenant", "quota", &name, "acme", "--pages", "2", "--nodes", "5", "--cpu-percent", "35"]);
     assert_eq!(quota.status, Some(0), "{}", quota.transcript());
-    assert!(quota.stdout.contains("tenant acme may hold 2 pages and 5 nodes, durable from checkpoint "), "{}", quota.transcript());
-    let nobody = run_holdfast(&["tenant", "quota", &name, "nobody", "--pages", "2", "--nodes", "5"]);
+    assert!(quota.stdout.contains("tenant acme may hold 2 pages and 5 nodes and use 35% of the CPU, durable from checkpoint "), "{}", quota.transcript());
+    let nobody = run_holdfast(&["tenant", "quota", &name, "nobody", "--pages", "2", "--nodes", "5", "--cpu-percent", "35"]);
     assert_eq!(nobody.status, Some(2), "{}", nobody.transcript());
     assert!(nobody.stderr.contains("no tenant named 'nobody'"), "{}", nobody.transcript());
-    let too_few = run_holdfast(&["tenant", "quota", &name, "acme", "--pages", "2", "--nodes", "2"]);
+    let too_few = run_holdfast(&["tenant", "quota", &name, "acme", "--pages", "2", "--nodes", "3", "--cpu-percent", "35"]);
     assert_eq!(too_few.status, Some(2), "{}", too_few.transcript());
+    let no_cpu = run_holdfast(&["tenant", "quota", &name, "acme", "--pages", "2", "--nodes", "5", "--cpu-percent", "0"]);
+    assert_eq!(no_cpu.status, Some(2), "{}", no_cpu.transcript());
     let (acme_events, _) = audit(&name, "acme");
     assert_eq!(acme_events.len(), 1, "{acme_events:?}");
     assert!(acme_events[0].starts_with("created acme generation "), "{acme_events:?}");
@@ -213,7 +215,7 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     wait_for(&vm, &mut seen, |line| line.starts_with("holdfast: restarted from checkpoint "));
     let list = run_holdfast(&["tenant", "list", &name]);
     let listed = acme_line(&list.stdout).unwrap_or_else(|| panic!("acme did not survive the crash: {}", list.transcript()));
-    assert!(listed.ends_with(" pages 0/2 nodes 3/5 refusals 0 logged 0"), "the quota did not survive the crash: {listed}");
+    assert!(listed.ends_with(" pages 0/2 nodes 4/5 cpu 35% refusals 0 logged 0"), "the quota did not survive the crash: {listed}");
     support::kill_and_wait(&name, vm);
 }
 

@@ -359,9 +359,9 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     assert_eq!(bad_name.status, Some(2), "{}", bad_name.transcript());
     // A tenant of the appliance (a compartment of its reference monitor), still there after
     // every kill below.
-    let tenant = run_holdfast(&["tenant", "create", &appliance.name, "acme", "--pages", "1024", "--nodes", "64"]);
+    let tenant = run_holdfast(&["tenant", "create", &appliance.name, "acme", "--pages", "1024", "--nodes", "64", "--cpu-percent", "25"]);
     assert_eq!(tenant.status, Some(0), "{}", tenant.transcript());
-    const TENANT_LINE: &str = "acme number 0 generation 1 pages 0/1024 nodes 3/64 refusals 0 logged 0";
+    const TENANT_LINE: &str = "acme number 0 generation 1 pages 0/1024 nodes 4/64 cpu 25% refusals 0 logged 0";
     let refused = appliance.tp1(&["load", "--scale", "1"], &client, &ledger);
     assert_eq!(refused.status, Some(3), "a client token loaded\n{}", refused.transcript());
     let loaded = appliance.tp1(&["load", "--scale", "1"], &admin, &ledger);

@@ -9,9 +9,9 @@
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
-//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), then `ok tenants <count>` |
-//! | `tenant create <name> <pages> <nodes>` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint |
-//! | `tenant quota <name> <pages> <nodes>` | `ok`: new limits for the tenant's bank (a limit below what it holds stops further sales; nothing held is taken back); it persists with the next checkpoint |
+//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `cpu <p>%` (its meter's share; `cpu none` without one) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), then `ok tenants <count>` |
+//! | `tenant create <name> <pages> <nodes> <cpu-percent>` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint |
+//! | `tenant quota <name> <pages> <nodes> <cpu-percent>` | `ok`: new limits for the tenant's bank (a limit below what it holds stops further sales; nothing held is taken back) and a new share for its meter; they persist with the next checkpoint |
 //! | `tenant revoke <name>` | `ok objects <n>`: the tenant's bank destroyed, every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
 //! | `tenant audit <name>` | the reference monitor's audit records about compartment `<name>`, a line each (`<sequence> boot <b> granted A -> B page`, `holdfast_keysafe_policy::audit::Record::render`), then `ok records <n>`; a record that fails its checks ends the reply with an `error` line naming it |
 //!
@@ -120,11 +120,11 @@ fn parse_number(text: &[u8]) -> Option<u64> {
 
 fn answer(request: &[u8], reply: &mut Reply) {
     let mut words = request.split(|&byte| byte == b' ').filter(|word| !word.is_empty());
-    // The two requests of five words; every other request has four at most.
+    // The two requests of six words; every other request has four at most.
     let mut ahead = words.clone();
-    let first_six: [Option<&[u8]>; 6] = core::array::from_fn(|_| ahead.next());
-    if let [Some(b"tenant"), Some(verb @ (b"create" | b"quota")), Some(name), Some(pages), Some(nodes), None] = first_six {
-        tenant_limits(verb, name, pages, nodes, reply);
+    let first_seven: [Option<&[u8]>; 7] = core::array::from_fn(|_| ahead.next());
+    if let [Some(b"tenant"), Some(verb @ (b"create" | b"quota")), Some(name), Some(pages), Some(nodes), Some(cpu), None] = first_seven {
+        tenant_quota(verb, name, [pages, nodes, cpu], reply);
         return;
     }
     match (words.next(), words.next(), words.next(), words.next()) {
@@ -221,27 +221,33 @@ fn answer(request: &[u8], reply: &mut Reply) {
             }
         },
         _ => {
-            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant create <name> <pages> <nodes> | tenant quota <name> <pages> <nodes> | tenant revoke <name> | tenant audit <name>)");
+            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant create <name> <pages> <nodes> <cpu-percent> | tenant quota <name> <pages> <nodes> <cpu-percent> | tenant revoke <name> | tenant audit <name>)");
         }
     }
 }
 
-/// `tenant create <name> <pages> <nodes>`: a new compartment of the reference monitor, its
-/// bank of these limits below the monitor's; `tenant quota <name> <pages> <nodes>`: new
-/// limits for a live one's bank.
-fn tenant_limits(verb: &[u8], name: &[u8], pages: &[u8], nodes: &[u8], reply: &mut Reply) {
-    let (Some(page_limit), Some(node_limit)) = (parse_number(pages), parse_number(nodes)) else {
-        reply.error(b"the page and node limits are whole numbers");
+/// `tenant create <name> <pages> <nodes> <cpu-percent>`: a new compartment of the
+/// reference monitor, its bank of these limits below the monitor's and its meter of that
+/// share; `tenant quota <name> <pages> <nodes> <cpu-percent>`: new ones for a live one.
+fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], reply: &mut Reply) {
+    let (Some(page_limit), Some(node_limit), Some(cpu_percent)) = (parse_number(pages), parse_number(nodes), parse_number(cpu)) else {
+        reply.error(b"the page and node limits and the CPU percent are whole numbers");
         return;
     };
+    // Every tenant has a meter: a compartment without one runs no programs.
+    if !(1..=100).contains(&cpu_percent) {
+        reply.error(b"a tenant's CPU share is 1 to 100 percent");
+        return;
+    }
+    let quota = user::keysafe::Quota { page_limit, node_limit, cpu_percent };
     let done = if verb == b"create" {
         // The compartment's capability is for programs of the tenant's own; none runs
         // yet, so the admin service keeps none (the monitor holds what it needs).
-        user::keysafe::create(KEYSAFE, name, page_limit, node_limit, SCRATCH).map(|number| {
+        user::keysafe::create(KEYSAFE, name, quota, SCRATCH).map(|number| {
             reply.push(b"ok number ").number(number).push(b"\n");
         })
     } else {
-        user::keysafe::set_quota(KEYSAFE, name, page_limit, node_limit).map(|()| {
+        user::keysafe::set_quota(KEYSAFE, name, quota).map(|()| {
             reply.push(b"ok\n");
         })
     };
@@ -260,7 +266,8 @@ fn keysafe_failed(error: Error, name: &[u8], reply: &mut Reply) {
         Error::Reply(refusal::AUDIT_UNAVAILABLE) => reply.error(b"the audit log could not be written: nothing was done"),
         Error::Reply(refusal::NAME_TAKEN) => reply.push(b"error a tenant named ").push(name).push(b" exists already\n"),
         Error::Reply(refusal::TOO_MANY_COMPARTMENTS) => reply.error(b"the reference monitor holds as many tenants as it can (16)"),
-        Error::Reply(refusal::BAD_REQUEST) => reply.error(b"a tenant's node limit is at least 3 (its bank's forwarder, its capability and its inbox)"),
+        Error::Reply(refusal::BAD_REQUEST) => reply.error(b"a tenant's node limit is at least 4 (its bank's forwarder, its capability, its inbox and its meter)"),
+        Error::Reply(refusal::NO_METER) => reply.error(b"the reference monitor was given no meter for tenants' meters: nothing was done"),
         Error::Reply(refusal::BANK_REFUSED) => reply.error(b"the monitor's bank refused (its limits reached, or the store full): nothing was done"),
         error => reply.failed(error),
     };
@@ -282,6 +289,11 @@ fn tenant_list(reply: &mut Reply) {
         reply.push(b" generation ").number(u64::from(listed.generation));
         reply.push(b" pages ").number(listed.bank.pages).push(b"/").number(listed.bank.page_limit);
         reply.push(b" nodes ").number(listed.bank.nodes).push(b"/").number(listed.bank.node_limit);
+        match listed.cpu_percent {
+            // Made by another holder of the monitor's control capability without a meter.
+            0 => reply.push(b" cpu none"),
+            percent => reply.push(b" cpu ").number(percent).push(b"%"),
+        };
         reply.push(b" refusals ").number(listed.refusals).push(b" logged ").number(listed.refusals_logged).push(b"\n");
     }
     reply.push(b"ok tenants ").number(count as u64).push(b"\n");

@@ -25,11 +25,19 @@
 //! compartment the checkpoint brought back live. Until its first request after a restart
 //! such a compartment's forwarders work; its audit record is never lost.
 //!
+//! A compartment made with a CPU share has a meter of its own too (KeyKOS's tenants' CPU
+//! quota), of a node from its bank, below the meter the manifest gives the monitor for all
+//! compartments: what its programs use is charged to both, so all compartments together
+//! never get more than that one's share. Revoking the compartment destroys the meter with
+//! the bank.
+//!
 //! Capability registers: 0 console, 1 own process, 2 the monitor's bank, 3 the journal, 4
 //! the audit log as a space (height 1), 5 the audit log's node (slot i: page i), 6 a node
-//! whose slot i holds compartment i's bank (slot 31 is where a granted capability is
-//! sensed), 7 a node whose slot i holds compartment i's inbox, 8 the clock; 9 to 11 and 13
-//! scratch; 12 the capability received; 14 void; 15 the caller's resume capability.
+//! whose slot i holds compartment i's bank (slot 30 holds the meter compartments' meters
+//! are made below, if the manifest gives one; slot 31 is where a granted capability is
+//! sensed), 7 a node whose slot i holds compartment i's inbox and slot 16 + i its meter, 8
+//! the clock; 9 to 11 and 13 scratch; 12 the capability received; 14 void; 15 the
+//! caller's resume capability.
 #![no_std]
 #![no_main]
 
@@ -37,7 +45,7 @@ use holdfast_keysafe_policy::audit::{self, AuditError, Event, Record};
 use holdfast_keysafe_policy::{COMPARTMENTS_MAX, Compartments, Name, Refusal};
 use holdfast_userlib::abi::interface::ObjectError;
 use holdfast_userlib::bank;
-use holdfast_userlib::interface::{clock, journal, node, page, process};
+use holdfast_userlib::interface::{clock, journal, meter, node, page, process};
 use holdfast_userlib::keysafe::{self, control_order, order, refusal};
 use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::{self as user, Invocation};
@@ -60,6 +68,13 @@ const RESUME: u8 = 15;
 
 /// The slot of `BANKS` where a granted capability is put to be sensed.
 const SENSE_SLOT: u64 = 31;
+/// The slot of `BANKS` that holds the meter compartments' meters are made below.
+const PARENT_METER_SLOT: u64 = 30;
+/// Compartment i's meter is in slot `METER_SLOT_FIRST + i` of `INBOXES`.
+const METER_SLOT_FIRST: u64 = COMPARTMENTS_MAX as u64;
+const _: () = assert!(2 * COMPARTMENTS_MAX <= 32, "an inbox and a meter slot for every compartment");
+/// A meter's share is microseconds of its 100 ms period.
+const MICROSECONDS_PER_PERCENT: u64 = 1000;
 /// The audit log's pages (the manifest gives that many; a height-1 space holds 32).
 const LOG_PAGES: usize = 8;
 const PAGE_BYTES: usize = 4096;
@@ -80,10 +95,16 @@ struct State {
     inbox: [[u8; INBOX_SLOTS]; COMPARTMENTS_MAX],
     /// The boot count when the last request was answered: a different one is a restart.
     boot: u64,
+    /// Each compartment's CPU share in percent; 0: it has no meter.
+    cpu_percent: [u8; COMPARTMENTS_MAX],
 }
 
-static mut STATE: State =
-    State { compartments: Compartments::empty(), inbox: [[EMPTY; INBOX_SLOTS]; COMPARTMENTS_MAX], boot: 0 };
+static mut STATE: State = State {
+    compartments: Compartments::empty(),
+    inbox: [[EMPTY; INBOX_SLOTS]; COMPARTMENTS_MAX],
+    boot: 0,
+    cpu_percent: [0; COMPARTMENTS_MAX],
+};
 // A list of every compartment fits one reply.
 const _: () = assert!(COMPARTMENTS_MAX * keysafe::LIST_ENTRY_BYTES <= user::abi::INVOCATION_STRING_BYTES_MAX);
 
@@ -199,6 +220,8 @@ fn end_compartment(state: &mut State, index: usize) -> u64 {
     let destroyed = node::fetch(BANKS, index as u64, BANK).and_then(|()| bank::destroy(BANK)).unwrap_or(0);
     let _ = node::clear(BANKS, index as u64);
     let _ = node::clear(INBOXES, index as u64);
+    let _ = node::clear(INBOXES, METER_SLOT_FIRST + index as u64);
+    state.cpu_percent[index] = 0;
     let _ = state.compartments.revoke(index);
     state.inbox[index] = [EMPTY; INBOX_SLOTS];
     destroyed
@@ -234,11 +257,35 @@ fn parse_name(string: &[u8]) -> Result<Name, u64> {
 /// counts it), the node of the compartment's capability and its inbox.
 const COMPARTMENT_NODES_MIN: u64 = 3;
 
+/// A compartment's CPU share from an order's word: a percent, or 0 for no meter.
+fn cpu_percent(word: u64) -> Result<u8, u64> {
+    u8::try_from(word).ok().filter(|&percent| percent <= 100).ok_or(refusal::BAD_REQUEST)
+}
+
+/// Makes compartment `index`'s meter, with `percent` of every period, of a node from its
+/// bank in `BANK`, into its slot of `INBOXES`.
+fn make_meter(index: usize, percent: u8) -> Result<(), Error> {
+    bank::buy_node(BANK, OBJECT)?;
+    node::fetch(BANKS, PARENT_METER_SLOT, SCRATCH)?;
+    node::make_meter(OBJECT, SCRATCH, OBJECT)?;
+    meter::set_share(OBJECT, u64::from(percent) * MICROSECONDS_PER_PERCENT)?;
+    node::swap(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT, SCRATCH)
+}
+
+/// Whether the manifest gave the monitor a meter for compartments' meters.
+fn has_parent_meter() -> bool {
+    node::fetch(BANKS, PARENT_METER_SLOT, SCRATCH).is_ok() && meter::remaining(SCRATCH).is_ok()
+}
+
 fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) -> Result<Answer, u64> {
     let name = parse_name(string)?;
-    let [page_limit, node_limit, ..] = words;
-    if node_limit < COMPARTMENT_NODES_MIN {
+    let [page_limit, node_limit, percent, _] = words;
+    let percent = cpu_percent(percent)?;
+    if node_limit < COMPARTMENT_NODES_MIN + u64::from(percent > 0) {
         return Err(refusal::BAD_REQUEST);
+    }
+    if percent > 0 && !has_parent_meter() {
+        return Err(refusal::NO_METER);
     }
     let index = state.compartments.create(name).map_err(refusal_code)?;
     let made = (|| {
@@ -250,6 +297,9 @@ fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) 
             process::make_start(OWN_PROCESS, state.compartments.badge(index), SCRATCH)?;
             node::swap(OBJECT, 0, SCRATCH, NOTHING)?;
             node::make_indirector(OBJECT, 0, MADE)?;
+            if percent > 0 {
+                make_meter(index, percent)?;
+            }
             node::swap(BANKS, index as u64, BANK, SCRATCH)
         })();
         if bought.is_err() {
@@ -265,18 +315,28 @@ fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) 
         return Err(code);
     }
     state.inbox[index] = [EMPTY; INBOX_SLOTS];
+    state.cpu_percent[index] = percent;
     Ok(Answer::WithCapability([index as u64, 0, 0, 0]))
 }
 
-fn set_quota(state: &State, string: &[u8], words: [u64; 4]) -> Result<Answer, u64> {
+fn set_quota(state: &mut State, string: &[u8], words: [u64; 4]) -> Result<Answer, u64> {
     let name = parse_name(string)?;
     let index = state.compartments.find(&name).ok_or(refusal::NO_SUCH_COMPARTMENT)?;
-    let [page_limit, node_limit, ..] = words;
-    if node_limit < COMPARTMENT_NODES_MIN {
+    let [page_limit, node_limit, percent, _] = words;
+    let percent = cpu_percent(percent)?;
+    let metered = state.cpu_percent[index] > 0;
+    // A compartment keeps the meter it was made with, or none.
+    if node_limit < COMPARTMENT_NODES_MIN + u64::from(metered) || metered != (percent > 0) {
         return Err(refusal::BAD_REQUEST);
     }
     node::fetch(BANKS, index as u64, BANK).map_err(|_| refusal::BANK_REFUSED)?;
     bank::set_child_limits(MONITOR_BANK, BANK, page_limit, node_limit).map_err(|_| refusal::BANK_REFUSED)?;
+    if metered {
+        node::fetch(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT)
+            .and_then(|()| meter::set_share(OBJECT, u64::from(percent) * MICROSECONDS_PER_PERCENT))
+            .map_err(|_| refusal::NO_METER)?;
+        state.cpu_percent[index] = percent;
+    }
     Ok(Answer::Words([0; 4]))
 }
 
@@ -332,6 +392,11 @@ fn list(state: &State, reply: &mut [u8]) -> Answer {
             bank: info.unwrap_or(bank::Info { pages: 0, page_limit: 0, nodes: 0, node_limit: 0 }),
             refusals: entry.refusals,
             refusals_logged: entry.refusals_logged,
+            // Read back from the meter: one the kernel no longer has is listed as none.
+            cpu_percent: match node::fetch(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT).and_then(|()| meter::remaining(OBJECT)) {
+                Ok(_) => u64::from(state.cpu_percent[index]),
+                Err(_) => 0,
+            },
         };
         reply[entries * keysafe::LIST_ENTRY_BYTES..][..keysafe::LIST_ENTRY_BYTES].copy_from_slice(&listed.encode());
         entries += 1;

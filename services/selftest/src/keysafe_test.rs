@@ -58,12 +58,25 @@ fn reads_shared_page(register: CapReg) -> bool {
     page::read(register, 0, 8, &mut bytes).is_ok() && bytes == [FILL; 8]
 }
 
+/// Compartment `name`'s CPU share and its bank's nodes, as the monitor lists them.
+fn listed(name: &[u8]) -> Option<(u64, u64)> {
+    let mut buffer = [0u8; 16 * keysafe::LIST_ENTRY_BYTES];
+    let count = keysafe::list(CONTROL, &mut buffer).ok()?;
+    buffer
+        .chunks_exact(keysafe::LIST_ENTRY_BYTES)
+        .take(count)
+        .map(|entry| keysafe::Listed::decode(entry.try_into().expect("an entry")))
+        .find(|entry| entry.name() == name)
+        .map(|entry| (entry.cpu_percent, entry.bank.nodes))
+}
+
 fn refused(result: Result<u64, Error>, code: u64) -> bool {
     result == Err(Error::Reply(code))
 }
 
 fn before_the_restart() -> Checked {
-    let created = |name: &[u8], into| keysafe::create(CONTROL, name, 0, 8, into);
+    let quota = |node_limit| keysafe::Quota { page_limit: 0, node_limit, cpu_percent: 0 };
+    let created = |name: &[u8], into| keysafe::create(CONTROL, name, quota(8), into);
     expect(created(b"A", A) == Ok(A_NUMBER), "A was not made first")?;
     expect(created(b"B", B) == Ok(B_NUMBER), "B was not made second")?;
     expect(created(b"C", C) == Ok(C_NUMBER), "C was not made third")?;
@@ -97,11 +110,28 @@ fn before_the_restart() -> Checked {
 
     // A compartment whose bank is full: a grant to it is refused, and the node A's bank
     // bought for it is sold back (A's count below shows it).
-    expect(refused(keysafe::create(CONTROL, b"tiny", 0, 2, SCRATCH), refusal::BAD_REQUEST), "a compartment too small for its capability and inbox was made")?;
-    expect(keysafe::create(CONTROL, b"D", 0, 3, SCRATCH) == Ok(D_NUMBER), "D was not made fourth")?;
+    expect(refused(keysafe::create(CONTROL, b"tiny", quota(2), SCRATCH), refusal::BAD_REQUEST), "a compartment too small for its capability and inbox was made")?;
+    expect(keysafe::create(CONTROL, b"D", quota(3), SCRATCH) == Ok(D_NUMBER), "D was not made fourth")?;
     keysafe::set_policy(CONTROL, A_NUMBER, D_NUMBER, PAGES).map_err(|_| "the policy A -> D was refused")?;
     expect(refused(keysafe::grant(A, D_NUMBER, SHARED_PAGE), refusal::BANK_REFUSED), "A granted to D beyond D's bank")?;
     keysafe::revoke(CONTROL, b"D").map_err(|_| "revoking D was refused")?;
+
+    // A compartment with a CPU share has a meter of its own, of a fourth node from its
+    // bank; its quota changes the share. One made without a meter keeps none.
+    let metered = keysafe::Quota { page_limit: 0, node_limit: 4, cpu_percent: 20 };
+    let bad_request = Err(Error::Reply(refusal::BAD_REQUEST));
+    expect(keysafe::create(CONTROL, b"E", keysafe::Quota { node_limit: 3, ..metered }, SCRATCH) == bad_request, "a metered compartment without room for its meter was made")?;
+    expect(keysafe::create(CONTROL, b"E", keysafe::Quota { cpu_percent: 101, ..metered }, SCRATCH) == bad_request, "a share above 100 percent was taken")?;
+    keysafe::create(CONTROL, b"E", metered, SCRATCH).map_err(|_| "the metered compartment E was refused")?;
+    expect(listed(b"E") == Some((20, 4)), "E is not listed with its share and its meter's node")?;
+    keysafe::set_quota(CONTROL, b"E", keysafe::Quota { cpu_percent: 35, ..metered }).map_err(|_| "E's new share was refused")?;
+    expect(listed(b"E") == Some((35, 4)), "E's new share is not listed")?;
+    expect(keysafe::set_quota(CONTROL, b"E", keysafe::Quota { cpu_percent: 0, ..metered }) == Err(Error::Reply(refusal::BAD_REQUEST)), "E's meter was given up")?;
+    expect(keysafe::set_quota(CONTROL, b"C", keysafe::Quota { cpu_percent: 10, ..quota(8) }) == Err(Error::Reply(refusal::BAD_REQUEST)), "C, made without a meter, was given a share")?;
+    expect(listed(b"C").map(|(percent, _)| percent) == Some(0), "C is listed with a share")?;
+    // The bank's own forwarder, E's capability, inbox and meter.
+    expect(keysafe::revoke(CONTROL, b"E") == Ok(4), "revoking E did not destroy exactly its 4 nodes, its meter's among them")?;
+    expect(listed(b"E").is_none(), "E is listed after its revocation")?;
 
     // Revoking A voids every forwarder from A at once, wherever it is, and A's capability.
     let destroyed = keysafe::revoke(CONTROL, b"A").map_err(|_| "revoking A was refused")?;

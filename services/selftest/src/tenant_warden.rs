@@ -43,7 +43,9 @@ const RECEIVED: u64 = 1;
 const PROBE: u64 = 2;
 
 fn set_up() -> Result<(), &'static str> {
-    let created = |name: &[u8], nodes, into| keysafe::create(CONTROL, name, 0, nodes, into);
+    let created = |name: &[u8], node_limit, into| {
+        keysafe::create(CONTROL, name, keysafe::Quota { page_limit: 0, node_limit, cpu_percent: 0 }, into)
+    };
     if created(b"lapsed", 8, LAPSED) != Ok(0) || created(b"victim", 8, VICTIM) != Ok(1) {
         return Err("the first two compartments were not made 0 and 1");
     }

@@ -15,8 +15,12 @@ pub mod control_order {
     /// String: the compartment's name (1 to 16 printable characters, no spaces). Words 0
     /// and 1: the page and node limits of its bank (below the monitor's), which pays for
     /// the forwarders granted to and from it, its capability and its inbox (at least 3
-    /// nodes: the bank's own forwarder is one). Word 0 back:
-    /// the compartment's number. Capability back: the compartment's capability.
+    /// nodes: the bank's own forwarder is one), and its meter if it has one (a fourth
+    /// node). Word 2: the compartment's CPU share in percent (1 to 100): it gets a meter of
+    /// its own, below the meter the monitor was given for all compartments, with that
+    /// share of every 100 ms period; 0: no meter (a compartment that runs no programs).
+    /// Word 0 back: the compartment's number. Capability back: the compartment's
+    /// capability.
     pub const CREATE: u64 = 1;
     /// Words 0 and 1: the compartment numbers from and to; word 2: the kinds `from` may
     /// hand `to`, bit i for the kernel's type code i (`holdfast_abi::interface::Type`),
@@ -33,19 +37,21 @@ pub mod control_order {
     pub const AUDIT: u64 = 4;
     /// String back: an entry of [`super::LIST_ENTRY_BYTES`] per live compartment, by
     /// number: number u8, 3 bytes 0, generation u32, name (16 bytes, zero-padded), then
-    /// its bank's pages held, page limit, nodes held, node limit, its grants refused and
-    /// how many of those the audit log holds (u64 each; all little-endian). Word 0 back:
-    /// how many.
+    /// its bank's pages held, page limit, nodes held, node limit, its grants refused, how
+    /// many of those the audit log holds, and its meter's CPU share in percent (0: it has
+    /// no meter) (u64 each; all little-endian). Word 0 back: how many.
     pub const LIST: u64 = 5;
     /// String: a live compartment's name. Words 0 and 1: its bank's new page and node
-    /// limits (at least 3 nodes, as at `CREATE`). A limit below what the bank holds stops
-    /// its sales of that kind; nothing it holds is taken back. Not an audit record: the
-    /// log records what crosses compartments and what makes and ends them.
+    /// limits (at least 3 nodes, as at `CREATE`); word 2: its meter's new CPU share in
+    /// percent (1 to 100; 0 for a compartment made without a meter). A limit below what
+    /// the bank holds stops its sales of that kind; nothing it holds is taken back. Not an
+    /// audit record: the log records what crosses compartments and what makes and ends
+    /// them.
     pub const SET_QUOTA: u64 = 6;
 }
 
 /// The bytes of an entry of [`control_order::LIST`]'s reply.
-pub const LIST_ENTRY_BYTES: usize = 72;
+pub const LIST_ENTRY_BYTES: usize = 80;
 
 /// The orders of a compartment's capability.
 pub mod order {
@@ -84,13 +90,31 @@ pub mod refusal {
     pub const AUDIT_UNAVAILABLE: u64 = 708;
     /// An order the monitor does not have, through this capability, or bad arguments.
     pub const BAD_REQUEST: u64 = 709;
+    /// A CPU share was asked for, but the monitor was given no meter to make compartments'
+    /// meters below.
+    pub const NO_METER: u64 = 710;
 }
 
-/// Makes compartment `name` with a bank of these limits; its capability into `into`.
-/// Returns its number.
-pub fn create(control: CapReg, name: &[u8], page_limit: u64, node_limit: u64, into: CapReg) -> Result<u64, Error> {
+/// A compartment's bank limits and CPU share ([`control_order::CREATE`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    pub page_limit: u64,
+    pub node_limit: u64,
+    /// Percent of every 100 ms period; 0: no meter.
+    pub cpu_percent: u64,
+}
+
+impl Quota {
+    fn words(&self) -> [u64; 4] {
+        [self.page_limit, self.node_limit, self.cpu_percent, 0]
+    }
+}
+
+/// Makes compartment `name` with this quota; its capability into `into`. Returns its
+/// number.
+pub fn create(control: CapReg, name: &[u8], quota: Quota, into: CapReg) -> Result<u64, Error> {
     let received = invoke(Invocation {
-        words: [page_limit, node_limit, 0, 0],
+        words: quota.words(),
         string: name,
         receive: &[into],
         ..Invocation::call(control, control_order::CREATE)
@@ -99,9 +123,9 @@ pub fn create(control: CapReg, name: &[u8], page_limit: u64, node_limit: u64, in
     Ok(received.words[0])
 }
 
-/// Sets the page and node limits of compartment `name`'s bank.
-pub fn set_quota(control: CapReg, name: &[u8], page_limit: u64, node_limit: u64) -> Result<(), Error> {
-    invoke(Invocation { words: [page_limit, node_limit, 0, 0], string: name, ..Invocation::call(control, control_order::SET_QUOTA) })
+/// Sets the limits of compartment `name`'s bank and its meter's share.
+pub fn set_quota(control: CapReg, name: &[u8], quota: Quota) -> Result<(), Error> {
+    invoke(Invocation { words: quota.words(), string: name, ..Invocation::call(control, control_order::SET_QUOTA) })
         .check()
         .map(|_| ())
 }
@@ -146,6 +170,8 @@ pub struct Listed {
     pub bank: crate::bank::Info,
     pub refusals: u64,
     pub refusals_logged: u64,
+    /// Its meter's share; 0: no meter.
+    pub cpu_percent: u64,
 }
 
 impl Listed {
@@ -158,6 +184,7 @@ impl Listed {
             bank: crate::bank::Info { pages: word(24), page_limit: word(32), nodes: word(40), node_limit: word(48) },
             refusals: word(56),
             refusals_logged: word(64),
+            cpu_percent: word(72),
         }
     }
 
@@ -173,6 +200,7 @@ impl Listed {
             (48, self.bank.node_limit),
             (56, self.refusals),
             (64, self.refusals_logged),
+            (72, self.cpu_percent),
         ];
         for (at, value) in words {
             entry[at..at + 8].copy_from_slice(&value.to_le_bytes());

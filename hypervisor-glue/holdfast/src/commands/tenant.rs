@@ -1,5 +1,5 @@
 //! `holdfast tenant audit|revoke VM NAME`, `holdfast tenant create|quota VM NAME --pages N
-//! --nodes N`, `holdfast tenant list VM`: a running appliance's tenants, through its admin
+//! --nodes N --cpu-percent P`, `holdfast tenant list VM`: a running appliance's tenants, through its admin
 //! service (see [`super::control`]) and its reference monitor (services/keysafe).
 
 use std::process::ExitCode;
@@ -37,8 +37,8 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
             let number = said.trim_end().strip_prefix("ok number ").unwrap_or("?").to_owned();
             let generation = wait_until_durable(&arguments.vm)?;
             println!(
-                "{}: tenant {} created (compartment {number}, at most {} pages and {} nodes), durable from checkpoint {generation}",
-                arguments.vm, arguments.name, arguments.pages, arguments.nodes
+                "{}: tenant {} created (compartment {number}, at most {} pages and {} nodes, {}% of the CPU), durable from checkpoint {generation}",
+                arguments.vm, arguments.name, arguments.pages, arguments.nodes, arguments.cpu_percent
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -46,8 +46,8 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
             limits(&arguments, "quota")?;
             let generation = wait_until_durable(&arguments.vm)?;
             println!(
-                "{}: tenant {} may hold {} pages and {} nodes, durable from checkpoint {generation}",
-                arguments.vm, arguments.name, arguments.pages, arguments.nodes
+                "{}: tenant {} may hold {} pages and {} nodes and use {}% of the CPU, durable from checkpoint {generation}",
+                arguments.vm, arguments.name, arguments.pages, arguments.nodes, arguments.cpu_percent
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -62,10 +62,13 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
     }
 }
 
-/// `tenant create|quota NAME PAGES NODES` to the admin service; its reply.
+/// `tenant create|quota NAME PAGES NODES CPU-PERCENT` to the admin service; its reply.
 fn limits(arguments: &TenantLimitsArguments, verb: &str) -> Result<String, Failure> {
     check_name(&arguments.name)?;
-    let request = format!("tenant {verb} {} {} {}", arguments.name, arguments.pages, arguments.nodes);
+    let request = format!(
+        "tenant {verb} {} {} {} {}",
+        arguments.name, arguments.pages, arguments.nodes, arguments.cpu_percent
+    );
     super::control::request(&arguments.vm, &request).map_err(|failure| {
         let text = failure.to_string();
         if text.contains("exists already") {
