@@ -1,7 +1,7 @@
 // Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
 // Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
 
-//! The kernel interface, ABI version 6: capability types, order codes, errors, and the
+//! The kernel interface, ABI version 7: capability types, order codes, errors, and the
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
@@ -27,7 +27,7 @@
 
 /// The ABI version: the kernel prints it at boot and loads only programs whose ELF note
 /// names it.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// Where the register of each role of `invoke` lies in the register file (the order of
 /// `process.read_registers`), in words: the kernel checks its register file against
@@ -876,6 +876,8 @@ pub mod meter {
         pub const SET_KEEPER: u64 = 3;
         /// Sets the meter's share: the microseconds of CPU time the kernel gives it at the start of every 100 ms period (what was left is not carried over); 0: none, the meter gets time only from `refill`.
         pub const SET_SHARE: u64 = 4;
+        /// Returns a read-only capability to the same meter: processes may run on it (`process.set_meter`) and meters be made below it (`node.make_meter`), but its holder can neither refill it, nor set its keeper or share. A tenant gets its meter so: it cannot raise its own CPU quota.
+        pub const WEAKEN: u64 = 5;
     }
 
     /// An invocation of a meter capability, decoded and with its arguments checked
@@ -899,6 +901,8 @@ pub mod meter {
             /// Microseconds per 100 ms period.
             microseconds: u64,
         },
+        /// Returns a read-only capability to the same meter: processes may run on it (`process.set_meter`) and meters be made below it (`node.make_meter`), but its holder can neither refill it, nor set its keeper or share. A tenant gets its meter so: it cannot raise its own CPU quota.
+        Weaken,
     }
 
     impl Request {
@@ -919,6 +923,7 @@ pub mod meter {
                     }
                     Ok(Self::SetShare { microseconds })
                 }
+                order::WEAKEN => Ok(Self::Weaken),
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

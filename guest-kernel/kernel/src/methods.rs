@@ -505,6 +505,7 @@ fn meter_method(
             crate::process::meter_refilled(objects, target.object());
             ok([0; 4])
         }
+        meter::Request::Weaken => ok_capability(target.restricted(Rights::READ_ONLY)),
         meter::Request::SetKeeper => {
             writable(&target)?;
             let keeper = argument(message);

@@ -28,7 +28,9 @@
 //! A compartment made with a CPU share has a meter of its own too (KeyKOS's tenants' CPU
 //! quota), of a node from its bank, below the meter the manifest gives the monitor for all
 //! compartments: what its programs use is charged to both, so all compartments together
-//! never get more than that one's share. Revoking the compartment destroys the meter with
+//! never get more than that one's share. The compartment's capability hands its programs
+//! the meter read-only (they run on it, or make their meters below it) and only the
+//! control capability changes its share. Revoking the compartment destroys the meter with
 //! the bank.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the monitor's bank, 3 the journal, 4
@@ -467,6 +469,18 @@ fn receive(state: &mut State, me: usize) -> Result<Answer, u64> {
     Ok(Answer::WithCapability([slot as u64, u64::from(granter), 0, 0]))
 }
 
+/// Compartment `me`'s meter, weakened, into `MADE`: its programs run on it, but only the
+/// control capability sets its share.
+fn own_meter(state: &State, me: usize) -> Result<Answer, u64> {
+    if state.cpu_percent[me] == 0 {
+        return Err(refusal::NO_METER);
+    }
+    node::fetch(INBOXES, METER_SLOT_FIRST + me as u64, OBJECT)
+        .and_then(|()| meter::weaken(OBJECT, MADE))
+        .map_err(|_| refusal::NO_METER)?;
+    Ok(Answer::WithCapability([0; 4]))
+}
+
 fn answer(state: &mut State, log: &mut Log<'_>, reply: &mut [u8], code: u64, badge: u64, words: [u64; 4], string: &[u8]) -> Result<Answer, u64> {
     if badge == 0 {
         return match code {
@@ -483,6 +497,7 @@ fn answer(state: &mut State, log: &mut Log<'_>, reply: &mut [u8], code: u64, bad
     match code {
         order::GRANT => grant(state, log, me, words),
         order::RECEIVE => receive(state, me),
+        order::METER => own_meter(state, me),
         _ => Err(refusal::BAD_REQUEST),
     }
 }

@@ -15,9 +15,9 @@
 #![no_main]
 
 use holdfast_userlib::abi::InvocationError;
-use holdfast_userlib::abi::interface::Type;
+use holdfast_userlib::abi::interface::{ObjectError, Type};
 use holdfast_userlib::check::verdict;
-use holdfast_userlib::interface::{clock, identify, node, page};
+use holdfast_userlib::interface::{clock, identify, meter, node, page};
 use holdfast_userlib::keysafe::{self, refusal};
 use holdfast_userlib::syscall::{CapReg, Error};
 
@@ -122,7 +122,14 @@ fn before_the_restart() -> Checked {
     let bad_request = Err(Error::Reply(refusal::BAD_REQUEST));
     expect(keysafe::create(CONTROL, b"E", keysafe::Quota { node_limit: 3, ..metered }, SCRATCH) == bad_request, "a metered compartment without room for its meter was made")?;
     expect(keysafe::create(CONTROL, b"E", keysafe::Quota { cpu_percent: 101, ..metered }, SCRATCH) == bad_request, "a share above 100 percent was taken")?;
-    keysafe::create(CONTROL, b"E", metered, SCRATCH).map_err(|_| "the metered compartment E was refused")?;
+    keysafe::create(CONTROL, b"E", metered, WAITING).map_err(|_| "the metered compartment E was refused")?;
+    // E's programs get its meter from E's capability, read-only: they cannot raise E's share.
+    keysafe::meter(WAITING, SCRATCH).map_err(|_| "E's capability gave no meter")?;
+    expect(meter::remaining(SCRATCH).is_ok(), "E's meter is not a meter")?;
+    let read_only = Err(Error::Object(ObjectError::ReadOnly));
+    expect(meter::set_share(SCRATCH, 100_000) == read_only, "E's own meter took a new share")?;
+    expect(meter::refill(SCRATCH, 1_000_000) == read_only, "E's own meter was refilled")?;
+    expect(keysafe::meter(C, SCRATCH) == Err(Error::Reply(refusal::NO_METER)), "C, made without a meter, gave one")?;
     expect(listed(b"E") == Some((20, 4)), "E is not listed with its share and its meter's node")?;
     keysafe::set_quota(CONTROL, b"E", keysafe::Quota { cpu_percent: 35, ..metered }).map_err(|_| "E's new share was refused")?;
     expect(listed(b"E") == Some((35, 4)), "E's new share is not listed")?;

@@ -659,6 +659,20 @@ pub mod meter {
         .check()?;
         Ok(())
     }
+
+    /// Returns a read-only capability to the same meter: processes may run on it (`process.set_meter`) and meters be made below it (`node.make_meter`), but its holder can neither refill it, nor set its keeper or share. A tenant gets its meter so: it cannot raise its own CPU quota.
+    ///
+    /// - `into`: the capability register that receives the read-only capability.
+    ///
+    /// Errors: invocation errors only.
+    pub fn weaken(meter: CapReg, into: CapReg) -> Result<(), Error> {
+        invoke(Invocation {
+            receive: &[into],
+            ..Invocation::call(meter, order::WEAKEN)
+        })
+        .check()?;
+        Ok(())
+    }
 }
 
 /// The serial console.

@@ -62,6 +62,11 @@ pub mod order {
     /// Capability back: the oldest forwarder in this compartment's inbox, taken out of it.
     /// Words back: its slot, the granter's compartment number.
     pub const RECEIVE: u64 = 11;
+    /// Capability back: this compartment's meter, read-only (`meter.weaken`): what its
+    /// programs run on, or make their meters below; only the monitor's control capability
+    /// changes its share. Refused with [`super::refusal::NO_METER`] for a compartment made
+    /// without one.
+    pub const METER: u64 = 12;
 }
 
 /// What the monitor answers instead of 0 when it refuses (server reply codes).
@@ -91,7 +96,7 @@ pub mod refusal {
     /// An order the monitor does not have, through this capability, or bad arguments.
     pub const BAD_REQUEST: u64 = 709;
     /// A CPU share was asked for, but the monitor was given no meter to make compartments'
-    /// meters below.
+    /// meters below; or a compartment made without a meter asked for its meter.
     pub const NO_METER: u64 = 710;
 }
 
@@ -219,6 +224,11 @@ impl Listed {
 pub fn list(control: CapReg, buffer: &mut [u8]) -> Result<usize, Error> {
     let received = invoke(Invocation { buffer, ..Invocation::call(control, control_order::LIST) }).check()?;
     Ok(usize::try_from(received.words[0]).unwrap_or(0).min(received.string_length / LIST_ENTRY_BYTES))
+}
+
+/// Compartment capability `compartment`'s meter, read-only, into `into`.
+pub fn meter(compartment: CapReg, into: CapReg) -> Result<(), Error> {
+    invoke(Invocation { receive: &[into], ..Invocation::call(compartment, order::METER) }).check().map(|_| ())
 }
 
 /// Grants `granted` to compartment `to` through compartment capability `compartment`;
