@@ -450,10 +450,9 @@ impl<D: BlockDevice> Store<D> {
                         entry: entry_index as u32,
                     },
                 };
-                let home_generation = self.superblock.home_generation;
                 enter_if_newer(
                     &mut self.directory,
-                    home_generation,
+                    self.superblock.home_generation,
                     (entry.kind, entry.index),
                     directory_entry,
                 );

@@ -639,6 +639,7 @@ pub struct TenantLimitsArguments {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(4..))]
     pub nodes: u64,
     /// The tenant's CPU share: percent of every 100 ms period its meter gives what it runs
+    /// (charged a 10 ms timer tick at a time, so a share below 10 percent gets about a tick)
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u64).range(1..=100))]
     pub cpu_percent: u64,
 }

@@ -267,7 +267,7 @@ fn keysafe_failed(error: Error, name: &[u8], reply: &mut Reply) {
         Error::Reply(refusal::NAME_TAKEN) => reply.push(b"error a tenant named ").push(name).push(b" exists already\n"),
         Error::Reply(refusal::TOO_MANY_COMPARTMENTS) => reply.error(b"the reference monitor holds as many tenants as it can (16)"),
         Error::Reply(refusal::BAD_REQUEST) => reply.error(b"a tenant's node limit is at least 4 (its bank's forwarder, its capability, its inbox and its meter)"),
-        Error::Reply(refusal::NO_METER) => reply.error(b"the reference monitor was given no meter for tenants' meters: nothing was done"),
+        Error::Reply(refusal::NO_METER) => reply.error(b"the tenant has no meter (made without one), or the reference monitor was given none for tenants' meters: nothing was done"),
         Error::Reply(refusal::BANK_REFUSED) => reply.error(b"the monitor's bank refused (its limits reached, or the store full): nothing was done"),
         error => reply.failed(error),
     };

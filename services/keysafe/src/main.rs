@@ -27,8 +27,10 @@
 //!
 //! A compartment made with a CPU share has a meter of its own too (KeyKOS's tenants' CPU
 //! quota), of a node from its bank, below the meter the manifest gives the monitor for all
-//! compartments: what its programs use is charged to both, so all compartments together
-//! never get more than that one's share. The compartment's capability hands its programs
+//! compartments: what its programs use is charged to both. The monitor gives that one the
+//! whole of every period at each start (it only adds up the compartments' time; a one-off
+//! amount would run out one day and stop every compartment), so each compartment's own
+//! share is what limits it. The compartment's capability hands its programs
 //! the meter read-only (they run on it, or make their meters below it) and only the
 //! control capability changes its share. Revoking the compartment destroys the meter with
 //! the bank.
@@ -75,8 +77,9 @@ const PARENT_METER_SLOT: u64 = 30;
 /// Compartment i's meter is in slot `METER_SLOT_FIRST + i` of `INBOXES`.
 const METER_SLOT_FIRST: u64 = COMPARTMENTS_MAX as u64;
 const _: () = assert!(2 * COMPARTMENTS_MAX <= 32, "an inbox and a meter slot for every compartment");
-/// A meter's share is microseconds of its 100 ms period.
-const MICROSECONDS_PER_PERCENT: u64 = 1000;
+/// A meter's period (`meter.set_share`'s largest share), in microseconds.
+const PERIOD_MICROSECONDS: u64 = 100_000;
+const _: () = assert!(COMPARTMENTS_MAX as u64 <= PARENT_METER_SLOT, "no compartment's bank in the parent meter's or the sense slot");
 /// The audit log's pages (the manifest gives that many; a height-1 space holds 32).
 const LOG_PAGES: usize = 8;
 const PAGE_BYTES: usize = 4096;
@@ -264,18 +267,26 @@ fn cpu_percent(word: u64) -> Result<u8, u64> {
     u8::try_from(word).ok().filter(|&percent| percent <= 100).ok_or(refusal::BAD_REQUEST)
 }
 
+fn share_of(percent: u8) -> u64 {
+    u64::from(percent) * PERIOD_MICROSECONDS / 100
+}
+
+/// Compartment `index`'s meter into `OBJECT`.
+fn fetch_meter(index: usize) -> Result<(), Error> {
+    node::fetch(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT)
+}
+
 /// Makes compartment `index`'s meter, with `percent` of every period, of a node from its
-/// bank in `BANK`, into its slot of `INBOXES`.
+/// bank in `BANK`, below the parent meter in `SCRATCH`, into its slot of `INBOXES`.
 fn make_meter(index: usize, percent: u8) -> Result<(), Error> {
     bank::buy_node(BANK, OBJECT)?;
-    node::fetch(BANKS, PARENT_METER_SLOT, SCRATCH)?;
     node::make_meter(OBJECT, SCRATCH, OBJECT)?;
-    meter::set_share(OBJECT, u64::from(percent) * MICROSECONDS_PER_PERCENT)?;
+    meter::set_share(OBJECT, share_of(percent))?;
     node::swap(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT, SCRATCH)
 }
 
-/// Whether the manifest gave the monitor a meter for compartments' meters.
-fn has_parent_meter() -> bool {
+/// The meter for compartments' meters into `SCRATCH`, if the manifest gave one.
+fn fetch_parent_meter() -> bool {
     node::fetch(BANKS, PARENT_METER_SLOT, SCRATCH).is_ok() && meter::remaining(SCRATCH).is_ok()
 }
 
@@ -286,7 +297,7 @@ fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) 
     if node_limit < COMPARTMENT_NODES_MIN + u64::from(percent > 0) {
         return Err(refusal::BAD_REQUEST);
     }
-    if percent > 0 && !has_parent_meter() {
+    if percent > 0 && !fetch_parent_meter() {
         return Err(refusal::NO_METER);
     }
     let index = state.compartments.create(name).map_err(refusal_code)?;
@@ -300,6 +311,7 @@ fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) 
             node::swap(OBJECT, 0, SCRATCH, NOTHING)?;
             node::make_indirector(OBJECT, 0, MADE)?;
             if percent > 0 {
+                node::fetch(BANKS, PARENT_METER_SLOT, SCRATCH)?;
                 make_meter(index, percent)?;
             }
             node::swap(BANKS, index as u64, BANK, SCRATCH)
@@ -328,15 +340,20 @@ fn set_quota(state: &mut State, string: &[u8], words: [u64; 4]) -> Result<Answer
     let percent = cpu_percent(percent)?;
     let metered = state.cpu_percent[index] > 0;
     // A compartment keeps the meter it was made with, or none.
-    if node_limit < COMPARTMENT_NODES_MIN + u64::from(metered) || metered != (percent > 0) {
+    if metered && percent == 0 || node_limit < COMPARTMENT_NODES_MIN + u64::from(metered) {
         return Err(refusal::BAD_REQUEST);
+    }
+    if !metered && percent > 0 {
+        return Err(refusal::NO_METER);
+    }
+    // The meter found before anything changes, so that a refusal changes nothing.
+    if metered {
+        fetch_meter(index).map_err(|_| refusal::NO_METER)?;
     }
     node::fetch(BANKS, index as u64, BANK).map_err(|_| refusal::BANK_REFUSED)?;
     bank::set_child_limits(MONITOR_BANK, BANK, page_limit, node_limit).map_err(|_| refusal::BANK_REFUSED)?;
     if metered {
-        node::fetch(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT)
-            .and_then(|()| meter::set_share(OBJECT, u64::from(percent) * MICROSECONDS_PER_PERCENT))
-            .map_err(|_| refusal::NO_METER)?;
+        meter::set_share(OBJECT, share_of(percent)).map_err(|_| refusal::NO_METER)?;
         state.cpu_percent[index] = percent;
     }
     Ok(Answer::Words([0; 4]))
@@ -395,7 +412,7 @@ fn list(state: &State, reply: &mut [u8]) -> Answer {
             refusals: entry.refusals,
             refusals_logged: entry.refusals_logged,
             // Read back from the meter: one the kernel no longer has is listed as none.
-            cpu_percent: match node::fetch(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT).and_then(|()| meter::remaining(OBJECT)) {
+            cpu_percent: match fetch_meter(index).and_then(|()| meter::remaining(OBJECT)) {
                 Ok(_) => u64::from(state.cpu_percent[index]),
                 Err(_) => 0,
             },
@@ -475,9 +492,7 @@ fn own_meter(state: &State, me: usize) -> Result<Answer, u64> {
     if state.cpu_percent[me] == 0 {
         return Err(refusal::NO_METER);
     }
-    node::fetch(INBOXES, METER_SLOT_FIRST + me as u64, OBJECT)
-        .and_then(|()| meter::weaken(OBJECT, MADE))
-        .map_err(|_| refusal::NO_METER)?;
+    fetch_meter(me).and_then(|()| meter::weaken(OBJECT, MADE)).map_err(|_| refusal::NO_METER)?;
     Ok(Answer::WithCapability([0; 4]))
 }
 
@@ -513,6 +528,10 @@ fn main() -> u64 {
         )
     };
     let mut log = Log { page: log_page, loaded: None };
+    if fetch_parent_meter() {
+        // Whatever it held: see the module's doc.
+        let _ = meter::set_share(SCRATCH, PERIOD_MICROSECONDS);
+    }
     let mut request = [0u8; 64];
     let mut message = Invocation::return_to(NOTHING.index(), 0, [0; 4])
         .receiving(&[RECEIVED.index()])

@@ -60,6 +60,7 @@ fn reads_shared_page(register: CapReg) -> bool {
 
 /// Compartment `name`'s CPU share and its bank's nodes, as the monitor lists them.
 fn listed(name: &[u8]) -> Option<(u64, u64)> {
+    // Room for as many compartments as the monitor holds (`keysafe::list`).
     let mut buffer = [0u8; 16 * keysafe::LIST_ENTRY_BYTES];
     let count = keysafe::list(CONTROL, &mut buffer).ok()?;
     buffer
@@ -133,8 +134,9 @@ fn before_the_restart() -> Checked {
     expect(listed(b"E") == Some((20, 4)), "E is not listed with its share and its meter's node")?;
     keysafe::set_quota(CONTROL, b"E", keysafe::Quota { cpu_percent: 35, ..metered }).map_err(|_| "E's new share was refused")?;
     expect(listed(b"E") == Some((35, 4)), "E's new share is not listed")?;
-    expect(keysafe::set_quota(CONTROL, b"E", keysafe::Quota { cpu_percent: 0, ..metered }) == Err(Error::Reply(refusal::BAD_REQUEST)), "E's meter was given up")?;
-    expect(keysafe::set_quota(CONTROL, b"C", keysafe::Quota { cpu_percent: 10, ..quota(8) }) == Err(Error::Reply(refusal::BAD_REQUEST)), "C, made without a meter, was given a share")?;
+    let quota_refused = |code| Err(Error::Reply(code));
+    expect(keysafe::set_quota(CONTROL, b"E", keysafe::Quota { cpu_percent: 0, ..metered }) == quota_refused(refusal::BAD_REQUEST), "E's meter was given up")?;
+    expect(keysafe::set_quota(CONTROL, b"C", keysafe::Quota { cpu_percent: 10, ..quota(8) }) == quota_refused(refusal::NO_METER), "C, made without a meter, was given a share")?;
     expect(listed(b"C").map(|(percent, _)| percent) == Some(0), "C is listed with a share")?;
     // The bank's own forwarder, E's capability, inbox and meter.
     expect(keysafe::revoke(CONTROL, b"E") == Ok(4), "revoking E did not destroy exactly its 4 nodes, its meter's among them")?;

@@ -539,8 +539,8 @@ pub const INDEX_TABLE_RECORDS: u64 = 1 << 16;
 const INDEX_TABLE_SLOTS: usize = 2 * INDEX_TABLE_RECORDS as usize;
 const _: () = assert!(HISTORY_CAPACITY.is_multiple_of(INDEX_TABLE_RECORDS), "the tables cover the history exactly");
 
-/// History records [`Index::catch_up`] adds to the table at most per call: a full batch
-/// and a quarter, so that the table gains on a backlog while batches keep adding to the
+/// History records [`Index::catch_up`] adds to the tables at most per call: a full batch
+/// and a quarter, so that the tables gain on a backlog while batches keep adding to the
 /// history, and a restart's first batches, whose table pages are all still on disk, load
 /// few of them before they reply (twice a batch made the first reply after a failover
 /// wait 104 ms for its catch-up under TCG).
@@ -564,16 +564,17 @@ pub const CATCH_UP_RECORDS_MAX: u64 = BATCH_RECORDS_MAX as u64 + BATCH_RECORDS_M
 /// pages). Inserts now go to the newest table only: 128 pages. A lookup probes every table
 /// that holds records (up to eight); it only reads them.
 pub struct Index<'a> {
-    /// `INDEX_SLOTS / INDEX_TABLE_SLOTS` tables of [`INDEX_TABLE_SLOTS`] each, table `t` holding the ids of
-    /// history records `t * INDEX_TABLE_RECORDS` onwards. Per slot, 0 if empty, else a tag
-    /// from the id's hash (the high [`TAG_BITS`], never 0) and the history index it leads
-    /// to (the low [`POSITION_BITS`]): one 4-byte word, so that a probe or an insert
-    /// touches one page of a table. A tag matches another id's once in 8,192 probes; the
-    /// history record's id decides.
+    /// `INDEX_SLOTS / INDEX_TABLE_SLOTS` tables of [`INDEX_TABLE_SLOTS`] each, table `t`
+    /// holding the ids of history records `t * INDEX_TABLE_RECORDS` up to `(t + 1) *
+    /// INDEX_TABLE_RECORDS`. Per slot, 0 if empty, else a tag from the id's hash (the high
+    /// [`TAG_BITS`], never 0) and the history index it leads to (the low
+    /// [`POSITION_BITS`]): one 4-byte word, so that a probe or an insert touches one page
+    /// of a table. A tag matches another id's once in 8,192 probes; the history record's
+    /// id decides.
     slots: &'a mut [u32],
-    /// History records `0..covered` are in the table.
+    /// History records `0..covered` are in the tables.
     covered: &'a mut u64,
-    /// History records `covered..tail_end` are not in the table yet; the region held
+    /// History records `covered..tail_end` are not in the tables yet; the region held
     /// `tail_end` records at the last catch-up.
     tail_end: u64,
     /// The hash's secret key, chosen when the service was made.
@@ -614,9 +615,9 @@ impl<'a> Index<'a> {
         *self.covered
     }
 
-    /// Adds up to [`CATCH_UP_RECORDS_MAX`] of the records the region has and the table not
+    /// Adds up to [`CATCH_UP_RECORDS_MAX`] of the records the region has and the tables not
     /// yet, and notes how many the region has, so that [`Index::find`] searches the rest;
-    /// starts again from nothing if the region has fewer than the table (it was loaded
+    /// starts again from nothing if the region has fewer than the tables (it was loaded
     /// anew). Returns the guard, read first, for the [`Batch`] computed with the index: a
     /// restart after this brought back records the index lacks, and a batch guarded by an
     /// older read is refused (the TP1 kill test found transactions applied twice when the
@@ -643,7 +644,7 @@ impl<'a> Index<'a> {
     }
 
     /// The outcome of transaction `id` if the region holds it (after [`Index::catch_up`]):
-    /// from the table, else from the records it does not cover yet.
+    /// from the tables, else from the records it does not cover yet.
     pub fn find(&self, ledger: &Ledger<'_>, id: &[u8; 16]) -> Option<Outcome> {
         self.find_in_table(ledger, id).or_else(|| {
             (*self.covered..self.tail_end)
@@ -658,7 +659,7 @@ impl<'a> Index<'a> {
         let (start, tag) = self.slot_and_tag(id);
         let tables_used = self.covered.div_ceil(INDEX_TABLE_RECORDS) as usize;
         (0..tables_used).rev().find_map(|table| {
-            let table = &self.slots[table * INDEX_TABLE_SLOTS..][..INDEX_TABLE_SLOTS];
+            let table = self.table(table);
             let mut slot = start;
             while table[slot] != 0 {
                 let index = u64::from(table[slot] & ((1 << POSITION_BITS) - 1));
@@ -669,6 +670,10 @@ impl<'a> Index<'a> {
             }
             None
         })
+    }
+
+    fn table(&self, table: usize) -> &[u32] {
+        &self.slots[table * INDEX_TABLE_SLOTS..][..INDEX_TABLE_SLOTS]
     }
 
     fn table_mut(&mut self, table: usize) -> &mut [u32] {

@@ -42,8 +42,9 @@ pub mod control_order {
     /// no meter) (u64 each; all little-endian). Word 0 back: how many.
     pub const LIST: u64 = 5;
     /// String: a live compartment's name. Words 0 and 1: its bank's new page and node
-    /// limits (at least 3 nodes, as at `CREATE`); word 2: its meter's new CPU share in
-    /// percent (1 to 100; 0 for a compartment made without a meter). A limit below what
+    /// limits (at least 3 nodes, 4 with a meter, as at `CREATE`); word 2: its meter's new
+    /// CPU share in percent (1 to 100; 0 for a compartment made without a meter, and
+    /// [`super::refusal::NO_METER`] for a share asked of one). A limit below what
     /// the bank holds stops its sales of that kind; nothing it holds is taken back. Not an
     /// audit record: the log records what crosses compartments and what makes and ends
     /// them.
@@ -96,7 +97,8 @@ pub mod refusal {
     /// An order the monitor does not have, through this capability, or bad arguments.
     pub const BAD_REQUEST: u64 = 709;
     /// A CPU share was asked for, but the monitor was given no meter to make compartments'
-    /// meters below; or a compartment made without a meter asked for its meter.
+    /// meters below, or the compartment was made without one; or such a compartment asked
+    /// for its meter.
     pub const NO_METER: u64 = 710;
 }
 

@@ -1,6 +1,7 @@
 //! `holdfast tenant audit|revoke VM NAME`, `holdfast tenant create|quota VM NAME --pages N
-//! --nodes N --cpu-percent P`, `holdfast tenant list VM`: a running appliance's tenants, through its admin
-//! service (see [`super::control`]) and its reference monitor (services/keysafe).
+//! --nodes N --cpu-percent P`, `holdfast tenant list VM`: a running appliance's tenants,
+//! through its admin service (see [`super::control`]) and its reference monitor
+//! (services/keysafe).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
