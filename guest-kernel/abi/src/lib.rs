@@ -39,6 +39,10 @@ pub const INVOCATION_STRING_BYTES_MAX: usize = 4096;
 /// the kernel checks at build time that this fits the store's record.
 pub const JOURNAL_WRITE_PAGES_MAX: usize = 64;
 
+/// A meter's period: the largest share `meter.set_share` takes, in microseconds
+/// (`interface.toml`'s range for it; a test checks they agree).
+pub const METER_PERIOD_MICROSECONDS: u64 = 100_000;
+
 /// Lowest and highest+1 addresses of a ring-3 address space (the lower canonical half).
 pub const USER_ADDRESS_MIN: u64 = 0x0000_0000_0040_0000;
 pub const USER_ADDRESS_END: u64 = 0x0000_8000_0000_0000;

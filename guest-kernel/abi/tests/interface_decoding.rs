@@ -2,8 +2,9 @@
 //! the error the interface names.
 
 use holdfast_abi::interface::{
-    InvocationError, Message, ObjectError, Type, node, page, process, space,
+    InvocationError, Message, ObjectError, Type, meter, node, page, process, space,
 };
+use holdfast_abi::METER_PERIOD_MICROSECONDS;
 
 fn message(order: u64, words: [u64; 4]) -> Message {
     Message {
@@ -168,4 +169,16 @@ fn network_device_notify_needs_a_capability_and_takes_any_deadline() {
         Ok(network_device::Request::Receive)
     );
     assert_eq!(network_device::Request::decode(&message(5, [0; 4])), Err(ObjectError::InvalidOrder));
+}
+
+#[test]
+fn a_meter_share_is_at_most_the_period_the_abi_names() {
+    let set_share = |microseconds| {
+        meter::Request::decode(&message(meter::order::SET_SHARE, [microseconds, 0, 0, 0]))
+    };
+    assert_eq!(
+        set_share(METER_PERIOD_MICROSECONDS),
+        Ok(meter::Request::SetShare { microseconds: METER_PERIOD_MICROSECONDS })
+    );
+    assert_eq!(set_share(METER_PERIOD_MICROSECONDS + 1), Err(ObjectError::OutOfRange));
 }

@@ -290,9 +290,10 @@ impl<D: BlockDevice> Store<D> {
     /// copies, the newest (a journal commit made after the snapshot stays newer than the
     /// snapshot's copy), without journal copies the home ranges supersede
     /// ([`enter_if_newer`]): one written late, after the last migration had cloned its
-    /// work, would otherwise go home with the next and bring back an older page. The directory holds only journal commits here (the last migration
-    /// finished before this checkpoint began), mostly far fewer than the checkpoint's
-    /// blocks, so they go into its map rather than it into theirs.
+    /// work, would otherwise go home with the next and bring back an older page. The
+    /// directory holds only journal commits here (the last migration finished before this
+    /// checkpoint began), mostly far fewer than the checkpoint's blocks, so they go into its
+    /// map rather than it into theirs.
     fn directory_with(
         &mut self,
         mut pending: BTreeMap<BlockKey, DirectoryEntry>,

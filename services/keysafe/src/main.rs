@@ -30,10 +30,10 @@
 //! compartments: what its programs use is charged to both. The monitor gives that one the
 //! whole of every period at each start (it only adds up the compartments' time; a one-off
 //! amount would run out one day and stop every compartment), so each compartment's own
-//! share is what limits it. The compartment's capability hands its programs
-//! the meter read-only (they run on it, or make their meters below it) and only the
-//! control capability changes its share. Revoking the compartment destroys the meter with
-//! the bank.
+//! share is what limits it. The compartment's capability hands its programs the meter
+//! read-only (they run on it, or make their meters below it) and only the control
+//! capability changes its share. Revoking the compartment destroys the meter with the
+//! bank.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the monitor's bank, 3 the journal, 4
 //! the audit log as a space (height 1), 5 the audit log's node (slot i: page i), 6 a node
@@ -77,8 +77,6 @@ const PARENT_METER_SLOT: u64 = 30;
 /// Compartment i's meter is in slot `METER_SLOT_FIRST + i` of `INBOXES`.
 const METER_SLOT_FIRST: u64 = COMPARTMENTS_MAX as u64;
 const _: () = assert!(2 * COMPARTMENTS_MAX <= 32, "an inbox and a meter slot for every compartment");
-/// A meter's period (`meter.set_share`'s largest share), in microseconds.
-const PERIOD_MICROSECONDS: u64 = 100_000;
 const _: () = assert!(COMPARTMENTS_MAX as u64 <= PARENT_METER_SLOT, "no compartment's bank in the parent meter's or the sense slot");
 /// The audit log's pages (the manifest gives that many; a height-1 space holds 32).
 const LOG_PAGES: usize = 8;
@@ -268,7 +266,7 @@ fn cpu_percent(word: u64) -> Result<u8, u64> {
 }
 
 fn share_of(percent: u8) -> u64 {
-    u64::from(percent) * PERIOD_MICROSECONDS / 100
+    u64::from(percent) * user::abi::METER_PERIOD_MICROSECONDS / 100
 }
 
 /// Compartment `index`'s meter into `OBJECT`.
@@ -277,9 +275,10 @@ fn fetch_meter(index: usize) -> Result<(), Error> {
 }
 
 /// Makes compartment `index`'s meter, with `percent` of every period, of a node from its
-/// bank in `BANK`, below the parent meter in `SCRATCH`, into its slot of `INBOXES`.
+/// bank in `BANK`, below the parent meter, into its slot of `INBOXES`.
 fn make_meter(index: usize, percent: u8) -> Result<(), Error> {
     bank::buy_node(BANK, OBJECT)?;
+    node::fetch(BANKS, PARENT_METER_SLOT, SCRATCH)?;
     node::make_meter(OBJECT, SCRATCH, OBJECT)?;
     meter::set_share(OBJECT, share_of(percent))?;
     node::swap(INBOXES, METER_SLOT_FIRST + index as u64, OBJECT, SCRATCH)
@@ -311,7 +310,6 @@ fn create(state: &mut State, log: &mut Log<'_>, string: &[u8], words: [u64; 4]) 
             node::swap(OBJECT, 0, SCRATCH, NOTHING)?;
             node::make_indirector(OBJECT, 0, MADE)?;
             if percent > 0 {
-                node::fetch(BANKS, PARENT_METER_SLOT, SCRATCH)?;
                 make_meter(index, percent)?;
             }
             node::swap(BANKS, index as u64, BANK, SCRATCH)
@@ -530,7 +528,7 @@ fn main() -> u64 {
     let mut log = Log { page: log_page, loaded: None };
     if fetch_parent_meter() {
         // Whatever it held: see the module's doc.
-        let _ = meter::set_share(SCRATCH, PERIOD_MICROSECONDS);
+        let _ = meter::set_share(SCRATCH, user::abi::METER_PERIOD_MICROSECONDS);
     }
     let mut request = [0u8; 64];
     let mut message = Invocation::return_to(NOTHING.index(), 0, [0; 4])

@@ -31,7 +31,6 @@ const SHARE_NUMBER: CapReg = CapReg::new(5);
 const RESUME: u8 = 15;
 const NOTHING: u8 = 14;
 const SLOTS: u64 = 32;
-const PERIOD_MICROSECONDS: u64 = 100_000;
 
 /// Whether the manifest's shares were given, and each tenant's share: this program's data,
 /// which the checkpoints keep (a program cannot make number capabilities to keep them in).
@@ -51,7 +50,7 @@ fn set_share(shares: &mut Shares, slot: u64, microseconds: u64) -> u64 {
     if slot >= SLOTS || node::fetch(METERS, slot, METER).is_err() {
         return NO_SUCH_TENANT;
     }
-    if microseconds > PERIOD_MICROSECONDS {
+    if microseconds > user::abi::METER_PERIOD_MICROSECONDS {
         return BAD_SHARE;
     }
     if meter::set_share(METER, microseconds).is_err() {
