@@ -7,7 +7,8 @@
 //! hostile tenant's page says it is done) and for `AFTER_NS` after. Then it checks that
 //! its pages' checksum and its bank's counts are what they were, and that its bank still
 //! sells and buys back. Prints
-//! `tenant-victim: latency before N calls the slowest M us, during ..., after ...`, then
+//! `tenant-victim: latency before N calls the slowest M us then K us, during ..., after ...`
+//! (K: the slowest but one), then
 //! `tenant-victim: checksum C, bank P/L pages N/L nodes: passed` or
 //! `tenant-victim: MISMATCH: ...`.
 //!
@@ -67,6 +68,10 @@ fn word0(register: CapReg) -> u64 {
 struct Window {
     calls: u64,
     slowest_ns: u64,
+    /// The slowest but one: the test bounds this one, since a host that deschedules QEMU
+    /// stalls a call whatever the guest does, while an attack that beat the meter would
+    /// slow one call in every period.
+    next_slowest_ns: u64,
     /// Calls longer than `LONG_NS`.
     long: u64,
     started: u64,
@@ -88,8 +93,11 @@ impl Window {
         let reply = Invocation::call(SERVER, ECHO, words).invoke(&mut []);
         let took = now() - before;
         if took > self.slowest_ns {
+            self.next_slowest_ns = self.slowest_ns;
             self.slowest_ns = took;
             self.slowest_at_ns = before - self.started;
+        } else if took > self.next_slowest_ns {
+            self.next_slowest_ns = took;
         }
         self.long += u64::from(took > LONG_NS);
         self.calls += 1;
@@ -135,21 +143,27 @@ fn run() -> Result<(), &'static str> {
             return Err("the server refused a call after the attack");
         }
     }
-    let mut digits = [[0u8; 20]; 6];
-    let [d0, d1, d2, d3, d4, d5] = &mut digits;
+    let mut digits = [[0u8; 20]; 9];
+    let [d0, d1, d2, d3, d4, d5, d6, d7, d8] = &mut digits;
     user::print_parts(&[
         b"tenant-victim: latency before ",
         user::decimal(before.calls, d0),
         b" calls the slowest ",
         user::decimal(before.slowest_ns / 1000, d1),
+        b" us then ",
+        user::decimal(before.next_slowest_ns / 1000, d2),
         b" us, during ",
-        user::decimal(during.calls, d2),
+        user::decimal(during.calls, d3),
         b" calls the slowest ",
-        user::decimal(during.slowest_ns / 1000, d3),
+        user::decimal(during.slowest_ns / 1000, d4),
+        b" us then ",
+        user::decimal(during.next_slowest_ns / 1000, d5),
         b" us, after ",
-        user::decimal(after.calls, d4),
+        user::decimal(after.calls, d6),
         b" calls the slowest ",
-        user::decimal(after.slowest_ns / 1000, d5),
+        user::decimal(after.slowest_ns / 1000, d7),
+        b" us then ",
+        user::decimal(after.next_slowest_ns / 1000, d8),
         b" us\n",
     ]);
     let mut digits = [[0u8; 20]; 4];
