@@ -20,7 +20,7 @@ use crate::format::superblock::LogCursor;
 use crate::format::{Block, checksum, checksum_chain};
 use crate::geometry::{HomeRangeLayout, NODE_SIZE, NODES_PER_POT};
 use crate::log::RecordRun;
-use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, Store, enter_if_newer};
+use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store, enter_if_newer};
 
 pub(crate) enum Phase {
     Idle,
@@ -288,12 +288,9 @@ impl<D: BlockDevice> Store<D> {
 
     /// The directory, taken, once a checkpoint's blocks `pending` join it: of each block's
     /// copies, the newest (a journal commit made after the snapshot stays newer than the
-    /// snapshot's copy), without journal copies the home ranges supersede
-    /// ([`enter_if_newer`]): one written late, after the last migration had cloned its
-    /// work, would otherwise go home with the next and bring back an older page. The
-    /// directory holds only journal commits here (the last migration finished before this
-    /// checkpoint began), mostly far fewer than the checkpoint's blocks, so they go into its
-    /// map rather than it into theirs.
+    /// snapshot's copy; [`enter_if_newer`]). The directory holds only journal commits here
+    /// (the last migration finished before this checkpoint began), mostly far fewer than the
+    /// checkpoint's blocks, so they go into its map rather than it into theirs.
     fn directory_with(
         &mut self,
         mut pending: BTreeMap<BlockKey, DirectoryEntry>,
@@ -518,6 +515,10 @@ impl<D: BlockDevice> Store<D> {
                 self.directory.remove(key);
             }
         }
+        // Journal copies written during this migration but made before the snapshot now at
+        // home: `enter_if_newer` took them while home was older, and refuses them from now
+        // on, as a restart would.
+        self.directory.retain(|_, entry| entry.order.source != SOURCE_JOURNAL || entry.order.generation >= home_generation);
         Ok(true)
     }
 
