@@ -68,6 +68,10 @@ impl Registers {
         self.count == 0
     }
 
+    pub fn len(&self) -> usize {
+        usize::from(self.count)
+    }
+
     /// The indices, in order.
     pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
         (0..self.count).map(|position| (self.nibbles >> (4 * position)) as u8 & 0xf)

@@ -1,7 +1,7 @@
 // Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
 // Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
 
-//! The kernel interface, ABI version 7: capability types, order codes, errors, and the
+//! The kernel interface, ABI version 8: capability types, order codes, errors, and the
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
@@ -27,7 +27,7 @@
 
 /// The ABI version: the kernel prints it at boot and loads only programs whose ELF note
 /// names it.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 /// Where the register of each role of `invoke` lies in the register file (the order of
 /// `process.read_registers`), in words: the kernel checks its register file against
@@ -84,7 +84,7 @@ pub mod descriptor_field {
     /// Bits 24..=26: How many capabilities are sent, 0..=4; more is malformed.
     pub const SEND_COUNT_SHIFT: u32 = 24;
     pub const SEND_COUNT_MASK: u64 = 0x7;
-    /// Bits 32..=47: The capability registers that receive the capabilities of the message that comes back (a reply, or the next call or send), 4 bits each, the first in the lowest 4 bits. Those beyond `receive_count` must be zero. Only registers that get a capability change.
+    /// Bits 32..=47: The capability registers that receive the capabilities of the message that comes back (a reply, or the next call or send), 4 bits each, the first in the lowest 4 bits. Those beyond `receive_count` must be zero. Each gets the message's next capability, or void once the message has no more: a server cannot mistake a capability an earlier caller sent for one this caller sent (ABI 8; before it, a register the message did not fill kept what it held).
     pub const RECEIVE_REGISTERS_SHIFT: u32 = 32;
     pub const RECEIVE_REGISTERS_MASK: u64 = 0xffff;
     /// Bits 48..=50: How many capability registers receive, 0..=4; more is malformed.
@@ -763,6 +763,8 @@ pub mod process {
         pub const STOP: u64 = 10;
         /// Returns the process's space capability.
         pub const FETCH_SPACE: u64 = 11;
+        /// Returns the badge of a start capability to this process: a server given one of its own start capabilities (a listener handed back by a client, say) learns which it is, where the badge otherwise shows only to an invocation through it. Only through the process capability: holding a start capability tells nothing of its badge.
+        pub const START_BADGE: u64 = 12;
     }
 
     /// An invocation of a process capability, decoded and with its arguments checked
@@ -806,6 +808,8 @@ pub mod process {
         },
         /// Returns the process's space capability.
         FetchSpace,
+        /// Returns the badge of a start capability to this process: a server given one of its own start capabilities (a listener handed back by a client, say) learns which it is, where the badge otherwise shows only to an invocation through it. Only through the process capability: holding a start capability tells nothing of its badge.
+        StartBadge,
     }
 
     impl Request {
@@ -854,6 +858,13 @@ pub mod process {
                     Ok(Self::Stop { exit_code })
                 }
                 order::FETCH_SPACE => Ok(Self::FetchSpace),
+                order::START_BADGE => {
+                    // `start` must be a start; one not sent is void.
+                    if message.capability_count < 1 {
+                        return Err(ObjectError::WrongType);
+                    }
+                    Ok(Self::StartBadge)
+                }
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

@@ -37,6 +37,16 @@ fn register_translated(translated_slots: u32, index: u8) -> bool {
     translated_slots & (1 << register_slot(index).index()) != 0
 }
 
+/// Voids capability register `index` of a root node, unless it is void already (a server
+/// that takes capabilities mostly gets none: a read, not a swap and the drop of what it
+/// held, at each message).
+fn clear_register(node: &mut holdfast_objects::Node, index: u8) {
+    let slot = register_slot(index);
+    if !node.get(slot).is_void() {
+        node.swap(slot, Capability::VOID);
+    }
+}
+
 /// Hands `message` to the process whose saved registers are `registers` (its root node
 /// `root`), as the result of its pending `invoke`: `descriptor`, the one it invoked with
 /// (`None` if it never did), says which capability registers receive, `r14`/`r15` where the
@@ -53,15 +63,19 @@ pub fn deliver(
         && !(descriptor.receive.is_empty() && descriptor.resume.is_none())
         && let Ok((node, translated_slots)) = objects.cache.node_mut_translated(root)
     {
-        // Only the receive registers that get a capability change; the others keep theirs.
-        // Most messages carry none: no drain and zip to set up and drop for nothing (a few
-        // translation blocks under TCG).
-        let delivered_count = message.capabilities.len();
-        if delivered_count > 0 {
-            for (index, capability) in descriptor.receive.iter().zip(message.capabilities.drain(..)) {
-                node.swap(register_slot(index), capability);
+        // Every receive register changes: to the message's next capability, or void once it
+        // has no more, so that a server cannot take what an earlier caller sent for what
+        // this one did (a constructor paid from another requester's bank).
+        let mut capabilities = message.capabilities.drain(..);
+        for index in descriptor.receive.iter() {
+            match capabilities.next() {
+                Some(capability) => {
+                    node.swap(register_slot(index), capability);
+                }
+                None => clear_register(node, index),
             }
         }
+        drop(capabilities);
         // The resume register always changes: to the caller's resume capability for a
         // call, to void otherwise, so that a server cannot mistake an old one for the
         // current caller.
@@ -76,8 +90,7 @@ pub fn deliver(
         // translations read). The scheduler may be held here: the flush comes before ring 3
         // runs again.
         let translated = |index| register_translated(translated_slots, index);
-        let receive_stale = delivered_count > 0
-            && descriptor.receive.iter().take(delivered_count).any(translated);
+        let receive_stale = descriptor.receive.iter().any(translated);
         if receive_stale || descriptor.resume.is_some_and(translated) {
             process::translations_stale();
         }
@@ -138,7 +151,7 @@ fn invoke(registers: &mut UserRegisters) -> Result<(), InvocationError> {
         let fast = if descriptor.kind == Kind::Call {
             fast_call(&mut objects, &mut scheduler, registers, invoker, held_target, invoker_resume, sends)
         } else {
-            fast_return(&mut objects, &mut scheduler, registers, invoker, held_target, sends)
+            fast_return(&mut objects, &mut scheduler, registers, invoker, held_target)
         };
         if let Some(receiver) = fast {
             drop(objects);
@@ -312,11 +325,12 @@ fn invoke_general(
                 drop(objects);
                 become_available_and_switch(invoker, registers)
             }
-            // Most replies are words only, for an invoker that takes no resume capability:
-            // what `deliver` would write, without its call and tests.
+            // Most replies are words only, for an invoker that takes no capability: what
+            // `deliver` would write, without its call and tests.
             // (One test of ORed lengths: the compiler makes a branch of each `&&` or `&`.)
             let not_words_only = reply.capabilities.len()
                 | reply.string.len()
+                | descriptor.receive.len()
                 | usize::from(descriptor.resume.is_some());
             if not_words_only == 0 {
                 receive(registers, reply.code, reply.words, reply.badge, 0);
@@ -360,8 +374,9 @@ fn invoke_general(
 ///
 /// A call of a start capability `held` (from the invoker's registers, not forwarded) whose
 /// process is available: the invoker waits for the reply, and the receiver gets the
-/// words, the badge and `resume`, the invoker's resume capability. The invoker sends no
-/// string, and capabilities (`sends`) only to a receiver that takes none. `None`, with
+/// words, the badge and `resume`, the invoker's resume capability; its receive registers
+/// are left void. The invoker sends no string, and capabilities (`sends`) only to a
+/// receiver that takes none. `None`, with
 /// nothing changed, whenever the general path would do anything else (refuse, stall,
 /// deliver capabilities, or deliver through a keeper).
 #[allow(clippy::too_many_arguments)] // what the general path has at hand, unpacked
@@ -390,18 +405,29 @@ fn fast_call(
     }
     // What the receiver's `invoke` asked for, as `deliver` reads it.
     let receives = Descriptor::decode(waiting.registers.rdi).ok();
-    if sends & receives.is_some_and(|receives| !receives.receive.is_empty()) {
+    let takes_capabilities = receives.is_some_and(|receives| !receives.receive.is_empty());
+    if sends & takes_capabilities {
         return None;
     }
-    match receives.and_then(|receives| receives.resume) {
-        Some(index) => {
+    match receives.and_then(|receives| receives.resume.map(|index| (index, receives.receive))) {
+        Some((index, receive)) => {
             // Checks that `held` is live and gives the receiver's root node: the last test.
             let (node, translated_slots) = objects.cache.node_mut_translated(&held).ok()?;
+            // Words only: every receive register is left void, as `deliver` leaves those a
+            // message does not fill; then the resume register, as there (it may be one).
+            let mut stale = false;
+            for index in receive.iter() {
+                clear_register(node, index);
+                stale |= register_translated(translated_slots, index);
+            }
             node.swap(register_slot(index), resume);
-            if register_translated(translated_slots, index) {
+            stale |= register_translated(translated_slots, index);
+            if stale {
                 process::translations_stale();
             }
         }
+        // Rare (capabilities taken, but no resume capability): the general path voids them.
+        None if takes_capabilities => return None,
         None => objects.cache.check(&held).ok()?,
     }
     let caller = &mut scheduler.processes[invoker];
@@ -415,15 +441,15 @@ fn fast_call(
 
 /// A return through a resume capability `held` (from the invoker's registers) to a process
 /// waiting for it that asked for no resume capability of its own: the invoker becomes
-/// available, the caller runs on with the words. As [`fast_call`], capabilities only to a
-/// caller that takes none, and `None` with nothing changed for anything else.
+/// available, the caller runs on with the words. Only to a caller that takes no
+/// capabilities (what the reply sends is dropped), and `None` with nothing changed for
+/// anything else.
 fn fast_return(
     objects: &mut Objects,
     scheduler: &mut process::Scheduler,
     registers: &UserRegisters,
     invoker: usize,
     held: Capability,
-    sends: bool,
 ) -> Option<usize> {
     let caller = scheduler.index_of(held.object())?;
     let waiting = &scheduler.processes[caller];
@@ -433,7 +459,9 @@ fn fast_return(
     if (waiting.state != ProcessState::WaitingForReply)
         | waiting.waiting_for_keeper
         | (asked & descriptor::RECEIVES_RESUME != 0)
-        | (sends & (asked & descriptor::RECEIVE_COUNT != 0))
+        // A caller that takes capabilities: the general path delivers them, or voids its
+        // receive registers for a reply of words only.
+        | (asked & descriptor::RECEIVE_COUNT != 0)
     {
         return None;
     }

@@ -434,6 +434,15 @@ fn process_method(
                 .node_capability(CapType::Start, target.object());
             ok_capability(start.ok_or(ObjectError::InvalidOrder)?.with_badge(badge))
         }
+        process::Request::StartBadge => {
+            // The decoder checked the type; a start capability to another process tells
+            // this one's holder nothing.
+            let start = objects.cache.live_or_void(argument(message));
+            if start.kind() != CapType::Start || start.object() != target.object() {
+                return Err(ObjectError::WrongType);
+            }
+            ok([start.badge(), 0, 0, 0])
+        }
         process::Request::Start => {
             // Only the initial system's processes run unmetered (the kernel starts those).
             if root_slot(objects, process_root::METER)?.kind() != CapType::Meter {

@@ -7,6 +7,8 @@
 //! - `leaky`: the console as a hole and a writable node that is not: not confined, and the
 //!   node's register is named.
 //!
+//! A yield that sends no bank is refused, not paid by the previous requester's bank.
+//!
 //! Prints `constructor-test: passed` or `constructor-test: MISMATCH: ...`.
 //!
 //! Capability registers: 0 console, 1 own process, 2 bank C, 3 a meter, 4 to 6 the three constructors,
@@ -49,6 +51,19 @@ fn check() -> Result<(), &'static str> {
         return Err("the yielded process was not paid for by the requester's bank");
     }
     yield_process(WITH_CONSOLE, BANK, METER, MADE).map_err(|_| "a second yield refused")?;
+    let held = bank::info(BANK).map_err(|_| "bank info refused")?;
+    // A yield that sends no bank is paid by no one: the constructor's registers for the
+    // requester's bank and meter hold void, not what the last requester sent.
+    let unpaid = user::syscall::invoke(user::syscall::Invocation {
+        receive: &[MADE],
+        ..user::syscall::Invocation::call(WITH_CONSOLE, user::constructor::order::YIELD)
+    });
+    if unpaid.code != user::constructor::refusal::BANK_REFUSED {
+        return Err("a yield that sent no bank was not refused");
+    }
+    if bank::info(BANK).map_err(|_| "bank info refused")? != held {
+        return Err("a yield that sent no bank was paid for by the last requester's");
+    }
     Ok(())
 }
 

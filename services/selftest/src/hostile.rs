@@ -257,9 +257,9 @@ fn main() -> u64 {
         } else {
             Invocation::send(target, order, words)
         };
-        // The echo server replies with the first capability it received, and its register
-        // keeps the last one sent by anyone (ipc-client calls it too): a call that sends
-        // one makes the reply this program's own, so that the run depends on its seed alone.
+        // The echo server replies with the first capability it received (void if none): a
+        // call that sends one makes the reply this program's own, so that the run depends
+        // on its seed alone.
         let send_count = if held == Held::EchoServer { 1 + random.below(4) } else { random.below(5) } as usize;
         // A start capability of a process made here is never kept: even `identify` of a
         // start capability is an invocation of its process, which would wait forever.

@@ -600,6 +600,22 @@ pub mod process {
         .check()?;
         Ok(())
     }
+
+    /// Returns the badge of a start capability to this process: a server given one of its own start capabilities (a listener handed back by a client, say) learns which it is, where the badge otherwise shows only to an invocation through it. Only through the process capability: holding a start capability tells nothing of its badge.
+    ///
+    /// - `start`: A start capability to this process (one to another process is `wrong_type`). Type start.
+    ///
+    /// Returns its badge.
+    ///
+    /// Errors: `wrong_type`; and invocation errors.
+    pub fn start_badge(process: CapReg, start: CapReg) -> Result<u64, Error> {
+        let received = invoke(Invocation {
+            send: &[start],
+            ..Invocation::call(process, order::START_BADGE)
+        })
+        .check()?;
+        Ok(received.words[0])
+    }
 }
 
 /// CPU time that processes run on, charged one timer tick (10 ms) at a time to the meter and every meter above it (its parent, set when it was made). A process runs out of time when any of them has none left: its keeper (or, without one, the meter's refill or next share) lets it run again. A meter with a share is given that much time by the kernel at the start of every 100 ms period: a tree of shares (the meter keeper, services/meter-keeper, and the reference monitor, services/keysafe, set tenants' shares).
