@@ -3,8 +3,11 @@
 //! network device) hands TCP to `tcp-echo` (services/selftest/src/tcp_echo.rs), which sends
 //! every byte back. Real QEMU (user-mode networking), real smoltcp, real TCP: several
 //! connections at once are served while a client floods without reading and others hold
-//! connections open without sending, and after a kill the restarted system serves new
-//! connections again. Every host socket is on 127.0.0.1.
+//! connections open without sending; connections that ask for it are handed over, with
+//! what they sent first, to another server (`tcp-upper`, which answers in upper case) on a
+//! private listener, beside others echoed as before, and hand-overs to what is no listener
+//! are refused; after a kill the restarted system serves and hands over new connections
+//! again. Every host socket is on 127.0.0.1.
 
 mod support;
 
@@ -117,6 +120,47 @@ fn try_echo(port: u16, connection: usize, sizes: &[usize]) -> Result<Duration, S
     }
 }
 
+/// A connection that `tcp-echo` hands over to `tcp-upper` (its first bytes say `upper:`),
+/// the guest already serving: every message comes back in upper case, the first one too,
+/// which `tcp-echo` read before handing it over. Each message goes in two writes back to
+/// back, the prefix cut, so that bytes may wait for `tcp-echo` when it hands the connection
+/// over; then the server closes its side once it has seen ours.
+fn upper_session(port: u16, messages: &[&[u8]]) -> Result<(), String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|error| format!("connect: {error}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(20))).map_err(|error| error.to_string())?;
+    stream.set_nodelay(true).map_err(|error| error.to_string())?;
+    for message in messages {
+        let (head, tail) = message.split_at(message.len().min(3));
+        stream.write_all(head).and_then(|()| stream.write_all(tail)).map_err(|error| format!("send: {error}"))?;
+        let mut back = vec![0u8; message.len()];
+        stream.read_exact(&mut back).map_err(|error| format!("read back: {error}"))?;
+        if back != message.to_ascii_uppercase() {
+            return Err(format!("sent {:?}, got {:?}", String::from_utf8_lossy(message), String::from_utf8_lossy(&back)));
+        }
+    }
+    stream.shutdown(Shutdown::Write).map_err(|error| error.to_string())?;
+    let mut rest = [0u8; 16];
+    match stream.read(&mut rest) {
+        Ok(0) => Ok(()),
+        Ok(count) => Err(format!("{count} bytes after the last message")),
+        Err(error) => Err(format!("waiting for the close: {error}")),
+    }
+}
+
+/// Hands over `clients` connections at once beside as many echoed ones; panics naming
+/// every one that failed.
+fn hand_over_concurrently(port: u16, clients: usize, deadline: Instant) {
+    let long: &'static [u8] = Box::leak(b"a longer message, ".repeat(200).into_boxed_slice());
+    let threads: Vec<_> = (0..clients)
+        .map(|_| std::thread::spawn(move || upper_session(port, &[b"upper: handed over", b"and then more", long])))
+        .chain((0..clients).map(|connection| {
+            std::thread::spawn(move || echo_session(port, connection * 100, &[100, 5_000], deadline).map(|_| ()))
+        }))
+        .collect();
+    let failures: Vec<_> = threads.into_iter().filter_map(|thread| thread.join().expect("client thread").err()).collect();
+    assert!(failures.is_empty(), "{} of {} connections failed: {failures:#?}", failures.len(), 2 * clients);
+}
+
 /// Echoes on `clients` connections at once; panics naming every one that failed.
 fn echo_concurrently(port: u16, clients: usize, sizes: &'static [usize], deadline: Instant) -> Vec<Duration> {
     let threads: Vec<_> = (0..clients)
@@ -141,8 +185,12 @@ fn several_connections_are_echoed_at_once_while_a_client_floods_and_others_stall
     let name = format!("net-echo-{}", std::process::id());
     let vm = run_vm(&name, &image_dir, &store, port);
     let mut seen = Vec::new();
+    wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "tcp-echo: hand-overs to no listener refused");
     wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "tcp-echo: listening on 7100");
     wait_until_serving(port);
+    let started = Instant::now();
+    hand_over_concurrently(port, 3, started + ECHO_LIMIT);
+    eprintln!("3 connections handed over and 3 echoed, at once, in {:?}", started.elapsed());
 
     // Slowloris: connections that send nothing for a long while, opened in a burst of more
     // than the service keeps listening at a time (it replenishes between frames).
@@ -225,5 +273,7 @@ fn after_a_kill_and_a_restart_from_the_store_new_connections_are_echoed() {
     let started = Instant::now();
     let times = echo_concurrently(port, 4, &SIZES, started + BOOT_LIMIT);
     eprintln!("after the restart, 4 connections at once echoed within {:?} of the restart line, slowest echo {:?}", started.elapsed(), times.iter().max());
+    // The private listener and its server came back with the rest.
+    hand_over_concurrently(port, 1, Instant::now() + ECHO_LIMIT);
     support::kill_and_wait(&name, vm);
 }

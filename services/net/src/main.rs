@@ -17,10 +17,16 @@
 //! kernel's `restarted` notice) makes it reset every connection (its client sees it
 //! closed) and keep its listeners.
 //!
+//! A connection moves between listeners by `hand_over` (a front end that read a
+//! connection's first request hands it to the server that request names, on a private
+//! listener: one with no port). The target listener comes as a capability, one of this
+//! service's own start capabilities, whose badge `process.start_badge` tells.
+//!
 //! Capability registers: 0 console, 1 own process, 2 network device, 3 clock, 4 the waiters
 //! node (slot `i`: the resume capability of listener `i`'s waiting client); made here: 5
 //! its notification start capability, 6 a listener capability being handed out, 7 a
-//! resume capability being answered; 14 stays void; 15 the current caller's resume.
+//! resume capability being answered; 8 the capability a message carried (void if none);
+//! 14 stays void; 15 the current caller's resume.
 #![no_std]
 #![no_main]
 
@@ -48,6 +54,7 @@ const WAITERS: CapReg = CapReg::new(4);
 const NOTIFY: CapReg = CapReg::new(5);
 const MINTED: CapReg = CapReg::new(6);
 const ANSWER: CapReg = CapReg::new(7);
+const CARRIED: CapReg = CapReg::new(8);
 const NOTHING: u8 = 14;
 const RESUME: u8 = 15;
 
@@ -172,6 +179,7 @@ impl Pending {
 }
 
 struct Listener {
+    /// 0: private, it gets only connections handed over to it.
     port: u16,
     events: VecDeque<Pending>,
     /// A client waits: its resume capability is in slot `index` of the waiters node, and
@@ -428,6 +436,9 @@ impl Service {
     fn replenish_listening(&mut self) {
         for listener in 0..self.listeners.len() {
             let port = self.listeners[listener].port;
+            if port == 0 {
+                continue;
+            }
             // Only sockets still listening: one that took a SYN is taken.
             let mut spares = 0;
             for index in 0..self.entries.len() {
@@ -536,11 +547,12 @@ impl Service {
     }
 
     fn listen(&mut self, port: u64) -> Option<Answer> {
-        let Ok(port @ 1..) = u16::try_from(port) else {
+        let Ok(port) = u16::try_from(port) else {
             return Answer::code(error::BAD_PORT);
         };
-        // A listener on the port already: its capability again (a client that lost it).
-        let index = match self.listeners.iter().position(|listener| listener.port == port) {
+        // A listener on the port already: its capability again (a client that lost it). A
+        // private listener is new at each `listen`.
+        let index = match self.listeners.iter().position(|listener| port != 0 && listener.port == port) {
             Some(index) => index,
             None if self.listeners.len() < LISTENERS_MAX => {
                 self.listeners.push(Listener { port, events: VecDeque::new(), waiting: None });
@@ -614,8 +626,57 @@ impl Service {
                 self.entries[index].data_pending = false;
                 Answer::code(0)
             }
+            order::HAND_OVER => self.hand_over(listener, words[0], string),
             _ => Answer::code(error::BAD_ORDER),
         }
+    }
+
+    /// Moves connection `id` of `listener` to the listener whose capability the message
+    /// carried: there it is opened anew, its first data `already_read` and what waited for
+    /// `listener`, then whatever comes.
+    fn hand_over(&mut self, listener: usize, id: u64, already_read: &[u8]) -> Option<Answer> {
+        let target = match process::start_badge(OWN_PROCESS, CARRIED) {
+            Ok(badge) => badge.checked_sub(LISTENER_BADGE_BASE).and_then(|index| usize::try_from(index).ok()),
+            Err(_) => None,
+        };
+        // Itself too: its client already knows the connection.
+        let Some(target) = target.filter(|&target| target < self.listeners.len() && target != listener) else {
+            return Answer::code(error::NOT_A_LISTENER);
+        };
+        let Some(index) = self.connection(listener, id) else {
+            return Answer::code(error::UNKNOWN_CONNECTION);
+        };
+        let id = self.entries[index].id;
+        // Its events still waiting (no `closed`: the connection would be unknown): data
+        // joins what the caller read; `opened` is said anew.
+        let mut data = already_read.to_vec();
+        let mut writable = false;
+        self.listeners[listener].events.retain(|pending| match pending {
+            Pending::Data(of, bytes) if *of == id => {
+                data.extend_from_slice(bytes);
+                false
+            }
+            Pending::Writable(of) if *of == id => {
+                writable = true;
+                false
+            }
+            pending => pending.connection() != id,
+        });
+        let events = &mut self.listeners[target].events;
+        events.push_back(Pending::Opened(id));
+        // At most this one data event waits for the connection, as for any other: no more
+        // is read from it until the new listener's client takes it.
+        let data_pending = !data.is_empty();
+        if data_pending {
+            events.push_back(Pending::Data(id, data));
+        }
+        if writable {
+            events.push_back(Pending::Writable(id));
+        }
+        let entry = &mut self.entries[index];
+        entry.listener = Some(target);
+        entry.data_pending = data_pending;
+        Answer::code(0)
     }
 }
 
@@ -641,10 +702,13 @@ fn main() -> u64 {
         service.arm();
         let message = match answer.take() {
             Some(Answer { code, words, length, listener }) => {
-                let reply = Invocation::return_to(RESUME, code, words).with_string(&out[..length]).resume_into(RESUME);
+                let reply = Invocation::return_to(RESUME, code, words)
+                    .with_string(&out[..length])
+                    .receiving(&[CARRIED.index()])
+                    .resume_into(RESUME);
                 if listener { reply.sending(&[MINTED.index()]) } else { reply }.invoke(received)
             }
-            None => Invocation::return_to(NOTHING, 0, [0; 4]).resume_into(RESUME).invoke(received),
+            None => Invocation::return_to(NOTHING, 0, [0; 4]).receiving(&[CARRIED.index()]).resume_into(RESUME).invoke(received),
         };
         let string = &received[..message.string_length];
         answer = match message.badge {

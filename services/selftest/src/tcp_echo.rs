@@ -8,8 +8,14 @@
 //! times, and closes the connection if the peer still does not read, so that a client
 //! that floods without reading cannot hold the others up.
 //!
-//! Capability registers: 0 console, 2 the network service (badge 0); 3 receives the
-//! listener.
+//! A connection whose data starts with `upper:` is handed over (`net::hand_over`), with
+//! that data, to `tcp-upper` on a private listener made here and sent to it at the start;
+//! first, hand-overs to what is no listener must be refused (`tcp-echo: hand-overs to no
+//! listener refused`), among them one whose capability was carried by an earlier message
+//! (the kernel voids a receive register a message does not fill).
+//!
+//! Capability registers: 0 console, 2 the network service (badge 0), 5 `tcp-upper`; 3
+//! receives the listener, 4 the private listener.
 #![no_std]
 #![no_main]
 
@@ -18,6 +24,10 @@ use user::syscall::{CapReg, Error};
 
 const SERVICE: CapReg = CapReg::new(2);
 const LISTENER: CapReg = CapReg::new(3);
+const PRIVATE: CapReg = CapReg::new(4);
+const UPPER: CapReg = CapReg::new(5);
+/// What a connection sends first to be handed to `tcp-upper`.
+const UPPER_PREFIX: &[u8] = b"upper:";
 const PORT: u16 = 7100;
 /// Offers of the rest of an echo before a connection whose peer does not read is closed.
 const SEND_ATTEMPTS_MAX: usize = 64;
@@ -49,6 +59,96 @@ fn echo(connection: u32, mut data: &[u8]) {
     let _ = net::close(LISTENER, connection);
 }
 
+/// Hand-overs the service must refuse, target first: to its own start capability (badge 0),
+/// to the console, to this listener itself, and to nothing right after a message that
+/// carried the private listener (words only, which the kernel's fast path delivers, and
+/// with a string, which takes its general path). Returns what went wrong.
+fn refusals() -> Result<(), &'static [u8]> {
+    let refused = |result: Result<(), Error>| result == Err(Error::Reply(net::error::NOT_A_LISTENER));
+    if !refused(net::hand_over(LISTENER, 1, SERVICE, b"")) {
+        return Err(b"a hand-over to the service itself");
+    }
+    if !refused(net::hand_over(LISTENER, 1, CapReg::new(user::CONSOLE), b"")) {
+        return Err(b"a hand-over to the console");
+    }
+    if !refused(net::hand_over(LISTENER, 1, LISTENER, b"")) {
+        return Err(b"a hand-over to its own listener");
+    }
+    for already_read in [&b""[..], b"x"] {
+        // A `close` that carries the private listener, then a hand-over that carries nothing.
+        let carried = user::syscall::invoke(user::syscall::Invocation {
+            words: [u64::MAX, 0, 0, 0],
+            send: &[PRIVATE],
+            ..user::syscall::Invocation::call(LISTENER, net::order::CLOSE)
+        });
+        if carried.code != net::error::UNKNOWN_CONNECTION {
+            return Err(b"a close of no connection");
+        }
+        let handed = user::syscall::invoke(user::syscall::Invocation {
+            words: [1, 0, 0, 0],
+            string: already_read,
+            ..user::syscall::Invocation::call(LISTENER, net::order::HAND_OVER)
+        });
+        if handed.code != net::error::NOT_A_LISTENER {
+            return Err(b"a hand-over to an earlier message's capability");
+        }
+    }
+    Ok(())
+}
+
+/// Connections whose first bytes may yet say [`UPPER_PREFIX`], with those bytes: a wait's
+/// buffer may cut an event anywhere. Room for as many as the network service has sockets.
+struct Deciding {
+    connections: [(u32, [u8; UPPER_PREFIX.len()], usize); DECIDING_MAX],
+}
+
+const DECIDING_MAX: usize = 128;
+
+impl Deciding {
+    /// A new connection is deciding, if there is room (else it is echoed).
+    fn open(&mut self, connection: u32) {
+        if let Some(free) = self.connections.iter_mut().find(|(id, ..)| *id == 0) {
+            *free = (connection, [0; UPPER_PREFIX.len()], 0);
+        }
+    }
+
+    fn forget(&mut self, connection: u32) {
+        if let Some(entry) = self.connections.iter_mut().find(|(id, ..)| *id == connection) {
+            entry.0 = 0;
+        }
+    }
+
+    /// Data of `connection`: echoed, handed over with what came before it, or kept until
+    /// its first bytes decide.
+    fn data(&mut self, connection: u32, data: &[u8]) {
+        let Some(entry) = self.connections.iter_mut().find(|(id, ..)| *id == connection) else {
+            echo(connection, data);
+            return;
+        };
+        let (_, first, length) = entry;
+        let taken = data.len().min(first.len() - *length);
+        first[*length..*length + taken].copy_from_slice(&data[..taken]);
+        *length += taken;
+        if *length < first.len() && UPPER_PREFIX.starts_with(&first[..*length]) {
+            return;
+        }
+        let (first, length) = (*first, *length);
+        entry.0 = 0;
+        if first[..length] == *UPPER_PREFIX {
+            let mut already_read = [0u8; net::WAIT_BYTES_MAX + UPPER_PREFIX.len()];
+            let rest = &data[taken..];
+            already_read[..length].copy_from_slice(&first[..length]);
+            already_read[length..length + rest.len()].copy_from_slice(rest);
+            if let Err(error) = net::hand_over(LISTENER, connection, PRIVATE, &already_read[..length + rest.len()]) {
+                report(b"a hand-over", error);
+            }
+        } else {
+            echo(connection, &first[..length]);
+            echo(connection, &data[taken..]);
+        }
+    }
+}
+
 fn main() -> u64 {
     // SAFETY: `main` runs once, on the program's only thread: the only reference.
     let events = unsafe { &mut *core::ptr::addr_of_mut!(EVENTS) };
@@ -56,8 +156,21 @@ fn main() -> u64 {
         report(b"listen on 7100", error);
         return 1;
     }
+    if let Err(error) = net::listen_private(SERVICE, PRIVATE) {
+        report(b"a private listener", error);
+        return 1;
+    }
+    if user::syscall::invoke(user::syscall::Invocation { send: &[PRIVATE], ..user::syscall::Invocation::call(UPPER, 0) }).code != 0 {
+        user::print("tcp-echo: tcp-upper did not take its listener [FAILED]\n");
+        return 1;
+    }
+    match refusals() {
+        Ok(()) => user::print("tcp-echo: hand-overs to no listener refused\n"),
+        Err(what) => user::print_parts(&[b"tcp-echo: ", what, b" was not refused [FAILED]\n"]),
+    }
     user::print("tcp-echo: listening on 7100\n");
     let mut opened: u64 = 0;
+    let mut deciding = Deciding { connections: [(0, [0; UPPER_PREFIX.len()], 0); DECIDING_MAX] };
     loop {
         let length = match net::wait(LISTENER, events) {
             Ok(length) => length,
@@ -69,6 +182,7 @@ fn main() -> u64 {
         for event in net::events(&events[..length]) {
             match event.kind {
                 net::event::OPENED => {
+                    deciding.open(event.connection);
                     opened += 1;
                     // A line now and then: the tests see connections arrive, the console is
                     // not flooded.
@@ -77,8 +191,9 @@ fn main() -> u64 {
                         user::print_parts(&[b"tcp-echo: ", user::decimal(opened, &mut digits), b" connections opened\n"]);
                     }
                 }
-                net::event::DATA => echo(event.connection, event.data),
+                net::event::DATA => deciding.data(event.connection, event.data),
                 net::event::CLOSED => {
+                    deciding.forget(event.connection);
                     let _ = net::close(LISTENER, event.connection);
                 }
                 _ => {}

@@ -9,7 +9,8 @@ use crate::syscall::{CapReg, Error, Invocation, invoke};
 
 /// Orders of the service's start capability (badge 0).
 pub mod order {
-    /// `listen`: word 0 the TCP port; replies with a listener capability (the first
+    /// `listen`: word 0 the TCP port, or 0 for a private listener (no port: it gets only
+    /// connections handed over to it); replies with a listener capability (the first
     /// capability received).
     pub const LISTEN: u64 = 1;
     /// `wait` (a listener): replies with events once there are some.
@@ -18,6 +19,10 @@ pub mod order {
     pub const SEND: u64 = 3;
     /// `close` (a listener): word 0 a connection.
     pub const CLOSE: u64 = 4;
+    /// `hand_over` (a listener): word 0 a connection, the first capability sent the
+    /// listener it moves to, the string bytes that listener gets first (what was read of
+    /// it already).
+    pub const HAND_OVER: u64 = 5;
 }
 
 /// The service's reply codes besides 0 (success). They start at 100, clear of the kernel's
@@ -25,7 +30,7 @@ pub mod order {
 pub mod error {
     /// The order is not one this capability takes.
     pub const BAD_ORDER: u64 = 100;
-    /// The port is 0 or above 65535.
+    /// The port is above 65535.
     pub const BAD_PORT: u64 = 101;
     /// Reserved: a second `listen` on a port returns its listener's capability again.
     pub const PORT_IN_USE: u64 = 102;
@@ -41,6 +46,8 @@ pub mod error {
     pub const INTERNAL: u64 = 106;
     /// `wait`'s buffer (word 0) is shorter than an event header and a byte.
     pub const BUFFER_TOO_SMALL: u64 = 107;
+    /// `hand_over`'s capability is not another listener of this service.
+    pub const NOT_A_LISTENER: u64 = 108;
 }
 
 /// The kinds of event a `wait` returns.
@@ -91,6 +98,30 @@ pub fn listen(service: CapReg, port: u16, into: CapReg) -> Result<(), Error> {
         words: [u64::from(port), 0, 0, 0],
         receive: &[into],
         ..Invocation::call(service, order::LISTEN)
+    })
+    .check()?;
+    Ok(())
+}
+
+/// Opens a private listener (no port: it gets only connections handed over to it, by
+/// [`hand_over`]) through the service's start capability `service`; its capability lands in
+/// `into`.
+pub fn listen_private(service: CapReg, into: CapReg) -> Result<(), Error> {
+    invoke(Invocation { receive: &[into], ..Invocation::call(service, order::LISTEN) }).check()?;
+    Ok(())
+}
+
+/// Moves `connection` from `listener` to the listener `to` (a capability of the same
+/// service): `to`'s holder gets it as opened, with `already_read` as its first data (what
+/// the caller read of it; up to 4096 bytes), then whatever else it sends. The caller's
+/// listener knows it no more. A front end reads a connection's first request and hands it
+/// to the server it names.
+pub fn hand_over(listener: CapReg, connection: u32, to: CapReg, already_read: &[u8]) -> Result<(), Error> {
+    invoke(Invocation {
+        words: [u64::from(connection), 0, 0, 0],
+        send: &[to],
+        string: already_read,
+        ..Invocation::call(listener, order::HAND_OVER)
     })
     .check()?;
     Ok(())
