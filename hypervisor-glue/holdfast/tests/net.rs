@@ -5,9 +5,10 @@
 //! connections at once are served while a client floods without reading and others hold
 //! connections open without sending; connections that ask for it are handed over, with
 //! what they sent first, to another server (`tcp-upper`, which answers in upper case) on a
-//! private listener, beside others echoed as before, and hand-overs to what is no listener
-//! are refused; after a kill the restarted system serves and hands over new connections
-//! again. Every host socket is on 127.0.0.1.
+//! private listener, beside others echoed as before; connections handed to a private
+//! listener that is then shut are reset; hand-overs to what is no listener, and orders to a
+//! shut one, are refused; after a kill the restarted system serves and hands over new
+//! connections again. Every host socket is on 127.0.0.1.
 
 mod support;
 
@@ -147,18 +148,34 @@ fn upper_session(port: u16, messages: &[&[u8]]) -> Result<(), String> {
     }
 }
 
-/// Hands over `clients` connections at once beside as many echoed ones; panics naming
-/// every one that failed.
+/// A connection `tcp-echo` hands to a private listener and then shuts (its first bytes say
+/// `drop:`): it is reset or closed, and nothing comes back.
+fn dropped_session(port: u16) -> Result<(), String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|error| format!("connect: {error}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(20))).map_err(|error| error.to_string())?;
+    stream.write_all(b"drop: this one").map_err(|error| format!("send: {error}"))?;
+    let mut back = [0u8; 64];
+    match stream.read(&mut back) {
+        Ok(0) => Ok(()),
+        Err(error) if matches!(error.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted) => Ok(()),
+        Ok(count) => Err(format!("a dropped connection got {:?}", String::from_utf8_lossy(&back[..count]))),
+        Err(error) => Err(format!("a dropped connection was neither reset nor closed: {error}")),
+    }
+}
+
+/// Hands over `clients` connections at once to `tcp-upper` and as many to a listener that
+/// is shut, beside as many echoed ones; panics naming every one that failed.
 fn hand_over_concurrently(port: u16, clients: usize, deadline: Instant) {
     let long: &'static [u8] = Box::leak(b"a longer message, ".repeat(200).into_boxed_slice());
     let threads: Vec<_> = (0..clients)
         .map(|_| std::thread::spawn(move || upper_session(port, &[b"upper: handed over", b"and then more", long])))
+        .chain((0..clients).map(|_| std::thread::spawn(move || dropped_session(port))))
         .chain((0..clients).map(|connection| {
             std::thread::spawn(move || echo_session(port, connection * 100, &[100, 5_000], deadline).map(|_| ()))
         }))
         .collect();
     let failures: Vec<_> = threads.into_iter().filter_map(|thread| thread.join().expect("client thread").err()).collect();
-    assert!(failures.is_empty(), "{} of {} connections failed: {failures:#?}", failures.len(), 2 * clients);
+    assert!(failures.is_empty(), "{} of {} connections failed: {failures:#?}", failures.len(), 3 * clients);
 }
 
 /// Echoes on `clients` connections at once; panics naming every one that failed.
@@ -190,7 +207,7 @@ fn several_connections_are_echoed_at_once_while_a_client_floods_and_others_stall
     wait_until_serving(port);
     let started = Instant::now();
     hand_over_concurrently(port, 3, started + ECHO_LIMIT);
-    eprintln!("3 connections handed over and 3 echoed, at once, in {:?}", started.elapsed());
+    eprintln!("3 connections handed over, 3 dropped and 3 echoed, at once, in {:?}", started.elapsed());
 
     // Slowloris: connections that send nothing for a long while, opened in a burst of more
     // than the service keeps listening at a time (it replenishes between frames).

@@ -20,7 +20,9 @@
 //! A connection moves between listeners by `hand_over` (a front end that read a
 //! connection's first request hands it to the server that request names, on a private
 //! listener: one with no port). The target listener comes as a capability, one of this
-//! service's own start capabilities, whose badge `process.start_badge` tells.
+//! service's own start capabilities, whose badge `process.start_badge` tells. A private
+//! listener can be `shut` (its server revoked): its connections are reset and its
+//! capability names nothing, since badges carry the slot's generation.
 //!
 //! Capability registers: 0 console, 1 own process, 2 network device, 3 clock, 4 the waiters
 //! node (slot `i`: the resume capability of listener `i`'s waiting client); made here: 5
@@ -87,9 +89,13 @@ const IDLE_WAKE_MICROSECONDS: u64 = 5_000_000;
 const FRAMES_PER_ROUND_MAX: usize = 64;
 /// The longest frame: an Ethernet header and a 1500-byte payload.
 const FRAME_BYTES_MAX: usize = 1514;
-/// Listener `i`'s capability carries badge `LISTENER_BADGE_BASE + i`; badge 0 is the
-/// service's own start capability, `notification::RESTART_BADGE` its notifications.
+/// Listener `i`'s capability carries badge `LISTENER_BADGE_BASE + i + (g << 8)`, `g` the
+/// listener's generation (a shut listener's slot serves the next private listener under
+/// the next generation, and the old capability names nothing); badge 0 is the service's
+/// own start capability, `notification::RESTART_BADGE` its notifications.
 const LISTENER_BADGE_BASE: u64 = 1;
+const LISTENER_INDEX_BITS: u32 = 8;
+const _: () = assert!(LISTENERS_MAX <= 1 << LISTENER_INDEX_BITS);
 
 /// The heap (smoltcp's sockets and buffers, the event queues), in .bss.
 const HEAP_BYTES: usize = 2 << 20;
@@ -181,6 +187,10 @@ impl Pending {
 struct Listener {
     /// 0: private, it gets only connections handed over to it.
     port: u16,
+    /// Counts the private listeners this slot has held: see [`LISTENER_BADGE_BASE`].
+    generation: u32,
+    /// False once shut (a private listener only), until a `listen` takes the slot again.
+    open: bool,
     events: VecDeque<Pending>,
     /// A client waits: its resume capability is in slot `index` of the waiters node, and
     /// its buffer holds this many bytes.
@@ -551,19 +561,63 @@ impl Service {
             return Answer::code(error::BAD_PORT);
         };
         // A listener on the port already: its capability again (a client that lost it). A
-        // private listener is new at each `listen`.
-        let index = match self.listeners.iter().position(|listener| port != 0 && listener.port == port) {
+        // private listener is new at each `listen`, in a shut one's slot if there is one.
+        let index = match self.listeners.iter().position(|listener| listener.open && port != 0 && listener.port == port) {
             Some(index) => index,
-            None if self.listeners.len() < LISTENERS_MAX => {
-                self.listeners.push(Listener { port, events: VecDeque::new(), waiting: None });
-                self.listeners.len() - 1
-            }
-            None => return Answer::code(error::TOO_MANY_LISTENERS),
+            None => match self.listeners.iter().position(|listener| !listener.open) {
+                Some(index) => {
+                    (self.listeners[index].port, self.listeners[index].open) = (port, true);
+                    index
+                }
+                None if self.listeners.len() < LISTENERS_MAX => {
+                    self.listeners.push(Listener { port, generation: 0, open: true, events: VecDeque::new(), waiting: None });
+                    self.listeners.len() - 1
+                }
+                None => return Answer::code(error::TOO_MANY_LISTENERS),
+            },
         };
-        if process::make_start(OWN_PROCESS, LISTENER_BADGE_BASE + index as u64, MINTED).is_err() {
+        if process::make_start(OWN_PROCESS, self.badge(index), MINTED).is_err() {
             return Answer::code(error::INTERNAL);
         }
         Some(Answer { code: 0, words: [0; 4], length: 0, listener: true })
+    }
+
+    /// The badge of listener `index`'s capability.
+    fn badge(&self, index: usize) -> u64 {
+        LISTENER_BADGE_BASE + index as u64 + (u64::from(self.listeners[index].generation) << LISTENER_INDEX_BITS)
+    }
+
+    /// The open listener a badge names, if any.
+    fn listener_of(&self, badge: u64) -> Option<usize> {
+        let index = usize::try_from(badge.checked_sub(LISTENER_BADGE_BASE)? & ((1 << LISTENER_INDEX_BITS) - 1)).ok()?;
+        let listener = self.listeners.get(index)?;
+        (listener.open && self.badge(index) == badge).then_some(index)
+    }
+
+    /// Shuts private listener `listener`: its connections are reset, its waiting client
+    /// is answered `LISTENER_SHUT`, and its capability names nothing from now on.
+    fn shut(&mut self, listener: usize) -> Option<Answer> {
+        if self.listeners[listener].port != 0 {
+            return Answer::code(error::BAD_ORDER);
+        }
+        for index in 0..self.entries.len() {
+            if self.entries[index].listener == Some(listener) {
+                let handle = self.entries[index].handle;
+                self.socket(handle).abort();
+                let entry = &mut self.entries[index];
+                (entry.listener, entry.id, entry.data_pending, entry.finished, entry.send_blocked) = (None, 0, false, false, false);
+            }
+        }
+        if self.listeners[listener].waiting.take().is_some()
+            && node::swap(WAITERS, listener as u64, CapReg::new(NOTHING), ANSWER).is_ok()
+        {
+            let _ = Invocation::send(ANSWER.index(), error::LISTENER_SHUT, [0; 4]).invoke(&mut []);
+        }
+        let shut = &mut self.listeners[listener];
+        shut.events.clear();
+        shut.open = false;
+        shut.generation = shut.generation.wrapping_add(1);
+        Answer::code(0)
     }
 
     /// The connection `id` of `listener`, open and not finished.
@@ -627,6 +681,7 @@ impl Service {
                 Answer::code(0)
             }
             order::HAND_OVER => self.hand_over(listener, words[0], string),
+            order::SHUT => self.shut(listener),
             _ => Answer::code(error::BAD_ORDER),
         }
     }
@@ -635,12 +690,9 @@ impl Service {
     /// carried: there it is opened anew, its first data `already_read` and what waited for
     /// `listener`, then whatever comes.
     fn hand_over(&mut self, listener: usize, id: u64, already_read: &[u8]) -> Option<Answer> {
-        let target = match process::start_badge(OWN_PROCESS, CARRIED) {
-            Ok(badge) => badge.checked_sub(LISTENER_BADGE_BASE).and_then(|index| usize::try_from(index).ok()),
-            Err(_) => None,
-        };
+        let target = process::start_badge(OWN_PROCESS, CARRIED).ok().and_then(|badge| self.listener_of(badge));
         // Itself too: its client already knows the connection.
-        let Some(target) = target.filter(|&target| target < self.listeners.len() && target != listener) else {
+        let Some(target) = target.filter(|&target| target != listener) else {
             return Answer::code(error::NOT_A_LISTENER);
         };
         let Some(index) = self.connection(listener, id) else {
@@ -722,11 +774,9 @@ fn main() -> u64 {
                 order::LISTEN => service.listen(message.words[0]),
                 _ => Answer::code(error::BAD_ORDER),
             },
-            badge => match usize::try_from(badge - LISTENER_BADGE_BASE) {
-                Ok(listener) if listener < service.listeners.len() => {
-                    service.listener_order(listener, message.code, message.words, string, out)
-                }
-                _ => Answer::code(error::BAD_ORDER),
+            badge => match service.listener_of(badge) {
+                Some(listener) => service.listener_order(listener, message.code, message.words, string, out),
+                None => Answer::code(error::LISTENER_SHUT),
             },
         };
         // A notification (a send) has no one to answer.

@@ -10,12 +10,14 @@
 //!
 //! A connection whose data starts with `upper:` is handed over (`net::hand_over`), with
 //! that data, to `tcp-upper` on a private listener made here and sent to it at the start;
+//! one whose data starts with `drop:` is handed to a private listener that is then shut,
+//! which resets it (a tenant's server revoked);
 //! first, hand-overs to what is no listener must be refused (`tcp-echo: hand-overs to no
 //! listener refused`), among them one whose capability was carried by an earlier message
 //! (the kernel voids a receive register a message does not fill).
 //!
 //! Capability registers: 0 console, 2 the network service (badge 0), 5 `tcp-upper`; 3
-//! receives the listener, 4 the private listener.
+//! receives the listener, 4 the private listener, 6 the dropping one, 7 scratch.
 #![no_std]
 #![no_main]
 
@@ -26,8 +28,13 @@ const SERVICE: CapReg = CapReg::new(2);
 const LISTENER: CapReg = CapReg::new(3);
 const PRIVATE: CapReg = CapReg::new(4);
 const UPPER: CapReg = CapReg::new(5);
+/// A private listener made for each connection that asks to be dropped, and shut.
+const DROP: CapReg = CapReg::new(6);
+const SCRATCH: CapReg = CapReg::new(7);
 /// What a connection sends first to be handed to `tcp-upper`.
 const UPPER_PREFIX: &[u8] = b"upper:";
+/// What a connection sends first to be handed to a private listener that is then shut.
+const DROP_PREFIX: &[u8] = b"drop:";
 const PORT: u16 = 7100;
 /// Offers of the rest of an echo before a connection whose peer does not read is closed.
 const SEND_ATTEMPTS_MAX: usize = 64;
@@ -74,6 +81,23 @@ fn refusals() -> Result<(), &'static [u8]> {
     if !refused(net::hand_over(LISTENER, 1, LISTENER, b"")) {
         return Err(b"a hand-over to its own listener");
     }
+    // A shut listener's capability names nothing, also once its slot serves another.
+    let shut_code = |result: Result<(), Error>| result == Err(Error::Reply(net::error::LISTENER_SHUT));
+    if net::listen_private(SERVICE, SCRATCH).and_then(|()| net::shut(SCRATCH)).is_err() {
+        return Err(b"a private listener's shut");
+    }
+    if !shut_code(net::close(SCRATCH, 1)) || !refused(net::hand_over(LISTENER, 1, SCRATCH, b"")) {
+        return Err(b"an order to a shut listener");
+    }
+    if net::listen_private(SERVICE, DROP).is_err() || net::close(DROP, 1) != Err(Error::Reply(net::error::UNKNOWN_CONNECTION)) {
+        return Err(b"a private listener in a shut one's slot");
+    }
+    if !shut_code(net::close(SCRATCH, 1)) {
+        return Err(b"an order to a shut listener whose slot serves another");
+    }
+    if net::shut(LISTENER) != Err(Error::Reply(net::error::BAD_ORDER)) {
+        return Err(b"a shut of a port's listener");
+    }
     for already_read in [&b""[..], b"x"] {
         // A `close` that carries the private listener, then a hand-over that carries nothing.
         let carried = user::syscall::invoke(user::syscall::Invocation {
@@ -96,19 +120,21 @@ fn refusals() -> Result<(), &'static [u8]> {
     Ok(())
 }
 
-/// Connections whose first bytes may yet say [`UPPER_PREFIX`], with those bytes: a wait's
-/// buffer may cut an event anywhere. Room for as many as the network service has sockets.
+/// Connections whose first bytes may yet say [`UPPER_PREFIX`] or [`DROP_PREFIX`], with
+/// those bytes: a wait's buffer may cut an event anywhere. Room for as many as the network
+/// service has sockets.
 struct Deciding {
-    connections: [(u32, [u8; UPPER_PREFIX.len()], usize); DECIDING_MAX],
+    connections: [(u32, [u8; FIRST_BYTES], usize); DECIDING_MAX],
 }
 
 const DECIDING_MAX: usize = 128;
+const FIRST_BYTES: usize = UPPER_PREFIX.len();
 
 impl Deciding {
     /// A new connection is deciding, if there is room (else it is echoed).
     fn open(&mut self, connection: u32) {
         if let Some(free) = self.connections.iter_mut().find(|(id, ..)| *id == 0) {
-            *free = (connection, [0; UPPER_PREFIX.len()], 0);
+            *free = (connection, [0; FIRST_BYTES], 0);
         }
     }
 
@@ -126,25 +152,37 @@ impl Deciding {
             return;
         };
         let (_, first, length) = entry;
-        let taken = data.len().min(first.len() - *length);
+        let taken = data.len().min(FIRST_BYTES - *length);
         first[*length..*length + taken].copy_from_slice(&data[..taken]);
         *length += taken;
-        if *length < first.len() && UPPER_PREFIX.starts_with(&first[..*length]) {
+        let first = &first[..*length];
+        let undecided = |prefix: &[u8]| first.len() < prefix.len() && prefix.starts_with(first);
+        if undecided(UPPER_PREFIX) || undecided(DROP_PREFIX) {
             return;
         }
-        let (first, length) = (*first, *length);
+        let mut already_read = [0u8; net::WAIT_BYTES_MAX + FIRST_BYTES];
+        let rest = &data[taken..];
+        already_read[..first.len()].copy_from_slice(first);
+        already_read[first.len()..first.len() + rest.len()].copy_from_slice(rest);
+        let already_read = &already_read[..first.len() + rest.len()];
+        let upper = first.starts_with(UPPER_PREFIX);
+        let drop = first.starts_with(DROP_PREFIX);
         entry.0 = 0;
-        if first[..length] == *UPPER_PREFIX {
-            let mut already_read = [0u8; net::WAIT_BYTES_MAX + UPPER_PREFIX.len()];
-            let rest = &data[taken..];
-            already_read[..length].copy_from_slice(&first[..length]);
-            already_read[length..length + rest.len()].copy_from_slice(rest);
-            if let Err(error) = net::hand_over(LISTENER, connection, PRIVATE, &already_read[..length + rest.len()]) {
+        if upper {
+            if let Err(error) = net::hand_over(LISTENER, connection, PRIVATE, already_read) {
                 report(b"a hand-over", error);
             }
+        } else if drop {
+            // Handed over, then its listener shut: the connection is reset. A new private
+            // listener for the next one, in the shut one's slot.
+            let dropped = net::hand_over(LISTENER, connection, DROP, already_read)
+                .and_then(|()| net::shut(DROP))
+                .and_then(|()| net::listen_private(SERVICE, DROP));
+            if let Err(error) = dropped {
+                report(b"a drop", error);
+            }
         } else {
-            echo(connection, &first[..length]);
-            echo(connection, &data[taken..]);
+            echo(connection, already_read);
         }
     }
 }
@@ -170,7 +208,7 @@ fn main() -> u64 {
     }
     user::print("tcp-echo: listening on 7100\n");
     let mut opened: u64 = 0;
-    let mut deciding = Deciding { connections: [(0, [0; UPPER_PREFIX.len()], 0); DECIDING_MAX] };
+    let mut deciding = Deciding { connections: [(0, [0; FIRST_BYTES], 0); DECIDING_MAX] };
     loop {
         let length = match net::wait(LISTENER, events) {
             Ok(length) => length,

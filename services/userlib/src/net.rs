@@ -23,6 +23,8 @@ pub mod order {
     /// listener it moves to, the string bytes that listener gets first (what was read of
     /// it already).
     pub const HAND_OVER: u64 = 5;
+    /// `shut` (a private listener): its connections reset, its capability void from now on.
+    pub const SHUT: u64 = 6;
 }
 
 /// The service's reply codes besides 0 (success). They start at 100, clear of the kernel's
@@ -48,6 +50,9 @@ pub mod error {
     pub const BUFFER_TOO_SMALL: u64 = 107;
     /// `hand_over`'s capability is not another listener of this service.
     pub const NOT_A_LISTENER: u64 = 108;
+    /// The listener was shut: its capability names nothing (also the answer to a `wait`
+    /// that was waiting on it).
+    pub const LISTENER_SHUT: u64 = 109;
 }
 
 /// The kinds of event a `wait` returns.
@@ -124,6 +129,14 @@ pub fn hand_over(listener: CapReg, connection: u32, to: CapReg, already_read: &[
         ..Invocation::call(listener, order::HAND_OVER)
     })
     .check()?;
+    Ok(())
+}
+
+/// Shuts the private listener `listener`: every connection it holds is reset, a `wait` on
+/// it is answered [`error::LISTENER_SHUT`], and so is every later order through its
+/// capability. (A tenant's server revoked: its connections go with it.)
+pub fn shut(listener: CapReg) -> Result<(), Error> {
+    invoke(Invocation::call(listener, order::SHUT)).check()?;
     Ok(())
 }
 
