@@ -376,9 +376,8 @@ fn invoke_general(
 /// process is available: the invoker waits for the reply, and the receiver gets the
 /// words, the badge and `resume`, the invoker's resume capability; its receive registers
 /// are left void. The invoker sends no string, and capabilities (`sends`) only to a
-/// receiver that takes none. `None`, with
-/// nothing changed, whenever the general path would do anything else (refuse, stall,
-/// deliver capabilities, or deliver through a keeper).
+/// receiver that takes none. `None`, with nothing changed, whenever the general path would
+/// do anything else (refuse, stall, deliver capabilities, or deliver through a keeper).
 #[allow(clippy::too_many_arguments)] // what the general path has at hand, unpacked
 fn fast_call(
     objects: &mut Objects,

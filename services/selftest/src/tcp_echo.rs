@@ -9,12 +9,13 @@
 //! that floods without reading cannot hold the others up.
 //!
 //! A connection whose data starts with `upper:` is handed over (`net::hand_over`), with
-//! that data, to `tcp-upper` on a private listener made here and sent to it at the start;
-//! one whose data starts with `drop:` is handed to a private listener that is then shut,
-//! which resets it (a tenant's server revoked);
-//! first, hand-overs to what is no listener must be refused (`tcp-echo: hand-overs to no
-//! listener refused`), among them one whose capability was carried by an earlier message
-//! (the kernel voids a receive register a message does not fill).
+//! that data, to `tcp-upper` on a private listener made here and sent to it at the start.
+//! One whose data starts with `drop:` is handed to a private listener that is then shut,
+//! which resets it (as when a tenant's server is revoked). Before serving, it checks that
+//! hand-overs to what is no listener, and orders to a shut listener, are refused
+//! (`tcp-echo: hand-overs to no listener refused`), among them a hand-over to a capability
+//! an earlier message carried (the kernel voids a receive register a message does not
+//! fill).
 //!
 //! Capability registers: 0 console, 2 the network service (badge 0), 5 `tcp-upper`; 3
 //! receives the listener, 4 the private listener, 6 the dropping one, 7 scratch.
