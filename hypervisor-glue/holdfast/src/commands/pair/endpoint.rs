@@ -33,8 +33,9 @@ struct Inner {
     /// Held while a connection to the primary is being made: one at a time (see
     /// [`connect`]).
     connecting: Mutex<()>,
-    /// Open forwarded connections: their client and primary sides, to close on a switch.
-    connections: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
+    /// Open forwarded connections: the primary each goes to and their client and primary
+    /// sides, to close on a switch away from that primary.
+    connections: Mutex<HashMap<u64, (SocketAddr, TcpStream, TcpStream)>>,
     next_id: AtomicU64,
     forwarded_total: AtomicU64,
 }
@@ -69,12 +70,21 @@ impl Endpoint {
 
     /// Forwards new connections to `target` from now on (holds them, for `None`) and closes
     /// every connection to the old one.
+    ///
+    /// Only those to another primary are closed: a held connection woken here may already
+    /// have reached `target` and registered before the closing starts.
     pub fn switch(&self, target: Option<SocketAddr>) {
         *self.inner.target.lock().expect("endpoint target") = target;
         self.inner.target_changed.notify_all();
-        let open: Vec<(TcpStream, TcpStream)> =
-            self.inner.connections.lock().expect("endpoint connections").drain().map(|(_, pair)| pair).collect();
-        for (client, primary) in open {
+        let open: Vec<(SocketAddr, TcpStream, TcpStream)> = self
+            .inner
+            .connections
+            .lock()
+            .expect("endpoint connections")
+            .extract_if(|_, (to, _, _)| Some(*to) != target)
+            .map(|(_, connection)| connection)
+            .collect();
+        for (_, client, primary) in open {
             let _ = client.shutdown(Shutdown::Both);
             let _ = primary.shutdown(Shutdown::Both);
         }
@@ -124,7 +134,7 @@ fn forward(inner: &Inner, client: TcpStream) {
         if *inner.target.lock().expect("endpoint target") != Some(target) {
             return;
         }
-        connections.insert(id, (client_copy, primary_copy));
+        connections.insert(id, (target, client_copy, primary_copy));
     }
     inner.forwarded_total.fetch_add(1, Ordering::Relaxed);
     let upstream = thread::Builder::new()
@@ -251,6 +261,10 @@ mod tests {
         assert_eq!(ask(&mut first, 1), vec![b'A', 1]);
         assert_eq!(ask(&mut first, 2), vec![b'A', 2]);
         assert_eq!(endpoint.open_connections(), 1);
+
+        // Named again, the primary keeps its connections: only those to another are closed.
+        endpoint.switch(Some(a));
+        assert_eq!(ask(&mut first, 5), vec![b'A', 5]);
 
         endpoint.switch(Some(b));
         first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
