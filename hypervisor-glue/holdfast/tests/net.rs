@@ -121,14 +121,8 @@ fn try_echo(port: u16, connection: usize, sizes: &[usize]) -> Result<Duration, S
     }
 }
 
-/// How long a session waits between the two writes of a message. Longer than the host's
-/// first retransmission of the head, for the sake of QEMU's port forward: it listens with a
-/// backlog of one, so in a burst of connections the host kernel drops a handshake's last
-/// ACK and data sent after it, and answers further SYNs with SYN cookies. A cookie
-/// connection is made from the first segment that gets in and takes its sequence number
-/// as the stream's start: when that was a tail-loss probe of the second write, the first
-/// write's bytes were acknowledged to the client and never delivered (seen in packet
-/// captures of this test: `upp` lost, `er: handed over` delivered).
+/// How long a session waits between the two writes of a message, so that `tcp-echo` sees
+/// the first bytes alone and must keep them until the rest decides.
 const BETWEEN_WRITES: Duration = Duration::from_millis(300);
 
 /// A connection that `tcp-echo` hands over to `tcp-upper` (its first bytes say `upper:`),
@@ -298,8 +292,6 @@ fn after_a_kill_and_a_restart_from_the_store_new_connections_are_echoed() {
     wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "holdfast: restarted from checkpoint");
     // The service was checkpointed with a connection open: it notices the fresh device.
     wait_for_line(&vm.lines, &mut seen, BOOT_LIMIT, "net: the system restarted");
-    // (QEMU's port forward listens with a backlog of 1: of connections made at once, some
-    // wait for the host's SYN retransmission, a second.)
     let started = Instant::now();
     let times = echo_concurrently(port, 4, &SIZES, started + BOOT_LIMIT);
     eprintln!("after the restart, 4 connections at once echoed within {:?} of the restart line, slowest echo {:?}", started.elapsed(), times.iter().max());

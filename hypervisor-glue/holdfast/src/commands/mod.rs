@@ -4,6 +4,7 @@ pub mod accel;
 pub mod bench;
 pub mod checkpoint;
 pub mod control;
+pub mod endpoint;
 pub mod exporter;
 pub mod image;
 pub mod monitor;

@@ -13,6 +13,7 @@ use holdfast_qemu::{Boot, QemuBinary, RunningVm, SelftestVerdict, VmEnding, VmRe
 
 use crate::cli::{BootMethod, RunArguments};
 use crate::commands::accel;
+use crate::commands::endpoint::{self, Endpoint};
 use crate::failure::{Failure, exit_status};
 use crate::paths;
 
@@ -76,6 +77,8 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
     let accelerator = accel::resolve(arguments.accel, &qemu, &image_dir.kernel())?;
 
     let qmp_socket = QmpSocket::claim(arguments.name.as_deref())?;
+    // Lives as long as the VM: it is the clients' way in.
+    let tp1_front = tp1_front(arguments.tp1_port)?;
     if let Some(listen) = arguments.exporter {
         let address = super::exporter::start_beside(listen)?;
         eprintln!("holdfast: exporter on http://{address}/metrics");
@@ -86,7 +89,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
         blkdebug: blkdebug_disks(&arguments)?,
         net_connect: arguments.net_connect.clone(),
         link_connect: None,
-        tp1_port: tp1_port(arguments.tp1_port)?,
+        tp1_port: tp1_front.as_ref().map(|(_, forward)| *forward),
         accelerator,
         memory_mib: arguments.memory_mib,
         qmp_socket: Some(qmp_socket.path.clone()),
@@ -347,26 +350,39 @@ impl Drop for QmpSocket {
     }
 }
 
-/// The host port `--tp1-port` forwards: the one given, or (0 or none given) a free one on
-/// 127.0.0.1, printed so that a client can find it.
+/// The host port `--tp1-port` forwards under libvirt: the one given, or (0 or none given) a
+/// free one on 127.0.0.1, printed so that a client can find it.
 pub(crate) fn tp1_port(asked: Option<u16>) -> Result<Option<u16>, Failure> {
     let Some(asked) = asked else {
         return Ok(None);
     };
-    let port = if asked != 0 {
-        asked
-    } else {
-        // The kernel's choice of a free port; released at once for QEMU to take (another
-        // program could take it first: QEMU then fails to start, and says so).
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
-            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?;
-        listener
-            .local_addr()
-            .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?
-            .port()
-    };
+    let port = if asked != 0 { asked } else { free_port()? };
     eprintln!("holdfast: tp1 port 127.0.0.1:{port}");
     Ok(Some(port))
+}
+
+/// `--tp1-port` under QEMU: the endpoint clients connect to, on the port given or (0 or
+/// none given) a free one, printed; and the port of QEMU's own forward, which only the
+/// endpoint connects to (the endpoint's module says why).
+fn tp1_front(asked: Option<u16>) -> Result<Option<(Endpoint, u16)>, Failure> {
+    let Some(asked) = asked else {
+        return Ok(None);
+    };
+    let listener = std::net::TcpListener::bind(("127.0.0.1", asked))
+        .map_err(|error| Failure::input(format!("cannot listen on 127.0.0.1:{asked} for TP1 clients: {error}")))?;
+    let front = Endpoint::start(listener, endpoint::HOLD_TIME_LIMIT)?;
+    let forward = free_port()?;
+    front.switch(Some(std::net::SocketAddr::from(([127, 0, 0, 1], forward))));
+    eprintln!("holdfast: tp1 port {}", front.address());
+    Ok(Some((front, forward)))
+}
+
+/// The kernel's choice of a free port on 127.0.0.1, released at once for QEMU to take
+/// (another program could take it first: QEMU then fails to start, and says so).
+pub(crate) fn free_port() -> Result<u16, Failure> {
+    let unavailable = |error: std::io::Error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}"));
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(unavailable)?;
+    Ok(listener.local_addr().map_err(unavailable)?.port())
 }
 
 #[cfg(test)]
@@ -406,5 +422,22 @@ mod tests {
         assert_ne!(chosen, 0);
         let both = Cli::try_parse_from(["holdfast", "run", "--tp1-port", "1", "--net-connect", "127.0.0.1:2"]);
         assert!(both.is_err(), "--tp1-port and --net-connect are one device");
+    }
+
+    #[test]
+    fn the_tp1_port_is_an_endpoint_in_front_of_qemus_forward_and_a_taken_one_is_refused() {
+        use std::io::{Read, Write};
+        let (front, forward) = tp1_front(Some(0)).expect("a front").expect("asked for");
+        assert_ne!(front.address().port(), forward);
+        // QEMU's forward, as the VM would listen on it.
+        let qemu = std::net::TcpListener::bind(("127.0.0.1", forward)).expect("the forward's port is free");
+        let mut client = std::net::TcpStream::connect(front.address()).expect("the front listens");
+        client.write_all(b"x").expect("send");
+        let (mut forwarded, _) = qemu.accept().expect("the front connects to the forward");
+        let mut byte = [0u8; 1];
+        forwarded.read_exact(&mut byte).expect("what the client sent");
+        assert_eq!(&byte, b"x");
+        let taken = tp1_front(Some(front.address().port())).err().expect("a taken port is refused");
+        assert!(taken.to_string().contains(&format!("cannot listen on 127.0.0.1:{} for TP1 clients", front.address().port())), "{taken}");
     }
 }

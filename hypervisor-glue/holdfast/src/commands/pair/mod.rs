@@ -5,7 +5,7 @@
 //! - [`supervisor`]: `pair up`, the supervisor: both VMs, the link relay, failure detection,
 //!   fencing and promotion, the client endpoint, the control socket;
 //! - [`relay`]: the link between the VMs, relayed frame by frame and read in passing;
-//! - [`endpoint`]: the client endpoint that follows the primary;
+//! - [`crate::commands::endpoint`]: the client endpoint, switched to each new primary;
 //! - [`detect`]: failure detection without I/O;
 //! - [`state`]: pair.json, the pair's state and history, written durably;
 //! - here: the verbs that ask the running supervisor over its socket (`status`, `failover`,
@@ -15,7 +15,6 @@
 pub mod detach;
 pub mod detect;
 pub mod drill;
-pub mod endpoint;
 pub mod relay;
 pub mod state;
 pub mod supervisor;

@@ -22,7 +22,7 @@ use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Kind, Message, Mode, Rol
 use serde_json::{Value, json};
 
 use super::detect::{self, Action, Episode, NodeHealth, Policy};
-use super::endpoint::Endpoint;
+use crate::commands::endpoint::{self, Endpoint};
 use super::relay::{Link, LinkSettings, Outbox};
 use super::state::{PairState, Promotion, STATE_VERSION, unix_ms_now, utc_text};
 use super::{PairPaths, mode_of};
@@ -283,7 +283,7 @@ pub fn up(arguments: PairUpArguments) -> Result<ExitCode, Failure> {
     let endpoint_listener = TcpListener::bind(("127.0.0.1", arguments.tp1_port)).map_err(|error| {
         Failure::input(format!("cannot listen on 127.0.0.1:{} for the pair's clients: {error}", arguments.tp1_port))
     })?;
-    let endpoint = Endpoint::start(endpoint_listener, super::endpoint::HOLD_TIME_LIMIT)?;
+    let endpoint = Endpoint::start(endpoint_listener, endpoint::HOLD_TIME_LIMIT)?;
     let mut link_ports = [0u16; 2];
     for (index, port) in link_ports.iter_mut().enumerate() {
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -367,7 +367,7 @@ impl Supervisor {
 
     /// Starts node `index`'s VM in its role, on a new TP1 port.
     fn start_node(&mut self, index: usize) -> Result<(), Failure> {
-        let port = free_port()?;
+        let port = crate::commands::run::free_port()?;
         self.nodes[index].tp1_port = port;
         self.nodes[index].launches += 1;
         let spec = self.vm_spec(index);
@@ -1353,9 +1353,3 @@ fn launch_domain(node: &Node, libvirt: &LibvirtDomains, spec: VmSpec, events: Se
     start_result.recv().map_err(|_| Failure::other("the domain's thread ended before the domain started"))?
 }
 
-/// A free port on 127.0.0.1, released for QEMU's forward to take (as `run --tp1-port`).
-fn free_port() -> Result<u16, Failure> {
-    let listener = TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|error| Failure::other(format!("cannot find a free port on 127.0.0.1: {error}")))?;
-    Ok(listener.local_addr()?.port())
-}

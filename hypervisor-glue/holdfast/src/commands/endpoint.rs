@@ -1,13 +1,23 @@
-//! The pair's client endpoint: the TP1 port clients connect to on 127.0.0.1. Each
-//! connection is forwarded to the current primary's own forwarded port; when the primary
-//! changes, the connections to the old one are closed (a client sees its connection end and
-//! reconnects, retrying its transactions by id), and new ones go to the new primary.
+//! The client endpoint: the TP1 port clients connect to on 127.0.0.1, in front of QEMU's
+//! own forward of the guest's port. Each connection is forwarded to the current target,
+//! one connection being made at a time (see [`connect`]).
 //!
-//! While there is no primary that serves (at the start, and from a promotion until the new
-//! primary says it serves), a new connection is held, not refused: it is forwarded as soon
-//! as one does. QEMU's port forward accepts a connection even while the guest does not
-//! listen, and then closes it, so a client sent there early would only go round its
-//! reconnect pause again and again.
+//! `holdfast run --tp1-port` serves its one VM through it. QEMU's forward listens with a
+//! backlog of one: in a burst of clients the host kernel drops a handshake's last ACK and
+//! the data after it, and answers further SYNs with SYN cookies. A cookie connection is
+//! made from the first segment that gets in, and takes its sequence number as the start
+//! of the stream: when that was the retransmission of a client's second write, the bytes
+//! of its first were acknowledged to the client and never reached the guest (seen in
+//! packet captures of tests/net.rs, 1 run in 5). Made one at a time, no connection
+//! overflows that backlog.
+//!
+//! The pair (`holdfast pair up`) switches it to each new primary: the connections to the
+//! old one are closed (a client sees its connection end and reconnects, retrying its
+//! transactions by id), and new ones go to the new primary. While there is no primary
+//! that serves (at the start, and from a promotion until the new primary says it serves),
+//! a new connection is held, not refused: it is forwarded as soon as one does. QEMU's port
+//! forward accepts a connection even while the guest does not listen, and then closes it,
+//! so a client sent there early would only go round its reconnect pause again and again.
 
 use std::collections::HashMap;
 use std::io;
