@@ -247,20 +247,18 @@ impl Accounts {
     }
 
     fn count(&mut self, index: u32, kind: Kind, up: bool) {
-        let chain: [u32; BANKS_MAX] = {
-            let mut chain = [u32::MAX; BANKS_MAX];
-            for (slot, at) in chain.iter_mut().zip(self.chain(index)) {
-                *slot = at;
-            }
-            chain
-        };
-        for at in chain.into_iter().take_while(|&at| at != u32::MAX) {
+        let mut at = index;
+        loop {
             let bank = &mut self.banks[at as usize];
             let counter = match kind {
                 Kind::Page => &mut bank.pages,
                 Kind::Node => &mut bank.nodes,
             };
             *counter = if up { *counter + 1 } else { counter.saturating_sub(1) };
+            if at == PRIME {
+                return;
+            }
+            at = bank.parent;
         }
     }
 
