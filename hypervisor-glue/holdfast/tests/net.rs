@@ -111,12 +111,18 @@ fn try_echo(port: u16, connection: usize, sizes: &[usize]) -> Result<Duration, S
         }
     }
     let elapsed = started.elapsed();
+    close_and_expect_close(&mut stream, "the echo")?;
+    Ok(elapsed)
+}
+
+/// Closes the client's side of `stream` and expects the server to close its own once it
+/// has seen that, with nothing more sent after `last`.
+fn close_and_expect_close(stream: &mut TcpStream, last: &str) -> Result<(), String> {
     stream.shutdown(Shutdown::Write).map_err(|error| error.to_string())?;
-    // The service closes its side once it has seen ours.
     let mut rest = [0u8; 16];
     match stream.read(&mut rest) {
-        Ok(0) => Ok(elapsed),
-        Ok(count) => Err(format!("{count} bytes after the echo")),
+        Ok(0) => Ok(()),
+        Ok(count) => Err(format!("{count} bytes after {last}")),
         Err(error) => Err(format!("waiting for the close: {error}")),
     }
 }
@@ -146,13 +152,7 @@ fn upper_session(port: u16, messages: &[&[u8]]) -> Result<(), String> {
             return Err(format!("sent {:?}, got {:?}", String::from_utf8_lossy(message), String::from_utf8_lossy(&back)));
         }
     }
-    stream.shutdown(Shutdown::Write).map_err(|error| error.to_string())?;
-    let mut rest = [0u8; 16];
-    match stream.read(&mut rest) {
-        Ok(0) => Ok(()),
-        Ok(count) => Err(format!("{count} bytes after the last message")),
-        Err(error) => Err(format!("waiting for the close: {error}")),
-    }
+    close_and_expect_close(&mut stream, "the last message")
 }
 
 /// A connection `tcp-echo` hands to a private listener and then shuts (its first bytes say

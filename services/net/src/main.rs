@@ -458,7 +458,12 @@ impl Service {
                 }
             }
             while spares < LISTEN_SPARES {
-                let free = self.entries.iter().position(|entry| entry.listener.is_none());
+                // Not one aborted whose reset has not gone out yet (it still names its peer):
+                // `listen` would forget the peer, and the reset with it.
+                let sockets = &self.sockets;
+                let free = self.entries.iter().position(|entry| {
+                    entry.listener.is_none() && sockets.get::<tcp::Socket>(entry.handle).remote_endpoint().is_none()
+                });
                 let index = match free {
                     Some(index) => index,
                     None if self.entries.len() < SOCKETS_MAX => {
