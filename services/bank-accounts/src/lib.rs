@@ -246,6 +246,8 @@ impl Accounts {
         Ok(())
     }
 
+    /// Counts an object up or down at bank `index` and every bank above it: [`Self::chain`]'s
+    /// walk, done in place because the chain borrows the banks this changes.
     fn count(&mut self, index: u32, kind: Kind, up: bool) {
         let mut at = index;
         loop {

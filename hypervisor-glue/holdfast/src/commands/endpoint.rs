@@ -86,15 +86,15 @@ impl Endpoint {
     pub fn switch(&self, target: Option<SocketAddr>) {
         *self.inner.target.lock().expect("endpoint target") = target;
         self.inner.target_changed.notify_all();
-        let open: Vec<(SocketAddr, TcpStream, TcpStream)> = self
+        let open: Vec<(TcpStream, TcpStream)> = self
             .inner
             .connections
             .lock()
             .expect("endpoint connections")
             .extract_if(|_, (to, _, _)| Some(*to) != target)
-            .map(|(_, connection)| connection)
+            .map(|(_, (_, client, primary))| (client, primary))
             .collect();
-        for (_, client, primary) in open {
+        for (client, primary) in open {
             let _ = client.shutdown(Shutdown::Both);
             let _ = primary.shutdown(Shutdown::Both);
         }
