@@ -785,8 +785,8 @@ pub struct RunArguments {
     /// bound, and the guest reaches nothing outside QEMU). Without PORT, or with 0, a free
     /// port is chosen at start and printed on stderr (`holdfast: tp1 port 127.0.0.1:N`),
     /// so that several appliances can run side by side; a PORT already taken fails the start.
-    /// Under QEMU, clients reach its forward through an endpoint that connects one at a time
-    /// (docs/net-service.md says why)
+    /// Clients reach QEMU's forward (under --libvirt too) through an endpoint in this process
+    /// that connects one at a time (docs/net-service.md says why)
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "0")]
     pub tp1_port: Option<u16>,
     /// Accelerator

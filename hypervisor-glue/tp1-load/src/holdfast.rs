@@ -61,13 +61,29 @@ impl HoldfastTarget {
         Ok(Some(summary.scale))
     }
 
+    /// A TCP connection to the service, not yet known to be answered.
+    async fn open(&self) -> anyhow::Result<HoldfastSession> {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(self.address))
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to {}: no answer in {CONNECT_TIMEOUT:?}",
+                    self.address
+                )
+            })?
+            .with_context(|| format!("connecting to {}", self.address))?;
+        // Requests are small and each is waited for: Nagle's delay would only add latency.
+        stream.set_nodelay(true)?;
+        Ok(HoldfastSession::new(stream, self.token))
+    }
+
     async fn request_once(
         &self,
         operation: Operation,
         admin_token: bool,
         time_limit: Duration,
     ) -> anyhow::Result<Vec<u8>> {
-        let session = self.connect().await?;
+        let session = self.open().await?;
         let body = tokio::time::timeout(time_limit, session.request(operation, admin_token))
             .await
             .with_context(|| format!("no reply from {} within {time_limit:?}", self.address))?
@@ -87,19 +103,35 @@ impl Target for HoldfastTarget {
         true
     }
 
+    /// A session is ready once the service has answered on it, as a PostgreSQL session is
+    /// once its statements are prepared: a TCP connection alone may be accepted by a port
+    /// forward long before the service sees it, and that wait must not be counted as the
+    /// first transaction's latency. One balance read is the probe; a refused token ends
+    /// here, before the clock starts, instead of in every transaction.
     async fn connect(&self) -> anyhow::Result<HoldfastSession> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(self.address))
-            .await
-            .with_context(|| {
-                format!(
-                    "connecting to {}: no answer in {CONNECT_TIMEOUT:?}",
-                    self.address
-                )
-            })?
-            .with_context(|| format!("connecting to {}", self.address))?;
-        // Requests are small and each is waited for: Nagle's delay would only add latency.
-        stream.set_nodelay(true)?;
-        Ok(HoldfastSession::new(stream, self.token))
+        let session = self.open().await?;
+        let body = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            session.request(Operation::Balance { account: 0 }, false),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "{}: connected, but no answer in {CONNECT_TIMEOUT:?}",
+                self.address
+            )
+        })?
+        .map_err(|error| anyhow::anyhow!("{}: {error}", self.address))?;
+        let reply = Reply::decode(&body).map_err(|error| anyhow::anyhow!("balance: {error}"))?;
+        match reply.status {
+            Status::Ok => Ok(session),
+            Status::BadToken => bail!("{}: the token was refused", self.address),
+            Status::NotLoaded => bail!(
+                "{}: no TP1 data loaded (run holdfast tp1 load first)",
+                self.address
+            ),
+            status => bail!("{}: reading a balance was refused: {status}", self.address),
+        }
     }
 
     async fn load(&self, scale: u32, replace: bool) -> anyhow::Result<()> {
@@ -129,7 +161,7 @@ impl Target for HoldfastTarget {
     }
 
     async fn snapshot(&self) -> anyhow::Result<Snapshot> {
-        let session = self.connect().await?;
+        let session = self.open().await?;
         let session = &session;
         let body = tokio::time::timeout(
             CHECK_REQUEST_TIMEOUT,

@@ -68,7 +68,8 @@ pub trait Target: Send + Sync + 'static {
     /// Whether one session can carry several transactions at once (pipelining).
     fn pipelines(&self) -> bool;
 
-    /// Opens one client session (a connection).
+    /// Opens one client session (a connection), ready: the target has answered on it, so
+    /// that a run's first transactions do not wait for the connection's set-up.
     fn connect(&self) -> impl Future<Output = anyhow::Result<Self::Session>> + Send;
 
     /// Makes fresh TPC-B data at `scale`; refused if data exists and not `replace`.

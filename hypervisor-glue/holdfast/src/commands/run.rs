@@ -350,21 +350,10 @@ impl Drop for QmpSocket {
     }
 }
 
-/// The host port `--tp1-port` forwards under libvirt: the one given, or (0 or none given) a
-/// free one on 127.0.0.1, printed so that a client can find it.
-pub(crate) fn tp1_port(asked: Option<u16>) -> Result<Option<u16>, Failure> {
-    let Some(asked) = asked else {
-        return Ok(None);
-    };
-    let port = if asked != 0 { asked } else { free_port()? };
-    eprintln!("holdfast: tp1 port 127.0.0.1:{port}");
-    Ok(Some(port))
-}
-
-/// `--tp1-port` under QEMU: the endpoint clients connect to, on the port given or (0 or
-/// none given) a free one, printed; and the port of QEMU's own forward, which only the
+/// `--tp1-port`: the endpoint clients connect to, on the port given or (0 or none given) a
+/// free one, printed; and the port of QEMU's own forward (under libvirt too), which only the
 /// endpoint connects to (the endpoint's module says why).
-fn tp1_front(asked: Option<u16>) -> Result<Option<(Endpoint, u16)>, Failure> {
+pub(crate) fn tp1_front(asked: Option<u16>) -> Result<Option<(Endpoint, u16)>, Failure> {
     let Some(asked) = asked else {
         return Ok(None);
     };
@@ -413,13 +402,10 @@ mod tests {
     }
 
     #[test]
-    fn tp1_port_takes_a_port_or_chooses_a_free_one_and_excludes_net_connect() {
+    fn tp1_port_takes_a_port_or_none_and_excludes_net_connect() {
         assert_eq!(run_arguments(&[]).tp1_port, None);
         assert_eq!(run_arguments(&["--tp1-port", "7100"]).tp1_port, Some(7100));
         assert_eq!(run_arguments(&["--tp1-port"]).tp1_port, Some(0));
-        assert_eq!(tp1_port(Some(7100)).ok(), Some(Some(7100)));
-        let chosen = tp1_port(Some(0)).ok().flatten().expect("a free port");
-        assert_ne!(chosen, 0);
         let both = Cli::try_parse_from(["holdfast", "run", "--tp1-port", "1", "--net-connect", "127.0.0.1:2"]);
         assert!(both.is_err(), "--tp1-port and --net-connect are one device");
     }

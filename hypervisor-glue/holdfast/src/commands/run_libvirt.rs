@@ -58,6 +58,9 @@ pub fn run(arguments: &RunArguments, uri: &str) -> Result<ExitCode, Failure> {
         )));
     }
     let control = ControlSocket::claim(arguments.name.as_deref())?;
+    // Lives as long as the domain. libvirtd is on this host (it binds the control socket
+    // above), so QEMU's forward is on this host's 127.0.0.1 too.
+    let tp1_front = run::tp1_front(arguments.tp1_port)?;
     let spec = DomainSpec {
         name: domain_name.clone(),
         emulator: absolute(qemu.path())?,
@@ -67,7 +70,7 @@ pub fn run(arguments: &RunArguments, uri: &str) -> Result<ExitCode, Failure> {
         initial_image: Some(absolute(&image_dir.initial_image())?),
         command_line: run::kernel_command_line(arguments),
         disks: arguments.disks.iter().map(|disk| absolute(disk)).collect::<Result<_, _>>()?,
-        tp1_port: run::tp1_port(arguments.tp1_port)?,
+        tp1_port: tp1_front.as_ref().map(|(_, forward)| *forward),
         control_socket: Some(control.path.clone()),
         replication_link: None,
         qmp_socket: None,
@@ -103,6 +106,7 @@ pub fn run(arguments: &RunArguments, uri: &str) -> Result<ExitCode, Failure> {
         }
     };
     drop(domain);
+    drop(tp1_front);
     drop(control);
     match ending {
         Ending::StopRequested => Ok(ExitCode::SUCCESS),
