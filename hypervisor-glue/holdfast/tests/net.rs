@@ -128,7 +128,8 @@ fn close_and_expect_close(stream: &mut TcpStream, last: &str) -> Result<(), Stri
 }
 
 /// How long a session waits between the two writes of a message, so that `tcp-echo` sees
-/// the first bytes alone and must keep them until the rest decides.
+/// the first bytes alone and must keep them until the rest decides (it says so on its
+/// console, and the first test checks that it did at least once).
 const BETWEEN_WRITES: Duration = Duration::from_millis(300);
 
 /// A connection that `tcp-echo` hands over to `tcp-upper` (its first bytes say `upper:`),
@@ -214,6 +215,9 @@ fn several_connections_are_echoed_at_once_while_a_client_floods_and_others_stall
     wait_until_serving(port);
     let started = Instant::now();
     hand_over_concurrently(port, 3, started + ECHO_LIMIT);
+    // The split writes did what they are for: tcp-echo kept a first `upp` it could not
+    // decide on, and handed it over with the rest.
+    wait_for_line(&vm.lines, &mut seen, ECHO_LIMIT, "tcp-echo: first bytes kept undecided: 1");
     eprintln!("3 connections handed over, 3 dropped and 3 echoed, at once, in {:?}", started.elapsed());
 
     // Slowloris: connections that send nothing for a long while, opened in a burst of more

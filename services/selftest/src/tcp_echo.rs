@@ -126,6 +126,9 @@ fn refusals() -> Result<(), &'static [u8]> {
 /// service has sockets.
 struct Deciding {
     connections: [(u32, [u8; FIRST_BYTES], usize); DECIDING_MAX],
+    /// Connections whose first data was kept because it could not decide yet: the tests
+    /// check that their split writes made this happen at least once.
+    kept_undecided: u64,
 }
 
 const DECIDING_MAX: usize = 128;
@@ -159,6 +162,14 @@ impl Deciding {
         let first = &first[..*length];
         let undecided = |prefix: &[u8]| first.len() < prefix.len() && prefix.starts_with(first);
         if undecided(UPPER_PREFIX) || undecided(DROP_PREFIX) {
+            if first.len() == taken {
+                self.kept_undecided += 1;
+                if self.kept_undecided.is_power_of_two() {
+                    let mut digits = [0u8; 20];
+                    let count = user::decimal(self.kept_undecided, &mut digits);
+                    user::print_parts(&[b"tcp-echo: first bytes kept undecided: ", count, b"\n"]);
+                }
+            }
             return;
         }
         let mut already_read = [0u8; net::WAIT_BYTES_MAX + FIRST_BYTES];
@@ -209,7 +220,7 @@ fn main() -> u64 {
     }
     user::print("tcp-echo: listening on 7100\n");
     let mut opened: u64 = 0;
-    let mut deciding = Deciding { connections: [(0, [0; FIRST_BYTES], 0); DECIDING_MAX] };
+    let mut deciding = Deciding { connections: [(0, [0; FIRST_BYTES], 0); DECIDING_MAX], kept_undecided: 0 };
     loop {
         let length = match net::wait(LISTENER, events) {
             Ok(length) => length,
