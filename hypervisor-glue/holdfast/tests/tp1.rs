@@ -326,14 +326,14 @@ fn summary(appliance: &Appliance, token: &str, ledger: &std::path::Path) -> Stri
 }
 
 /// A store whose log cannot take the TP1 system's first checkpoint is refused at boot,
-/// saying how large a store it needs. Before, that system booted on a 512 MiB store and
+/// saying how large a store it needs. Before, that system booted on a store too small and
 /// served, every checkpoint failed "log full" for good, and `tp1 load` still answered
 /// success: a kill lost everything.
 #[test]
 fn a_store_too_small_for_the_first_checkpoint_is_refused_at_boot() {
     let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
     let store = scratch_dir("tp1-small-store").join("store.img");
-    let format = run_holdfast(&["store", "format", "--size-mib", "512", "--force", store.to_str().expect("UTF-8 path")]);
+    let format = run_holdfast(&["store", "format", "--size-mib", "32", "--force", store.to_str().expect("UTF-8 path")]);
     assert_eq!(format.status, Some(0), "{}", format.transcript());
     let mut command = holdfast();
     command.args(["run", "--accel", "tcg", "--memory-mib", MEMORY_MIB, "--timeout-seconds", "120"]);

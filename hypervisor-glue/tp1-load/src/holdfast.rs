@@ -144,6 +144,9 @@ impl Target for HoldfastTarget {
                 "load refused (busy): data exists (give --replace to load anew) or a load is running"
             ),
             Status::BadToken => bail!("load refused (bad_token): load needs an admin token"),
+            Status::NoSpace => bail!(
+                "load refused (no_space): the TP1 service's space bank cannot hold scale {scale} (its limit is bank 2 in services/tp1-manifest.toml; a smaller scale may fit)"
+            ),
             _ => reply
                 .loaded()
                 .map_err(|error| anyhow::anyhow!("load: {error}")),

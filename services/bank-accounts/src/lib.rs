@@ -22,8 +22,9 @@ mod tests;
 /// Banks that can exist at once, the prime bank included.
 pub const BANKS_MAX: usize = 256;
 /// Objects that can be held from all banks at once: the record table is twice this, so
-/// that a lookup stays short.
-pub const OBJECTS_MAX: usize = 16_384;
+/// that a lookup stays short (3 MiB of records). The TP1 service's database at scale 10 is
+/// 31,800 objects.
+pub const OBJECTS_MAX: usize = 65_536;
 const TABLE_SLOTS: usize = 2 * OBJECTS_MAX;
 /// Destroyed ids kept for reuse, of each kind; beyond this an id is simply not used again.
 pub const FREE_IDS_MAX: usize = 4096;

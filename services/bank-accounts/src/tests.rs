@@ -6,7 +6,12 @@ use std::vec::Vec;
 use super::*;
 
 fn accounts(page_limit: u64, node_limit: u64) -> Box<Accounts> {
-    let mut accounts = Box::new(Accounts::empty());
+    // Made in place: `Box::new(Accounts::empty())` builds its megabytes on the test
+    // thread's stack first.
+    // SAFETY: `Accounts` holds only integers, bools and arrays of them, for which zero bytes
+    // are valid values, and `Accounts::empty()` sets every one to 0 or false: zeroed memory
+    // is that value.
+    let mut accounts = unsafe { Box::<Accounts>::new_zeroed().assume_init() };
     accounts.open_prime(page_limit, node_limit);
     accounts
 }

@@ -3,14 +3,14 @@
 //! (`holdfast vm counters`, `holdfast_tp1_*`).
 //!
 //! Layout: little-endian `u64`s: magic; transactions acknowledged; errors by status code
-//! (9); commits (batches written); commit latency: sum in nanoseconds, then a count per
+//! (10); commits (batches written); commit latency: sum in nanoseconds, then a count per
 //! bucket of [`COMMIT_BUCKETS_SECONDS`] (not cumulative) and one above the last; open
 //! connections.
 
 pub const PAGE_BYTES: usize = 4096;
-const MAGIC: u64 = u64::from_le_bytes(*b"HFTP1CNT");
-/// Status codes 0..=8 of docs/tp1-protocol.md (0, ok, is never counted as an error).
-pub const STATUS_CODES: usize = 9;
+const MAGIC: u64 = u64::from_le_bytes(*b"HFTP1CN2");
+/// Status codes 0..=9 of docs/tp1-protocol.md (0, ok, is never counted as an error).
+pub const STATUS_CODES: usize = 10;
 /// Upper bounds of the commit-latency histogram's buckets.
 pub const COMMIT_BUCKETS_SECONDS: [f64; 11] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0];
 const WORDS: usize = 1 + 1 + STATUS_CODES + 1 + 1 + COMMIT_BUCKETS_SECONDS.len() + 1 + 1;
@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(Counters::decode(&page), Some(counters));
         assert_eq!(Counters::decode(&[0; PAGE_BYTES]), None);
         let mut lines = Vec::new();
-        counters.render(|code| ["ok", "a", "b", "c", "bad_token", "e", "f", "g", "h"][code], |parts, value| {
+        counters.render(|code| ["ok", "a", "b", "c", "bad_token", "e", "f", "g", "h", "i"][code], |parts, value| {
             lines.push(std::format!("{} {value}", parts.concat()));
         });
         let text: String = lines.join("\n");

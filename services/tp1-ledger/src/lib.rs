@@ -11,18 +11,21 @@
 //! the service computes it again from the region as it now is, where the transactions it
 //! had already committed are found by id and answered with their first result.
 //!
-//! Layout (offsets from the region's start; [`REGION_BYTES`] in all):
+//! Layout (offsets from the region's start; [`region_bytes`] of the scale in all, at most
+//! [`REGION_BYTES`]):
 //!
 //! | offset | what |
 //! |---|---|
 //! | 0 | header: magic `u64`, 8 reserved, batch `u64` (the guard), scale `u64`, history count `u64` |
 //! | 4 KiB | branches: [`ROW_BYTES`] each, balance `i64` first |
 //! | 8 KiB | tellers, likewise (10 per branch) |
-//! | 20 KiB | accounts, likewise (100,000 per branch) |
-//! | [`HISTORY_OFFSET`] | history: [`HISTORY_RECORD_BYTES`] each, [`HISTORY_CAPACITY`] of them |
+//! | [`HISTORY_OFFSET`] (20 KiB) | history: [`HISTORY_RECORD_BYTES`] each, [`HISTORY_CAPACITY`] of them |
+//! | [`ACCOUNTS_OFFSET`] | accounts, likewise (100,000 per branch) |
 //!
 //! Rows are as TPC-B sizes them; their filler stays zero. A fresh region is all zeros: not
-//! loaded (no magic), batch 0.
+//! loaded (no magic), batch 0. The accounts come last so that a region for a scale is one
+//! run of pages from the start, as long as the scale needs: the service buys that many
+//! from its bank, and a view of them ([`Ledger::new`]) covers nothing it does not hold.
 #![no_std]
 
 #[cfg(test)]
@@ -51,7 +54,9 @@ pub const HISTORY_CAPACITY: u64 = 1 << 19;
 pub const WRITE_PAGES_MAX: usize = 64;
 pub const WRITE_BYTES_MAX: usize = 4096;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"HFTP1DB1");
+/// The layout's version is in the magic's last byte: 2 since the accounts moved after the
+/// history.
+const MAGIC: u64 = u64::from_le_bytes(*b"HFTP1DB2");
 const MAGIC_OFFSET: u64 = 0;
 /// The guard: the number of batches committed.
 pub const BATCH_OFFSET: u64 = 16;
@@ -60,13 +65,19 @@ const HISTORY_COUNT_OFFSET: u64 = 32;
 const HEADER_END: u64 = 40;
 const BRANCHES_OFFSET: u64 = 4096;
 const TELLERS_OFFSET: u64 = 2 * 4096;
-const ACCOUNTS_OFFSET: u64 = 5 * 4096;
-pub const HISTORY_OFFSET: u64 = page_round(ACCOUNTS_OFFSET + (SCALE_MAX * ACCOUNTS_PER_BRANCH) as u64 * ROW_BYTES);
-pub const REGION_BYTES: u64 = page_round(HISTORY_OFFSET + HISTORY_CAPACITY * HISTORY_RECORD_BYTES);
+pub const HISTORY_OFFSET: u64 = 5 * 4096;
+pub const ACCOUNTS_OFFSET: u64 = page_round(HISTORY_OFFSET + HISTORY_CAPACITY * HISTORY_RECORD_BYTES);
+/// The largest region: the one at [`SCALE_MAX`].
+pub const REGION_BYTES: u64 = region_bytes(SCALE_MAX);
+
+/// The bytes of a region that holds `scale` (whole pages; `scale` at most [`SCALE_MAX`]).
+pub const fn region_bytes(scale: u32) -> u64 {
+    page_round(ACCOUNTS_OFFSET + scale as u64 * ACCOUNTS_PER_BRANCH as u64 * ROW_BYTES)
+}
 /// A piece's header in a journal `write`: address `u64`, length `u16`.
 const PIECE_HEADER_BYTES: usize = 10;
 
-const _: () = assert!(TELLERS_OFFSET + (SCALE_MAX * TELLERS_PER_BRANCH) as u64 * ROW_BYTES <= ACCOUNTS_OFFSET);
+const _: () = assert!(TELLERS_OFFSET + (SCALE_MAX * TELLERS_PER_BRANCH) as u64 * ROW_BYTES <= HISTORY_OFFSET);
 const _: () = assert!(BRANCHES_OFFSET + SCALE_MAX as u64 * ROW_BYTES <= TELLERS_OFFSET);
 
 const fn page_round(bytes: u64) -> u64 {
@@ -179,10 +190,17 @@ pub struct Ledger<'a> {
 }
 
 impl<'a> Ledger<'a> {
-    /// `bytes` must be the whole region.
+    /// `bytes` is the region's start, as much as holds: at least [`region_bytes`]`(0)`
+    /// (header, branches, tellers and history), and a loaded scale counts only if they
+    /// hold its accounts too.
     pub fn new(bytes: &'a [u8]) -> Self {
-        assert_eq!(bytes.len() as u64, REGION_BYTES, "a TP1 region is REGION_BYTES long");
+        assert!(bytes.len() as u64 >= region_bytes(0), "a TP1 region holds at least its history");
         Self { bytes }
+    }
+
+    /// The largest scale the bytes hold.
+    pub fn scale_held(&self) -> u32 {
+        (0..=SCALE_MAX).rev().find(|&scale| region_bytes(scale) <= self.bytes.len() as u64).unwrap_or(0)
     }
 
     fn word(&self, offset: u64) -> u64 {
@@ -211,10 +229,11 @@ impl<'a> Ledger<'a> {
         Guard(u64::from_le_bytes(value))
     }
 
-    /// The scale loaded, 0 if none. A region whose header is damaged reads as not loaded.
+    /// The scale loaded, 0 if none. A region whose header is damaged, or says a scale whose
+    /// accounts the view does not hold, reads as not loaded.
     pub fn scale(&self) -> u32 {
         let scale = self.word(SCALE_OFFSET);
-        if self.word(MAGIC_OFFSET) != MAGIC || scale > u64::from(SCALE_MAX) {
+        if self.word(MAGIC_OFFSET) != MAGIC || scale > u64::from(self.scale_held()) {
             return 0;
         }
         scale as u32
@@ -324,9 +343,10 @@ impl Write {
 pub struct Guard(u64);
 
 /// The write that loads a fresh region at `scale`: its rows are zero already, so only the
-/// header is written (the region's pages are the service's, made when it was).
+/// header is written (the region's pages are fresh from the service's bank: zero). The view
+/// must hold the scale's accounts.
 pub fn load(ledger: &Ledger<'_>, scale: u32, region_address: u64) -> Result<Write, Refusal> {
-    if !(1..=SCALE_MAX).contains(&scale) {
+    if !(1..=SCALE_MAX).contains(&scale) || scale > ledger.scale_held() {
         return Err(Refusal::BadArgument);
     }
     // Before the scale: a load that found the region empty must not reset a region that

@@ -129,7 +129,8 @@ fn limits_agree_with_the_kernel() {
     assert_eq!(WRITE_PAGES_MAX, holdfast_abi::JOURNAL_WRITE_PAGES_MAX);
     assert_eq!(WRITE_BYTES_MAX, holdfast_abi::INVOCATION_STRING_BYTES_MAX);
     const { assert!(REGION_BYTES.is_multiple_of(PAGE_BYTES as u64)) };
-    const { assert!(HISTORY_OFFSET >= 20480 + 1_000_000 * 100) };
+    const { assert!(ACCOUNTS_OFFSET >= HISTORY_OFFSET + HISTORY_CAPACITY * HISTORY_RECORD_BYTES) };
+    const { assert!(REGION_BYTES >= ACCOUNTS_OFFSET + 1_000_000 * 100) };
 }
 
 #[test]
@@ -143,6 +144,24 @@ fn a_fresh_region_is_not_loaded_and_loads_once() {
     assert_eq!(service.ledger().scale(), 2);
     assert_eq!(service.ledger().batch(), 1);
     assert_eq!(service.load(2), Err(Refusal::Busy));
+}
+
+/// The service buys only the pages its scale needs: a view of fewer bytes loads no larger
+/// scale, and a header saying one reads as not loaded rather than reaching past the view.
+#[test]
+fn a_region_holds_the_scales_whose_accounts_it_has_bytes_for() {
+    assert_eq!(region_bytes(SCALE_MAX), REGION_BYTES);
+    assert_eq!(region_bytes(1) - region_bytes(0), (ACCOUNTS_PER_BRANCH as u64 * ROW_BYTES).div_ceil(PAGE_BYTES as u64) * PAGE_BYTES as u64);
+    let mut region = vec![0; region_bytes(1) as usize];
+    assert_eq!(Ledger::new(&region).scale_held(), 1);
+    assert_eq!(load(&Ledger::new(&region), 2, REGION_ADDRESS).err(), Some(Refusal::BadArgument));
+    let write = load(&Ledger::new(&region), 1, REGION_ADDRESS).expect("scale 1 fits");
+    apply(&mut region, &write, REGION_ADDRESS).expect("nothing else writes");
+    assert_eq!(Ledger::new(&region).scale(), 1);
+    // A header that says scale 3 (damage, or a region cut short) is not loaded.
+    region[24..32].copy_from_slice(&3u64.to_le_bytes());
+    assert_eq!(Ledger::new(&region).scale(), 0);
+    assert_eq!(Ledger::new(&region[..region_bytes(0) as usize]).scale_held(), 0);
 }
 
 #[test]

@@ -98,11 +98,14 @@ pub enum Status {
     Busy = 7,
     /// The service failed (its journal refused a commit, ...); the request may be retried.
     Internal = 8,
+    /// A `load` the service's storage cannot hold: its space bank refused the pages the
+    /// scale needs. Nothing was loaded; a smaller scale may fit.
+    NoSpace = 9,
 }
 
 impl Status {
     /// Every status, in code order.
-    pub const ALL: [Status; 9] = [
+    pub const ALL: [Status; 10] = [
         Status::Ok,
         Status::BadVersion,
         Status::BadOpcode,
@@ -112,6 +115,7 @@ impl Status {
         Status::NotLoaded,
         Status::Busy,
         Status::Internal,
+        Status::NoSpace,
     ];
 
     /// The status with this code, if there is one.
@@ -136,6 +140,7 @@ impl Status {
             Status::NotLoaded => "not_loaded",
             Status::Busy => "busy",
             Status::Internal => "internal",
+            Status::NoSpace => "no_space",
         }
     }
 }
@@ -188,7 +193,7 @@ mod tests {
             assert_eq!(usize::from(status.code()), code);
             assert_eq!(Status::from_code(status.code()), Some(*status));
         }
-        for code in 9..=255u8 {
+        for code in Status::ALL.len() as u8..=255 {
             assert_eq!(Status::from_code(code), None);
         }
     }

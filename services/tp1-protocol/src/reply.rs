@@ -547,10 +547,10 @@ mod tests {
         bad[0] = 2;
         assert_eq!(Reply::decode(&bad).err(), Some(ReplyError::BadVersion(2)));
         let mut bad = body.to_vec();
-        bad[1] = 9;
+        bad[1] = 10;
         assert_eq!(
             Reply::decode(&bad).err(),
-            Some(ReplyError::UnknownStatus(9))
+            Some(ReplyError::UnknownStatus(10))
         );
         let mut bad = body.to_vec();
         bad[3] = 1;

@@ -1,10 +1,19 @@
 //! The TP1 service: TPC-B (DebitCredit) transactions from TCP clients, in the wire protocol
 //! of docs/tp1-protocol.md, on port 7100 through the network service's capabilities.
 //!
-//! The database is one region of this program's pages (services/tp1-ledger): the program
-//! reads it, but changes it only through the journal's guarded `write`, so that a restart,
-//! which brings back its registers as the last checkpoint caught them and the region as it
-//! was last committed, never applies a transaction twice (the ledger crate says why).
+//! The database is one region of pages in this program's space (services/tp1-ledger): the
+//! program reads it, but changes it only through the journal's guarded `write`, so that a
+//! restart, which brings back its registers as the last checkpoint caught them and the
+//! region as it was last committed, never applies a transaction twice (the ledger crate says
+//! why).
+//!
+//! The region's pages are bought from the service's space bank by the first `load`, as many
+//! as its scale needs (a bank too small for it gets `no_space`), and linked into this
+//! program's space at [`REGION_ADDRESS`]. Before the load writes anything into them the
+//! service waits for a checkpoint that holds them: the journal makes pages durable, not the
+//! purchases, and a commit to pages that a restart would find unsold would be lost with the
+//! region (and could reach whoever bought those pages next). That wait, a second or two, is
+//! the load's; nothing else is served meanwhile.
 //!
 //! One loop: wait for the network's events; decode the requests that arrived on every
 //! connection; answer reads at once; put the transactions of all connections into batches,
@@ -22,8 +31,9 @@
 //! page after each round of work, which the admin service renders for Prometheus.
 //!
 //! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0),
-//! 4 the journal, 5 the clock, 6 the tokens page (read-only), 8 the counters page; 3
-//! receives its listener and 7 its own space.
+//! 4 the journal, 5 the clock, 6 the tokens page (read-only), 8 the counters page, 9 its
+//! space bank, 10 the checkpoint control; 3 receives its listener and 7 its own space; 11
+//! to 14 are working registers for building the region.
 #![no_std]
 #![no_main]
 
@@ -34,7 +44,9 @@ use holdfast_tp1_protocol::{
 };
 use holdfast_userlib::{self as user, net};
 use user::abi::methods::ObjectError;
-use user::interface::{clock, journal, page, process};
+use user::abi::interface::Type;
+use user::bank;
+use user::interface::{checkpoint, clock, identify, journal, node, page, process, space};
 use user::syscall::{CapReg, Error};
 
 const OWN_PROCESS: CapReg = CapReg::new(1);
@@ -45,6 +57,12 @@ const CLOCK: CapReg = CapReg::new(5);
 const TOKENS: CapReg = CapReg::new(6);
 const SPACE: CapReg = CapReg::new(7);
 const COUNTERS: CapReg = CapReg::new(8);
+const BANK: CapReg = CapReg::new(9);
+const CHECKPOINT: CapReg = CapReg::new(10);
+/// The region's tree is walked down alternating these two.
+const WALK: [CapReg; 2] = [CapReg::new(11), CapReg::new(12)];
+const MADE: CapReg = CapReg::new(13);
+const SCRATCH: CapReg = CapReg::new(14);
 const PORT: u16 = 7100;
 
 /// Connections served at once; one more evicts the one that has been quiet longest, if that
@@ -61,11 +79,19 @@ const QUIET_EVICT_US: u64 = 1_000_000;
 /// Attempts at one batch whose guard moved (a restart between computing and writing it).
 const WRITE_ATTEMPTS_MAX: usize = 4;
 
-#[repr(C, align(4096))]
-struct Region([u8; ledger::REGION_BYTES as usize]);
-
-/// The database (see the module comment): written only by the kernel, through the journal.
-static mut REGION: Region = Region([0; ledger::REGION_BYTES as usize]);
+/// Where the region starts in this program's space: slot 1 of its root (height 7), far from
+/// the program (slot 0) and its stack (slot 31). Written only by the kernel, through the
+/// journal.
+const REGION_ADDRESS: u64 = 1 << 42;
+/// The space's height, and the height of the node at [`REGION_ADDRESS`] whose slots the
+/// region's pages fill from below: 4 KiB × 32^3 = 128 MiB holds [`ledger::REGION_BYTES`].
+const SPACE_HEIGHT: u64 = 7;
+const REGION_HEIGHT: u64 = 3;
+const _: () = assert!(ledger::REGION_BYTES <= 4096 << (5 * REGION_HEIGHT));
+const _: () = assert!(REGION_ADDRESS.is_multiple_of(4096 << (5 * (SPACE_HEIGHT - 1))));
+/// How long a load waits for the checkpoint that holds the region's new pages.
+const REGION_CHECKPOINT_US_MAX: u64 = 60_000_000;
+const PAGE_BYTES: u64 = ledger::PAGE_BYTES as u64;
 
 /// The id index: derived from the history (checkpointed, not journaled).
 static mut INDEX_SLOTS: [u32; ledger::INDEX_SLOTS] = [0; ledger::INDEX_SLOTS];
@@ -116,6 +142,10 @@ struct State {
     events: [u8; net::WAIT_BYTES_MAX],
     now_us: u64,
     counters: Counters,
+    /// The region's pages linked into the space, from its start.
+    region_pages: u64,
+    /// Of those, how many a committed checkpoint holds: the journal writes only to these.
+    region_pages_checkpointed: u64,
 }
 
 impl State {
@@ -145,20 +175,115 @@ impl State {
                 commit_buckets: [0; ledger::counters::COMMIT_BUCKETS_SECONDS.len() + 1],
                 connections_open: 0,
             },
+            region_pages: 0,
+            region_pages_checkpointed: 0,
         }
     }
 }
 
-fn region_address() -> u64 {
-    core::ptr::addr_of!(REGION) as u64
+/// A view of the database, if its pages are there (a load buys them). Made afresh after
+/// every invocation and never held across one: the kernel changes the region during the
+/// journal's `write`.
+fn ledger_view(region_pages: u64) -> Option<Ledger<'static>> {
+    let bytes = region_pages * PAGE_BYTES;
+    if bytes < ledger::region_bytes(0) {
+        return None;
+    }
+    // SAFETY: `build_region` linked `region_pages` pages into this program's space from
+    // REGION_ADDRESS on before it counted them, and nothing unlinks them: the bytes are
+    // mapped and readable. The kernel writes them only during this program's own journal
+    // invocations, none of which happens while the view lives (see above).
+    Some(Ledger::new(unsafe { core::slice::from_raw_parts(REGION_ADDRESS as *const u8, bytes as usize) }))
 }
 
-/// A view of the database. Made afresh after every invocation and never held across one:
-/// the kernel changes the region during the journal's `write`.
-fn ledger_view() -> Ledger<'static> {
-    // SAFETY: REGION is only ever written by the kernel, during this program's own journal
-    // invocations, none of which happens while the view lives (see above).
-    Ledger::new(unsafe { &*core::ptr::addr_of!(REGION.0) })
+/// Why the region could not be made ready for a load.
+enum RegionError {
+    /// The bank refused a page or node: its limit, or the store's.
+    NoSpace,
+    /// Anything else, said on the console.
+    Failed,
+}
+
+/// The space node of height `height` in `parent`'s `slot` into `into`, bought from the
+/// bank and linked if the slot is empty.
+fn node_below(parent: CapReg, slot: u64, height: u64, into: CapReg) -> Result<(), RegionError> {
+    space::fetch(parent, slot, into).map_err(|error| failed(b"fetching a region node", error))?;
+    if identify(into).is_ok_and(|identity| identity.type_code == Type::Space as u64) {
+        return Ok(());
+    }
+    bank::buy_node(BANK, into).map_err(bank_refusal)?;
+    node::make_space(into, height, 0, into).map_err(|error| failed(b"make_space", error))?;
+    space::swap(parent, slot, into, SCRATCH).map_err(|error| failed(b"linking a region node", error))
+}
+
+fn bank_refusal(error: Error) -> RegionError {
+    match error {
+        Error::Reply(bank::refusal::LIMIT_REACHED | bank::refusal::STORE_FULL | bank::refusal::TOO_MANY_OBJECTS) => {
+            RegionError::NoSpace
+        }
+        error => failed(b"buying the region", error),
+    }
+}
+
+fn failed(what: &[u8], error: Error) -> RegionError {
+    report(what, error_code(error));
+    RegionError::Failed
+}
+
+impl State {
+    /// Buys and links the region's pages up to `pages`, counting each once linked, so that a
+    /// refusal part way keeps what was bought for the next try.
+    fn build_region(&mut self, pages: u64) -> Result<(), RegionError> {
+        let slot = |page: u64, height: u64| (page >> (5 * (height - 1))) & 31;
+        while self.region_pages < pages {
+            // Down to the height-1 node of the next page, making what is missing.
+            node_below(SPACE, user::space::slot(SPACE_HEIGHT, REGION_ADDRESS), SPACE_HEIGHT - 1, WALK[0])?;
+            let mut at = WALK[0];
+            for height in (1..SPACE_HEIGHT - 1).rev() {
+                let into = WALK[(SPACE_HEIGHT - 1 - height) as usize % 2];
+                let within = if height >= REGION_HEIGHT { 0 } else { slot(self.region_pages, height + 1) };
+                node_below(at, within, height, into)?;
+                at = into;
+            }
+            while self.region_pages < pages {
+                bank::buy_page(BANK, MADE).map_err(bank_refusal)?;
+                space::swap(at, slot(self.region_pages, 1), MADE, SCRATCH)
+                    .map_err(|error| failed(b"linking a region page", error))?;
+                self.region_pages += 1;
+                if self.region_pages.is_multiple_of(32) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until a committed checkpoint holds every linked page: two commits after this
+    /// asks for one, since one under way may have taken its snapshot before the last page.
+    fn checkpoint_region(&mut self) -> Result<(), RegionError> {
+        if self.region_pages_checkpointed == self.region_pages {
+            return Ok(());
+        }
+        let started_us = clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000);
+        let first = checkpoint::status(CHECKPOINT).map_err(|error| failed(b"checkpoint status", error))?.generation;
+        let mut asked_for = first;
+        loop {
+            let generation = checkpoint::status(CHECKPOINT).map_err(|error| failed(b"checkpoint status", error))?.generation;
+            if generation >= first + 2 {
+                self.region_pages_checkpointed = self.region_pages;
+                return Ok(());
+            }
+            if generation == asked_for {
+                checkpoint::take(CHECKPOINT).map_err(|error| failed(b"checkpoint take", error))?;
+                asked_for = generation + 1;
+            }
+            let now_us = clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000);
+            if now_us.saturating_sub(started_us) > REGION_CHECKPOINT_US_MAX {
+                user::print("tp1: no checkpoint took the region's pages within 60 s (is the store large enough?)\n");
+                return Err(RegionError::Failed);
+            }
+        }
+    }
 }
 
 fn index() -> Index<'static> {
@@ -320,7 +445,13 @@ impl State {
         if !self.token_valid(&request.token, request.admin_token || needs_admin) || (needs_admin && !request.admin_token) {
             return self.reply(slot, connection, id, &ReplyPayload::Error(Status::BadToken));
         }
-        let view = ledger_view();
+        let Some(view) = ledger_view(self.region_pages) else {
+            let payload = match request.operation {
+                Operation::Load { scale: wanted, .. } => self.load(wanted),
+                _ => ReplyPayload::Error(Status::NotLoaded),
+            };
+            return self.reply(slot, connection, id, &payload);
+        };
         let scale = view.scale();
         match request.operation {
             Operation::Transaction(transaction) => {
@@ -392,26 +523,38 @@ impl State {
                 self.reply(slot, connection, id, &ReplyPayload::History { records: &records[..count] });
             }
             Operation::Load { scale: wanted, replace: _ } => {
-                // Replacing loaded data is refused (busy): a store holds one database;
-                // format a fresh store for a fresh one.
-                let payload = match ledger::load(&view, wanted, region_address()) {
-                    Err(refusal) => ReplyPayload::Error(status_of(refusal)),
-                    Ok(write) => match journal::write(
-                        JOURNAL,
-                        SPACE,
-                        region_address() + write.guard_offset,
-                        write.guard_expected,
-                        write.pieces(),
-                    ) {
-                        Ok(_) => ReplyPayload::Loaded,
-                        Err(Error::Object(ObjectError::Changed)) => ReplyPayload::Error(Status::Busy),
-                        Err(error) => {
-                            report(b"journal write (load)", error_code(error));
-                            ReplyPayload::Error(Status::Internal)
-                        }
-                    },
-                };
+                let payload = if scale != 0 { ReplyPayload::Error(Status::Busy) } else { self.load(wanted) };
                 self.reply(slot, connection, id, &payload);
+            }
+        }
+    }
+
+    /// A load: the region's pages for `scale` bought and checkpointed if they are not yet,
+    /// then its header written. Replacing loaded data is refused (busy): a store holds one
+    /// database; format a fresh store for a fresh one.
+    fn load(&mut self, scale: u32) -> ReplyPayload<'static> {
+        if !(1..=ledger::SCALE_MAX).contains(&scale) {
+            return ReplyPayload::Error(Status::BadArgument);
+        }
+        let ready = self.build_region(ledger::region_bytes(scale) / PAGE_BYTES).and_then(|()| self.checkpoint_region());
+        match ready {
+            Ok(()) => {}
+            Err(RegionError::NoSpace) => return ReplyPayload::Error(Status::NoSpace),
+            Err(RegionError::Failed) => return ReplyPayload::Error(Status::Internal),
+        }
+        let Some(view) = ledger_view(self.region_pages) else {
+            return ReplyPayload::Error(Status::Internal);
+        };
+        let write = match ledger::load(&view, scale, REGION_ADDRESS) {
+            Ok(write) => write,
+            Err(refusal) => return ReplyPayload::Error(status_of(refusal)),
+        };
+        match journal::write(JOURNAL, SPACE, REGION_ADDRESS + write.guard_offset, write.guard_expected, write.pieces()) {
+            Ok(_) => ReplyPayload::Loaded,
+            Err(Error::Object(ObjectError::Changed)) => ReplyPayload::Error(Status::Busy),
+            Err(error) => {
+                report(b"journal write (load)", error_code(error));
+                ReplyPayload::Error(Status::Internal)
             }
         }
     }
@@ -425,7 +568,14 @@ impl State {
             let mut outcomes = [Err(Status::Internal); 64];
             let mut taken = 0;
             let write = {
-                let view = ledger_view();
+                let Some(view) = ledger_view(self.region_pages) else {
+                    for position in start..self.pending_count {
+                        let pending = self.pending[position];
+                        let payload = ReplyPayload::Error(Status::NotLoaded);
+                        self.reply(usize::from(pending.slot), pending.connection, pending.request_id, &payload);
+                    }
+                    break;
+                };
                 let mut index = index();
                 let guard = index.catch_up(&view);
                 let mut batch = Batch::new(&view, guard, self.now_us);
@@ -447,14 +597,14 @@ impl State {
                         break;
                     }
                 }
-                (!batch.is_empty()).then(|| batch.write(region_address()))
+                (!batch.is_empty()).then(|| batch.write(REGION_ADDRESS))
             };
             if let Some(write) = write {
                 let before = clock::now(CLOCK).map_or(0, |now| now.nanoseconds);
                 let written = journal::write(
                     JOURNAL,
                     SPACE,
-                    region_address() + write.guard_offset,
+                    REGION_ADDRESS + write.guard_offset,
                     write.guard_expected,
                     write.pieces(),
                 );
