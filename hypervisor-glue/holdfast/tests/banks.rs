@@ -219,7 +219,8 @@ fn banks_sell_within_limits_destroy_all_they_sold_and_come_back_after_a_kill() {
     support::kill_and_wait(&name, vm);
 }
 
-/// A full store (services/store-full-manifest.toml on 16 MiB): the bank's buyer gets
+/// A full store (services/store-full-manifest.toml on 48 MiB: the least its first checkpoint
+/// fits, with the space bank's 3 MiB of accounts): the bank's buyer gets
 /// `STORE_FULL` once the range has no page id left, then `exhausted` for the process the
 /// checkpoint directory could not name, and checkpoints go on committing afterwards (none
 /// fails: `wait_for` fails on "checkpoint failed").
@@ -228,7 +229,7 @@ fn a_full_store_refuses_pages_and_processes_and_checkpoints_go_on() {
     let image_dir = build_image("store-full-image", Some(&source_dir().join("services/store-full-manifest.toml")));
     let store = scratch_dir("store-full").join("store.img");
     let store = store.to_str().expect("UTF-8 path");
-    let format = run_holdfast(&["store", "format", "--size-mib", "16", "--force", store]);
+    let format = run_holdfast(&["store", "format", "--size-mib", "48", "--force", store]);
     assert_eq!(format.status, Some(0), "{}", format.transcript());
     let name = format!("store-full-{}", std::process::id());
     let vm = spawn_reading_lines(

@@ -16,7 +16,9 @@
 //!   transactions with the same ids; `check` passes after every ten kills and at the end:
 //!   every acknowledged transaction is in history once, none was applied twice, and the
 //!   sums agree;
-//! - scale 10 (1,000,000 accounts) loads in under a minute and passes `check` after load.
+//! - scale 10 (1,000,000 accounts) loads in under a minute and passes `check` after load;
+//!   a load that the service's space bank cannot hold is refused as `no_space`, nothing
+//!   loaded, and the service goes on.
 
 mod support;
 
@@ -88,7 +90,10 @@ struct Appliance {
 
 impl Appliance {
     fn new(test: &str) -> Self {
-        let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
+        Self::of_image(test, build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml"))))
+    }
+
+    fn of_image(test: &str, image_dir: PathBuf) -> Self {
         let directory = scratch_dir(test);
         let store = directory.join("store.img");
         let format = run_holdfast(&["store", "format", "--size-mib", STORE_MIB, store.to_str().expect("UTF-8 path")]);
@@ -513,5 +518,29 @@ fn scale_10_loads_in_under_a_minute() {
     let line = summary(&appliance, &admin, &ledger);
     assert!(line.contains("scale 10"), "{line}");
     println!("tp1 scale 10: loaded in {:.1} s; {line}", took.as_secs_f64());
+    appliance.kill();
+}
+
+/// The database's pages come from the TP1 service's space bank at load (bank 2 of the
+/// manifest, which holds scale 10). Here that bank holds 4,096 pages and scale 1 needs
+/// 8,847: the load is refused as `no_space`, saying so, nothing is loaded, and the service
+/// still answers.
+#[test]
+fn a_load_its_bank_cannot_hold_is_refused_as_no_space_and_the_service_goes_on() {
+    let manifest = std::fs::read_to_string(source_dir().join("services/tp1-manifest.toml")).expect("the TP1 manifest");
+    let small = manifest.replace("1 = { number = [32768, 2048] }", "1 = { number = [4096, 2048] }");
+    assert_ne!(small, manifest, "the TP1 manifest no longer gives bank 2 as this test expects");
+    let small_manifest = scratch_dir("tp1-small-bank-manifest").join("tp1-small-bank.toml");
+    std::fs::write(&small_manifest, small).expect("write the manifest");
+    let mut appliance = Appliance::of_image("tp1-small-bank", build_image("tp1-small-bank-image", Some(&small_manifest)));
+    appliance.start();
+    let ledger = scratch_dir("tp1-small-bank-ledger");
+    let admin = mint(&appliance, "root", true);
+    let refused = appliance.tp1(&["load", "--scale", "1"], &admin, &ledger);
+    assert_eq!(refused.status, Some(3), "{}", refused.transcript());
+    assert!(refused.stderr.contains("load refused (no_space)"), "{}", refused.transcript());
+    let check = appliance.tp1(&["check"], &admin, &ledger);
+    assert_eq!(check.status, Some(3), "{}", check.transcript());
+    assert!(check.stderr.contains("no TP1 data loaded"), "{}", check.transcript());
     appliance.kill();
 }

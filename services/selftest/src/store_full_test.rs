@@ -1,5 +1,5 @@
 //! A full store (hypervisor-glue/holdfast/tests/banks.rs, manifest
-//! services/store-full-manifest.toml, on a 16 MiB store): a bank whose limits are beyond
+//! services/store-full-manifest.toml, on a 48 MiB store): a bank whose limits are beyond
 //! the store sells pages until the kernel's range has no page id left, and then refuses
 //! with `STORE_FULL`, a code of its own, not a kernel failure. With no page id left, the
 //! processes the bank sells stop where the checkpoint directory would need another page
@@ -20,7 +20,7 @@ use holdfast_userlib::{self as user};
 
 const BANK: CapReg = CapReg::new(2);
 const OBJECT: CapReg = CapReg::new(3);
-/// More than a 16 MiB store holds of either: a bank that never refuses is a failure.
+/// More than a 48 MiB store holds of either: a bank that never refuses is a failure.
 const PURCHASES_MAX: u64 = 100_000;
 /// Processes the checkpoint directory's first page names.
 const DIRECTORY_PAGE_PROCESSES: u64 = 84;
