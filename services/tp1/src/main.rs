@@ -83,12 +83,11 @@ const WRITE_ATTEMPTS_MAX: usize = 4;
 /// the program (slot 0) and its stack (slot 31). Written only by the kernel, through the
 /// journal.
 const REGION_ADDRESS: u64 = 1 << 42;
-/// The space's height, and the height of the node at [`REGION_ADDRESS`] whose slots the
-/// region's pages fill from below: 4 KiB × 32^3 = 128 MiB holds [`ledger::REGION_BYTES`].
+/// The height of the program's space, whose root slot at [`REGION_ADDRESS`] (4 TiB) holds the
+/// whole region and nothing else.
 const SPACE_HEIGHT: u64 = 7;
-const REGION_HEIGHT: u64 = 3;
-const _: () = assert!(ledger::REGION_BYTES <= 4096 << (5 * REGION_HEIGHT));
 const _: () = assert!(REGION_ADDRESS.is_multiple_of(4096 << (5 * (SPACE_HEIGHT - 1))));
+const _: () = assert!(ledger::REGION_BYTES <= 4096 << (5 * (SPACE_HEIGHT - 1)));
 /// How long a load waits for the checkpoint that holds the region's new pages.
 const REGION_CHECKPOINT_US_MAX: u64 = 60_000_000;
 const PAGE_BYTES: u64 = ledger::PAGE_BYTES as u64;
@@ -234,20 +233,17 @@ impl State {
     /// Buys and links the region's pages up to `pages`, counting each once linked, so that a
     /// refusal part way keeps what was bought for the next try.
     fn build_region(&mut self, pages: u64) -> Result<(), RegionError> {
-        let slot = |page: u64, height: u64| (page >> (5 * (height - 1))) & 31;
+        let next_page = |pages: u64| REGION_ADDRESS + pages * PAGE_BYTES;
         while self.region_pages < pages {
             // Down to the height-1 node of the next page, making what is missing.
-            node_below(SPACE, user::space::slot(SPACE_HEIGHT, REGION_ADDRESS), SPACE_HEIGHT - 1, WALK[0])?;
-            let mut at = WALK[0];
-            for height in (1..SPACE_HEIGHT - 1).rev() {
-                let into = WALK[(SPACE_HEIGHT - 1 - height) as usize % 2];
-                let within = if height >= REGION_HEIGHT { 0 } else { slot(self.region_pages, height + 1) };
-                node_below(at, within, height, into)?;
+            let mut at = SPACE;
+            for (height, &into) in (1..SPACE_HEIGHT).rev().zip(WALK.iter().cycle()) {
+                node_below(at, user::space::slot(height + 1, next_page(self.region_pages)), height, into)?;
                 at = into;
             }
             while self.region_pages < pages {
                 bank::buy_page(BANK, MADE).map_err(bank_refusal)?;
-                space::swap(at, slot(self.region_pages, 1), MADE, SCRATCH)
+                space::swap(at, user::space::slot(1, next_page(self.region_pages)), MADE, SCRATCH)
                     .map_err(|error| failed(b"linking a region page", error))?;
                 self.region_pages += 1;
                 if self.region_pages.is_multiple_of(32) {
@@ -264,7 +260,7 @@ impl State {
         if self.region_pages_checkpointed == self.region_pages {
             return Ok(());
         }
-        let started_us = clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000);
+        let started_us = clock_us();
         let first = checkpoint::status(CHECKPOINT).map_err(|error| failed(b"checkpoint status", error))?.generation;
         let mut asked_for = first;
         loop {
@@ -277,8 +273,7 @@ impl State {
                 checkpoint::take(CHECKPOINT).map_err(|error| failed(b"checkpoint take", error))?;
                 asked_for = generation + 1;
             }
-            let now_us = clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000);
-            if now_us.saturating_sub(started_us) > REGION_CHECKPOINT_US_MAX {
+            if clock_us().saturating_sub(started_us) > REGION_CHECKPOINT_US_MAX {
                 user::print("tp1: no checkpoint took the region's pages within 60 s (is the store large enough?)\n");
                 return Err(RegionError::Failed);
             }
@@ -296,6 +291,11 @@ fn index() -> Index<'static> {
             (*core::ptr::addr_of!(STATE)).index_key,
         )
     }
+}
+
+/// The clock's time in microseconds (0 if it does not answer).
+fn clock_us() -> u64 {
+    clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000)
 }
 
 fn report(what: &[u8], code: u64) {
@@ -710,7 +710,7 @@ fn main() -> u64 {
                 return 1;
             }
         };
-        state.now_us = clock::now(CLOCK).map_or(0, |now| now.nanoseconds / 1000);
+        state.now_us = clock_us();
         state.refresh_tokens();
         let events = state.events;
         for event in net::events(&events[..length]) {
