@@ -448,11 +448,14 @@ pub enum Tp1Command {
     )]
     Check(Tp1CheckArguments),
     /// Mint a token for the TP1 service of a running appliance (`holdfast run --name VM` with
-    /// the TP1 manifest): its admin service draws 128 bits from RDRAND, commits them to the
-    /// tokens page through the journal, and the token is printed (32 hexadecimal digits).
-    /// Minting a NAME again revokes its old token.
+    /// the TP1 manifest), or with --tenant for that tenant's own TP1 service: its admin
+    /// service draws 128 bits from RDRAND, commits them to the tokens page through the
+    /// journal, and the token is printed (32 hexadecimal digits). Minting a NAME again (for
+    /// the same tenant) revokes its old token. A tenant's token opens only its database:
+    /// clients use the same port, and the appliance's TP1 service hands their connections
+    /// to the tenant's.
     #[command(
-        after_help = "Exit status: 0 minted, 2 a usage error or no such VM, 3 the appliance refused (its reason is printed)."
+        after_help = "Exit status: 0 minted, 2 a usage error, no such VM, no such tenant or a tenant without a TP1 service, 3 the appliance refused (its reason is printed)."
     )]
     Token(Tp1TokenArguments),
 }
@@ -466,6 +469,9 @@ pub struct Tp1TokenArguments {
     /// An admin token, which may also `load`
     #[arg(long)]
     pub admin: bool,
+    /// For this tenant's own TP1 service (`holdfast tenant create --tp1`)
+    #[arg(long, value_name = "TENANT")]
+    pub tenant: Option<String>,
 }
 
 const TP1_RUN_HELP: &str = "\
@@ -597,9 +603,10 @@ pub enum TenantCommand {
     /// and nodes held against its limits, and their meter's CPU share.
     #[command(after_help = "Exit status: 0 listed, 2 no such VM, 3 the appliance refused (the reason is printed).")]
     List(VmName),
-    /// Revoke tenant NAME: its bank is destroyed, so every forwarder granted to or from it,
-    /// and its capability to the monitor, are void at once; the revocation is committed to
-    /// the audit log through the journal before the reply.
+    /// Revoke tenant NAME: its TP1 tokens are cleared and its TP1 service's connections
+    /// reset, then its bank is destroyed, so its TP1 service and database, every forwarder
+    /// granted to or from it, and its capability to the monitor, are gone at once; the
+    /// revocation is committed to the audit log through the journal before the reply.
     #[command(
         after_help = "Exit status: 0 revoked, 2 a usage error, no such VM or no such tenant, 3 the appliance refused (the reason is printed)."
     )]
@@ -607,14 +614,16 @@ pub enum TenantCommand {
     /// Make tenant NAME: a compartment of the reference monitor with a bank of its own
     /// (below the monitor's) limited to --pages pages and --nodes nodes, and a meter of its
     /// own (below the monitor's meter for all tenants) that gives what the tenant runs
-    /// --cpu-percent of every 100 ms period and no more. Its creation is
-    /// committed to the audit log before the reply; the command then has checkpoints taken
-    /// and returns once one that holds the tenant has committed, so that a tenant it
-    /// reports made survives any crash.
+    /// --cpu-percent of every 100 ms period and no more. With --tp1, a TP1 service of its
+    /// own too, made by the appliance's TP1 constructor on the tenant's bank and meter, with
+    /// a database of its own (`holdfast tp1 token --tenant NAME`, then `holdfast tp1 load`
+    /// with that token). Its creation is committed to the audit log before the reply; the
+    /// command then has checkpoints taken and returns once one that holds the tenant has
+    /// committed, so that a tenant it reports made survives any crash.
     #[command(
-        after_help = "Exit status: 0 made and durable, 2 a usage error, no such VM or a tenant of that name exists, 3 the appliance refused or no checkpoint committed within 60 s (the reason is printed)."
+        after_help = "Exit status: 0 made and durable, 2 a usage error, no such VM or a tenant of that name exists, 3 the appliance refused (its bank too small for a TP1 service, say) or no checkpoint committed within 60 s (the reason is printed)."
     )]
-    Create(TenantLimitsArguments),
+    Create(TenantCreateArguments),
     /// Set the page and node limits of tenant NAME's bank and its meter's CPU share. A
     /// limit below what the tenant holds stops its purchases of that kind until it holds
     /// less; nothing it holds is taken back. Returns once a checkpoint that holds the new
@@ -642,6 +651,17 @@ pub struct TenantLimitsArguments {
     /// (charged a 10 ms timer tick at a time, so a share below 10 percent gets about a tick)
     #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u64).range(1..=100))]
     pub cpu_percent: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct TenantCreateArguments {
+    #[command(flatten)]
+    pub limits: TenantLimitsArguments,
+    /// Give the tenant a TP1 service and database of its own. The service is a copy of the
+    /// TP1 program's writable memory, about 3,400 pages of the tenant's bank, and its
+    /// database is bought from the same bank when loaded (8,847 pages at scale 1)
+    #[arg(long)]
+    pub tp1: bool,
 }
 
 #[derive(Debug, Args)]

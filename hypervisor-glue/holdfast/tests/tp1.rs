@@ -18,7 +18,10 @@
 //!   sums agree;
 //! - scale 10 (1,000,000 accounts) loads in under a minute and passes `check` after load;
 //!   a load that the service's space bank cannot hold is refused as `no_space`, nothing
-//!   loaded, and the service goes on.
+//!   loaded, and the service goes on;
+//! - tenants made with `--tp1` have a TP1 service and database each, reached through the
+//!   same port by their own tokens only, kept across a kill, and gone with a revocation
+//!   that leaves the other tenant's as it was.
 
 mod support;
 
@@ -333,12 +336,13 @@ fn summary(appliance: &Appliance, token: &str, ledger: &std::path::Path) -> Stri
 /// A store whose log cannot take the TP1 system's first checkpoint is refused at boot,
 /// saying how large a store it needs. Before, that system booted on a store too small and
 /// served, every checkpoint failed "log full" for good, and `tp1 load` still answered
-/// success: a kill lost everything.
+/// success: a kill lost everything. (48 MiB: its home ranges hold the system's pages, about
+/// 8,000; its log, an eighth of it, cannot take them all in one checkpoint.)
 #[test]
 fn a_store_too_small_for_the_first_checkpoint_is_refused_at_boot() {
     let image_dir = build_image("tp1-image", Some(&source_dir().join("services/tp1-manifest.toml")));
     let store = scratch_dir("tp1-small-store").join("store.img");
-    let format = run_holdfast(&["store", "format", "--size-mib", "32", "--force", store.to_str().expect("UTF-8 path")]);
+    let format = run_holdfast(&["store", "format", "--size-mib", "48", "--force", store.to_str().expect("UTF-8 path")]);
     assert_eq!(format.status, Some(0), "{}", format.transcript());
     let mut command = holdfast();
     command.args(["run", "--accel", "tcg", "--memory-mib", MEMORY_MIB, "--timeout-seconds", "120"]);
@@ -542,5 +546,118 @@ fn a_load_its_bank_cannot_hold_is_refused_as_no_space_and_the_service_goes_on() 
     let check = appliance.tp1(&["check"], &admin, &ledger);
     assert_eq!(check.status, Some(3), "{}", check.transcript());
     assert!(check.stderr.contains("no TP1 data loaded"), "{}", check.transcript());
+    appliance.kill();
+}
+
+/// One request on `connection`, a raw client's; the status of its reply.
+fn ask(connection: &mut TcpStream, request_id: u64, token: &str, operation: Operation) -> Status {
+    let token = Token::from_hex(token).expect("a token").0;
+    connection.write_all(&frame(request_id, token, operation, 0)).expect("send a request");
+    let mut decoder = Box::new(ReplyFrameDecoder::for_replies());
+    let mut buffer = [0u8; 8192];
+    loop {
+        let read = connection.read(&mut buffer).expect("read a reply");
+        assert!(read > 0, "the connection was closed before the reply to request {request_id}");
+        let mut input = &buffer[..read];
+        if let Some(body) = decoder.decode(&mut input).expect("a well framed reply") {
+            let reply = Reply::decode(body).expect("a reply");
+            assert_eq!(reply.request_id, request_id);
+            return reply.status;
+        }
+    }
+}
+
+fn connect(appliance: &Appliance) -> TcpStream {
+    let connection = TcpStream::connect(appliance.address()).expect("connect to the TP1 port");
+    connection.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    connection
+}
+
+fn tenant_token(appliance: &Appliance, tenant: &str, name: &str) -> String {
+    let minted = run_holdfast(&["tp1", "token", &appliance.name, name, "--admin", "--tenant", tenant]);
+    assert_eq!(minted.status, Some(0), "{}", minted.transcript());
+    minted.stdout.trim().to_owned()
+}
+
+/// Issue 17 point 6: a tenant made with `--tp1` has a TP1 service and database of its own,
+/// yielded by the TP1 constructor on its bank and meter. Its tokens reach only its database,
+/// through the appliance's one port; its database survives a kill; revoking it resets its
+/// connections, voids its tokens and destroys its service and pages, and the other tenant
+/// and the appliance's own database see no change.
+#[test]
+fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_they_were() {
+    let mut appliance = Appliance::new("tp1-tenants");
+    appliance.start();
+    let vm = appliance.name.clone();
+    let create = |name: &str, pages: &str| {
+        run_holdfast(&["tenant", "create", &vm, name, "--pages", pages, "--nodes", "2048", "--cpu-percent", "40", "--tp1"])
+    };
+    for name in ["acme", "globex"] {
+        let made = create(name, "20000");
+        assert_eq!(made.status, Some(0), "{}", made.transcript());
+        assert!(made.stdout.contains("its own TP1 service"), "{}", made.transcript());
+    }
+    // A bank too small for the service's copy: refused, saying why, and no tenant left.
+    let tiny = create("tiny", "1000");
+    assert_eq!(tiny.status, Some(3), "{}", tiny.transcript());
+    assert!(tiny.stderr.contains("the tenant's bank cannot hold it"), "{}", tiny.transcript());
+    let unknown = run_holdfast(&["tp1", "token", &vm, "root", "--tenant", "nobody"]);
+    assert_eq!(unknown.status, Some(2), "{}", unknown.transcript());
+
+    let acme = tenant_token(&appliance, "acme", "root");
+    let globex = tenant_token(&appliance, "globex", "root");
+    let own = mint(&appliance, "root", true);
+    let acme_ledger = scratch_dir("tp1-tenants-acme");
+    let loaded = appliance.tp1(&["load", "--scale", "1"], &acme, &acme_ledger);
+    assert_eq!(loaded.status, Some(0), "{}", loaded.transcript());
+    let run = appliance.tp1(&["run", "--clients", "4", "--duration", "3", "--quiet"], &acme, &acme_ledger);
+    assert_eq!(run.status, Some(0), "{}", run.transcript());
+    let acme_before = summary(&appliance, &acme, &acme_ledger);
+    assert!(acme_before.contains("scale 1") && !acme_before.contains(" 0 history records"), "{acme_before}");
+
+    // Each token reaches its own database only: the others are not loaded.
+    for (token, name) in [(&globex, "globex's"), (&own, "the appliance's")] {
+        let mut connection = connect(&appliance);
+        let status = ask(&mut connection, 1, token, Operation::Balance { account: 0 });
+        assert_eq!(status, Status::NotLoaded, "{name} database answered as loaded");
+    }
+    // A connection goes to the service its first request's token names, and stays there: a
+    // request with another owner's token on it is refused.
+    let mut on_acme = connect(&appliance);
+    assert_eq!(ask(&mut on_acme, 1, &acme, Operation::Balance { account: 0 }), Status::Ok);
+    assert_eq!(ask(&mut on_acme, 2, &own, Operation::Balance { account: 0 }), Status::BadToken);
+    assert_eq!(ask(&mut on_acme, 3, &globex, Operation::Balance { account: 0 }), Status::BadToken);
+    let mut on_own = connect(&appliance);
+    assert_eq!(ask(&mut on_own, 1, &own, Operation::Balance { account: 0 }), Status::NotLoaded);
+    assert_eq!(ask(&mut on_own, 2, &acme, Operation::Balance { account: 0 }), Status::BadToken);
+    drop((on_acme, on_own));
+
+    // A kill loses nothing of the tenant's database.
+    appliance.kill();
+    appliance.start();
+    assert_eq!(summary(&appliance, &acme, &acme_ledger), acme_before, "acme's database changed across the kill");
+
+    // globex's database, loaded now, is what revoking acme must leave alone.
+    let globex_ledger = scratch_dir("tp1-tenants-globex");
+    let loaded = appliance.tp1(&["load", "--scale", "1"], &globex, &globex_ledger);
+    assert_eq!(loaded.status, Some(0), "{}", loaded.transcript());
+    let run = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &globex, &globex_ledger);
+    assert_eq!(run.status, Some(0), "{}", run.transcript());
+    let globex_before = summary(&appliance, &globex, &globex_ledger);
+
+    let mut open = connect(&appliance);
+    assert_eq!(ask(&mut open, 1, &acme, Operation::Balance { account: 0 }), Status::Ok);
+    let revoked = run_holdfast(&["tenant", "revoke", &vm, "acme"]);
+    assert_eq!(revoked.status, Some(0), "{}", revoked.transcript());
+    let mut rest = [0u8; 16];
+    assert_eq!(open.read(&mut rest).unwrap_or(0), 0, "acme's open connection outlived its revocation");
+    let mut after = connect(&appliance);
+    assert_eq!(ask(&mut after, 1, &acme, Operation::Balance { account: 0 }), Status::BadToken);
+    let list = run_holdfast(&["tenant", "list", &vm]);
+    assert_eq!(list.status, Some(0), "{}", list.transcript());
+    assert!(list.stdout.starts_with("globex ") && list.stdout.lines().count() == 1, "{}", list.transcript());
+    assert_eq!(summary(&appliance, &globex, &globex_ledger), globex_before, "revoking acme changed globex's database");
+    let run = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &globex, &globex_ledger);
+    assert_eq!(run.status, Some(0), "globex's service stopped committing\n{}", run.transcript());
     appliance.kill();
 }

@@ -10,9 +10,10 @@
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
 //! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `cpu <p>%` (its meter's share; `cpu none` without one) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), then `ok tenants <count>` |
-//! | `tenant create <name> <pages> <nodes> <cpu-percent>` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint |
+//! | `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint. With `tp1`, a TP1 service of its own too: yielded by the TP1 constructor on a bank below the tenant's and on its meter, serving the tenant's tokens on a private listener that the appliance's TP1 service hands their connections to; if it cannot be made the tenant is revoked again and the reply says why |
+//! | `tenant token <tenant> <name> [admin]` | `ok token <32 hex digits>`: as `tp1 token`, for the tenant's own TP1 service (it must have one) |
 //! | `tenant quota <name> <pages> <nodes> <cpu-percent>` | `ok`: new limits for the tenant's bank (a limit below what it holds stops further sales; nothing held is taken back) and a new share for its meter; they persist with the next checkpoint |
-//! | `tenant revoke <name>` | `ok objects <n>`: the tenant's bank destroyed, every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
+//! | `tenant revoke <name>` | `ok objects <n>`: the tenant's TP1 tokens cleared (committed through the journal), its TP1 service's listener shut (its connections reset), its bank destroyed (with its TP1 service and database), every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
 //! | `tenant audit <name>` | the reference monitor's audit records about compartment `<name>`, a line each (`<sequence> boot <b> granted A -> B page`, `holdfast_keysafe_policy::audit::Record::render`), then `ok records <n>`; a record that fails its checks ends the reply with an `error` line naming it |
 //!
 //! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
@@ -20,14 +21,17 @@
 //! page is the tokens page (the journal's guarded `write` writes through it), 6 the TP1
 //! service's counters page (read-only); 7 the clock (its boot count tells a restart); 8 the
 //! reference monitor's control capability (`services/keysafe`), on an appliance with one;
-//! 9 scratch.
+//! 9 scratch; on the TP1 appliance, 10 the TP1 constructor (its tenants' services), 11 the
+//! network service (their private listeners), 12 the TP1 routes node (slot n: tenant n's
+//! listener, which the appliance's TP1 service reads); 13 to 15 working registers.
 #![no_std]
 #![no_main]
 
 use holdfast_userlib as user;
 use holdfast_keysafe_policy::audit::{self, Record};
 use holdfast_tp1_ledger::{counters, tokens};
-use user::interface::{checkpoint, clock, control, journal, page};
+use user::abi::interface::Type;
+use user::interface::{checkpoint, clock, control, identify, journal, node, page};
 use user::syscall::{CapReg, Error};
 
 const CONTROL: CapReg = CapReg::new(1);
@@ -42,6 +46,14 @@ const CLOCK: CapReg = CapReg::new(7);
 const KEYSAFE: CapReg = CapReg::new(8);
 /// Where a capability the admin service does not keep lands.
 const SCRATCH: CapReg = CapReg::new(9);
+const TP1_CONSTRUCTOR: CapReg = CapReg::new(10);
+const NETWORK: CapReg = CapReg::new(11);
+const TP1_ROUTES: CapReg = CapReg::new(12);
+/// A tenant's compartment capability, then its TP1 service's start capability.
+const TENANT: CapReg = CapReg::new(13);
+const TENANT_BANK: CapReg = CapReg::new(14);
+/// A tenant's meter, then its TP1 service's listener.
+const TENANT_METER: CapReg = CapReg::new(15);
 /// Attempts at a token write whose guard moved (a restart between reading the page and
 /// writing it) before giving up.
 const MINT_ATTEMPTS_MAX: usize = 4;
@@ -120,12 +132,27 @@ fn parse_number(text: &[u8]) -> Option<u64> {
 
 fn answer(request: &[u8], reply: &mut Reply) {
     let mut words = request.split(|&byte| byte == b' ').filter(|word| !word.is_empty());
-    // The two requests of six words; every other request has four at most.
+    // The requests of five to seven words; every other request has four at most.
     let mut ahead = words.clone();
-    let first_seven: [Option<&[u8]>; 7] = core::array::from_fn(|_| ahead.next());
-    if let [Some(b"tenant"), Some(verb @ (b"create" | b"quota")), Some(name), Some(pages), Some(nodes), Some(cpu), None] = first_seven {
-        tenant_quota(verb, name, [pages, nodes, cpu], reply);
-        return;
+    let first_eight: [Option<&[u8]>; 8] = core::array::from_fn(|_| ahead.next());
+    match first_eight {
+        [Some(b"tenant"), Some(verb @ (b"create" | b"quota")), Some(name), Some(pages), Some(nodes), Some(cpu), tp1, None]
+            if tp1.is_none() || (verb == b"create" && tp1 == Some(b"tp1")) =>
+        {
+            return tenant_quota(verb, name, [pages, nodes, cpu], tp1.is_some(), reply);
+        }
+        [Some(b"tenant"), Some(b"token"), Some(tenant), Some(name), kind, None, ..] => {
+            let owner = match tenant_number(tenant) {
+                Ok(number) if tenant_listener(number, SCRATCH) => tokens::Owner::Tenant(number),
+                Ok(_) => {
+                    reply.push(b"error tenant ").push(tenant).push(b" has no TP1 service (made without --tp1)\n");
+                    return;
+                }
+                Err(error) => return keysafe_failed(error, tenant, reply),
+            };
+            return token(name, kind, owner, reply);
+        }
+        _ => {}
     }
     match (words.next(), words.next(), words.next(), words.next()) {
         // `failures-since-commit` above 0: checkpoints are failing (and retried at each
@@ -190,46 +217,23 @@ fn answer(request: &[u8], reply: &mut Reply) {
                 }
             }
         }
-        (Some(b"tp1"), Some(b"token"), Some(name), kind) => {
-            let kind = match kind {
-                None => Some(tokens::Kind::Client),
-                Some(b"admin") => Some(tokens::Kind::Admin),
-                Some(_) => None,
-            };
-            match kind.ok_or("the token's kind is 'admin' or nothing").and_then(|kind| mint(name, kind)) {
-                Ok(token) => {
-                    reply.push(b"ok token ");
-                    for byte in token {
-                        const HEX: &[u8; 16] = b"0123456789abcdef";
-                        reply.push(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
-                    }
-                    reply.push(b"\n");
-                }
-                Err(what) => {
-                    reply.error(what.as_bytes());
-                }
-            }
+        (Some(b"tp1"), Some(b"token"), Some(name), kind) if words.next().is_none() => {
+            token(name, kind, tokens::Owner::Appliance, reply);
         }
         (Some(b"tenant"), Some(b"audit"), Some(name), None) => tenant_audit(name, reply),
         (Some(b"tenant"), Some(b"list"), None, None) => tenant_list(reply),
-        (Some(b"tenant"), Some(b"revoke"), Some(name), None) => match user::keysafe::revoke(KEYSAFE, name) {
-            Ok(objects) => {
-                reply.push(b"ok objects ").number(objects).push(b"\n");
-            }
-            Err(error) => {
-                keysafe_failed(error, name, reply);
-            }
-        },
+        (Some(b"tenant"), Some(b"revoke"), Some(name), None) => tenant_revoke(name, reply),
         _ => {
-            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant create <name> <pages> <nodes> <cpu-percent> | tenant quota <name> <pages> <nodes> <cpu-percent> | tenant revoke <name> | tenant audit <name>)");
+            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant create <name> <pages> <nodes> <cpu-percent> [tp1] | tenant quota <name> <pages> <nodes> <cpu-percent> | tenant token <tenant> <name> [admin] | tenant revoke <name> | tenant audit <name>)");
         }
     }
 }
 
-/// `tenant create <name> <pages> <nodes> <cpu-percent>`: a new compartment of the
+/// `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]`: a new compartment of the
 /// reference monitor, its bank of these limits below the monitor's and its meter of that
-/// share; `tenant quota <name> <pages> <nodes> <cpu-percent>`: new ones for a live one.
-fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], reply: &mut Reply) {
+/// share (and its own TP1 service with `tp1`); `tenant quota <name> <pages> <nodes>
+/// <cpu-percent>`: new ones for a live one.
+fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: bool, reply: &mut Reply) {
     let (Some(page_limit), Some(node_limit), Some(cpu_percent)) = (parse_number(pages), parse_number(nodes), parse_number(cpu)) else {
         reply.error(b"the page and node limits and the CPU percent are whole numbers");
         return;
@@ -241,9 +245,15 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], reply
     }
     let quota = user::keysafe::Quota { page_limit, node_limit, cpu_percent };
     let done = if verb == b"create" {
-        // The compartment's capability is for programs of the tenant's own; none runs
-        // yet, so the admin service keeps none (the monitor holds what it needs).
-        user::keysafe::create(KEYSAFE, name, quota, SCRATCH).map(|number| {
+        // The compartment's capability is for programs of the tenant's own: its TP1 service
+        // is made with it; the admin service keeps none (the monitor holds what it needs).
+        user::keysafe::create(KEYSAFE, name, quota, TENANT).map(|number| {
+            if let Err(why) = if tp1 { tenant_tp1(number) } else { Ok(()) } {
+                let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
+                reply.push(b"error the tenant's TP1 service could not be made: ").push(why.as_bytes());
+                reply.push(if revoked { b"; the tenant was revoked again\n" } else { b"; revoke the tenant\n" });
+                return;
+            }
             reply.push(b"ok number ").number(number).push(b"\n");
         })
     } else {
@@ -253,6 +263,80 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], reply
     };
     if let Err(error) = done {
         keysafe_failed(error, name, reply);
+    }
+}
+
+/// Makes tenant `number`'s TP1 service, whose compartment capability is in `TENANT`: an
+/// instance the TP1 constructor yields on a bank below the tenant's and on its meter, given
+/// its private listener and bank, and the listener put in the routes node's slot for the
+/// appliance's TP1 service to hand the tenant's connections to.
+fn tenant_tp1(number: u64) -> Result<(), &'static str> {
+    use user::syscall::{Invocation, invoke};
+    user::keysafe::bank(TENANT, TENANT_BANK).map_err(|_| "the reference monitor gave no bank for it")?;
+    user::keysafe::meter(TENANT, TENANT_METER).map_err(|_| "the reference monitor gave no meter for it")?;
+    user::constructor::yield_process(TP1_CONSTRUCTOR, TENANT_BANK, TENANT_METER, TENANT).map_err(|error| match error {
+        Error::Invocation(user::abi::InvocationError::Void) => "no TP1 constructor on this appliance",
+        Error::Reply(user::constructor::refusal::BANK_REFUSED) => {
+            "the tenant's bank cannot hold it (a TP1 service is about 3,400 pages; its database needs more when loaded)"
+        }
+        _ => "the constructor could not copy the TP1 program",
+    })?;
+    user::net::listen_private(NETWORK, TENANT_METER).map_err(|_| "the network service made no listener for it")?;
+    let configured = invoke(Invocation {
+        words: [number, 0, 0, 0],
+        send: &[TENANT_METER, TENANT_BANK],
+        ..Invocation::call(TENANT, holdfast_tp1_ledger::instance::CONFIGURE)
+    })
+    .check()
+    .and_then(|_| node::swap(TP1_ROUTES, number, TENANT_METER, SCRATCH));
+    if configured.is_err() {
+        let _ = user::net::shut(TENANT_METER);
+        return Err("it refused its configuration");
+    }
+    Ok(())
+}
+
+/// Whether tenant `number` has a TP1 service: its listener, into `into`, if so. Sensed, not
+/// identified: a listener is a start capability, which `identify` would call.
+fn tenant_listener(number: u8, into: CapReg) -> bool {
+    let slot = u64::from(number);
+    node::sense(TP1_ROUTES, slot).is_ok_and(|sensed| sensed.type_code != Type::Void as u64)
+        && node::fetch(TP1_ROUTES, slot, into).is_ok()
+}
+
+/// The compartment number of live tenant `name`.
+fn tenant_number(name: &[u8]) -> Result<u8, Error> {
+    use user::keysafe::{LIST_ENTRY_BYTES, Listed};
+    let mut buffer = [0u8; user::abi::INVOCATION_STRING_BYTES_MAX];
+    let count = user::keysafe::list(KEYSAFE, &mut buffer)?;
+    buffer
+        .chunks_exact(LIST_ENTRY_BYTES)
+        .take(count)
+        .map(|entry| Listed::decode(entry.try_into().expect("an entry")))
+        .find(|listed| listed.name() == name)
+        .map(|listed| listed.number)
+        .ok_or(Error::Reply(user::keysafe::refusal::NO_SUCH_COMPARTMENT))
+}
+
+/// `tenant revoke <name>`: its TP1 tokens cleared first (so nothing routes to it any more),
+/// its TP1 service's listener shut (its connections reset), then the compartment revoked:
+/// its bank destroyed, and with it its TP1 service and database.
+fn tenant_revoke(name: &[u8], reply: &mut Reply) {
+    if let Ok(number) = tenant_number(name) {
+        if let Err(what) = revoke_tokens(tokens::Owner::Tenant(number)) {
+            reply.push(b"error ").push(what.as_bytes()).push(b": the tenant was not revoked\n");
+            return;
+        }
+        if tenant_listener(number, TENANT_METER) {
+            let _ = user::net::shut(TENANT_METER);
+            let _ = node::clear(TP1_ROUTES, u64::from(number));
+        }
+    }
+    match user::keysafe::revoke(KEYSAFE, name) {
+        Ok(objects) => {
+            reply.push(b"ok objects ").number(objects).push(b"\n");
+        }
+        Err(error) => keysafe_failed(error, name, reply),
     }
 }
 
@@ -390,20 +474,68 @@ fn tp1_counters(journal_writes: Option<u64>, reply: &mut Reply) {
     }
 }
 
-/// Mints a token for `name` into the tokens page, committed through the journal's guarded
-/// write: a restart between reading the page and writing it moves the guard, and the write
-/// is made again from the page as it then is, so no token minted meanwhile is overwritten.
-fn mint(name: &[u8], kind: tokens::Kind) -> Result<[u8; 16], &'static str> {
+/// `tp1 token <name> [admin]` and `tenant token <tenant> <name> [admin]`: a new token for
+/// `owner`'s TP1 service.
+fn token(name: &[u8], kind: Option<&[u8]>, owner: tokens::Owner, reply: &mut Reply) {
+    let kind = match kind {
+        None => Some(tokens::Kind::Client),
+        Some(b"admin") => Some(tokens::Kind::Admin),
+        Some(_) => None,
+    };
+    match kind.ok_or("the token's kind is 'admin' or nothing").and_then(|kind| mint(name, kind, owner)) {
+        Ok(token) => {
+            reply.push(b"ok token ");
+            for byte in token {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                reply.push(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
+            }
+            reply.push(b"\n");
+        }
+        Err(what) => {
+            reply.error(what.as_bytes());
+        }
+    }
+}
+
+/// Mints a token for `name` of `owner` into the tokens page.
+fn mint(name: &[u8], kind: tokens::Kind, owner: tokens::Owner) -> Result<[u8; 16], &'static str> {
     let token = random_token()?;
+    let written = write_tokens(|page| {
+        tokens::mint(page, name, kind, owner, token).map(Some).map_err(|error| match error {
+            tokens::MintError::BadName => "a token's name is 1 to 32 printable characters without spaces",
+            tokens::MintError::Full => "every token entry is in use (mint an existing name again to replace its token)",
+            tokens::MintError::BadOwner => "no such tenant",
+        })
+    })?;
+    written.then_some(token).ok_or("the tokens page could not be written")
+}
+
+/// Clears every token of `owner`'s, a write each (none on an appliance without TP1).
+fn revoke_tokens(owner: tokens::Owner) -> Result<(), &'static str> {
+    if identify(TOKENS_PAGE).is_err() {
+        return Ok(());
+    }
+    for _ in 0..tokens::ENTRIES_MAX {
+        if !write_tokens(|page| Ok(tokens::revoke(page, owner)))? {
+            return Ok(());
+        }
+    }
+    Err("the tenant's tokens could not all be cleared")
+}
+
+/// Makes the write `pieces` computes from the tokens page (none: returns false), committed
+/// through the journal's guarded write: a restart between reading the page and writing it
+/// moves the guard, and the write is computed again from the page as it then is, so no
+/// token minted or cleared meanwhile is overwritten.
+fn write_tokens(pieces: impl Fn(&[u8; tokens::PAGE_BYTES]) -> Result<Option<tokens::Pieces>, &'static str>) -> Result<bool, &'static str> {
     for _ in 0..MINT_ATTEMPTS_MAX {
         let mut page = [0u8; tokens::PAGE_BYTES];
         if page::read(TOKENS_PAGE, 0, tokens::PAGE_BYTES as u64, &mut page).is_err() {
             return Err("no TP1 tokens page on this appliance");
         }
-        let pieces = tokens::mint(&page, name, kind, token).map_err(|error| match error {
-            tokens::MintError::BadName => "a token's name is 1 to 32 printable characters without spaces",
-            tokens::MintError::Full => "every token entry is in use (mint an existing name again to replace its token)",
-        })?;
+        let Some(pieces) = pieces(&page)? else {
+            return Ok(false);
+        };
         let mut bytes = [0u8; 2 * (10 + 64)];
         for ((offset, data), piece) in pieces.iter().zip(bytes.chunks_exact_mut(10 + 64)) {
             piece[..8].copy_from_slice(&offset.to_le_bytes());
@@ -411,7 +543,7 @@ fn mint(name: &[u8], kind: tokens::Kind) -> Result<[u8; 16], &'static str> {
             piece[10..].copy_from_slice(data);
         }
         match journal::write(JOURNAL, TOKENS_SPACE, tokens::GUARD_OFFSET, tokens::guard(&page), &bytes) {
-            Ok(_) => return Ok(token),
+            Ok(_) => return Ok(true),
             Err(Error::Object(user::abi::methods::ObjectError::Changed)) => continue,
             Err(_) => return Err("the tokens page could not be committed through the journal"),
         }

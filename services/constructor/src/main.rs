@@ -11,14 +11,21 @@
 //! its start capability. If any purchase fails the bank below is destroyed, and with it all
 //! that was bought.
 //!
+//! A constructor may also give each yielded process its own process capability, in the
+//! registers its holes number's second word names: a program that must name its own space
+//! (the journal's guarded write does) gets it so, since no component could be it.
+//!
 //! Confinement (EROS): a yielded process holds its space (fresh nodes, private or
-//! read-only pages) and the components. It is confined if every component is safe — void,
-//! a number, a read-only page, a weak node or space: nothing through which it could write
-//! or speak — or one of the holes the constructor was built with.
+//! read-only pages), perhaps its own process, and the components. It is confined if every
+//! component is safe — void, a number, a read-only page, a weak node or space: nothing
+//! through which it could write or speak — or one of the holes the constructor was built
+//! with. Its own process is not a component: through it, it reaches only itself.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the template process, 3 the
 //! components (a node: slot i becomes capability register i of each yielded process), 4
-//! the holes (a number: bit i set when register i is a hole), 5 a node for the space walk;
+//! the holes (a number: word 0 bit i set when register i is a hole; word 1 bit i set when
+//! register i gets the yielded process's own process capability instead of slot i), 5 a
+//! node for the space walk;
 //! 6 to 11 and 14 working registers; 12 and 13 the bank and meter a requester sends; 15 the
 //! resume capability.
 #![no_std]
@@ -27,7 +34,7 @@
 use holdfast_userlib::abi::interface::{ObjectError, Type};
 use holdfast_userlib::bank;
 use holdfast_userlib::constructor::{order, refusal};
-use holdfast_userlib::interface::{identify, node, number, page, process};
+use holdfast_userlib::interface::{node, number, page, process};
 use holdfast_userlib::space::TreeCopy;
 use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::{self as user, Invocation};
@@ -54,24 +61,30 @@ const CAPABILITY_REGISTERS: u64 = 16;
 /// `process.read_registers`' answer: the 18 words of `interface.toml`'s `register_file`.
 const REGISTER_FILE_BYTES: usize = 18 * 8;
 
-/// Whether a capability conveys no authority to write or to communicate.
-fn is_safe(register: CapReg) -> bool {
-    let Ok(identity) = identify(register) else {
-        return true; // void, or revoked: void
+/// Whether component `slot` conveys no authority to write or to communicate. Sensed, never
+/// invoked: `identify` would call a start capability, and wait on its process.
+fn is_safe(slot: u64) -> bool {
+    let Ok(sensed) = node::sense(COMPONENTS, slot) else {
+        return false;
     };
-    let code = identity.type_code;
+    let code = sensed.type_code;
     code == Type::Void as u64
         || code == Type::Number as u64
-        || (code == Type::Page as u64 && identity.rights & READ_ONLY != 0)
-        || ((code == Type::Node as u64 || code == Type::Space as u64) && identity.rights & WEAK != 0)
+        || (code == Type::Page as u64 && sensed.rights & READ_ONLY != 0)
+        || ((code == Type::Node as u64 || code == Type::Space as u64) && sensed.rights & WEAK != 0)
+}
+
+/// The holes (word 0) and the registers that get the process's own process (word 1).
+fn holes() -> (u64, u64) {
+    number::value(HOLES).map_or((0, 0), |value| (value.word0, value.word1))
 }
 
 /// The capability registers whose components are neither safe nor holes, as a bitmask.
 fn leaks() -> u64 {
-    let holes = number::value(HOLES).map_or(0, |value| value.word0);
+    let (holes, own_process) = holes();
     (0..CAPABILITY_REGISTERS)
-        .filter(|&register| holes >> register & 1 == 0)
-        .filter(|&register| node::fetch(COMPONENTS, register, SCRATCH).is_err() || !is_safe(SCRATCH))
+        .filter(|&register| (holes | own_process) >> register & 1 == 0)
+        .filter(|&register| !is_safe(register))
         .fold(0, |leaks, register| leaks | 1 << register)
 }
 
@@ -103,9 +116,15 @@ fn build() -> Result<(), Error> {
     let mut registers = [0; REGISTER_FILE_BYTES];
     let length = process::read_registers(TEMPLATE, &mut registers)?;
     process::write_registers(MADE_PROCESS, &registers[..length])?;
+    let (_, own_process) = holes();
     for register in 0..CAPABILITY_REGISTERS {
-        node::fetch(COMPONENTS, register, CHILD)?;
-        process::swap_register(MADE_PROCESS, register, CHILD, SCRATCH)?;
+        let component = if own_process >> register & 1 == 0 {
+            node::fetch(COMPONENTS, register, CHILD)?;
+            CHILD
+        } else {
+            MADE_PROCESS
+        };
+        process::swap_register(MADE_PROCESS, register, component, SCRATCH)?;
     }
     process::set_meter(MADE_PROCESS, CapReg::new(REQUESTER_METER))?;
     process::start(MADE_PROCESS)?;

@@ -33,7 +33,9 @@
 //! share is what limits it. The compartment's capability hands its programs the meter
 //! read-only (they run on it, or make their meters below it) and only the control
 //! capability changes its share. Revoking the compartment destroys the meter with the
-//! bank.
+//! bank. It also hands them banks below the compartment's to buy their storage from: never
+//! the compartment's bank itself, whose destruction would take the monitor's forwarders and
+//! inbox with it.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the monitor's bank, 3 the journal, 4
 //! the audit log as a space (height 1), 5 the audit log's node (slot i: page i), 6 a node
@@ -494,6 +496,15 @@ fn own_meter(state: &State, me: usize) -> Result<Answer, u64> {
     Ok(Answer::WithCapability([0; 4]))
 }
 
+/// A new bank below compartment `me`'s, into `MADE`: its programs' storage, counted
+/// against its bank's limits, destroyed with it.
+fn own_bank(me: usize) -> Result<Answer, u64> {
+    node::fetch(BANKS, me as u64, BANK)
+        .and_then(|()| bank::create_child(BANK, u64::MAX, u64::MAX, MADE))
+        .map_err(|_| refusal::BANK_REFUSED)?;
+    Ok(Answer::WithCapability([0; 4]))
+}
+
 fn answer(state: &mut State, log: &mut Log<'_>, reply: &mut [u8], code: u64, badge: u64, words: [u64; 4], string: &[u8]) -> Result<Answer, u64> {
     if badge == 0 {
         return match code {
@@ -511,6 +522,7 @@ fn answer(state: &mut State, log: &mut Log<'_>, reply: &mut [u8], code: u64, bad
         order::GRANT => grant(state, log, me, words),
         order::RECEIVE => receive(state, me),
         order::METER => own_meter(state, me),
+        order::BANK => own_bank(me),
         _ => Err(refusal::BAD_REQUEST),
     }
 }

@@ -34,6 +34,7 @@ extern crate std;
 #[cfg(test)]
 mod tests;
 pub mod counters;
+pub mod instance;
 pub mod tokens;
 
 pub const PAGE_BYTES: usize = 4096;

@@ -30,10 +30,24 @@
 //! Its counters (transactions, errors by status, commit latency, open connections) go into a
 //! page after each round of work, which the admin service renders for Prometheus.
 //!
-//! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0),
-//! 4 the journal, 5 the clock, 6 the tokens page (read-only), 8 the counters page, 9 its
-//! space bank, 10 the checkpoint control; 3 receives its listener and 7 its own space; 11
-//! to 14 are working registers for building the region.
+//! **Tenants.** The program runs as the appliance's own service, on port 7100, and as each
+//! tenant's: an instance a constructor yielded on the tenant's bank and meter, which holds no
+//! network service nor routes node and waits for one message from the admin service
+//! (`holdfast_tp1_ledger::instance::CONFIGURE`: its tenant, a private listener and its bank).
+//! A tenant's database is its instance's region, so that revoking the tenant (destroying its
+//! bank) takes the instance and its pages together and no other database notices. The
+//! appliance's service reads the token of each connection's first request as soon as its
+//! bytes are in: a tenant's token hands the connection, with the bytes read so far, to that
+//! tenant's listener (slot n of the routes node, which the admin service fills); any other
+//! is served here. Each service serves only its own tokens and refuses the rest as
+//! `bad_token`, so a tenant's token never reaches another's data.
+//!
+//! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0;
+//! void in a tenant's instance), 4 the journal, 5 the clock, 6 the tokens page
+//! (read-only), 8 the counters page (void in an instance), 9 its space bank (received by an
+//! instance), 10 the checkpoint control, 15 the routes node (an instance receives its
+//! configuration's resume capability there); 3 receives its listener and 7 its own space;
+//! 11 to 14 are working registers.
 #![no_std]
 #![no_main]
 
@@ -63,7 +77,17 @@ const CHECKPOINT: CapReg = CapReg::new(10);
 const WALK: [CapReg; 2] = [CapReg::new(11), CapReg::new(12)];
 const MADE: CapReg = CapReg::new(13);
 const SCRATCH: CapReg = CapReg::new(14);
+/// Slot n: tenant n's private listener (the appliance's service only).
+const ROUTES: CapReg = CapReg::new(15);
+/// Where an instance's configuration's resume capability lands (it has no routes).
+const CONFIGURATION_RESUME: u8 = 15;
 const PORT: u16 = 7100;
+/// A connection's first bytes, kept by the appliance's service until its first request's
+/// token is in: the most the network service hands over with a connection.
+const HEAD_BYTES_MAX: usize = user::abi::INVOCATION_STRING_BYTES_MAX;
+/// Where the first request's token ends in its connection's bytes: the length prefix and
+/// the request header, which the token ends.
+const HEAD_TOKEN_END: usize = protocol::LENGTH_PREFIX_BYTES + protocol::REQUEST_HEADER_BYTES;
 
 /// Connections served at once; one more evicts the one that has been quiet longest, if that
 /// is over [`QUIET_EVICT_US`] (an idle or slowloris client), else is closed at once.
@@ -108,6 +132,11 @@ struct Connection {
     out_length: usize,
     /// Close once its replies are out (it sent a frame it could not be framed from).
     closing: bool,
+    /// Its first request's token is not in yet (the appliance's service only): its bytes
+    /// wait in `head`, which go to a tenant's service if the token is the tenant's.
+    undecided: bool,
+    head: [u8; HEAD_BYTES_MAX],
+    head_length: usize,
 }
 
 impl Connection {
@@ -118,6 +147,9 @@ impl Connection {
         out: [0; OUT_BYTES],
         out_length: 0,
         closing: false,
+        undecided: false,
+        head: [0; HEAD_BYTES_MAX],
+        head_length: 0,
     };
 }
 
@@ -133,10 +165,12 @@ struct State {
     connections: [Connection; CONNECTIONS_MAX],
     pending: [Pending; PENDING_MAX],
     pending_count: usize,
-    client_tokens: [[u8; 16]; tokens::ENTRIES_MAX],
-    client_token_count: usize,
-    admin_tokens: [[u8; 16]; tokens::ENTRIES_MAX],
-    admin_token_count: usize,
+    /// Whose tokens this service serves: the appliance's, or a tenant's (its instance).
+    owner: tokens::Owner,
+    /// Every valid token of the tokens page, whoever's, and what each grants.
+    tokens: [[u8; 16]; tokens::ENTRIES_MAX],
+    grants: [tokens::Grant; tokens::ENTRIES_MAX],
+    token_count: usize,
     index_key: [u64; 2],
     events: [u8; net::WAIT_BYTES_MAX],
     now_us: u64,
@@ -159,10 +193,10 @@ impl State {
             connections: [Connection::FREE; CONNECTIONS_MAX],
             pending: [NONE; PENDING_MAX],
             pending_count: 0,
-            client_tokens: [[0; 16]; tokens::ENTRIES_MAX],
-            client_token_count: 0,
-            admin_tokens: [[0; 16]; tokens::ENTRIES_MAX],
-            admin_token_count: 0,
+            owner: tokens::Owner::Appliance,
+            tokens: [[0; 16]; tokens::ENTRIES_MAX],
+            grants: [tokens::Grant { kind: tokens::Kind::Client, owner: tokens::Owner::Appliance }; tokens::ENTRIES_MAX],
+            token_count: 0,
             index_key: [0; 2],
             events: [0; net::WAIT_BYTES_MAX],
             now_us: 0,
@@ -319,26 +353,18 @@ impl State {
         if read.is_err() {
             page_bytes = [0; tokens::PAGE_BYTES];
         }
-        self.client_token_count = tokens::valid(&page_bytes, tokens::Kind::Client, &mut self.client_tokens);
-        self.admin_token_count = tokens::valid(&page_bytes, tokens::Kind::Admin, &mut self.admin_tokens);
+        self.token_count = tokens::valid(&page_bytes, &mut self.tokens, &mut self.grants);
     }
 
-    /// Whether `token` is valid (an admin token where `admin` is asked for; an admin token
-    /// is a client token too). The same comparisons, every valid token each, whatever the
-    /// outcome.
-    fn token_valid(&self, token: &Token, admin: bool) -> bool {
-        let as_tokens = |list: &[[u8; 16]]| -> [Token; tokens::ENTRIES_MAX] {
-            let mut out = [Token([0; 16]); tokens::ENTRIES_MAX];
-            for (slot, bytes) in out.iter_mut().zip(list) {
-                *slot = Token(*bytes);
-            }
-            out
-        };
-        let admins = as_tokens(&self.admin_tokens[..self.admin_token_count]);
-        let clients = as_tokens(&self.client_tokens[..self.client_token_count]);
-        let admin_match = protocol::token_index_constant_time(token, &admins[..self.admin_token_count]).is_some();
-        let client_match = protocol::token_index_constant_time(token, &clients[..self.client_token_count]).is_some();
-        admin_match || (!admin && client_match)
+    /// What `token` grants, if it is valid (for whichever service). The same comparisons,
+    /// every valid token each, whatever the outcome.
+    fn grant_of(&self, token: &Token) -> Option<tokens::Grant> {
+        let mut valid = [Token([0; 16]); tokens::ENTRIES_MAX];
+        for (slot, bytes) in valid.iter_mut().zip(&self.tokens) {
+            *slot = Token(*bytes);
+        }
+        let index = protocol::token_index_constant_time(token, &valid[..self.token_count])?;
+        Some(self.grants[index])
     }
 
     fn slot_of(&self, connection: u32) -> Option<usize> {
@@ -366,6 +392,8 @@ impl State {
         fresh.out_length = 0;
         fresh.closing = false;
         fresh.active_us = self.now_us;
+        fresh.undecided = self.owner == tokens::Owner::Appliance;
+        fresh.head_length = 0;
     }
 
     fn closed(&mut self, connection: u32) {
@@ -407,11 +435,48 @@ impl State {
         }
     }
 
-    fn data(&mut self, connection: u32, mut input: &[u8]) {
+    fn data(&mut self, connection: u32, input: &[u8]) {
         let Some(slot) = self.slot_of(connection) else {
             return;
         };
         self.connections[slot].active_us = self.now_us;
+        if !self.connections[slot].undecided {
+            return self.decode(slot, connection, input);
+        }
+        let target = &mut self.connections[slot];
+        let fits = target.head_length + input.len() <= HEAD_BYTES_MAX;
+        if fits {
+            target.head[target.head_length..target.head_length + input.len()].copy_from_slice(input);
+            target.head_length += input.len();
+            if !head_decides(&target.head[..target.head_length]) {
+                return;
+            }
+        }
+        // It sent more than can be handed over before its first token: a tenant's token in
+        // it is refused here.
+        target.undecided = false;
+        let head = target.head;
+        let head_length = target.head_length;
+        let token = head.get(HEAD_TOKEN_END - 16..HEAD_TOKEN_END).filter(|_| fits && head_length >= HEAD_TOKEN_END);
+        let grant = token.and_then(|token| self.grant_of(&Token(token.try_into().expect("16 bytes"))));
+        if let Some(tokens::Grant { owner: tokens::Owner::Tenant(tenant), .. }) = grant {
+            // A tenant with no service (none made, or revoked meanwhile) leaves the slot void
+            // and the hand-over refused: the request is then refused here.
+            let handed = node::fetch(ROUTES, u64::from(tenant), SCRATCH)
+                .and_then(|()| net::hand_over(LISTENER, connection, SCRATCH, &head[..head_length]));
+            if handed.is_ok() {
+                self.connections[slot].id = 0;
+                return;
+            }
+        }
+        self.decode(slot, connection, &head[..head_length]);
+        if !fits {
+            self.decode(slot, connection, input);
+        }
+    }
+
+    /// Decodes `input`, the next bytes of `slot`'s `connection`, and answers the requests.
+    fn decode(&mut self, slot: usize, connection: u32, mut input: &[u8]) {
         let mut body = [0u8; protocol::REQUEST_BODY_BYTES_MAX as usize];
         while !input.is_empty() && self.connections[slot].id == connection && !self.connections[slot].closing {
             let decoded = match self.connections[slot].decoder.decode(&mut input) {
@@ -442,7 +507,14 @@ impl State {
         };
         let id = request.request_id;
         let needs_admin = matches!(request.operation, Operation::Load { .. });
-        if !self.token_valid(&request.token, request.admin_token || needs_admin) || (needs_admin && !request.admin_token) {
+        // An admin token is a client token too; a request that says it carries one, or
+        // loads, needs one.
+        let allowed = self.grant_of(&request.token).is_some_and(|grant| {
+            grant.owner == self.owner
+                && (grant.kind == tokens::Kind::Admin || !request.admin_token)
+                && (request.admin_token || !needs_admin)
+        });
+        if !allowed {
             return self.reply(slot, connection, id, &ReplyPayload::Error(Status::BadToken));
         }
         let Some(view) = ledger_view(self.region_pages) else {
@@ -673,12 +745,51 @@ fn flush(connection: &mut Connection) {
     }
 }
 
+/// Whether a connection's first bytes, `head`, say which service it is for: they hold its
+/// first request's token, or its first frame ends, or cannot be framed, before the token
+/// would (then it is the appliance's, whose decoder answers it at once, as for any client).
+fn head_decides(head: &[u8]) -> bool {
+    let Some(prefix) = head.first_chunk::<{ protocol::LENGTH_PREFIX_BYTES }>() else {
+        return false;
+    };
+    let announced = u32::from_le_bytes(*prefix);
+    head.len() >= HEAD_TOKEN_END
+        || !(protocol::REQUEST_BODY_BYTES_MIN..=protocol::REQUEST_BODY_BYTES_MAX).contains(&announced)
+        || head.len() >= protocol::LENGTH_PREFIX_BYTES + announced as usize
+}
+
 fn status_of(refusal: Refusal) -> Status {
     match refusal {
         Refusal::NotLoaded => Status::NotLoaded,
         Refusal::BadArgument => Status::BadArgument,
         Refusal::Busy => Status::Busy,
     }
+}
+
+/// A tenant's instance: waits for the admin service's one message
+/// (`holdfast_tp1_ledger::instance::CONFIGURE`), which brings its listener and its bank into
+/// their registers, and answers it. Returns the tenant's compartment number.
+fn configure() -> Option<u8> {
+    use ledger::instance::{BAD_CONFIGURATION, CONFIGURE};
+    // The register is void at the start: a return through it only waits.
+    let message = user::Invocation::return_to(CONFIGURATION_RESUME, 0, [0; 4])
+        .receiving(&[LISTENER.index(), BANK.index()])
+        .resume_into(CONFIGURATION_RESUME)
+        .invoke(&mut []);
+    let tenant = u8::try_from(message.words[0]).ok().filter(|&tenant| tenant != u8::MAX);
+    // The listener is tried by the first wait (identify would call it: it is a start
+    // capability of the network service).
+    let configured = message.code == CONFIGURE && tenant.is_some();
+    let answer = if configured { 0 } else { BAD_CONFIGURATION };
+    user::syscall::invoke(user::syscall::Invocation {
+        kind: user::syscall::Kind::Send,
+        ..user::syscall::Invocation::call(CapReg::new(CONFIGURATION_RESUME), answer)
+    });
+    if !configured {
+        user::print("tp1: a tenant's service was sent no configuration; stopping\n");
+        return None;
+    }
+    tenant
 }
 
 fn main() -> u64 {
@@ -697,14 +808,28 @@ fn main() -> u64 {
             }
         }
     }
-    if let Err(error) = net::listen(NETWORK, PORT, LISTENER) {
-        report(b"listen on 7100", error_code(error));
-        return 1;
+    // The routes node is the appliance's service's; an instance starts with none.
+    if identify(ROUTES).is_ok() {
+        if let Err(error) = net::listen(NETWORK, PORT, LISTENER) {
+            report(b"listen on 7100", error_code(error));
+            return 1;
+        }
+        user::print("tp1: serving on 7100\n");
+    } else {
+        let Some(tenant) = configure() else {
+            return 1;
+        };
+        state.owner = tokens::Owner::Tenant(tenant);
+        let mut digits = [0u8; 20];
+        user::print_parts(&[b"tp1: serving tenant ", user::decimal(u64::from(tenant), &mut digits), b"\n"]);
     }
-    user::print("tp1: serving on 7100\n");
     loop {
         let length = match net::wait(LISTENER, &mut state.events) {
             Ok(length) => length,
+            Err(Error::Reply(net::error::LISTENER_SHUT)) => {
+                user::print("tp1: its listener was shut (its tenant revoked); stopping\n");
+                return 0;
+            }
             Err(error) => {
                 report(b"wait", error_code(error));
                 return 1;

@@ -68,6 +68,12 @@ pub mod order {
     /// changes its share. Refused with [`super::refusal::NO_METER`] for a compartment made
     /// without one.
     pub const METER: u64 = 12;
+    /// Capability back: a new bank below this compartment's, without limits of its own
+    /// (the compartment's bound it): what its programs buy their storage from. Destroying
+    /// it destroys what was bought from it, never what the monitor keeps in the
+    /// compartment's bank (its forwarders, its inbox); revoking the compartment destroys
+    /// both.
+    pub const BANK: u64 = 13;
 }
 
 /// What the monitor answers instead of 0 when it refuses (server reply codes).
@@ -231,6 +237,12 @@ pub fn list(control: CapReg, buffer: &mut [u8]) -> Result<usize, Error> {
 /// Compartment capability `compartment`'s meter, read-only, into `into`.
 pub fn meter(compartment: CapReg, into: CapReg) -> Result<(), Error> {
     invoke(Invocation { receive: &[into], ..Invocation::call(compartment, order::METER) }).check().map(|_| ())
+}
+
+/// A new bank below compartment capability `compartment`'s bank ([`order::BANK`]) into
+/// `into`.
+pub fn bank(compartment: CapReg, into: CapReg) -> Result<(), Error> {
+    invoke(Invocation { receive: &[into], ..Invocation::call(compartment, order::BANK) }).check().map(|_| ())
 }
 
 /// Grants `granted` to compartment `to` through compartment capability `compartment`;

@@ -1,12 +1,12 @@
 //! `holdfast tenant audit|revoke VM NAME`, `holdfast tenant create|quota VM NAME --pages N
-//! --nodes N --cpu-percent P`, `holdfast tenant list VM`: a running appliance's tenants,
+//! --nodes N --cpu-percent P [--tp1]`, `holdfast tenant list VM`: a running appliance's tenants,
 //! through its admin service (see [`super::control`]) and its reference monitor
 //! (services/keysafe).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::cli::{TenantCommand, TenantLimitsArguments};
+use crate::cli::{TenantCommand, TenantCreateArguments, TenantLimitsArguments};
 use crate::failure::Failure;
 
 /// How long `create` and `quota` wait for the checkpoints that make the change durable.
@@ -33,18 +33,26 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        TenantCommand::Create(arguments) => {
-            let said = limits(&arguments, "create")?;
+        TenantCommand::Create(TenantCreateArguments { limits: arguments, tp1 }) => {
+            if tp1 {
+                eprintln!("{}: making tenant {} and its TP1 service (a copy of the TP1 program)", arguments.vm, arguments.name);
+            }
+            let said = limits(&arguments, "create", tp1)?;
             let number = said.trim_end().strip_prefix("ok number ").unwrap_or("?").to_owned();
             let generation = wait_until_durable(&arguments.vm)?;
             println!(
-                "{}: tenant {} created (compartment {number}, at most {} pages and {} nodes, {}% of the CPU), durable from checkpoint {generation}",
-                arguments.vm, arguments.name, arguments.pages, arguments.nodes, arguments.cpu_percent
+                "{}: tenant {} created (compartment {number}, at most {} pages and {} nodes, {}% of the CPU{}), durable from checkpoint {generation}",
+                arguments.vm,
+                arguments.name,
+                arguments.pages,
+                arguments.nodes,
+                arguments.cpu_percent,
+                if tp1 { ", its own TP1 service" } else { "" }
             );
             Ok(ExitCode::SUCCESS)
         }
         TenantCommand::Quota(arguments) => {
-            limits(&arguments, "quota")?;
+            limits(&arguments, "quota", false)?;
             let generation = wait_until_durable(&arguments.vm)?;
             println!(
                 "{}: tenant {} may hold {} pages and {} nodes and use {}% of the CPU, durable from checkpoint {generation}",
@@ -63,12 +71,16 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
     }
 }
 
-/// `tenant create|quota NAME PAGES NODES CPU-PERCENT` to the admin service; its reply.
-fn limits(arguments: &TenantLimitsArguments, verb: &str) -> Result<String, Failure> {
+/// `tenant create|quota NAME PAGES NODES CPU-PERCENT [tp1]` to the admin service; its reply.
+fn limits(arguments: &TenantLimitsArguments, verb: &str, tp1: bool) -> Result<String, Failure> {
     check_name(&arguments.name)?;
     let request = format!(
-        "tenant {verb} {} {} {} {}",
-        arguments.name, arguments.pages, arguments.nodes, arguments.cpu_percent
+        "tenant {verb} {} {} {} {}{}",
+        arguments.name,
+        arguments.pages,
+        arguments.nodes,
+        arguments.cpu_percent,
+        if tp1 { " tp1" } else { "" }
     );
     super::control::request(&arguments.vm, &request).map_err(|failure| {
         let text = failure.to_string();
@@ -101,7 +113,7 @@ fn wait_until_durable(vm: &str) -> Result<u64, Failure> {
 
 /// A tenant's name as the monitor takes it, checked here so that a typo is a usage error
 /// before the VM is asked.
-fn check_name(name: &str) -> Result<(), Failure> {
+pub(crate) fn check_name(name: &str) -> Result<(), Failure> {
     if name.is_empty() || name.len() > 16 || !name.bytes().all(|byte| byte.is_ascii_graphic()) {
         return Err(Failure::input(format!(
             "'{name}' is not a tenant name: use 1 to 16 printable characters without spaces"

@@ -155,19 +155,35 @@ fn with_target<T: Target>(
 
 /// `holdfast tp1 token VM NAME [--admin]`: asks the appliance's admin service to mint one.
 fn mint_token(arguments: &crate::cli::Tp1TokenArguments) -> Result<ExitCode, Failure> {
-    println!("{}", mint(&arguments.vm, &arguments.name, arguments.admin)?);
+    println!("{}", mint(&arguments.vm, &arguments.name, arguments.admin, arguments.tenant.as_deref())?);
     Ok(ExitCode::SUCCESS)
 }
 
-/// Asks VM `vm`'s admin service for a token named `name`; returns it in hexadecimal.
-pub fn mint(vm: &str, name: &str, admin: bool) -> Result<String, Failure> {
+/// Asks VM `vm`'s admin service for a token named `name`, for tenant `tenant`'s TP1 service
+/// or (`None`) the appliance's own; returns it in hexadecimal.
+pub fn mint(vm: &str, name: &str, admin: bool, tenant: Option<&str>) -> Result<String, Failure> {
     if name.is_empty() || name.len() > 32 || !name.bytes().all(|byte| byte.is_ascii_graphic()) {
         return Err(Failure::input(format!(
             "'{name}' is not a token name: use 1 to 32 printable characters without spaces"
         )));
     }
-    let request = format!("tp1 token {name}{}", if admin { " admin" } else { "" });
-    let reply = super::control::request(vm, &request)?;
+    let kind = if admin { " admin" } else { "" };
+    let request = match tenant {
+        None => format!("tp1 token {name}{kind}"),
+        Some(tenant) => {
+            super::tenant::check_name(tenant)?;
+            format!("tenant token {tenant} {name}{kind}")
+        }
+    };
+    let reply = super::control::request(vm, &request).map_err(|failure| match tenant {
+        Some(tenant) if failure.to_string().contains(&format!("no tenant named {tenant}")) => {
+            Failure::input(format!("no tenant named '{tenant}' on {vm}"))
+        }
+        Some(tenant) if failure.to_string().contains("has no TP1 service") => Failure::input(format!(
+            "tenant '{tenant}' has no TP1 service of its own (make tenants with `holdfast tenant create --tp1`)"
+        )),
+        _ => failure,
+    })?;
     match reply.trim_end().strip_prefix("ok token ") {
         Some(token) if Token::from_hex(token).is_some() => Ok(token.to_owned()),
         _ => Err(Failure::other(format!("{vm}: the appliance answered '{}'", reply.trim_end()))),

@@ -312,7 +312,7 @@ fn endpoint_of(status: &Value) -> Result<std::net::SocketAddr, Failure> {
 }
 
 fn token(vm: &str, name: &str, admin: bool) -> Result<Token, Failure> {
-    let hex = crate::commands::tp1::mint(vm, name, admin)?;
+    let hex = crate::commands::tp1::mint(vm, name, admin, None)?;
     Token::from_hex(&hex).ok_or_else(|| Failure::other(format!("{vm}: minted a token that is not one: {hex}")))
 }
 
