@@ -658,7 +658,7 @@ pub struct TenantCreateArguments {
     #[command(flatten)]
     pub limits: TenantLimitsArguments,
     /// Give the tenant a TP1 service and database of its own. The service is a copy of the
-    /// TP1 program's writable memory, about 3,400 pages of the tenant's bank, and its
+    /// TP1 program's writable memory, about 4,100 pages of the tenant's bank, and its
     /// database is bought from the same bank when loaded (8,847 pages at scale 1)
     #[arg(long)]
     pub tp1: bool,

@@ -248,6 +248,11 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
         // The compartment's capability is for programs of the tenant's own: its TP1 service
         // is made with it; the admin service keeps none (the monitor holds what it needs).
         user::keysafe::create(KEYSAFE, name, quota, TENANT).map(|number| {
+            // Without a service, no route: not even one a revoked tenant of the same number
+            // left, should a restart have brought back its slot after its revocation.
+            if !tp1 {
+                let _ = node::clear(TP1_ROUTES, number);
+            }
             if let Err(why) = if tp1 { tenant_tp1(number) } else { Ok(()) } {
                 let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
                 reply.push(b"error the tenant's TP1 service could not be made: ").push(why.as_bytes());
@@ -277,7 +282,7 @@ fn tenant_tp1(number: u64) -> Result<(), &'static str> {
     user::constructor::yield_process(TP1_CONSTRUCTOR, TENANT_BANK, TENANT_METER, TENANT).map_err(|error| match error {
         Error::Invocation(user::abi::InvocationError::Void) => "no TP1 constructor on this appliance",
         Error::Reply(user::constructor::refusal::BANK_REFUSED) => {
-            "the tenant's bank cannot hold it (a TP1 service is about 3,400 pages; its database needs more when loaded)"
+            "the tenant's bank cannot hold it (a TP1 service is about 4,100 pages; its database needs more when loaded)"
         }
         _ => "the constructor could not copy the TP1 program",
     })?;
