@@ -600,7 +600,8 @@ pub enum TenantCommand {
     )]
     Audit(TenantAuditArguments),
     /// List the live tenants: name, compartment number and generation, their bank's pages
-    /// and nodes held against its limits, and their meter's CPU share.
+    /// and nodes held against its limits, their meter's CPU share, and on the TP1 appliance
+    /// whether each has a TP1 service of its own (`tp1 yes`).
     #[command(after_help = "Exit status: 0 listed, 2 no such VM, 3 the appliance refused (the reason is printed).")]
     List(VmName),
     /// Revoke tenant NAME: its TP1 tokens are cleared and its TP1 service's connections

@@ -379,7 +379,7 @@ fn the_appliance_serves_tp1_refuses_bad_input_and_loses_nothing_when_killed() {
     // every kill below.
     let tenant = run_holdfast(&["tenant", "create", &appliance.name, "acme", "--pages", "1024", "--nodes", "64", "--cpu-percent", "25"]);
     assert_eq!(tenant.status, Some(0), "{}", tenant.transcript());
-    const TENANT_LINE: &str = "acme number 0 generation 1 pages 0/1024 nodes 4/64 cpu 25% refusals 0 logged 0";
+    const TENANT_LINE: &str = "acme number 0 generation 1 pages 0/1024 nodes 4/64 cpu 25% refusals 0 logged 0 tp1 no";
     let refused = appliance.tp1(&["load", "--scale", "1"], &client, &ledger);
     assert_eq!(refused.status, Some(3), "a client token loaded\n{}", refused.transcript());
     let loaded = appliance.tp1(&["load", "--scale", "1"], &admin, &ledger);
@@ -664,6 +664,7 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
     let list = run_holdfast(&["tenant", "list", &vm]);
     assert_eq!(list.status, Some(0), "{}", list.transcript());
     assert!(list.stdout.starts_with("globex ") && list.stdout.lines().count() == 1, "{}", list.transcript());
+    assert!(list.stdout.trim_end().ends_with(" tp1 yes"), "{}", list.transcript());
     assert_eq!(summary(&appliance, &globex, &globex_ledger), globex_before, "revoking acme changed globex's database");
     let run = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &globex, &globex_ledger);
     assert_eq!(run.status, Some(0), "globex's service stopped committing\n{}", run.transcript());

@@ -9,7 +9,7 @@
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
-//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `cpu <p>%` (its meter's share; `cpu none` without one) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), then `ok tenants <count>` |
+//! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `cpu <p>%` (its meter's share; `cpu none` without one) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), on the TP1 appliance `tp1 yes` or `tp1 no` (whether it has a TP1 service of its own), then `ok tenants <count>` |
 //! | `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint. With `tp1`, a TP1 service of its own too: yielded by the TP1 constructor on a bank below the tenant's and on its meter, serving the tenant's tokens on a private listener that the appliance's TP1 service hands their connections to; if it cannot be made the tenant is revoked again and the reply says why |
 //! | `tenant token <tenant> <name> [admin]` | `ok token <32 hex digits>`: as `tp1 token`, for the tenant's own TP1 service (it must have one) |
 //! | `tenant quota <name> <pages> <nodes> <cpu-percent>` | `ok`: new limits for the tenant's bank (a limit below what it holds stops further sales; nothing held is taken back) and a new share for its meter; they persist with the next checkpoint |
@@ -383,7 +383,12 @@ fn tenant_list(reply: &mut Reply) {
             0 => reply.push(b" cpu none"),
             percent => reply.push(b" cpu ").number(percent).push(b"%"),
         };
-        reply.push(b" refusals ").number(listed.refusals).push(b" logged ").number(listed.refusals_logged).push(b"\n");
+        reply.push(b" refusals ").number(listed.refusals).push(b" logged ").number(listed.refusals_logged);
+        // On the TP1 appliance: whether it has a TP1 service of its own.
+        if identify(TP1_ROUTES).is_ok() {
+            reply.push(if tenant_listener(listed.number, SCRATCH) { b" tp1 yes" } else { b" tp1 no" });
+        }
+        reply.push(b"\n");
     }
     reply.push(b"ok tenants ").number(count as u64).push(b"\n");
 }
