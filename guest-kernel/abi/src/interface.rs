@@ -1,7 +1,7 @@
 // Generated from guest-kernel/abi/interface.toml by holdfast-interface-gen; do not edit.
 // Change the description and regenerate: `cargo run -p holdfast-interface-gen`.
 
-//! The kernel interface, ABI version 8: capability types, order codes, errors, and the
+//! The kernel interface, ABI version 9: capability types, order codes, errors, and the
 //! decoding of each invocation of a kernel object into a request (see
 //! `docs/interface.md`). Requests are plain data; the kernel matches on them.
 
@@ -27,7 +27,7 @@
 
 /// The ABI version: the kernel prints it at boot and loads only programs whose ELF note
 /// names it.
-pub const ABI_VERSION: u32 = 8;
+pub const ABI_VERSION: u32 = 9;
 
 /// Where the register of each role of `invoke` lies in the register file (the order of
 /// `process.read_registers`), in words: the kernel checks its register file against
@@ -668,13 +668,13 @@ pub mod space {
     pub mod order {
         /// Says what the capability is.
         pub const IDENTIFY: u64 = 0;
-        /// Returns a copy of the capability in a slot.
+        /// Returns a copy of the capability in a slot, weakened if the space capability is read-only: nothing fetched through a read-only space can write what it maps.
         pub const FETCH: u64 = 1;
         /// Stores a page or space capability in a slot and returns the one it replaces.
         pub const SWAP: u64 = 2;
         /// Returns the space's height and flags.
         pub const INFO: u64 = 3;
-        /// Returns a read-only capability to the same space.
+        /// Returns a read-only capability to the same space: it maps every page below it read-only, and what is fetched through it is weakened.
         pub const WEAKEN: u64 = 4;
         /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation: a walk of a space tree visits only those slots.
         pub const OCCUPIED: u64 = 5;
@@ -687,7 +687,7 @@ pub mod space {
     pub enum Request {
         /// Says what the capability is.
         Identify,
-        /// Returns a copy of the capability in a slot.
+        /// Returns a copy of the capability in a slot, weakened if the space capability is read-only: nothing fetched through a read-only space can write what it maps.
         Fetch {
             /// The slot.
             slot: u64,
@@ -699,7 +699,7 @@ pub mod space {
         },
         /// Returns the space's height and flags.
         Info,
-        /// Returns a read-only capability to the same space.
+        /// Returns a read-only capability to the same space: it maps every page below it read-only, and what is fetched through it is weakened.
         Weaken,
         /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation: a walk of a space tree visits only those slots.
         Occupied,

@@ -673,10 +673,14 @@ impl<F> ObjectCache<F> {
     }
 
     /// What a program fetching `slot` through `node_capability` receives: the slot's
-    /// capability, weakened if the path is weak, void if revoked.
+    /// capability, weakened if the path is weak, void if revoked. A read-only space weakens
+    /// too: it maps its pages read-only, and what is fetched through it must not write
+    /// them either (a virtual copy shares its original so, services/virtual-copy).
     pub fn fetch(&self, node_capability: &Capability, slot: Slot) -> Result<Capability, Void> {
         let fetched = self.live_or_void(self.node(node_capability)?.get(slot));
-        Ok(if node_capability.rights().contains(crate::Rights::WEAK) {
+        let read_only_space =
+            node_capability.kind() == CapType::Space && !node_capability.may_write();
+        Ok(if read_only_space || node_capability.rights().contains(crate::Rights::WEAK) {
             fetched.weakened()
         } else {
             fetched
@@ -789,6 +793,17 @@ mod tests {
         assert_eq!(cache.check(&page), Ok(()), "the page has its own version");
         let fresh = cache.node_capability(CapType::Node, ObjectId(1)).unwrap();
         assert_eq!(cache.fetch(&fresh, slot(0)), Ok(page));
+    }
+
+    #[test]
+    fn what_a_read_only_space_holds_is_fetched_read_only() {
+        let (mut cache, node, page) = cache_with_node_and_page();
+        cache.node_mut(&node).unwrap().swap(slot(0), page);
+        let space = Capability::space(node.object(), node.version(), 1, false).unwrap();
+        assert_eq!(cache.fetch(&space, slot(0)), Ok(page), "a writable space gives the page as it is");
+        let fetched = cache.fetch(&space.restricted(Rights::READ_ONLY), slot(0)).unwrap();
+        assert_eq!(fetched.object(), page.object());
+        assert!(!fetched.may_write(), "a read-only space gave a writable page: {fetched:?}");
     }
 
     #[test]

@@ -658,9 +658,11 @@ pub struct TenantLimitsArguments {
 pub struct TenantCreateArguments {
     #[command(flatten)]
     pub limits: TenantLimitsArguments,
-    /// Give the tenant a TP1 service and database of its own. The service is a copy of the
-    /// TP1 program's writable memory, about 4,100 pages of the tenant's bank, and its
-    /// database is bought from the same bank when loaded (8,847 pages at scale 1)
+    /// Give the tenant a TP1 service and database of its own. The service is a
+    /// copy-on-write copy of the TP1 program: each page it writes, up to about 4,100, is
+    /// bought from the tenant's bank, which must have room for them all (--pages 4100 at
+    /// least), and its database is bought from the same bank when loaded (8,847 pages at
+    /// scale 1)
     #[arg(long)]
     pub tp1: bool,
 }

@@ -57,6 +57,10 @@ const TENANT_METER: CapReg = CapReg::new(15);
 /// Attempts at a token write whose guard moved (a restart between reading the page and
 /// writing it) before giving up.
 const MINT_ATTEMPTS_MAX: usize = 4;
+/// The most a tenant's TP1 service writes of its own memory: the TP1 program's data, bss
+/// and stack, 4,053 pages (128 connections' 64 KiB buffers and the 4 MiB index above all),
+/// which a yield copied whole before it copied on write.
+const TP1_SERVICE_PAGES: u64 = 4_100;
 /// The longest request line; longer ones are refused whole.
 const LINE_BYTES_MAX: usize = 256;
 
@@ -253,7 +257,7 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
             if !tp1 {
                 let _ = node::clear(TP1_ROUTES, number);
             }
-            if let Err(why) = if tp1 { tenant_tp1(number) } else { Ok(()) } {
+            if let Err(why) = if tp1 { tenant_tp1(number, page_limit) } else { Ok(()) } {
                 let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
                 reply.push(b"error the tenant's TP1 service could not be made: ").push(why.as_bytes());
                 reply.push(if revoked { b"; the tenant was revoked again\n" } else { b"; revoke the tenant\n" });
@@ -275,15 +279,19 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
 /// instance the TP1 constructor yields on a bank below the tenant's and on its meter, given
 /// its private listener and bank, and the listener put in the routes node's slot for the
 /// appliance's TP1 service to hand the tenant's connections to.
-fn tenant_tp1(number: u64) -> Result<(), &'static str> {
+fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
     use user::syscall::{Invocation, invoke};
+    // The service's memory is a copy-on-write copy of the template's, bought page by page
+    // as it writes: a tenant whose bank could not hold all of it would see its service
+    // stopped by a fault some day, so it is refused now.
+    if page_limit < TP1_SERVICE_PAGES {
+        return Err("the tenant's bank cannot hold it (a TP1 service may write up to 4,100 pages; its database needs more when loaded)");
+    }
     user::keysafe::bank(TENANT, TENANT_BANK).map_err(|_| "the reference monitor gave no bank for it")?;
     user::keysafe::meter(TENANT, TENANT_METER).map_err(|_| "the reference monitor gave no meter for it")?;
     user::constructor::yield_process(TP1_CONSTRUCTOR, TENANT_BANK, TENANT_METER, TENANT).map_err(|error| match error {
         Error::Invocation(user::abi::InvocationError::Void) => "no TP1 constructor on this appliance",
-        Error::Reply(user::constructor::refusal::BANK_REFUSED) => {
-            "the tenant's bank cannot hold it (a TP1 service is about 4,100 pages; its database needs more when loaded)"
-        }
+        Error::Reply(user::constructor::refusal::BANK_REFUSED) => "the tenant's bank refused the service's first nodes",
         _ => "the constructor could not copy the TP1 program",
     })?;
     user::net::listen_private(NETWORK, TENANT_METER).map_err(|_| "the network service made no listener for it")?;

@@ -11,6 +11,12 @@
 //! its start capability. If any purchase fails the bank below is destroyed, and with it all
 //! that was bought.
 //!
+//! A constructor given a virtual copy keeper (`services/virtual-copy`) yields instead a
+//! copy-on-write copy of the template's space: one node at the yield, and each page only
+//! when the process first writes it, from the same bank. A large program (the TP1 service,
+//! thousands of pages of buffers and index) is yielded so at once; when the keeper keeps
+//! all the copies it can, the yield copies the space as above.
+//!
 //! A constructor may also give each yielded process its own process capability, in the
 //! registers its holes number's second word names: a program that must name its own space
 //! (the journal's guarded write does) gets it so, since no component could be it.
@@ -19,13 +25,16 @@
 //! read-only pages), perhaps its own process, and the components. It is confined if every
 //! component is safe — void, a number, a read-only page, a weak node or space: nothing
 //! through which it could write or speak — or one of the holes the constructor was built
-//! with. Its own process is not a component: through it, it reaches only itself.
+//! with. Its own process is not a component: through it, it reaches only itself. Nor is a
+//! copy-on-write space's keeper: the virtual copy keeper answers the badge of the process's
+//! own copy only by making that copy's pages its own.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the template process, 3 the
 //! components (a node: slot i becomes capability register i of each yielded process), 4
 //! the holes (a number: word 0 bit i set when register i is a hole; word 1 bit i set when
 //! register i gets the yielded process's own process capability instead of slot i), 5 a
-//! node for the space walk;
+//! node for the space walk (slot 31, if not void: the virtual copy keeper's start
+//! capability, badge 0);
 //! 6 to 11 and 14 working registers; 12 and 13 the bank and meter a requester sends; 15 the
 //! resume capability.
 #![no_std]
@@ -37,6 +46,7 @@ use holdfast_userlib::constructor::{order, refusal};
 use holdfast_userlib::interface::{node, number, page, process};
 use holdfast_userlib::space::TreeCopy;
 use holdfast_userlib::syscall::{CapReg, Error};
+use holdfast_userlib::virtual_copy;
 use holdfast_userlib::{self as user, Invocation};
 
 const TEMPLATE: CapReg = CapReg::new(2);
@@ -54,6 +64,8 @@ const REQUESTER_METER: u8 = 13;
 const SCRATCH: CapReg = CapReg::new(14);
 const RESUME: u8 = 15;
 
+/// The walk node's slot that may hold a virtual copy keeper: the walk uses the first 16.
+const VIRTUAL_COPY_SLOT: u64 = 31;
 const READ_ONLY: u64 = 1;
 const WEAK: u64 = 2;
 const CAPABILITY_REGISTERS: u64 = 16;
@@ -107,11 +119,30 @@ fn copy_space() -> Result<(), Error> {
     })
 }
 
+/// The template's space as a copy-on-write copy, into `MADE`; `Ok(false)` if there is no
+/// virtual copy keeper, or it keeps all the copies it can.
+fn virtual_copy() -> Result<bool, Error> {
+    // Sensed, not identified: identifying a start capability would call it.
+    let keeper = node::sense(WALK, VIRTUAL_COPY_SLOT).is_ok_and(|sensed| sensed.type_code == Type::Start as u64);
+    if !keeper {
+        return Ok(false);
+    }
+    node::fetch(WALK, VIRTUAL_COPY_SLOT, SCRATCH)?;
+    process::fetch_space(TEMPLATE, SOURCE)?;
+    match virtual_copy::make_copy(SCRATCH, SOURCE, PROCESS_BANK, MADE) {
+        Ok(()) => Ok(true),
+        Err(Error::Reply(virtual_copy::refusal::TOO_MANY_COPIES)) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
 /// Makes the new process in `MADE_PROCESS` from the template and the components, paid for
 /// by `PROCESS_BANK`, and starts it.
 fn build() -> Result<(), Error> {
     bank::buy_process(PROCESS_BANK, MADE_PROCESS)?;
-    copy_space()?;
+    if !virtual_copy()? {
+        copy_space()?;
+    }
     process::set_space(MADE_PROCESS, MADE)?;
     let mut registers = [0; REGISTER_FILE_BYTES];
     let length = process::read_registers(TEMPLATE, &mut registers)?;

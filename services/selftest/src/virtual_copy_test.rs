@@ -1,8 +1,9 @@
 //! The virtual copy keeper's test (services/virtual-copy; hypervisor-glue/holdfast/tests/
 //! banks.rs, manifest services/bank-manifest.toml): two copies of a height-1 space of two
-//! pages are put into this program's own address space; writes through one copy are seen
-//! in it alone, never in the other copy or the original, and a write where the original has
-//! no page gets a zeroed private one. Prints `virtual-copy-test: passed` or
+//! pages are put into this program's own address space; a copy is two nodes at first, and
+//! the pages it shares cannot be written through what is fetched from it; writes through
+//! one copy are seen in it alone, never in the other copy or the original, and a write
+//! where the original has no page gets a zeroed private one. Prints `virtual-copy-test: passed` or
 //! `virtual-copy-test: MISMATCH: ...`.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the keeper, 3 the original space,
@@ -63,6 +64,10 @@ fn check() -> Result<(), &'static str> {
         make_copy(KEEPER, ORIGINAL, BANK, COPY).map_err(|_| "make_copy refused")?;
         install(address)?;
     }
+    expect(bank::info(BANK).map(|info| info.nodes) == Ok(4), "a copy is more than its keeper node and its root")?;
+    // What a copy shares comes out of it read-only: its holder cannot write the original.
+    space::fetch(COPY, 0, AT).and_then(|()| space::fetch(AT, 0, BELOW)).map_err(|_| "fetching the copy's first page failed")?;
+    expect(page::write(BELOW, 0, &[0xee]).is_err(), "a shared page fetched through a copy is writable")?;
     expect(read(FIRST_COPY_AT) == FIRST_PAGE_WORD, "a copy does not read as the original")?;
     expect(read(SECOND_COPY_AT + PAGE) == SECOND_PAGE_WORD, "a copy's second page does not read as the original's")?;
     expect(bank::info(BANK).map(|info| info.pages) == Ok(0), "reading bought pages")?;

@@ -795,7 +795,14 @@ fn configure() -> Option<u8> {
 fn main() -> u64 {
     // SAFETY: `main` runs once, on the program's only thread: the only reference.
     let state = unsafe { &mut *core::ptr::addr_of_mut!(STATE) };
-    if let Err(error) = process::fetch_space(OWN_PROCESS, SPACE) {
+    // A tenant's instance runs on a copy-on-write copy of the program's space
+    // (services/virtual-copy): its tree, whose root is its own, is the keeper node's slot 0.
+    let own_tree = process::fetch_space(OWN_PROCESS, SPACE).and_then(|()| match space::info(SPACE) {
+        Ok(shape) if shape.flags & user::abi::methods::space_flags::KEEPER != 0 => space::fetch(SPACE, 0, SPACE),
+        Ok(_) => Ok(()),
+        Err(error) => Err(error),
+    });
+    if let Err(error) = own_tree {
         report(b"fetch_space", error_code(error));
         return 1;
     }

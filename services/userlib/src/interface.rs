@@ -350,7 +350,7 @@ pub mod space {
     use crate::abi::interface::space::order;
     use crate::syscall::{CapReg, Error, Invocation, invoke};
 
-    /// Returns a copy of the capability in a slot.
+    /// Returns a copy of the capability in a slot, weakened if the space capability is read-only: nothing fetched through a read-only space can write what it maps.
     ///
     /// - `slot`: The slot. Range 0..=31.
     /// - `into`: the capability register that receives the slot's capability.
@@ -407,7 +407,7 @@ pub mod space {
         })
     }
 
-    /// Returns a read-only capability to the same space.
+    /// Returns a read-only capability to the same space: it maps every page below it read-only, and what is fetched through it is weakened.
     ///
     /// - `into`: the capability register that receives the read-only capability.
     ///

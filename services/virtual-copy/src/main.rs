@@ -2,24 +2,29 @@
 //! a tenant its initial data without copying it. Orders and refusals:
 //! `holdfast_userlib::virtual_copy`.
 //!
-//! A copy is a keeper space: slot 0 a tree of nodes of the original's shape, bought from the
-//! requester's bank, whose leaves are the original's pages made read-only; slot 1 a start
-//! capability of this keeper whose badge names the copy. A read sees the original's page. A
-//! write faults to this keeper, which buys a page from the copy's bank, copies the original
-//! page into it and puts it in the copy's tree, and the write runs again on the private
-//! page; a write where the original has no page gets a zeroed one. The original never
-//! changes through a copy.
+//! A copy is a keeper space: slot 0 the copy's tree, slot 1 a start capability of this
+//! keeper whose badge names the copy. At first the tree is a new root node holding the
+//! original's subtrees read-only: a copy costs two nodes however large the original, and
+//! reads see the original's pages.
+//! A write faults to this keeper, which makes the path to the page the copy's own, node by
+//! node from the copy's bank (each new node holding what the original's did, read-only, as
+//! the kernel fetches it through a read-only space), then buys a page, copies the
+//! original's into it and puts it in the copy's tree; the write runs again on the private
+//! page. A write where the original has no page gets a zeroed one. The original never
+//! changes through a copy; it must not change at all while copies of it live, since their
+//! unwritten parts read through to it (a constructor's template never runs).
 //!
-//! Capability registers: 0 console, 1 own process, 2 a node of the copies' trees (slot i:
-//! copy i + 1), 3 a node of their banks, 4 a node for the walk when a copy is made; 5 to 11
-//! and 14 working registers; 12 and 13 the capabilities received; 15 the resume capability.
+//! Capability registers: 0 console, 1 own process, 2 a node of the copies (slot i: copy
+//! i + 1's keeper space), 3 a node of their banks; 4 to 11 and 14 working registers; 12 and
+//! 13 the capabilities received; 15 the resume capability.
 #![no_std]
 #![no_main]
 
 use holdfast_userlib::abi::interface::{Type, keeper};
+use holdfast_userlib::abi::methods::space_flags;
 use holdfast_userlib::bank;
 use holdfast_userlib::interface::{identify, node, page, process, space};
-use holdfast_userlib::space::{TreeCopy, slot};
+use holdfast_userlib::space::slot;
 use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::virtual_copy::{order, refusal};
 use holdfast_userlib::{self as user, Invocation};
@@ -27,10 +32,7 @@ use holdfast_userlib::{self as user, Invocation};
 const OWN_PROCESS: CapReg = CapReg::new(1);
 const COPIES: CapReg = CapReg::new(2);
 const BANKS: CapReg = CapReg::new(3);
-const WALK: CapReg = CapReg::new(4);
 const BANK: CapReg = CapReg::new(5);
-const SOURCE: CapReg = CapReg::new(6);
-const TARGET: CapReg = CapReg::new(7);
 const CHILD: CapReg = CapReg::new(8);
 const MADE: CapReg = CapReg::new(9);
 const LEVEL: CapReg = CapReg::new(10);
@@ -42,65 +44,97 @@ const RESUME: u8 = 15;
 const COPIES_MAX: u64 = 32;
 /// A page fault's error code: the access was a write.
 const FAULT_WRITE: u64 = 2;
-
-static mut PAGE_BYTES: [u8; 4096] = [0; 4096];
+/// `identify`'s rights bit for read-only.
+const READ_ONLY: u64 = 1;
+const SPACE_SLOTS: u64 = 32;
 
 /// Makes copy `copy` (an index of the copies node) of the space in register 12, paid for
 /// by the bank in register 13; the copy's keeper space goes into `MADE`.
 fn make_copy(copy: u64) -> Result<(), Error> {
     let original = CapReg::new(RECEIVED[0]);
-    let height = space::info(original)?.height;
+    let shape = space::info(original)?;
+    // An original under a keeper of its own is refused: its faults are not this keeper's.
+    if shape.flags != 0 {
+        return Err(Error::Reply(refusal::BAD_ORIGINAL));
+    }
     node::swap(BANKS, copy, CapReg::new(RECEIVED[1]), SCRATCH)?;
     node::fetch(BANKS, copy, BANK)?;
-    // Inner nodes anew from the copy's bank, pages shared read-only; an original under a
-    // keeper of its own is refused.
-    let walk = TreeCopy { walk: WALK, bank: BANK, source: SOURCE, target: TARGET, child: CHILD, made: MADE, scratch: SCRATCH };
-    let plain = |flags| if flags == 0 { Ok(()) } else { Err(Error::Reply(refusal::BAD_ORIGINAL)) };
-    walk.copy(original, &plain, &mut |identity| {
-        if identity.type_code != Type::Page as u64 {
-            return Ok(None);
-        }
-        page::weaken(CHILD, MADE)?;
-        Ok(Some(MADE))
-    })?;
-    node::swap(COPIES, copy, MADE, SCRATCH)?;
-    node::fetch(COPIES, copy, TARGET)?;
-    // The keeper node: the copy's tree, then this keeper with the copy's badge.
-    bank::buy_node(BANK, MADE)?;
-    node::swap(MADE, 0, TARGET, SCRATCH)?;
+    // The keeper node: the original read-only, then this keeper with the copy's badge.
+    bank::buy_node(BANK, LEVEL)?;
+    space::weaken(original, CHILD)?;
+    node::swap(LEVEL, 0, CHILD, SCRATCH)?;
     process::make_start(OWN_PROCESS, copy + 1, CHILD)?;
-    node::swap(MADE, 1, CHILD, SCRATCH)?;
-    node::make_space(MADE, height, holdfast_userlib::abi::methods::space_flags::KEEPER, MADE)
+    node::swap(LEVEL, 1, CHILD, SCRATCH)?;
+    node::make_space(LEVEL, shape.height, space_flags::KEEPER, LEVEL)?;
+    // The root the copy's own from the start: its process may link subtrees of its own
+    // into the slots the original leaves empty (the TP1 service's region does).
+    space::fetch(LEVEL, 0, NEXT)?;
+    own_node(LEVEL, 0, NEXT, shape.height)?;
+    node::swap(COPIES, copy, LEVEL, SCRATCH)?;
+    node::fetch(COPIES, copy, MADE)
+}
+
+/// Makes the height-`height` space in slot `at_slot` of `at` (fetched into `below`) the
+/// copy's own, and leaves the copy's own in `below`: a shared (read-only) one is copied
+/// into a new node, an empty slot gets an empty node; one of the copy's own is left as is.
+fn own_node(at: CapReg, at_slot: u64, below: CapReg, height: u64) -> Result<(), Error> {
+    let shared = match identify(below) {
+        Err(_) => false,
+        Ok(held) if held.type_code == Type::Space as u64 && held.rights & READ_ONLY != 0 => true,
+        Ok(held) if held.type_code == Type::Space as u64 => return Ok(()),
+        Ok(_) => return Err(Error::Reply(refusal::BAD_ORIGINAL)),
+    };
+    if shared && space::info(below).map(|shape| (shape.height, shape.flags)) != Ok((height, 0)) {
+        return Err(Error::Reply(refusal::BAD_ORIGINAL));
+    }
+    bank::buy_node(BANK, MADE)?;
+    node::make_space(MADE, height, 0, MADE)?;
+    if shared {
+        // Fetched through a read-only space, each slot comes read-only: still shared.
+        let occupied = space::occupied(below)?;
+        for held in (0..SPACE_SLOTS).filter(|held| occupied >> held & 1 != 0) {
+            space::fetch(below, held, CHILD)?;
+            space::swap(MADE, held, CHILD, SCRATCH)?;
+        }
+    }
+    space::swap(at, at_slot, MADE, SCRATCH)?;
+    space::fetch(at, at_slot, below)
 }
 
 /// A write fault at `address` under copy `copy`: the page there becomes the copy's own.
-fn copy_on_write(copy: u64, address: u64, buffer: &mut [u8; 4096]) -> Result<(), Error> {
+fn copy_on_write(copy: u64, address: u64) -> Result<(), Error> {
     node::fetch(COPIES, copy, LEVEL)?;
     node::fetch(BANKS, copy, BANK)?;
     let height = space::info(LEVEL)?.height;
-    let (mut at, mut below) = (LEVEL, NEXT);
-    for level in (2..=height).rev() {
-        space::fetch(at, slot(level, address), below)?;
-        (at, below) = (below, at);
+    // From the keeper node's slot 0 (the tree, of the copy's height) down to the node of
+    // height 1 that holds the page.
+    let (mut at, mut below, mut at_slot) = (LEVEL, NEXT, 0);
+    for level in (1..=height).rev() {
+        space::fetch(at, at_slot, below)?;
+        own_node(at, at_slot, below, level)?;
+        (at, below, at_slot) = (below, at, slot(level, address));
     }
-    let leaf = slot(1, address);
-    space::fetch(at, leaf, CHILD)?;
+    space::fetch(at, at_slot, CHILD)?;
+    let shared = match identify(CHILD) {
+        Err(_) => false,
+        Ok(held) if held.type_code == Type::Page as u64 && held.rights & READ_ONLY != 0 => true,
+        // The copy's own already (a fault on the way there raced, or was not a fault).
+        Ok(held) if held.type_code == Type::Page as u64 => return Ok(()),
+        Ok(_) => return Err(Error::Reply(refusal::BAD_ORIGINAL)),
+    };
     bank::buy_page(BANK, MADE)?;
-    // A page the original lacks stays zeroed.
-    if let Ok(length) = page::read(CHILD, 0, 4096, buffer) {
-        page::write(MADE, 0, &buffer[..length])?;
+    if shared {
+        page::copy_from(MADE, CHILD)?;
     }
-    space::swap(at, leaf, MADE, SCRATCH)
+    space::swap(at, at_slot, MADE, SCRATCH)
 }
 
+/// A copies slot that is empty, or whose copy's bank was destroyed (its keeper node with it).
 fn free_copy() -> Option<u64> {
-    (0..COPIES_MAX).find(|&copy| node::fetch(COPIES, copy, SCRATCH).is_ok() && identify(SCRATCH).is_err())
+    (0..COPIES_MAX).find(|&copy| node::sense(COPIES, copy).is_ok_and(|sensed| sensed.type_code == Type::Void as u64))
 }
 
 fn main() -> u64 {
-    // SAFETY: `main` runs once, on the program's only thread, and never returns: this is the
-    // only reference to the buffer for the program's life.
-    let buffer = unsafe { &mut *core::ptr::addr_of_mut!(PAGE_BYTES) };
     let wait = |reply: Invocation<'_>| reply.receiving(&RECEIVED).resume_into(RESUME).invoke(&mut []);
     // Register 14 is void at the start: a return through it only waits.
     let mut message = wait(Invocation::return_to(SCRATCH.index(), 0, [0; 4]));
@@ -120,7 +154,18 @@ fn main() -> u64 {
             (copy @ 1..=COPIES_MAX, keeper::SPACE_FAULT) => {
                 let [_, error_code, _, address] = message.words;
                 // A write to a shared read-only page, or to where the original has none.
-                let resolved = error_code & FAULT_WRITE != 0 && copy_on_write(copy - 1, address, buffer).is_ok();
+                let resolved = error_code & FAULT_WRITE != 0 && match copy_on_write(copy - 1, address) {
+                    Ok(()) => true,
+                    Err(error) => {
+                        let code = match error {
+                            Error::Invocation(error) => error as u64,
+                            Error::Object(error) => error as u64,
+                            Error::Reply(code) => code,
+                        };
+                        user::print_numbers(&[(b"virtual-copy: a write to copy ", copy), (b" at ", address), (b" failed: code ", code)], b"\n");
+                        false
+                    }
+                };
                 if !resolved {
                     // Not a fault a copy resolves (a read where the original has no page,
                     // the bank exhausted): the process is stopped, as without a keeper

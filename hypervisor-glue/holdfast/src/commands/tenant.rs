@@ -35,7 +35,7 @@ pub fn run(command: TenantCommand) -> Result<ExitCode, Failure> {
         }
         TenantCommand::Create(TenantCreateArguments { limits: arguments, tp1 }) => {
             if tp1 {
-                eprintln!("{}: making tenant {} and its TP1 service (a copy of the TP1 program)", arguments.vm, arguments.name);
+                eprintln!("{}: making tenant {} and its TP1 service", arguments.vm, arguments.name);
             }
             let said = limits(&arguments, "create", tp1)?;
             let number = said.trim_end().strip_prefix("ok number ").unwrap_or("?").to_owned();
