@@ -26,6 +26,8 @@ mod tests {
 
     #[test]
     fn the_manifest_gives_bench_services_a_bank_a_constructor_a_meter_and_echo_server() {
+        // Processes 0 to 5 as in the manifest; the constructor (4) yields through the
+        // virtual copy keeper (3).
         let source_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let manifest = Manifest::load(&source_dir.join(MANIFEST)).unwrap();
         let names: Vec<_> = manifest.processes.iter().map(|p| p.name.as_str()).collect();
@@ -35,14 +37,16 @@ mod tests {
                 "space-bank",
                 "echo-server",
                 "echo-template",
+                "virtual-copy",
                 "constructor",
                 PROGRAM
             ]
         );
         let program = |index: usize| manifest.processes[index].program.as_str();
         assert_eq!(program(2), "echo-server");
-        assert_eq!(program(3), "constructor");
-        let bench = &manifest.processes[4];
+        assert_eq!(program(3), "virtual-copy");
+        assert_eq!(program(4), "constructor");
+        let bench = &manifest.processes[5];
         let targets: Vec<_> = bench.registers[2..6].iter().map(|c| c.target).collect();
         assert!(
             matches!(
@@ -53,7 +57,7 @@ mod tests {
                         badge: 1
                     },
                     Target::Start {
-                        process: 3,
+                        process: 4,
                         badge: 0
                     },
                     Target::Meter(_),
@@ -67,7 +71,7 @@ mod tests {
         );
         // The constructor's template is echo-server's process that never runs.
         assert_eq!(
-            manifest.processes[3].registers[2].target,
+            manifest.processes[4].registers[2].target,
             Target::Process(2)
         );
     }

@@ -115,9 +115,10 @@ fn notes() -> Vec<String> {
             .to_owned(),
         "Holdfast (services/selftest/src/bench_services.rs, bench/services-manifest.toml, timed \
          in ring 3 with rdtsc, converted with the TSC frequency the kernel prints at boot): \
-         process creation = a bank below the program's bank, a constructor's yield of a copy \
-         of echo-server paid for by it (a bank, a root node, its space's nodes and writable \
-         pages copied), a call the new process answers, and the bank destroyed with all it \
+         process creation = a bank below the program's bank, a constructor's yield of a \
+         copy-on-write copy of echo-server paid for by it (a bank, a root node, its space a \
+         virtual copy: two nodes, then the nodes and page its first write needs, as Linux's \
+         exec maps a program), a call the new process answers, and the bank destroyed with all it \
          sold; page allocation = a page bought from the space bank, swapped into a leaf node \
          of the program's own space and written once (a node-tree fault maps it), the pages \
          sold back untimed after each round of 32; cross-compartment call = a call to \

@@ -548,6 +548,8 @@ pub mod node {
         pub const MAKE_PROCESS: u64 = 8;
         /// Says what the capability in a slot is, its type code and rights as `identify` gives them (void once revoked), without invoking it: a start, resume or indirector capability is described, not called (KeyKOS's discrim). A reference monitor classifies what it is handed this way, so that a capability to a process that never answers cannot hold it up.
         pub const SENSE: u64 = 9;
+        /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation, as `space.occupied` does: a constructor gives a process only the components it has.
+        pub const OCCUPIED: u64 = 10;
     }
 
     /// An invocation of a node capability, decoded and with its arguments checked
@@ -595,6 +597,8 @@ pub mod node {
             /// The slot.
             slot: u64,
         },
+        /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation, as `space.occupied` does: a constructor gives a process only the components it has.
+        Occupied,
     }
 
     impl Request {
@@ -654,6 +658,7 @@ pub mod node {
                     }
                     Ok(Self::Sense { slot })
                 }
+                order::OCCUPIED => Ok(Self::Occupied),
                 _ => Err(ObjectError::InvalidOrder),
             }
         }

@@ -289,8 +289,19 @@ fn node_method(
             let held = objects.cache.node(&target).map_err(|_| ObjectError::InvalidOrder)?.get(slot(index)?);
             ok(identity(&objects.cache.live_or_void(held)))
         }
+        node::Request::Occupied => occupied(objects, &target),
         node::Request::Identify => unreachable!("answered by the caller"),
     }
+}
+
+/// `node.occupied` and `space.occupied`: which slots of the node hold a live capability.
+fn occupied(objects: &Objects, target: &Capability) -> MethodResult {
+    let node = objects.cache.node(target).map_err(|_| ObjectError::InvalidOrder)?;
+    let occupied = (0..holdfast_objects::NODE_SLOT_COUNT as u64)
+        .filter_map(|index| Slot::new(index).map(|at| (index, node.get(at))))
+        .filter(|(_, held)| objects.cache.live_or_void(*held).kind() != CapType::Void)
+        .fold(0u64, |slots, (index, _)| slots | 1 << index);
+    ok([occupied, 0, 0, 0])
 }
 
 fn space_method(
@@ -317,14 +328,7 @@ fn space_method(
             ok([u64::from(height), flags, 0, 0])
         }
         space::Request::Weaken => ok_capability(target.restricted(Rights::READ_ONLY)),
-        space::Request::Occupied => {
-            let node = objects.cache.node(&target).map_err(|_| ObjectError::InvalidOrder)?;
-            let occupied = (0..holdfast_objects::NODE_SLOT_COUNT as u64)
-                .filter_map(|index| Slot::new(index).map(|at| (index, node.get(at))))
-                .filter(|(_, held)| objects.cache.live_or_void(*held).kind() != CapType::Void)
-                .fold(0u64, |slots, (index, _)| slots | 1 << index);
-            ok([occupied, 0, 0, 0])
-        }
+        space::Request::Occupied => occupied(objects, &target),
         space::Request::Identify => unreachable!("answered by the caller"),
     }
 }

@@ -44,9 +44,9 @@ fn expected(process: &str) -> Expected {
         "fault-gp" | "fault-int" => Expected::Fault(13),
         "fault-ud" => Expected::Fault(6),
         // Servers, which wait for calls for good: bench/services-manifest.toml's system
-        // ends with the space bank and a constructor waiting.
+        // ends with the space bank, a constructor and its virtual copy keeper waiting.
         "echo-server" | "zero-keeper" | "exception-keeper" | "meter-refiller" | "meter-keeper"
-        | "space-bank" | "constructor" => Expected::Available,
+        | "space-bank" | "constructor" | "virtual-copy" => Expected::Available,
         _ => Expected::Stop,
     }
 }

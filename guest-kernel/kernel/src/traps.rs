@@ -118,7 +118,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 .cache
                 .node_for_translation(&root, process_root::SPACE)
                 .map(|node| node.get(process_root::SPACE));
-            match space.map(|space| walk(&objects.cache, space, address)) {
+            match space.map(|space| walk(&objects.cache, space, address, error_code & PAGE_FAULT_WRITE != 0)) {
                 Ok(Walk::Page { page, writable, keeper }) => 'page: {
                     let access = page_access(error_code, writable, page.may_execute());
                     if let (None, Some(keeper)) = (access, keeper) {

@@ -68,7 +68,7 @@ fn pages_of(
     let mut pages = Vec::new();
     let mut at = address;
     while at < end {
-        let Walk::Page { page, writable, .. } = walk(cache, space, at) else {
+        let Walk::Page { page, writable, .. } = walk(cache, space, at, for_writing) else {
             return Err(BadAddress);
         };
         if for_writing && !writable {

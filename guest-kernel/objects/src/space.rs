@@ -38,10 +38,13 @@ pub fn slot_for(height: u8, address: u64) -> Slot {
 /// a walk's nodes whatever a program put in its nodes.
 const WALK_NODES_MAX: usize = 2 * (SPACE_HEIGHT_MAX as usize + 1);
 
-/// Walks `space` down to the page holding `address`. If it finds the page, every node
-/// passed is marked as one a translation depends on ([`ObjectCache::mark_translated`]),
-/// and the page as mapped ([`ObjectCache::mark_page_translated`]).
-pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk {
+/// Walks `space` down to the page holding `address`, for a write if `write`. If it finds
+/// the page, every node passed is marked as one a translation depends on
+/// ([`ObjectCache::mark_translated`]), and the page as mapped
+/// ([`ObjectCache::mark_page_translated`]) — unless the walk is for a write the path does
+/// not allow, which maps nothing: a virtual copy's keeper changes that path next, and marks
+/// left by its write faults made each of its changes drop every process's translations.
+pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64, write: bool) -> Walk {
     let mut capability = space;
     // The part of the address the current level resolves; each descent drops the bits of
     // the slot taken.
@@ -55,10 +58,12 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64) -> Walk 
         writable &= capability.may_write();
         let Some((height, is_keeper_node)) = capability.space_shape() else {
             if capability.kind() == CapType::Page && cache.check(&capability).is_ok() {
-                for &(node, slots) in &passed[..step] {
-                    cache.mark_translated(node, slots);
+                if !write || writable {
+                    for &(node, slots) in &passed[..step] {
+                        cache.mark_translated(node, slots);
+                    }
+                    cache.mark_page_translated(capability.object());
                 }
-                cache.mark_page_translated(capability.object());
                 return Walk::Page {
                     page: capability,
                     writable,
@@ -147,7 +152,7 @@ mod tests {
         };
         assert_eq!(marked(&cache), [false; 3]);
         assert!(!cache.is_page_translated(page.object()) && !cache.is_node_translated(ObjectId(2)));
-        let found = walk(&cache, top, ADDRESS);
+        let found = walk(&cache, top, ADDRESS, false);
         assert_eq!(
             found,
             Walk::Page {
@@ -174,7 +179,7 @@ mod tests {
         let missing = Walk::Missing { keeper: None };
         for address in [ADDRESS + 4096, ADDRESS - (1 << 17), 1 << 22, u64::MAX] {
             assert_eq!(
-                walk(&cache, top, address),
+                walk(&cache, top, address, false),
                 missing,
                 "{address:#x}"
             );
@@ -196,7 +201,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(2, ADDRESS), read_only_leaf);
         assert_eq!(
-            walk(&cache, top, ADDRESS),
+            walk(&cache, top, ADDRESS, false),
             Walk::Page {
                 page: page.restricted(Rights::READ_ONLY),
                 writable: false,
@@ -206,23 +211,33 @@ mod tests {
     }
 
     #[test]
+    fn a_write_the_path_does_not_allow_marks_nothing() {
+        let (mut cache, top, leaf, page) = two_level_space(ADDRESS);
+        cache.node_mut(&top).unwrap().swap(slot_for(2, ADDRESS), leaf.restricted(Rights::READ_ONLY));
+        let Walk::Page { writable: false, .. } = walk(&cache, top, ADDRESS, true) else { panic!("a page") };
+        assert!(!cache.is_node_translated(ObjectId(1)) && !cache.is_page_translated(page.object()));
+        walk(&cache, top, ADDRESS, false);
+        assert!(cache.is_node_translated(ObjectId(1)) && cache.is_page_translated(page.object()), "a read maps it");
+    }
+
+    #[test]
     fn a_no_execute_capability_anywhere_on_the_path_makes_the_page_not_executable() {
         let (mut cache, top, leaf, page) = two_level_space(ADDRESS);
-        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS) else { panic!("a page") };
+        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS, false) else { panic!("a page") };
         assert!(found.may_execute());
         cache
             .node_mut(&top)
             .unwrap()
             .swap(slot_for(2, ADDRESS), leaf.restricted(Rights::NO_EXECUTE));
         assert_eq!(
-            walk(&cache, top, ADDRESS),
+            walk(&cache, top, ADDRESS, false),
             Walk::Page {
                 page: page.restricted(Rights::NO_EXECUTE),
                 writable: true,
                 keeper: None
             }
         );
-        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS) else { panic!("a page") };
+        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS, false) else { panic!("a page") };
         assert!(!found.may_execute());
     }
 
@@ -234,7 +249,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(1, ADDRESS), Capability::VOID);
         assert_eq!(
-            walk(&cache, top, ADDRESS),
+            walk(&cache, top, ADDRESS, false),
             Walk::Missing { keeper: None }
         );
     }
@@ -244,13 +259,13 @@ mod tests {
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_node(ObjectId(2));
         assert_eq!(
-            walk(&cache, top, ADDRESS),
+            walk(&cache, top, ADDRESS, false),
             Walk::Missing { keeper: None }
         );
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_page(ObjectId(1));
         assert_eq!(
-            walk(&cache, top, ADDRESS),
+            walk(&cache, top, ADDRESS, false),
             Walk::Missing { keeper: None }
         );
     }
@@ -266,18 +281,18 @@ mod tests {
         wrapper_node.swap(slot(1), keeper);
         let elsewhere = ADDRESS + 4096;
         assert_eq!(
-            walk(&cache, wrapper, elsewhere),
+            walk(&cache, wrapper, elsewhere, false),
             Walk::Missing {
                 keeper: Some(keeper)
             }
         );
         assert!(matches!(
-            walk(&cache, wrapper, ADDRESS),
+            walk(&cache, wrapper, ADDRESS, false),
             Walk::Page { keeper: Some(found), .. } if found == keeper
         ));
         let no_call = wrapper.restricted(Rights::NO_CALL);
         assert_eq!(
-            walk(&cache, no_call, elsewhere),
+            walk(&cache, no_call, elsewhere, false),
             Walk::Missing { keeper: None }
         );
     }
@@ -289,7 +304,7 @@ mod tests {
         let wrapper = Capability::space(ObjectId(1), Version(0), 3, true).unwrap();
         cache.node_mut(&wrapper).unwrap().swap(slot(0), wrapper);
         assert_eq!(
-            walk(&cache, wrapper, 0),
+            walk(&cache, wrapper, 0, false),
             Walk::Missing { keeper: None }
         );
     }

@@ -148,7 +148,10 @@ fn build() -> Result<(), Error> {
     let length = process::read_registers(TEMPLATE, &mut registers)?;
     process::write_registers(MADE_PROCESS, &registers[..length])?;
     let (_, own_process) = holes();
-    for register in 0..CAPABILITY_REGISTERS {
+    // A new process's capability registers are void: only the components there are, and
+    // its own process where it gets it, are put in (two invocations each).
+    let filled = node::occupied(COMPONENTS)? | own_process;
+    for register in (0..CAPABILITY_REGISTERS).filter(|register| filled >> register & 1 != 0) {
         let component = if own_process >> register & 1 == 0 {
             node::fetch(COMPONENTS, register, CHILD)?;
             CHILD

@@ -343,6 +343,17 @@ pub mod node {
             rights: received.words[1],
         })
     }
+
+    /// Says which slots hold a capability that is not void (a revoked one counts as void), in one invocation, as `space.occupied` does: a constructor gives a process only the components it has.
+    ///
+    ///
+    /// Returns bit i set: slot i holds a capability.
+    ///
+    /// Errors: invocation errors only.
+    pub fn occupied(node: CapReg) -> Result<u64, Error> {
+        let received = invoke(Invocation::call(node, order::OCCUPIED)).check()?;
+        Ok(received.words[0])
+    }
 }
 
 /// An address-space tree of height h covering 4 KiB × 32^h; slot i covers the i-th 4 KiB × 32^(h-1) part.

@@ -69,36 +69,46 @@ fn make_copy(copy: u64) -> Result<(), Error> {
     // The root the copy's own from the start: its process may link subtrees of its own
     // into the slots the original leaves empty (the TP1 service's region does).
     space::fetch(LEVEL, 0, NEXT)?;
-    own_node(LEVEL, 0, NEXT, shape.height)?;
+    own_node(LEVEL, 0, NEXT, MADE, shape.height)?;
     node::swap(COPIES, copy, LEVEL, SCRATCH)?;
     node::fetch(COPIES, copy, MADE)
 }
 
 /// Makes the height-`height` space in slot `at_slot` of `at` (fetched into `below`) the
-/// copy's own, and leaves the copy's own in `below`: a shared (read-only) one is copied
-/// into a new node, an empty slot gets an empty node; one of the copy's own is left as is.
-fn own_node(at: CapReg, at_slot: u64, below: CapReg, height: u64) -> Result<(), Error> {
+/// copy's own and returns the register that holds it: `below` if it was the copy's own
+/// already, else `spare`, into which a new node is bought, holding what a shared
+/// (read-only) one held or nothing for an empty slot. The shape of what is copied is not
+/// checked: the kernel's walk ends at any node of the wrong height or kind, so a malformed
+/// original can only leave its copy's process faulting.
+fn own_node(at: CapReg, at_slot: u64, below: CapReg, spare: CapReg, height: u64) -> Result<CapReg, Error> {
     let shared = match identify(below) {
         Err(_) => false,
         Ok(held) if held.type_code == Type::Space as u64 && held.rights & READ_ONLY != 0 => true,
-        Ok(held) if held.type_code == Type::Space as u64 => return Ok(()),
+        Ok(held) if held.type_code == Type::Space as u64 => return Ok(below),
         Ok(_) => return Err(Error::Reply(refusal::BAD_ORIGINAL)),
     };
-    if shared && space::info(below).map(|shape| (shape.height, shape.flags)) != Ok((height, 0)) {
-        return Err(Error::Reply(refusal::BAD_ORIGINAL));
-    }
-    bank::buy_node(BANK, MADE)?;
-    node::make_space(MADE, height, 0, MADE)?;
+    bank::buy_node(BANK, spare)?;
+    node::make_space(spare, height, 0, spare)?;
     if shared {
         // Fetched through a read-only space, each slot comes read-only: still shared.
         let occupied = space::occupied(below)?;
         for held in (0..SPACE_SLOTS).filter(|held| occupied >> held & 1 != 0) {
             space::fetch(below, held, CHILD)?;
-            space::swap(MADE, held, CHILD, SCRATCH)?;
+            space::swap(spare, held, CHILD, SCRATCH)?;
         }
     }
-    space::swap(at, at_slot, MADE, SCRATCH)?;
-    space::fetch(at, at_slot, below)
+    space::swap(at, at_slot, spare, SCRATCH)?;
+    Ok(spare)
+}
+
+/// The three registers a walk down a copy takes turns with: the level it is at, the one
+/// below, and a spare for a node bought.
+const WALK: [CapReg; 3] = [LEVEL, NEXT, MADE];
+
+/// The two of [`WALK`] that are not `at`.
+fn others(at: CapReg) -> (CapReg, CapReg) {
+    let mut rest = WALK.iter().copied().filter(|&register| register != at);
+    (rest.next().expect("three registers"), rest.next().expect("three registers"))
 }
 
 /// A write fault at `address` under copy `copy`: the page there becomes the copy's own.
@@ -108,12 +118,13 @@ fn copy_on_write(copy: u64, address: u64) -> Result<(), Error> {
     let height = space::info(LEVEL)?.height;
     // From the keeper node's slot 0 (the tree, of the copy's height) down to the node of
     // height 1 that holds the page.
-    let (mut at, mut below, mut at_slot) = (LEVEL, NEXT, 0);
+    let (mut at, mut at_slot) = (LEVEL, 0);
     for level in (1..=height).rev() {
+        let (below, spare) = others(at);
         space::fetch(at, at_slot, below)?;
-        own_node(at, at_slot, below, level)?;
-        (at, below, at_slot) = (below, at, slot(level, address));
+        (at, at_slot) = (own_node(at, at_slot, below, spare, level)?, slot(level, address));
     }
+    let (bought, _) = others(at);
     space::fetch(at, at_slot, CHILD)?;
     let shared = match identify(CHILD) {
         Err(_) => false,
@@ -122,11 +133,11 @@ fn copy_on_write(copy: u64, address: u64) -> Result<(), Error> {
         Ok(held) if held.type_code == Type::Page as u64 => return Ok(()),
         Ok(_) => return Err(Error::Reply(refusal::BAD_ORIGINAL)),
     };
-    bank::buy_page(BANK, MADE)?;
+    bank::buy_page(BANK, bought)?;
     if shared {
-        page::copy_from(MADE, CHILD)?;
+        page::copy_from(bought, CHILD)?;
     }
-    space::swap(at, at_slot, MADE, SCRATCH)
+    space::swap(at, at_slot, bought, SCRATCH)
 }
 
 /// A copies slot that is empty, or whose copy's bank was destroyed (its keeper node with it).

@@ -129,7 +129,7 @@ fn fill_range(
     let mut page_address = start & !(page_bytes - 1);
     while page_address < end {
         // The loader's trees restrict no node, so the page found carries its own rights.
-        let earlier = match walk(&objects.cache, space, page_address) {
+        let earlier = match walk(&objects.cache, space, page_address, false) {
             Walk::Page { page, .. } => Some(page),
             Walk::Missing { .. } => None,
         };
