@@ -863,8 +863,9 @@ pub enum VmCommand {
     /// Kill the VM's QEMU with SIGKILL, as a crash would: nothing is flushed or shut down
     /// (for crash and failover drills)
     Kill(VmName),
-    /// Print the store's counters (Prometheus text format) over the VM's control channel;
-    /// its system must run the admin service
+    /// Print the VM's counters (Prometheus text format) over its control channel: the
+    /// kernel's and store's, and on the TP1 appliance its TP1 service's and each tenant's
+    /// own (labelled tenant="NAME"); its system must run the admin service
     Counters(VmName),
 }
 

@@ -582,6 +582,19 @@ fn connect(appliance: &Appliance) -> TcpStream {
     connection
 }
 
+/// `holdfast vm counters VM`'s text.
+fn vm_counters(vm: &str) -> String {
+    let counters = run_holdfast(&["vm", "counters", vm]);
+    assert_eq!(counters.status, Some(0), "{}", counters.transcript());
+    counters.stdout
+}
+
+/// The value of the sample `series` (its name and labels, as written) in `counters`.
+fn sample(counters: &str, series: &str) -> Option<f64> {
+    let line = counters.lines().find(|line| line.starts_with(&format!("{series} ")))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
 fn tenant_token(appliance: &Appliance, tenant: &str, name: &str) -> String {
     let minted = run_holdfast(&["tp1", "token", &appliance.name, name, "--admin", "--tenant", tenant]);
     assert_eq!(minted.status, Some(0), "{}", minted.transcript());
@@ -623,6 +636,12 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
     assert_eq!(run.status, Some(0), "{}", run.transcript());
     let acme_before = summary(&appliance, &acme, &acme_ledger);
     assert!(acme_before.contains("scale 1") && !acme_before.contains(" 0 history records"), "{acme_before}");
+    // Each tenant's service counts its own transactions, labelled with its name.
+    let counters = vm_counters(&vm);
+    let acme_transactions = sample(&counters, "holdfast_tp1_transactions_total{tenant=\"acme\"}");
+    assert!(acme_transactions.is_some_and(|count| count >= 1.0), "{counters}");
+    assert_eq!(sample(&counters, "holdfast_tp1_transactions_total{tenant=\"globex\"}"), Some(0.0), "{counters}");
+    assert_eq!(sample(&counters, "holdfast_tp1_transactions_total"), Some(0.0), "the appliance's own service counted acme's: {counters}");
 
     // Each token reaches its own database only: the others are not loaded.
     for (token, name) in [(&globex, "globex's"), (&own, "the appliance's")] {
@@ -666,6 +685,9 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
     assert!(list.stdout.starts_with("globex ") && list.stdout.lines().count() == 1, "{}", list.transcript());
     assert!(list.stdout.trim_end().ends_with(" tp1 yes"), "{}", list.transcript());
     assert_eq!(summary(&appliance, &globex, &globex_ledger), globex_before, "revoking acme changed globex's database");
+    let counters = vm_counters(&vm);
+    assert!(!counters.contains("tenant=\"acme\""), "a revoked tenant's counters are still served: {counters}");
+    assert!(sample(&counters, "holdfast_tp1_transactions_total{tenant=\"globex\"}").is_some_and(|count| count >= 1.0), "{counters}");
     let run = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &globex, &globex_ledger);
     assert_eq!(run.status, Some(0), "globex's service stopped committing\n{}", run.transcript());
     appliance.kill();

@@ -7,7 +7,7 @@
 //! | `checkpoint status` | `ok generation <g> interval-ms <ms> log-fill-permille <p> degraded <0/1> failures-since-commit <n>` |
 //! | `checkpoint interval <ms>` | `ok interval-ms <ms>` |
 //! | `checkpoint now` | `ok` (the commit shows in `checkpoint status`) |
-//! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 service's), then `ok` |
+//! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 services', each family's samples together: the appliance's own without labels, each tenant's labelled `tenant="<name>"`), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
 //! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `cpu <p>%` (its meter's share; `cpu none` without one) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), on the TP1 appliance `tp1 yes` or `tp1 no` (whether it has a TP1 service of its own), then `ok tenants <count>` |
 //! | `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint. With `tp1`, a TP1 service of its own too: yielded by the TP1 constructor on a bank below the tenant's and on its meter, serving the tenant's tokens on a private listener that the appliance's TP1 service hands their connections to; if it cannot be made the tenant is revoked again and the reply says why |
@@ -23,7 +23,8 @@
 //! reference monitor's control capability (`services/keysafe`), on an appliance with one;
 //! 9 scratch; on the TP1 appliance, 10 the TP1 constructor (its tenants' services), 11 the
 //! network service (their private listeners), 12 the TP1 routes node (slot n: tenant n's
-//! listener, which the appliance's TP1 service reads); 13 to 15 working registers.
+//! listener, which the appliance's TP1 service reads; slot 16 + n: tenant n's TP1 counters
+//! page, read-only, which only this service reads); 13 to 15 working registers.
 #![no_std]
 #![no_main]
 
@@ -57,6 +58,10 @@ const TENANT_METER: CapReg = CapReg::new(15);
 /// Attempts at a token write whose guard moved (a restart between reading the page and
 /// writing it) before giving up.
 const MINT_ATTEMPTS_MAX: usize = 4;
+/// The reference monitor's compartments: the routes node holds a listener and a counters
+/// page for each.
+const TENANTS_MAX: u64 = holdfast_keysafe_policy::COMPARTMENTS_MAX as u64;
+const _: () = assert!(2 * TENANTS_MAX <= 32, "a node has 32 slots");
 /// The most a tenant's TP1 service writes of its own memory: the TP1 program's data, bss
 /// and stack, 4,053 pages (128 connections' 64 KiB buffers and the 4 MiB index above all),
 /// which a yield copied whole before it copied on write.
@@ -73,11 +78,14 @@ struct Reply {
 }
 
 /// The longest reply: the counters, the kernel's (about 5 KiB with its three histograms)
-/// and the TP1 service's (about 1 KiB), with room to grow. On the stack (64 KiB).
-const REPLY_BYTES_MAX: usize = 16384;
+/// and the TP1 services' (about 1.5 KiB each: the appliance's and up to 16 tenants'), with
+/// room to grow. In `.bss` ([`REPLY`]), not on the 64 KiB stack.
+const REPLY_BYTES_MAX: usize = 48 * 1024;
+
+static mut REPLY: Reply = Reply::new();
 
 impl Reply {
-    fn new() -> Self {
+    const fn new() -> Self {
         Self { bytes: [0; REPLY_BYTES_MAX], length: 0, overflowed: false }
     }
 
@@ -256,6 +264,7 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
             // left, should a restart have brought back its slot after its revocation.
             if !tp1 {
                 let _ = node::clear(TP1_ROUTES, number);
+                let _ = node::clear(TP1_ROUTES, counters_slot(number));
             }
             if let Err(why) = if tp1 { tenant_tp1(number, page_limit) } else { Ok(()) } {
                 let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
@@ -294,19 +303,27 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
         Error::Reply(user::constructor::refusal::BANK_REFUSED) => "the tenant's bank refused the service's first nodes",
         _ => "the constructor could not copy the TP1 program",
     })?;
+    user::bank::buy_page(TENANT_BANK, SCRATCH).map_err(|_| "the tenant's bank refused a page for its counters")?;
     user::net::listen_private(NETWORK, TENANT_METER).map_err(|_| "the network service made no listener for it")?;
     let configured = invoke(Invocation {
         words: [number, 0, 0, 0],
-        send: &[TENANT_METER, TENANT_BANK],
+        send: &[TENANT_METER, TENANT_BANK, SCRATCH],
         ..Invocation::call(TENANT, holdfast_tp1_ledger::instance::CONFIGURE)
     })
     .check()
-    .and_then(|_| node::swap(TP1_ROUTES, number, TENANT_METER, SCRATCH));
+    .and_then(|_| page::weaken(SCRATCH, SCRATCH))
+    .and_then(|()| node::swap(TP1_ROUTES, counters_slot(number), SCRATCH, TENANT))
+    .and_then(|()| node::swap(TP1_ROUTES, number, TENANT_METER, SCRATCH));
     if configured.is_err() {
         let _ = user::net::shut(TENANT_METER);
         return Err("it refused its configuration");
     }
     Ok(())
+}
+
+/// The routes node's slot of tenant `number`'s TP1 counters page: after the listeners'.
+fn counters_slot(number: u64) -> u64 {
+    TENANTS_MAX + number
 }
 
 /// Whether tenant `number` has a TP1 service: its listener, into `into`, if so. Sensed, not
@@ -344,6 +361,7 @@ fn tenant_revoke(name: &[u8], reply: &mut Reply) {
             let _ = user::net::shut(TENANT_METER);
             let _ = node::clear(TP1_ROUTES, u64::from(number));
         }
+        let _ = node::clear(TP1_ROUTES, counters_slot(u64::from(number)));
     }
     match user::keysafe::revoke(KEYSAFE, name) {
         Ok(objects) => {
@@ -466,29 +484,63 @@ fn random_token() -> Result<[u8; 16], &'static str> {
     Ok(token)
 }
 
-/// The TP1 service's counters, from the page it writes, on an appliance that runs it; and
+/// The TP1 services' counters, from the pages they write, on an appliance that runs them:
+/// the appliance's own, then each tenant's (labelled with its name); and
 /// `holdfast_journal_commits_per_flush`: TP1 transactions made durable per journal write
-/// (flush) since boot, from those and the kernel's `holdfast_journal_writes_total`,
+/// (flush) since boot, from all of theirs and the kernel's `holdfast_journal_writes_total`,
 /// `journal_writes` (group commit: many clients' transactions share a flush).
 fn tp1_counters(journal_writes: Option<u64>, reply: &mut Reply) {
-    let mut page_bytes = [0u8; counters::PAGE_BYTES];
-    if page::read(TP1_COUNTERS, 0, counters::PAGE_BYTES as u64, &mut page_bytes).is_err() {
+    use user::keysafe::{LIST_ENTRY_BYTES, Listed};
+    let read = |page: CapReg| {
+        let mut page_bytes = [0u8; counters::PAGE_BYTES];
+        page::read(page, 0, counters::PAGE_BYTES as u64, &mut page_bytes).ok()?;
+        counters::Counters::decode(&page_bytes)
+    };
+    // Tenants' names are the labels: the reference monitor's list holds them.
+    let mut list = [0u8; user::abi::INVOCATION_STRING_BYTES_MAX];
+    let listed = user::keysafe::list(KEYSAFE, &mut list).unwrap_or(0);
+    let mut tenants = [([0u8; 16], 0, counters::Counters::default()); TENANTS_MAX as usize];
+    let mut tenant_count = 0;
+    for entry in list.chunks_exact(LIST_ENTRY_BYTES).take(listed.min(tenants.len())) {
+        let tenant = Listed::decode(entry.try_into().expect("an entry"));
+        let page = node::fetch(TP1_ROUTES, counters_slot(u64::from(tenant.number)), SCRATCH);
+        if let (Ok(()), Some(tenant_counters)) = (page, read(SCRATCH)) {
+            tenants[tenant_count] = (tenant.name, tenant.name().len(), tenant_counters);
+            tenant_count += 1;
+        }
+    }
+    let mut sources = [(None, counters::Counters::default()); 1 + TENANTS_MAX as usize];
+    let mut count = 0;
+    if let Some(own) = read(TP1_COUNTERS) {
+        sources[0].1 = own;
+        count = 1;
+    }
+    for (name, length, tenant_counters) in &tenants[..tenant_count] {
+        if let Ok(name) = core::str::from_utf8(&name[..*length]) {
+            sources[count] = (Some(name), *tenant_counters);
+            count += 1;
+        }
+    }
+    let sources = &sources[..count];
+    if sources.is_empty() {
         return;
     }
-    let Some(tp1) = counters::Counters::decode(&page_bytes) else {
-        return;
-    };
     let status_name = |code: usize| {
         holdfast_tp1_protocol::Status::from_code(code as u8).map_or("unknown", holdfast_tp1_protocol::Status::name)
     };
-    tp1.render(status_name, |parts, value| {
-        for part in parts {
-            reply.push(part.as_bytes());
+    counters::render(sources, status_name, |name, labels, value| {
+        reply.push(name.as_bytes());
+        for (index, (key, label)) in labels.iter().enumerate() {
+            reply.push(if index == 0 { b"{" } else { b"," }).push(key.as_bytes()).push(b"=\"").push(label.as_bytes()).push(b"\"");
+        }
+        if !labels.is_empty() {
+            reply.push(b"}");
         }
         reply.push(b" ").decimal_fraction(value).push(b"\n");
     });
+    let transactions: u64 = sources.iter().map(|(_, source)| source.transactions_total).sum();
     if let Some(flushes) = journal_writes.filter(|&flushes| flushes > 0) {
-        reply.push(b"holdfast_journal_commits_per_flush ").decimal_fraction(tp1.transactions_total as f64 / flushes as f64).push(b"\n");
+        reply.push(b"holdfast_journal_commits_per_flush ").decimal_fraction(transactions as f64 / flushes as f64).push(b"\n");
     }
 }
 
@@ -575,6 +627,9 @@ fn main() -> u64 {
     // A line longer than the buffer: skipped up to its end, then refused.
     let mut overlong = false;
     let mut input = [0u8; 512];
+    // SAFETY: `main` runs once, on the program's only thread, and never returns: this is the
+    // only reference to the reply buffer for the program's life.
+    let reply = unsafe { &mut *core::ptr::addr_of_mut!(REPLY) };
     let boot_now = || clock::now(CLOCK).map(|now| now.boot).ok();
     let mut boot = boot_now();
     loop {
@@ -602,12 +657,12 @@ fn main() -> u64 {
                 }
                 continue;
             }
-            let mut reply = Reply::new();
+            let reply = reply.clear();
             if overlong {
                 reply.error(b"request longer than 256 bytes");
             } else {
                 let request = line[..length].strip_suffix(b"\r").unwrap_or(&line[..length]);
-                answer(request, &mut reply);
+                answer(request, reply);
                 if reply.overflowed {
                     // A cut line would make the host's exporter refuse the whole poll, and
                     // a cut reply lacks its `ok`: say why instead.

@@ -1,6 +1,8 @@
 //! The TP1 service's counters: one page the service writes (after each round of work) and
 //! the admin service reads and renders in the Prometheus text format with the kernel's
-//! (`holdfast vm counters`, `holdfast_tp1_*`).
+//! (`holdfast vm counters`, `holdfast_tp1_*`). Each tenant's service writes a page of its
+//! own, which the admin service bought from the tenant's bank; its samples carry the label
+//! `tenant="<name>"`.
 //!
 //! Layout: little-endian `u64`s: magic; transactions acknowledged; errors by status code
 //! (10); commits (batches written); commit latency: sum in nanoseconds, then a count per
@@ -72,27 +74,58 @@ impl Counters {
         Some(counters)
     }
 
-    /// The counters as Prometheus text lines, each through `line` (base units; the
-    /// histogram's buckets cumulative, as the format has them). `status_name` names a
-    /// status code for the `code` label.
-    pub fn render(&self, status_name: impl Fn(usize) -> &'static str, mut line: impl FnMut(&[&str], f64)) {
-        line(&["holdfast_tp1_transactions_total"], self.transactions_total as f64);
-        for (code, &count) in self.errors_total.iter().enumerate().skip(1) {
-            line(&["holdfast_tp1_errors_total{code=\"", status_name(code), "\"}"], count as f64);
+}
+
+/// One TP1 service's counters, and the tenant whose service it is (`None`: the
+/// appliance's own).
+pub type Source<'a> = (Option<&'a str>, Counters);
+
+/// Where [`render`] sends each sample: its name, its labels (key, value) and its value.
+pub type Line<'a> = dyn FnMut(&str, &[(&str, &str)], f64) + 'a;
+
+/// The counters of `sources` as Prometheus text samples, each through `line` as a name,
+/// its labels and its value: family by family, as the text format wants each family's
+/// samples together, and within one a sample per source, labelled `tenant` for a tenant's
+/// service (base units; the histogram's buckets cumulative, as the format has them).
+/// `status_name` names a status code for the `code` label.
+pub fn render(sources: &[Source<'_>], status_name: impl Fn(usize) -> &'static str, mut line: impl FnMut(&str, &[(&str, &str)], f64)) {
+    // A sample per source, labelled with its tenant (if any), then `extra`.
+    let each = |line: &mut Line<'_>, name: &str, extra: Option<(&str, &str)>, value: &dyn Fn(&Counters) -> f64| {
+        for (tenant, counters) in sources {
+            with_labels(*tenant, extra, |labels| line(name, labels, value(counters)));
         }
+    };
+    each(&mut line, "holdfast_tp1_transactions_total", None, &|counters| counters.transactions_total as f64);
+    for code in 1..STATUS_CODES {
+        each(&mut line, "holdfast_tp1_errors_total", Some(("code", status_name(code))), &|counters| counters.errors_total[code] as f64);
+    }
+    // The histogram series by series: its buckets, sum and count, as client libraries
+    // write them.
+    let mut bound_text = [0u8; 16];
+    for (tenant, counters) in sources {
         let mut cumulative = 0;
-        let mut bound_text = [0u8; 16];
-        for (bucket, &count) in self.commit_buckets.iter().enumerate() {
+        for (bucket, &count) in counters.commit_buckets.iter().enumerate() {
             cumulative += count;
             let bound = match COMMIT_BUCKETS_SECONDS.get(bucket) {
                 Some(&bound) => format_bound(bound, &mut bound_text),
                 None => "+Inf",
             };
-            line(&["holdfast_tp1_commit_seconds_bucket{le=\"", bound, "\"}"], cumulative as f64);
+            with_labels(*tenant, Some(("le", bound)), |labels| line("holdfast_tp1_commit_seconds_bucket", labels, cumulative as f64));
         }
-        line(&["holdfast_tp1_commit_seconds_sum"], self.commit_nanoseconds_sum as f64 / 1e9);
-        line(&["holdfast_tp1_commit_seconds_count"], self.commits_total as f64);
-        line(&["holdfast_tp1_connections_open"], self.connections_open as f64);
+        with_labels(*tenant, None, |labels| {
+            line("holdfast_tp1_commit_seconds_sum", labels, counters.commit_nanoseconds_sum as f64 / 1e9);
+            line("holdfast_tp1_commit_seconds_count", labels, counters.commits_total as f64);
+        });
+    }
+    each(&mut line, "holdfast_tp1_connections_open", None, &|counters| counters.connections_open as f64);
+}
+
+/// Calls `with` with the labels: `tenant="<tenant>"` if a tenant's, then `extra`.
+fn with_labels(tenant: Option<&str>, extra: Option<(&str, &str)>, with: impl FnOnce(&[(&str, &str)])) {
+    match (tenant.map(|tenant| ("tenant", tenant)), extra) {
+        (Some(tenant), Some(extra)) => with(&[tenant, extra]),
+        (Some(one), None) | (None, Some(one)) => with(&[one]),
+        (None, None) => with(&[]),
     }
 }
 
@@ -137,18 +170,39 @@ mod tests {
         page[..counters.encode().len()].copy_from_slice(&counters.encode());
         assert_eq!(Counters::decode(&page), Some(counters));
         assert_eq!(Counters::decode(&[0; PAGE_BYTES]), None);
+        let mut acme = Counters { transactions_total: 7, ..Counters::default() };
+        acme.commit_took(300_000);
+        let sources = [(None, counters), (Some("acme"), acme)];
         let mut lines = Vec::new();
-        counters.render(|code| ["ok", "a", "b", "c", "bad_token", "e", "f", "g", "h", "i"][code], |parts, value| {
-            lines.push(std::format!("{} {value}", parts.concat()));
+        let status_name = |code: usize| ["ok", "a", "b", "c", "bad_token", "e", "f", "g", "h", "i"][code];
+        render(&sources, status_name, |name, labels, value| {
+            let labels: Vec<String> = labels.iter().map(|(key, value)| std::format!("{key}=\"{value}\"")).collect();
+            let labels = if labels.is_empty() { String::new() } else { std::format!("{{{}}}", labels.join(",")) };
+            lines.push(std::format!("{name}{labels} {value}"));
         });
-        let text: String = lines.join("\n");
-        assert!(text.contains("holdfast_tp1_transactions_total 10\n"), "{text}");
+        let text: String = lines.join("\n") + "\n";
+        assert!(text.contains("holdfast_tp1_transactions_total 10\nholdfast_tp1_transactions_total{tenant=\"acme\"} 7\n"), "{text}");
         assert!(text.contains("holdfast_tp1_errors_total{code=\"bad_token\"} 2\n"), "{text}");
+        assert!(text.contains("holdfast_tp1_errors_total{tenant=\"acme\",code=\"bad_token\"} 0\n"), "{text}");
         assert!(text.contains("holdfast_tp1_commit_seconds_bucket{le=\"0.0005\"} 1\n"), "{text}");
         assert!(text.contains("holdfast_tp1_commit_seconds_bucket{le=\"0.002\"} 2\n"), "{text}");
         assert!(text.contains("holdfast_tp1_commit_seconds_bucket{le=\"1\"} 2\n"), "{text}");
         assert!(text.contains("holdfast_tp1_commit_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
+        assert!(text.contains("holdfast_tp1_commit_seconds_bucket{tenant=\"acme\",le=\"+Inf\"} 1\n"), "{text}");
         assert!(text.contains("holdfast_tp1_commit_seconds_count 3\n"), "{text}");
-        assert!(text.ends_with("holdfast_tp1_connections_open 3"), "{text}");
+        // Family by family: every family's samples are together.
+        let family = |line: &str| -> String {
+            let name = line.split(['{', ' ']).next().unwrap();
+            String::from(["_bucket", "_sum", "_count"].iter().find_map(|suffix| name.strip_suffix(suffix)).unwrap_or(name))
+        };
+        let names: Vec<String> = lines.iter().map(|line| family(line)).collect();
+        let mut seen = Vec::new();
+        for pair in names.windows(2) {
+            if pair[0] != pair[1] {
+                assert!(!seen.contains(&pair[1]), "{} comes back after other families:\n{text}", pair[1]);
+                seen.push(pair[0].clone());
+            }
+        }
+        assert!(text.ends_with("holdfast_tp1_connections_open 3\nholdfast_tp1_connections_open{tenant=\"acme\"} 0\n"), "{text}");
     }
 }

@@ -44,8 +44,8 @@
 //!
 //! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0;
 //! void in a tenant's instance), 4 the journal, 5 the clock, 6 the tokens page
-//! (read-only), 8 the counters page (void in an instance), 9 its space bank (received by an
-//! instance), 10 the checkpoint control, 15 the routes node (an instance receives its
+//! (read-only), 8 the counters page (an instance receives its own), 9 its space bank
+//! (received by an instance), 10 the checkpoint control, 15 the routes node (an instance receives its
 //! configuration's resume capability there); 3 receives its listener and 7 its own space;
 //! 11 to 14 are working registers.
 #![no_std]
@@ -767,13 +767,13 @@ fn status_of(refusal: Refusal) -> Status {
 }
 
 /// A tenant's instance: waits for the admin service's one message
-/// (`holdfast_tp1_ledger::instance::CONFIGURE`), which brings its listener and its bank into
-/// their registers, and answers it. Returns the tenant's compartment number.
+/// (`holdfast_tp1_ledger::instance::CONFIGURE`), which brings its listener, its bank and its
+/// counters page into their registers, and answers it. Returns the tenant's compartment number.
 fn configure() -> Option<u8> {
     use ledger::instance::{BAD_CONFIGURATION, CONFIGURE};
     // The register is void at the start: a return through it only waits.
     let message = user::Invocation::return_to(CONFIGURATION_RESUME, 0, [0; 4])
-        .receiving(&[LISTENER.index(), BANK.index()])
+        .receiving(&[LISTENER.index(), BANK.index(), COUNTERS.index()])
         .resume_into(CONFIGURATION_RESUME)
         .invoke(&mut []);
     let tenant = u8::try_from(message.words[0]).ok().filter(|&tenant| tenant != u8::MAX);
@@ -830,6 +830,8 @@ fn main() -> u64 {
         let mut digits = [0u8; 20];
         user::print_parts(&[b"tp1: serving tenant ", user::decimal(u64::from(tenant), &mut digits), b"\n"]);
     }
+    // Counted from the start, before anything comes (then after each round of work).
+    let _ = page::write(COUNTERS, 0, &state.counters.encode());
     loop {
         let length = match net::wait(LISTENER, &mut state.events) {
             Ok(length) => length,

@@ -943,6 +943,33 @@ ok
         assert!(!exporter.scrape().contains("vm=\"vm9\""));
     }
 
+    /// A tenant's own TP1 service's series come labelled `tenant` beside the appliance's,
+    /// its histogram a series of the same family.
+    #[test]
+    fn a_tenants_tp1_series_keep_their_tenant_label() {
+        let tenant_counters = "holdfast_tp1_transactions_total 5\n\
+holdfast_tp1_transactions_total{tenant=\"acme\"} 7\n\
+holdfast_tp1_commit_seconds_bucket{le=\"+Inf\"} 2\n\
+holdfast_tp1_commit_seconds_sum 0.5\n\
+holdfast_tp1_commit_seconds_count 2\n\
+holdfast_tp1_commit_seconds_bucket{tenant=\"acme\",le=\"+Inf\"} 3\n\
+holdfast_tp1_commit_seconds_sum{tenant=\"acme\"} 0.25\n\
+holdfast_tp1_commit_seconds_count{tenant=\"acme\"} 3\n\
+ok\n";
+        let exporter = Exporter::new();
+        exporter.record_poll("m1", Duration::from_millis(3), Ok(parse_exposition(tenant_counters).unwrap()));
+        let text = exporter.scrape();
+        for expected in [
+            "holdfast_tp1_transactions_total{vm=\"m1\",role=\"standalone\"} 5",
+            "holdfast_tp1_transactions_total{vm=\"m1\",role=\"standalone\",tenant=\"acme\"} 7",
+            "holdfast_tp1_commit_seconds_count{vm=\"m1\",role=\"standalone\",tenant=\"acme\"} 3",
+            "holdfast_tp1_commit_seconds_count{vm=\"m1\",role=\"standalone\"} 2",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE holdfast_tp1_commit_seconds histogram").count(), 1, "{text}");
+    }
+
     /// A pair primary's `counters` reply under TP1 load (8 clients, sync-durable), as
     /// `holdfast vm counters` printed it in tests/monitoring.rs: 102 series, the kernel's
     /// three histograms among them (their counts made up beside the run's sums).
