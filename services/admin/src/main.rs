@@ -286,8 +286,9 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
 
 /// Makes tenant `number`'s TP1 service, whose compartment capability is in `TENANT`: an
 /// instance the TP1 constructor yields on a bank below the tenant's and on its meter, given
-/// its private listener and bank, and the listener put in the routes node's slot for the
-/// appliance's TP1 service to hand the tenant's connections to.
+/// its private listener, its bank and a counters page, the listener put in the routes
+/// node's slot for the appliance's TP1 service to hand the tenant's connections to, and the
+/// counters page, read-only, in the slot after the listeners' for `counters`.
 fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
     use user::syscall::{Invocation, invoke};
     // The service's memory is a copy-on-write copy of the template's, bought page by page
