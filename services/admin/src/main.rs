@@ -260,11 +260,16 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
         // The compartment's capability is for programs of the tenant's own: its TP1 service
         // is made with it; the admin service keeps none (the monitor holds what it needs).
         user::keysafe::create(KEYSAFE, name, quota, TENANT).map(|number| {
-            // Without a service, no route: not even one a revoked tenant of the same number
-            // left, should a restart have brought back its slot after its revocation.
-            if !tp1 {
-                let _ = node::clear(TP1_ROUTES, number);
-                let _ = node::clear(TP1_ROUTES, counters_slot(number));
+            // Nothing of an earlier tenant of this number may reach the new one. Its tokens
+            // are journaled, so they outlive a crash that takes its compartment back (made
+            // or revoked after the last checkpoint), and its listener and routes come back
+            // with such a checkpoint: its tokens cleared, its listener shut, its routes
+            // cleared, before anything is made.
+            if let Err(what) = forget_tenant(number) {
+                let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
+                reply.push(b"error ").push(what.as_bytes());
+                reply.push(if revoked { b"; the tenant was revoked again\n" } else { b"; revoke the tenant\n" });
+                return;
             }
             if let Err(why) = if tp1 { tenant_tp1(number, page_limit) } else { Ok(()) } {
                 let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
@@ -319,6 +324,19 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
         let _ = user::net::shut(TENANT_METER);
         return Err("it refused its configuration");
     }
+    Ok(())
+}
+
+/// Clears what an earlier tenant of compartment `number` may have left: its TP1 tokens,
+/// its listener (shut) and its routes.
+fn forget_tenant(number: u64) -> Result<(), &'static str> {
+    let compartment = u8::try_from(number).map_err(|_| "the reference monitor gave a compartment number out of range")?;
+    revoke_tokens(tokens::Owner::Tenant(compartment))?;
+    if tenant_listener(compartment, TENANT_METER) {
+        let _ = user::net::shut(TENANT_METER);
+    }
+    let _ = node::clear(TP1_ROUTES, number);
+    let _ = node::clear(TP1_ROUTES, counters_slot(number));
     Ok(())
 }
 
@@ -586,7 +604,8 @@ fn revoke_tokens(owner: tokens::Owner) -> Result<(), &'static str> {
     if identify(TOKENS_PAGE).is_err() {
         return Ok(());
     }
-    for _ in 0..tokens::ENTRIES_MAX {
+    // One write per entry, and one more to find none left.
+    for _ in 0..=tokens::ENTRIES_MAX {
         if !write_tokens(|page| Ok(tokens::revoke(page, owner)))? {
             return Ok(());
         }

@@ -44,10 +44,12 @@ pub enum Owner {
 }
 
 impl Owner {
-    fn encode(self) -> u8 {
+    /// The entry's owner byte; `None` for compartment 255, which has none (n + 1 would
+    /// wrap to the appliance's 0).
+    fn encode(self) -> Option<u8> {
         match self {
-            Owner::Appliance => 0,
-            Owner::Tenant(compartment) => compartment + 1,
+            Owner::Appliance => Some(0),
+            Owner::Tenant(compartment) => compartment.checked_add(1),
         }
     }
 
@@ -123,12 +125,12 @@ pub fn mint(page: &[u8; PAGE_BYTES], name: &[u8], kind: Kind, owner: Owner, toke
     if name.is_empty() || name.len() > NAME_BYTES_MAX || !name.iter().all(|byte| byte.is_ascii_graphic()) {
         return Err(MintError::BadName);
     }
-    if owner == Owner::Tenant(u8::MAX) {
+    let Some(owner_byte) = owner.encode() else {
         return Err(MintError::BadOwner);
-    }
+    };
     let named = |entry: &[u8]| {
         entry[KIND_AT] != 0
-            && entry[OWNER_AT] == owner.encode()
+            && entry[OWNER_AT] == owner_byte
             && &entry[NAME_AT..NAME_AT + usize::from(entry[NAME_LENGTH_AT]).min(NAME_BYTES_MAX)] == name
     };
     let slot = entries(page)
@@ -141,14 +143,15 @@ pub fn mint(page: &[u8; PAGE_BYTES], name: &[u8], kind: Kind, owner: Owner, toke
     entry[KIND_AT] = kind as u8;
     entry[NAME_LENGTH_AT] = name.len() as u8;
     entry[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
-    entry[OWNER_AT] = owner.encode();
+    entry[OWNER_AT] = owner_byte;
     Ok(pieces(page, slot, entry))
 }
 
 /// The pieces that clear one token of `owner`'s, if any is left: write them as [`mint`]'s,
 /// and again until this says `None` (a revoked tenant's tokens).
 pub fn revoke(page: &[u8; PAGE_BYTES], owner: Owner) -> Option<Pieces> {
-    let (slot, _) = entries(page).find(|(_, entry)| entry[KIND_AT] != 0 && entry[OWNER_AT] == owner.encode())?;
+    let owner_byte = owner.encode()?;
+    let (slot, _) = entries(page).find(|(_, entry)| entry[KIND_AT] != 0 && entry[OWNER_AT] == owner_byte)?;
     Some(pieces(page, slot, [0; ENTRY_BYTES]))
 }
 
@@ -234,5 +237,7 @@ mod tests {
         apply(&mut page, &pieces);
         assert_eq!(read(&page)[1].0, [5; 16]);
         assert_eq!(mint(&page, b"eve", Kind::Client, Owner::Tenant(u8::MAX), [6; 16]), Err(MintError::BadOwner));
+        // Compartment 255 owns nothing: revoking it never touches the appliance's tokens.
+        assert_eq!(revoke(&page, Owner::Tenant(u8::MAX)), None);
     }
 }
