@@ -265,15 +265,15 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
             // or revoked after the last checkpoint), and its listener and routes come back
             // with such a checkpoint: its tokens cleared, its listener shut, its routes
             // cleared, before anything is made.
-            if let Err(what) = forget_tenant(number) {
+            let compartment = u8::try_from(number).map_err(|_| "the reference monitor gave a compartment number out of range");
+            let failed = match compartment.and_then(forget_tenant) {
+                Err(why) => Some((&b""[..], why)),
+                Ok(()) if tp1 => tenant_tp1(number, page_limit).err().map(|why| (&b"the tenant's TP1 service could not be made: "[..], why)),
+                Ok(()) => None,
+            };
+            if let Some((context, why)) = failed {
                 let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
-                reply.push(b"error ").push(what.as_bytes());
-                reply.push(if revoked { b"; the tenant was revoked again\n" } else { b"; revoke the tenant\n" });
-                return;
-            }
-            if let Err(why) = if tp1 { tenant_tp1(number, page_limit) } else { Ok(()) } {
-                let revoked = user::keysafe::revoke(KEYSAFE, name).is_ok();
-                reply.push(b"error the tenant's TP1 service could not be made: ").push(why.as_bytes());
+                reply.push(b"error ").push(context).push(why.as_bytes());
                 reply.push(if revoked { b"; the tenant was revoked again\n" } else { b"; revoke the tenant\n" });
                 return;
             }
@@ -327,14 +327,15 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Clears what an earlier tenant of compartment `number` may have left: its TP1 tokens,
-/// its listener (shut) and its routes.
-fn forget_tenant(number: u64) -> Result<(), &'static str> {
-    let compartment = u8::try_from(number).map_err(|_| "the reference monitor gave a compartment number out of range")?;
+/// Clears what a tenant of `compartment` has, or an earlier one left: its TP1 tokens first
+/// (so nothing routes to it any more), then its listener (shut: its connections reset) and
+/// its routes.
+fn forget_tenant(compartment: u8) -> Result<(), &'static str> {
     revoke_tokens(tokens::Owner::Tenant(compartment))?;
     if tenant_listener(compartment, TENANT_METER) {
         let _ = user::net::shut(TENANT_METER);
     }
+    let number = u64::from(compartment);
     let _ = node::clear(TP1_ROUTES, number);
     let _ = node::clear(TP1_ROUTES, counters_slot(number));
     Ok(())
@@ -371,16 +372,11 @@ fn tenant_number(name: &[u8]) -> Result<u8, Error> {
 /// its TP1 service's listener shut (its connections reset), then the compartment revoked:
 /// its bank destroyed, and with it its TP1 service and database.
 fn tenant_revoke(name: &[u8], reply: &mut Reply) {
-    if let Ok(number) = tenant_number(name) {
-        if let Err(what) = revoke_tokens(tokens::Owner::Tenant(number)) {
-            reply.push(b"error ").push(what.as_bytes()).push(b": the tenant was not revoked\n");
-            return;
-        }
-        if tenant_listener(number, TENANT_METER) {
-            let _ = user::net::shut(TENANT_METER);
-            let _ = node::clear(TP1_ROUTES, u64::from(number));
-        }
-        let _ = node::clear(TP1_ROUTES, counters_slot(u64::from(number)));
+    if let Ok(number) = tenant_number(name)
+        && let Err(what) = forget_tenant(number)
+    {
+        reply.push(b"error ").push(what.as_bytes()).push(b": the tenant was not revoked\n");
+        return;
     }
     match user::keysafe::revoke(KEYSAFE, name) {
         Ok(objects) => {

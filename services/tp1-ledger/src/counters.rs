@@ -73,7 +73,6 @@ impl Counters {
         counters.connections_open = word(WORDS - 1);
         Some(counters)
     }
-
 }
 
 /// One TP1 service's counters, and the tenant whose service it is (`None`: the

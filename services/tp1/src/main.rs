@@ -45,9 +45,9 @@
 //! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0;
 //! void in a tenant's instance), 4 the journal, 5 the clock, 6 the tokens page
 //! (read-only), 8 the counters page (an instance receives its own), 9 its space bank
-//! (received by an instance), 10 the checkpoint control, 15 the routes node (an instance receives its
-//! configuration's resume capability there); 3 receives its listener and 7 its own space;
-//! 11 to 14 are working registers.
+//! (received by an instance), 10 the checkpoint control, 15 the routes node (an instance
+//! receives its configuration's resume capability there); 3 receives its listener and 7
+//! its own space; 11 to 14 are working registers.
 #![no_std]
 #![no_main]
 
@@ -767,8 +767,9 @@ fn status_of(refusal: Refusal) -> Status {
 }
 
 /// A tenant's instance: waits for the admin service's one message
-/// (`holdfast_tp1_ledger::instance::CONFIGURE`), which brings its listener, its bank and its
-/// counters page into their registers, and answers it. Returns the tenant's compartment number.
+/// (`holdfast_tp1_ledger::instance::CONFIGURE`), which brings its listener, its bank and
+/// its counters page into their registers, and answers it. Returns the tenant's
+/// compartment number.
 fn configure() -> Option<u8> {
     use ledger::instance::{BAD_CONFIGURATION, CONFIGURE};
     // The register is void at the start: a return through it only waits.

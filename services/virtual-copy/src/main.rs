@@ -74,6 +74,26 @@ fn make_copy(copy: u64) -> Result<(), Error> {
     node::fetch(COPIES, copy, MADE)
 }
 
+/// What a slot of a copy's tree holds where a `kind` (a space or a page) belongs.
+enum Held {
+    Empty,
+    /// The original's, read-only.
+    Shared,
+    /// The copy's own.
+    Own,
+}
+
+/// What the capability in `register` is, as [`Held`]; anything but void or a `kind` is a
+/// malformed original.
+fn held(register: CapReg, kind: Type) -> Result<Held, Error> {
+    match identify(register) {
+        Err(_) => Ok(Held::Empty),
+        Ok(identity) if identity.type_code != kind as u64 => Err(Error::Reply(refusal::BAD_ORIGINAL)),
+        Ok(identity) if identity.rights & READ_ONLY != 0 => Ok(Held::Shared),
+        Ok(_) => Ok(Held::Own),
+    }
+}
+
 /// Makes the height-`height` space in slot `at_slot` of `at` (fetched into `below`) the
 /// copy's own and returns the register that holds it: `below` if it was the copy's own
 /// already, else `spare`, into which a new node is bought, holding what a shared
@@ -81,11 +101,10 @@ fn make_copy(copy: u64) -> Result<(), Error> {
 /// checked: the kernel's walk ends at any node of the wrong height or kind, so a malformed
 /// original can only leave its copy's process faulting.
 fn own_node(at: CapReg, at_slot: u64, below: CapReg, spare: CapReg, height: u64) -> Result<CapReg, Error> {
-    let shared = match identify(below) {
-        Err(_) => false,
-        Ok(held) if held.type_code == Type::Space as u64 && held.rights & READ_ONLY != 0 => true,
-        Ok(held) if held.type_code == Type::Space as u64 => return Ok(below),
-        Ok(_) => return Err(Error::Reply(refusal::BAD_ORIGINAL)),
+    let shared = match held(below, Type::Space)? {
+        Held::Empty => false,
+        Held::Shared => true,
+        Held::Own => return Ok(below),
     };
     bank::buy_node(BANK, spare)?;
     node::make_space(spare, height, 0, spare)?;
@@ -126,12 +145,11 @@ fn copy_on_write(copy: u64, address: u64) -> Result<(), Error> {
     }
     let (bought, _) = others(at);
     space::fetch(at, at_slot, CHILD)?;
-    let shared = match identify(CHILD) {
-        Err(_) => false,
-        Ok(held) if held.type_code == Type::Page as u64 && held.rights & READ_ONLY != 0 => true,
+    let shared = match held(CHILD, Type::Page)? {
+        Held::Empty => false,
+        Held::Shared => true,
         // The copy's own already (a fault on the way there raced, or was not a fault).
-        Ok(held) if held.type_code == Type::Page as u64 => return Ok(()),
-        Ok(_) => return Err(Error::Reply(refusal::BAD_ORIGINAL)),
+        Held::Own => return Ok(()),
     };
     bank::buy_page(BANK, bought)?;
     if shared {
