@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"os"
 	"os/exec"
@@ -97,8 +98,11 @@ func processesUsing(dir string) []string {
 	return found
 }
 
-// pairDomains lists the libvirt domains (running or only defined) of pair name.
-func pairDomains(name string) ([]string, error) {
+// pairDomains lists the libvirt domains (running or only defined) of pair name in stateDir:
+// `holdfast-pair-NAME-N-HASH`, HASH the FNV-1a of the pair's directory, as the CLI names
+// them. Only this run's: a killed run of the same test left its own (under another
+// temporary directory) on the shared libvirtd.
+func pairDomains(stateDir, name string) ([]string, error) {
 	l, err := testLibvirt()
 	if err != nil {
 		return nil, err
@@ -108,7 +112,13 @@ func pairDomains(name string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	pattern := regexp.MustCompile(`^holdfast-pair-` + regexp.QuoteMeta(name) + `-[12]-[0-9a-f]+$`)
+	directory, err := filepath.Abs(filepath.Join(stateDir, "pairs", name))
+	if err != nil {
+		return nil, err
+	}
+	hash := fnv.New32a()
+	hash.Write([]byte(directory))
+	pattern := regexp.MustCompile(fmt.Sprintf(`^holdfast-pair-%s-[12]-%08x$`, regexp.QuoteMeta(name), hash.Sum32()))
 	var found []string
 	for _, domain := range domains {
 		if pattern.MatchString(domain.Name) {
@@ -148,7 +158,7 @@ func pairGone(t *testing.T, stateDir, name string) error {
 	if processes := processesUsing(stateDir); len(processes) > 0 {
 		return fmt.Errorf("processes of pair %s are still running:\n%s", name, strings.Join(processes, "\n"))
 	}
-	if domains, err := pairDomains(name); err != nil || len(domains) > 0 {
+	if domains, err := pairDomains(stateDir, name); err != nil || len(domains) > 0 {
 		return fmt.Errorf("libvirt still has pair %s's domains %v (%v)", name, domains, err)
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, "pairs", name)); !os.IsNotExist(err) {
