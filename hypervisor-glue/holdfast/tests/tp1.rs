@@ -643,6 +643,26 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
     assert_eq!(sample(&counters, "holdfast_tp1_transactions_total{tenant=\"globex\"}"), Some(0.0), "{counters}");
     assert_eq!(sample(&counters, "holdfast_tp1_transactions_total"), Some(0.0), "the appliance's own service counted acme's: {counters}");
 
+    // One tenant's clients cannot hold every socket of the network service: past 32 held
+    // connections its next one is refused `busy` and closed, and the others' are served.
+    let mut held: Vec<TcpStream> = Vec::new();
+    for request_id in 0..32 {
+        let mut connection = connect(&appliance);
+        assert_eq!(ask(&mut connection, request_id, &acme, Operation::Balance { account: 0 }), Status::Ok, "acme's connection {request_id}");
+        held.push(connection);
+    }
+    let mut refused = connect(&appliance);
+    assert_eq!(ask(&mut refused, 32, &acme, Operation::Balance { account: 0 }), Status::Busy);
+    assert!(closed_by_peer(&mut refused), "a connection refused busy stayed open");
+    held.pop();
+    // The held connection's socket is free once its close is through.
+    let served_again = (0..50).any(|attempt| {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut connection = connect(&appliance);
+        ask(&mut connection, 100 + attempt, &acme, Operation::Balance { account: 0 }) == Status::Ok
+    });
+    assert!(served_again, "acme was refused after one of its connections closed");
+
     // Each token reaches its own database only: the others are not loaded.
     for (token, name) in [(&globex, "globex's"), (&own, "the appliance's")] {
         let mut connection = connect(&appliance);
@@ -658,7 +678,7 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
     let mut on_own = connect(&appliance);
     assert_eq!(ask(&mut on_own, 1, &own, Operation::Balance { account: 0 }), Status::NotLoaded);
     assert_eq!(ask(&mut on_own, 2, &acme, Operation::Balance { account: 0 }), Status::BadToken);
-    drop((on_acme, on_own));
+    drop((on_acme, on_own, held));
 
     // A kill loses nothing of the tenant's database.
     appliance.kill();

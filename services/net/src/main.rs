@@ -68,6 +68,14 @@ const GATEWAY: [u8; 4] = [10, 0, 2, 2];
 /// TCP sockets at most, listening and connected together: past that, a new connection is
 /// refused (smoltcp answers its SYN with a reset).
 const SOCKETS_MAX: usize = 128;
+/// Connections one private listener holds at most: a `hand_over` past it is refused
+/// (`TOO_MANY_CONNECTIONS`), so that one tenant's clients cannot hold every socket.
+const PRIVATE_CONNECTIONS_MAX: usize = 32;
+/// Connections all private listeners hold together at most: the rest of [`SOCKETS_MAX`]
+/// stays for the ports' listeners, so that the front end that hands connections over
+/// still takes new ones (and refuses those it cannot hand over) however many servers are
+/// full.
+const PRIVATE_SOCKETS_MAX: usize = SOCKETS_MAX - 32;
 /// Listeners at most: one slot of the waiters node each (a node has 32).
 const LISTENERS_MAX: usize = 32;
 /// Sockets kept listening per listener, so that connections arriving together are taken.
@@ -703,6 +711,18 @@ impl Service {
         let Some(index) = self.connection(listener, id) else {
             return Answer::code(error::UNKNOWN_CONNECTION);
         };
+        if self.listeners[target].port == 0 {
+            let held = |by: &dyn Fn(usize) -> bool| {
+                self.entries.iter().filter(|entry| entry.id != 0 && entry.listener.is_some_and(by)).count()
+            };
+            let target_full = held(&|serving| serving == target) >= PRIVATE_CONNECTIONS_MAX;
+            // From a port's listener, the connection's socket becomes a private one.
+            let private_full = self.listeners[listener].port != 0
+                && held(&|serving| self.listeners[serving].port == 0) >= PRIVATE_SOCKETS_MAX;
+            if target_full || private_full {
+                return Answer::code(error::TOO_MANY_CONNECTIONS);
+            }
+        }
         let id = self.entries[index].id;
         // Its events still waiting (no `closed`: the connection would be unknown): data
         // joins what the caller read; `opened` is said anew.

@@ -88,6 +88,9 @@ const HEAD_BYTES_MAX: usize = user::abi::INVOCATION_STRING_BYTES_MAX;
 /// Where the first request's token ends in its connection's bytes: the length prefix and
 /// the request header, which the token ends.
 const HEAD_TOKEN_END: usize = protocol::LENGTH_PREFIX_BYTES + protocol::REQUEST_HEADER_BYTES;
+/// Where the first request's id starts in its connection's bytes (after the version, opcode
+/// and flags).
+const REQUEST_ID_AT: usize = protocol::LENGTH_PREFIX_BYTES + 4;
 
 /// Connections served at once; one more evicts the one that has been quiet longest, if that
 /// is over [`QUIET_EVICT_US`] (an idle or slowloris client), else is closed at once.
@@ -457,16 +460,38 @@ impl State {
         target.undecided = false;
         let head = target.head;
         let head_length = target.head_length;
-        let token = head.get(HEAD_TOKEN_END - 16..HEAD_TOKEN_END).filter(|_| fits && head_length >= HEAD_TOKEN_END);
+        // Only a first frame long enough to hold a token has one (a shorter one is refused
+        // by the decoder here; the bytes after it are the next frame's).
+        let announced = u32::from_le_bytes(head[..protocol::LENGTH_PREFIX_BYTES].try_into().expect("4 bytes"));
+        let token = head
+            .get(HEAD_TOKEN_END - 16..HEAD_TOKEN_END)
+            .filter(|_| fits && head_length >= HEAD_TOKEN_END && announced as usize >= protocol::REQUEST_HEADER_BYTES);
         let grant = token.and_then(|token| self.grant_of(&Token(token.try_into().expect("16 bytes"))));
         if let Some(tokens::Grant { owner: tokens::Owner::Tenant(tenant), .. }) = grant {
             // A tenant with no service (none made, or revoked meanwhile) leaves the slot void
             // and the hand-over refused: the request is then refused here.
             let handed = node::fetch(ROUTES, u64::from(tenant), SCRATCH)
                 .and_then(|()| net::hand_over(LISTENER, connection, SCRATCH, &head[..head_length]));
-            if handed.is_ok() {
-                self.connections[slot].id = 0;
-                return;
+            match handed {
+                Ok(()) => {
+                    self.connections[slot].id = 0;
+                    return;
+                }
+                // The tenant's service holds as many connections as the network service
+                // lets it: `busy`, and closed, so that the client comes back later.
+                Err(Error::Reply(net::error::TOO_MANY_CONNECTIONS)) => {
+                    let request_id = u64::from_le_bytes(head[REQUEST_ID_AT..REQUEST_ID_AT + 8].try_into().expect("8 bytes"));
+                    self.reply(slot, connection, request_id, &ReplyPayload::Error(Status::Busy));
+                    self.connections[slot].closing = true;
+                    return;
+                }
+                // The peer closed it meanwhile (a client that sent its request and shut
+                // its side: the network service closes both): nobody is left to answer.
+                Err(Error::Reply(net::error::UNKNOWN_CONNECTION)) => {
+                    self.connections[slot].id = 0;
+                    return;
+                }
+                Err(_) => {}
             }
         }
         self.decode(slot, connection, &head[..head_length]);

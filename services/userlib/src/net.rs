@@ -53,6 +53,10 @@ pub mod error {
     /// The listener was shut: its capability names nothing (also the answer to a `wait`
     /// that was waiting on it).
     pub const LISTENER_SHUT: u64 = 109;
+    /// `hand_over` to a private listener that holds as many connections as one may, or
+    /// when private listeners together hold as many as they may: the connection stays with
+    /// the caller.
+    pub const TOO_MANY_CONNECTIONS: u64 = 110;
 }
 
 /// The kinds of event a `wait` returns.
