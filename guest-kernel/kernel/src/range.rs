@@ -63,9 +63,9 @@ fn current(objects: &Objects, kind: ObjectKind, id: ObjectId) -> Result<Capabili
 fn rescind(objects: &mut Objects, kind: ObjectKind, id: ObjectId) -> Result<bool, ObjectError> {
     let mut invoker_destroyed = false;
     let object = current(objects, kind, id)?;
-    let translated = match kind {
-        ObjectKind::Page => objects.cache.is_page_translated(id),
-        ObjectKind::Node => objects.cache.is_node_translated(id),
+    let translators = match kind {
+        ObjectKind::Page => objects.cache.page_translators(id),
+        ObjectKind::Node => objects.cache.node_translators(id),
     };
     match kind {
         ObjectKind::Page => {
@@ -84,13 +84,10 @@ fn rescind(objects: &mut Objects, kind: ObjectKind, id: ObjectId) -> Result<bool
             objects.cache.rescind_node(id);
         }
     }
-    // A page mapped, or a node some mapping went through: every translation is dropped
-    // (the tables refill lazily). Only then: a bank destroying a process's thirty objects
-    // dropped them thirty times, and every process refaulted its pages after each, which
-    // made a constructor's process cycle 2 ms under TCG; the first drop forgets the rest.
-    if translated {
-        process::drop_all_translations(objects);
-    }
+    // A page mapped, or a node some mapping went through: the page tables of the processes
+    // that translated through it are dropped (they refill lazily); a process's own objects,
+    // which a bank destroys with it, were translated by that process alone.
+    process::drop_translations(objects, translators);
     Ok(invoker_destroyed)
 }
 

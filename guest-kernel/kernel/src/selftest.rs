@@ -45,7 +45,7 @@ fn expected(process: &str) -> Expected {
         "fault-ud" => Expected::Fault(6),
         // Servers, which wait for calls for good: bench/services-manifest.toml's system
         // ends with the space bank, a constructor and its virtual copy keeper waiting.
-        "echo-server" | "zero-keeper" | "exception-keeper" | "meter-refiller" | "meter-keeper"
+        "echo-server" | "space-changer" | "zero-keeper" | "exception-keeper" | "meter-refiller" | "meter-keeper"
         | "space-bank" | "constructor" | "virtual-copy" => Expected::Available,
         _ => Expected::Stop,
     }

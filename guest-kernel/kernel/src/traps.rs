@@ -91,10 +91,20 @@ fn page_access(error_code: u64, writable: bool, executable: bool) -> Option<spac
     }
 }
 
+/// How a page fault's walk ended, when it found anything.
+enum Resolved {
+    /// The page's frame, and how the access may map it (`None`: it may not).
+    Map(x86_64::structures::paging::PhysFrame, Option<space::Access>),
+    /// Nothing mapped: the walk's marks were forgotten meanwhile (see below).
+    Again,
+    /// An access for the keeper on the path.
+    Keeper(Capability),
+}
+
 /// An exception in ring 3. A page fault that the space tree resolves is mapped and the
 /// process resumes; anything else is reported and stops the process.
 pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
-    let root = {
+    let (root, translator) = {
         let mut scheduler = SCHEDULER.lock();
         let current = scheduler.current();
         // Saved before the fault is resolved: loading the page or limiting the dirty pages
@@ -103,7 +113,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
         // restart), not older ones with newer memory (the TP1 kill test applied a batch
         // twice from such a checkpoint).
         scheduler.processes[current].registers = registers;
-        scheduler.processes[current].root
+        (scheduler.processes[current].root, crate::process::translator(current))
     };
     let mut space_keeper = None;
     let fault_started = crate::arch::read_tsc();
@@ -116,15 +126,17 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
             // translation too.
             let space = objects
                 .cache
-                .node_for_translation(&root, process_root::SPACE)
+                .node_for_translation(&root, process_root::SPACE, translator)
                 .map(|node| node.get(process_root::SPACE));
-            match space.map(|space| walk(&objects.cache, space, address, error_code & PAGE_FAULT_WRITE != 0)) {
+            let write = error_code & PAGE_FAULT_WRITE != 0;
+            let epoch = objects.cache.translation_epoch();
+            match space.map(|space| walk(&objects.cache, space, address, write, translator)) {
                 Ok(Walk::Page { page, writable, keeper }) => 'page: {
                     let access = page_access(error_code, writable, page.may_execute());
                     if let (None, Some(keeper)) = (access, keeper) {
                         // An access the path does not allow, under a keeper: its business
                         // (a write to a virtual copy's shared read-only page).
-                        break 'page Some(Err(keeper));
+                        break 'page Some(Resolved::Keeper(keeper));
                     }
                     if let Err(error) = objects.ensure_resident(&[page.object()], true) {
                         crate::println!("holdfast: page {} cannot be loaded: {}", page.object().0, error.0);
@@ -133,15 +145,22 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                         persistence::limit_dirty_pages(&mut objects);
                         persistence::before_page_write(&objects.cache, page.object());
                     }
+                    // Loading the page or limiting the dirty pages may have taken a
+                    // checkpoint or evicted pages, which dropped every translation and
+                    // forgot the marks this walk left: mapped now, the page would have none,
+                    // and no later change to its path or rescinding of it would drop it.
+                    if objects.cache.translation_epoch() != epoch {
+                        break 'page Some(Resolved::Again);
+                    }
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());
-                    frame.map(|frame| Ok((frame, access)))
+                    frame.map(|frame| Resolved::Map(frame, access))
                 }
-                Ok(Walk::Missing { keeper }) => keeper.map(Err),
+                Ok(Walk::Missing { keeper }) => keeper.map(Resolved::Keeper),
                 Err(_) => None,
             }
         };
         match found {
-            Some(Ok((frame, Some(access)))) => {
+            Some(Resolved::Map(frame, Some(access))) => {
                 let mut scheduler = SCHEDULER.lock();
                 let current = scheduler.current();
                 let running = scheduler.installed() == current;
@@ -149,7 +168,13 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 persistence::PAGE_FAULTS.add_since(fault_started);
                 enter(scheduler, current)
             }
-            Some(Err(keeper)) => space_keeper = Some(keeper),
+            // The instruction runs again and faults again, to walk in the new epoch.
+            Some(Resolved::Again) => {
+                let scheduler = SCHEDULER.lock();
+                let current = scheduler.current();
+                enter(scheduler, current)
+            }
+            Some(Resolved::Keeper(keeper)) => space_keeper = Some(keeper),
             _ => {}
         }
     }

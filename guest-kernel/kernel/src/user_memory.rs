@@ -64,11 +64,12 @@ fn pages_of(
     if process_space && length > 0 && (address < abi::USER_ADDRESS_MIN || end > abi::USER_ADDRESS_END) {
         return Err(BadAddress);
     }
-    // Resolve every page first, so that a write fails before changing anything.
+    // Resolve every page first, so that a write fails before changing anything. Through the
+    // direct map: no page table of any process gets a translation (no translators).
     let mut pages = Vec::new();
     let mut at = address;
     while at < end {
-        let Walk::Page { page, writable, .. } = walk(cache, space, at, for_writing) else {
+        let Walk::Page { page, writable, .. } = walk(cache, space, at, for_writing, 0) else {
             return Err(BadAddress);
         };
         if for_writing && !writable {

@@ -35,6 +35,12 @@ struct NodeEntry {
     /// A change to any other slot (a process's capability register, say, in a root node
     /// whose space slot a fault read) leaves every translation as it is.
     translated_slots: Cell<u32>,
+    /// Whose page tables hold those translations: [`Translators`], in that epoch only, and
+    /// of those only the ones whose tables were not dropped since `translated_at`.
+    translators: Cell<Translators>,
+    /// The translation clock when a walk last passed the node (see
+    /// [`ObjectCache::live_translators`]).
+    translated_at: Cell<u64>,
     /// Changed since the last snapshot (or never stored); listed in `dirty_nodes`.
     dirty: bool,
 }
@@ -61,7 +67,15 @@ struct PageEntry<F> {
     /// The translation epoch in which a space walk last reached this page: if it is the
     /// current one, a page-table entry may map it ([`ObjectCache::is_page_translated`]).
     translated_in: Cell<u64>,
+    /// Whose page tables map it: as for a node's.
+    translators: Cell<Translators>,
+    translated_at: Cell<u64>,
 }
+
+/// A set of processes whose page tables may hold a translation: bit `i % 64` for the
+/// process in slot `i` of the kernel's process table. Processes whose slots share a bit
+/// share it, which only makes a change drop more tables than it must.
+pub type Translators = u64;
 
 /// A page's dirty epoch once the store holds it as it is.
 const CLEAN: u64 = 0;
@@ -69,7 +83,11 @@ const CLEAN: u64 = 0;
 impl<F> PageEntry<F> {
     /// A clean page: new ones are marked dirty by their maker.
     fn new(version: OnceCell<Version>, frame: Option<F>) -> Self {
-        Self { version, frame, dirty_epoch: Cell::new(CLEAN), journaled: Cell::new(false), translated_in: Cell::new(0) }
+        Self { version, frame, dirty_epoch: Cell::new(CLEAN), journaled: Cell::new(false),
+            translated_in: Cell::new(0),
+            translators: Cell::new(0),
+            translated_at: Cell::new(0),
+        }
     }
 }
 
@@ -107,6 +125,12 @@ pub struct ObjectCache<F> {
     /// Moved on whenever every translation is dropped, which forgets at once which nodes
     /// translations depended on.
     translation_epoch: u64,
+    /// Moved on whenever some processes' page tables are dropped
+    /// ([`Self::forget_translations_of`]).
+    translation_clock: u64,
+    /// For each bit of [`Translators`]: the translation clock when its processes' tables
+    /// were last dropped. A mark made before then is not theirs any more.
+    translators_dropped_at: [u64; Translators::BITS as usize],
     /// Moved on by each snapshot, so that taking the dirty pages is a swap of lists and
     /// no page entry is visited (the snapshot's pause must not grow with memory).
     dirty_epoch: u64,
@@ -134,6 +158,8 @@ impl<F> ObjectCache<F> {
             node_loader: None,
             page_version_loader: None,
             translation_epoch: 1,
+            translation_clock: 1,
+            translators_dropped_at: [0; Translators::BITS as usize],
             // Epochs start at 2, so that the one before the first is not `CLEAN`.
             dirty_epoch: 2,
             dirty_pages: RefCell::new(alloc::vec::Vec::new()),
@@ -209,6 +235,8 @@ impl<F> ObjectCache<F> {
             node,
             translated_in: Cell::new(0),
             translated_slots: Cell::new(0),
+            translators: Cell::new(0),
+            translated_at: Cell::new(0),
             dirty: false,
         })
     }
@@ -235,6 +263,8 @@ impl<F> ObjectCache<F> {
             node,
             translated_in: Cell::new(0),
             translated_slots: Cell::new(0),
+            translators: Cell::new(0),
+            translated_at: Cell::new(0),
             dirty,
         };
         self.nodes.insert(id, entry);
@@ -543,29 +573,63 @@ impl<F> ObjectCache<F> {
         Ok((&entry.node, resume))
     }
 
-    /// [`Self::node`] for a space walk: also records that a translation depends on the node,
-    /// so that changing it must drop the page-table entries made since
-    /// [`Self::forget_translations`].
-    pub fn node_for_translation(&self, capability: &Capability, slot: Slot) -> Result<&Node, Void> {
+    /// [`Self::node`] for a space walk: also records that a translation in the page tables
+    /// of `translators` depends on the node's `slot`, so that changing it must drop them.
+    pub fn node_for_translation(&self, capability: &Capability, slot: Slot, translators: Translators) -> Result<&Node, Void> {
         let entry = self.node_entry(capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
-        self.mark_entry(entry, 1 << slot.index());
+        self.mark_entry(entry, 1 << slot.index(), translators);
         Ok(&entry.node)
     }
 
-    /// Records that a translation now depends on the slots of node `id` in `slots` (bit i:
-    /// slot i; see [`Self::node_for_translation`]).
-    pub fn mark_translated(&self, id: ObjectId, slots: u32) {
+    /// Records that a translation in the page tables of `translators` now depends on the
+    /// slots of node `id` in `slots` (bit i: slot i; see [`Self::node_for_translation`]).
+    pub fn mark_translated(&self, id: ObjectId, slots: u32, translators: Translators) {
         if let Some(entry) = self.node_entry(id) {
-            self.mark_entry(entry, slots);
+            self.mark_entry(entry, slots, translators);
         }
     }
 
-    fn mark_entry(&self, entry: &NodeEntry, slots: u32) {
-        if entry.translated_in.replace(self.translation_epoch) != self.translation_epoch {
+    fn mark_entry(&self, entry: &NodeEntry, slots: u32, translators: Translators) {
+        // Marks of another epoch, or of processes whose tables were all dropped since, are
+        // nobody's: without this the slots read before a drop would count again with the
+        // first new mark (a program that maps a page in each slot of a node in turn, and
+        // sells them all back, dropped its tables at each new one).
+        let forgotten = entry.translated_in.replace(self.translation_epoch) != self.translation_epoch
+            || self.live_translators(entry.translators.get(), entry.translated_at.get()) == 0;
+        if forgotten {
             entry.translated_slots.set(0);
+            entry.translators.set(0);
         }
         entry.translated_slots.set(entry.translated_slots.get() | slots);
+        entry.translators.set(entry.translators.get() | translators);
+        entry.translated_at.set(self.translation_clock);
+    }
+
+    /// Of `translators`, marked on an object at clock `translated_at`, those whose tables
+    /// have not been dropped since. An object marked later by another process keeps the
+    /// earlier ones too, which only makes a change drop more tables than it must; it never
+    /// leaves out a process that holds a translation, since that one's mark is no later
+    /// than `translated_at`.
+    fn live_translators(&self, translators: Translators, translated_at: u64) -> Translators {
+        let (mut live, mut rest) = (0, translators);
+        while rest != 0 {
+            let bit = rest.trailing_zeros();
+            rest &= rest - 1;
+            if translated_at > self.translators_dropped_at[bit as usize] {
+                live |= 1 << bit;
+            }
+        }
+        live
+    }
+
+    /// The page tables of `translators` were dropped: their marks on objects no longer
+    /// count, while everyone else's stay.
+    pub fn forget_translations_of(&mut self, translators: Translators) {
+        for bit in (0..Translators::BITS).filter(|&bit| translators >> bit & 1 != 0) {
+            self.translators_dropped_at[bit as usize] = self.translation_clock;
+        }
+        self.translation_clock += 1;
     }
 
     /// Whether a translation made since translations were last forgotten read `slot` of
@@ -576,10 +640,28 @@ impl<F> ObjectCache<F> {
         })
     }
 
+    /// Whose page tables may hold a translation that read `slot` of node `id`: those a
+    /// change to the slot must drop.
+    pub fn slot_translators(&self, id: ObjectId, slot: Slot) -> Translators {
+        match self.nodes.get(&id) {
+            Some(entry) if self.is_translated(id, slot) => self.live_translators(entry.translators.get(), entry.translated_at.get()),
+            _ => 0,
+        }
+    }
+
     /// Whether a translation made since translations were last forgotten read any slot of
     /// node `id`: destroying the node must drop them.
     pub fn is_node_translated(&self, id: ObjectId) -> bool {
         self.nodes.get(&id).is_some_and(|entry| Self::translated_slots(entry, self.translation_epoch) != 0)
+    }
+
+    /// Whose page tables may hold a translation that read any slot of node `id`: those
+    /// destroying the node must drop.
+    pub fn node_translators(&self, id: ObjectId) -> Translators {
+        match self.nodes.get(&id) {
+            Some(entry) if self.is_node_translated(id) => self.live_translators(entry.translators.get(), entry.translated_at.get()),
+            _ => 0,
+        }
     }
 
     /// The slots of `entry` that translations made in `epoch` read (bit i: slot i); none if
@@ -590,10 +672,17 @@ impl<F> ObjectCache<F> {
         entry.translated_slots.get() & current.wrapping_neg()
     }
 
-    /// Records that a translation now maps page `id` (see [`Self::is_page_translated`]).
-    pub fn mark_page_translated(&self, id: ObjectId) {
+    /// Records that a translation in the page tables of `translators` now maps page `id`
+    /// (see [`Self::is_page_translated`]).
+    pub fn mark_page_translated(&self, id: ObjectId, translators: Translators) {
         if let Some(entry) = self.pages.get(&id) {
-            entry.translated_in.set(self.translation_epoch);
+            let forgotten = entry.translated_in.replace(self.translation_epoch) != self.translation_epoch
+                || self.live_translators(entry.translators.get(), entry.translated_at.get()) == 0;
+            if forgotten {
+                entry.translators.set(0);
+            }
+            entry.translators.set(entry.translators.get() | translators);
+            entry.translated_at.set(self.translation_clock);
         }
     }
 
@@ -602,6 +691,20 @@ impl<F> ObjectCache<F> {
     /// another object's bytes.
     pub fn is_page_translated(&self, id: ObjectId) -> bool {
         self.pages.get(&id).is_some_and(|entry| entry.translated_in.get() == self.translation_epoch)
+    }
+
+    /// Whose page tables may map page `id`: those destroying the page must drop.
+    pub fn page_translators(&self, id: ObjectId) -> Translators {
+        match self.pages.get(&id) {
+            Some(entry) if self.is_page_translated(id) => self.live_translators(entry.translators.get(), entry.translated_at.get()),
+            _ => 0,
+        }
+    }
+
+    /// Moves on each time every translation is dropped: a fault that walked before a move
+    /// must walk again, since its marks were forgotten with the rest.
+    pub fn translation_epoch(&self) -> u64 {
+        self.translation_epoch
     }
 
     /// Every translation was dropped: no node has one depending on it any more.
@@ -810,8 +913,8 @@ mod tests {
     fn node_mut_translated_tells_the_slots_translations_read_until_forgotten() {
         let (mut cache, node, _) = cache_with_node_and_page();
         assert_eq!(cache.node_mut_translated(&node).map(|(_, slots)| slots), Ok(0));
-        cache.node_for_translation(&node, slot(3)).unwrap();
-        cache.node_for_translation(&node, slot(5)).unwrap();
+        cache.node_for_translation(&node, slot(3), 1 << 2).unwrap();
+        cache.node_for_translation(&node, slot(5), 1 << 7).unwrap();
         let (_, slots) = cache.node_mut_translated(&node).unwrap();
         assert_eq!(slots, 1 << 3 | 1 << 5);
         assert_eq!(
@@ -819,8 +922,26 @@ mod tests {
             [true, false, true],
             "the same answer as is_translated"
         );
+        assert_eq!(
+            [3, 4, 5].map(|index| cache.slot_translators(ObjectId(1), slot(index))),
+            [1 << 2 | 1 << 7, 0, 1 << 2 | 1 << 7],
+            "each translated slot names every process that translated through the node"
+        );
+        assert_eq!(cache.node_translators(ObjectId(1)), 1 << 2 | 1 << 7);
+        // Process 2's tables dropped: its mark no longer counts, process 7's does; a mark
+        // made after the drop counts again.
+        cache.forget_translations_of(1 << 2);
+        assert_eq!(cache.slot_translators(ObjectId(1), slot(3)), 1 << 7);
+        cache.node_for_translation(&node, slot(4), 1 << 2).unwrap();
+        assert_eq!(cache.slot_translators(ObjectId(1), slot(3)), 1 << 2 | 1 << 7);
+        // Once every process that marked it has dropped its tables, the slots they read
+        // count no more either: a new mark starts afresh.
+        cache.forget_translations_of(1 << 2 | 1 << 7);
+        cache.node_for_translation(&node, slot(6), 1 << 2).unwrap();
+        assert_eq!([3, 4, 6].map(|index| cache.slot_translators(ObjectId(1), slot(index))), [0, 0, 1 << 2]);
         cache.forget_translations();
         assert_eq!(cache.node_mut_translated(&node).map(|(_, slots)| slots), Ok(0));
+        assert_eq!(cache.node_translators(ObjectId(1)), 0, "forgotten with the translations");
         let stale = node.restricted(Rights::READ_ONLY);
         assert!(cache.rescind_node(ObjectId(1)));
         assert_eq!(cache.node_mut_translated(&stale).err(), Some(Void));

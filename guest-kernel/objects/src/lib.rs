@@ -29,7 +29,7 @@ pub mod restart;
 pub mod space;
 pub mod table;
 
-pub use cache::{ObjectCache, Void};
+pub use cache::{ObjectCache, Translators, Void};
 pub use capability::{CapType, Capability, Rights};
 pub use node::{NODE_SLOT_COUNT, Node, Slot};
 

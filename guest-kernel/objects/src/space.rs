@@ -8,7 +8,7 @@
 //! slot 1 the start capability of the keeper that faults under it go to.
 
 use crate::capability::SPACE_HEIGHT_MAX;
-use crate::{CapType, Capability, ObjectCache, ObjectId, Slot};
+use crate::{CapType, Capability, ObjectCache, ObjectId, Slot, Translators};
 
 /// log2 of the slots per node: each level of the tree resolves 5 bits of the address.
 const SLOT_BITS: u32 = 5;
@@ -38,13 +38,14 @@ pub fn slot_for(height: u8, address: u64) -> Slot {
 /// a walk's nodes whatever a program put in its nodes.
 const WALK_NODES_MAX: usize = 2 * (SPACE_HEIGHT_MAX as usize + 1);
 
-/// Walks `space` down to the page holding `address`, for a write if `write`. If it finds
-/// the page, every node passed is marked as one a translation depends on
-/// ([`ObjectCache::mark_translated`]), and the page as mapped
+/// Walks `space` down to the page holding `address`, for a write if `write`, for a
+/// translation in the page tables of `translators` (none: a look-up that maps nothing). If
+/// it finds the page, every node passed is marked as one their translation depends on
+/// ([`ObjectCache::mark_translated`]), and the page as mapped by them
 /// ([`ObjectCache::mark_page_translated`]) — unless the walk is for a write the path does
 /// not allow, which maps nothing: a virtual copy's keeper changes that path next, and marks
 /// left by its write faults made each of its changes drop every process's translations.
-pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64, write: bool) -> Walk {
+pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64, write: bool, translators: Translators) -> Walk {
     let mut capability = space;
     // The part of the address the current level resolves; each descent drops the bits of
     // the slot taken.
@@ -60,9 +61,9 @@ pub fn walk<F>(cache: &ObjectCache<F>, space: Capability, address: u64, write: b
             if capability.kind() == CapType::Page && cache.check(&capability).is_ok() {
                 if !write || writable {
                     for &(node, slots) in &passed[..step] {
-                        cache.mark_translated(node, slots);
+                        cache.mark_translated(node, slots, translators);
                     }
-                    cache.mark_page_translated(capability.object());
+                    cache.mark_page_translated(capability.object(), translators);
                 }
                 return Walk::Page {
                     page: capability,
@@ -152,7 +153,7 @@ mod tests {
         };
         assert_eq!(marked(&cache), [false; 3]);
         assert!(!cache.is_page_translated(page.object()) && !cache.is_node_translated(ObjectId(2)));
-        let found = walk(&cache, top, ADDRESS, false);
+        let found = walk(&cache, top, ADDRESS, false, 1);
         assert_eq!(
             found,
             Walk::Page {
@@ -168,6 +169,11 @@ mod tests {
         // passed, need not.
         assert!(cache.is_page_translated(page.object()), "the page reached is mapped");
         assert_eq!([1, 2, 3].map(|id| cache.is_node_translated(ObjectId(id))), [true, true, false]);
+        // By the process the walk was for (bit 0), and by another's walk too (bit 5).
+        assert_eq!((cache.node_translators(ObjectId(2)), cache.page_translators(page.object())), (1, 1));
+        walk(&cache, top, ADDRESS, false, 1 << 5);
+        assert_eq!(cache.slot_translators(ObjectId(1), top_slot), 1 | 1 << 5);
+        assert_eq!(cache.page_translators(page.object()), 1 | 1 << 5);
         cache.forget_translations();
         assert_eq!(marked(&cache), [false; 3]);
         assert!(!cache.is_page_translated(page.object()) && !cache.is_node_translated(ObjectId(1)));
@@ -179,7 +185,7 @@ mod tests {
         let missing = Walk::Missing { keeper: None };
         for address in [ADDRESS + 4096, ADDRESS - (1 << 17), 1 << 22, u64::MAX] {
             assert_eq!(
-                walk(&cache, top, address, false),
+                walk(&cache, top, address, false, 1),
                 missing,
                 "{address:#x}"
             );
@@ -201,7 +207,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(2, ADDRESS), read_only_leaf);
         assert_eq!(
-            walk(&cache, top, ADDRESS, false),
+            walk(&cache, top, ADDRESS, false, 1),
             Walk::Page {
                 page: page.restricted(Rights::READ_ONLY),
                 writable: false,
@@ -214,30 +220,30 @@ mod tests {
     fn a_write_the_path_does_not_allow_marks_nothing() {
         let (mut cache, top, leaf, page) = two_level_space(ADDRESS);
         cache.node_mut(&top).unwrap().swap(slot_for(2, ADDRESS), leaf.restricted(Rights::READ_ONLY));
-        let Walk::Page { writable: false, .. } = walk(&cache, top, ADDRESS, true) else { panic!("a page") };
+        let Walk::Page { writable: false, .. } = walk(&cache, top, ADDRESS, true, 1) else { panic!("a page") };
         assert!(!cache.is_node_translated(ObjectId(1)) && !cache.is_page_translated(page.object()));
-        walk(&cache, top, ADDRESS, false);
+        walk(&cache, top, ADDRESS, false, 1);
         assert!(cache.is_node_translated(ObjectId(1)) && cache.is_page_translated(page.object()), "a read maps it");
     }
 
     #[test]
     fn a_no_execute_capability_anywhere_on_the_path_makes_the_page_not_executable() {
         let (mut cache, top, leaf, page) = two_level_space(ADDRESS);
-        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS, false) else { panic!("a page") };
+        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS, false, 1) else { panic!("a page") };
         assert!(found.may_execute());
         cache
             .node_mut(&top)
             .unwrap()
             .swap(slot_for(2, ADDRESS), leaf.restricted(Rights::NO_EXECUTE));
         assert_eq!(
-            walk(&cache, top, ADDRESS, false),
+            walk(&cache, top, ADDRESS, false, 1),
             Walk::Page {
                 page: page.restricted(Rights::NO_EXECUTE),
                 writable: true,
                 keeper: None
             }
         );
-        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS, false) else { panic!("a page") };
+        let Walk::Page { page: found, .. } = walk(&cache, top, ADDRESS, false, 1) else { panic!("a page") };
         assert!(!found.may_execute());
     }
 
@@ -249,7 +255,7 @@ mod tests {
             .unwrap()
             .swap(slot_for(1, ADDRESS), Capability::VOID);
         assert_eq!(
-            walk(&cache, top, ADDRESS, false),
+            walk(&cache, top, ADDRESS, false, 1),
             Walk::Missing { keeper: None }
         );
     }
@@ -259,13 +265,13 @@ mod tests {
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_node(ObjectId(2));
         assert_eq!(
-            walk(&cache, top, ADDRESS, false),
+            walk(&cache, top, ADDRESS, false, 1),
             Walk::Missing { keeper: None }
         );
         let (mut cache, top, _, _) = two_level_space(ADDRESS);
         cache.rescind_page(ObjectId(1));
         assert_eq!(
-            walk(&cache, top, ADDRESS, false),
+            walk(&cache, top, ADDRESS, false, 1),
             Walk::Missing { keeper: None }
         );
     }
@@ -281,18 +287,18 @@ mod tests {
         wrapper_node.swap(slot(1), keeper);
         let elsewhere = ADDRESS + 4096;
         assert_eq!(
-            walk(&cache, wrapper, elsewhere, false),
+            walk(&cache, wrapper, elsewhere, false, 1),
             Walk::Missing {
                 keeper: Some(keeper)
             }
         );
         assert!(matches!(
-            walk(&cache, wrapper, ADDRESS, false),
+            walk(&cache, wrapper, ADDRESS, false, 1),
             Walk::Page { keeper: Some(found), .. } if found == keeper
         ));
         let no_call = wrapper.restricted(Rights::NO_CALL);
         assert_eq!(
-            walk(&cache, no_call, elsewhere, false),
+            walk(&cache, no_call, elsewhere, false, 1),
             Walk::Missing { keeper: None }
         );
     }
@@ -304,7 +310,7 @@ mod tests {
         let wrapper = Capability::space(ObjectId(1), Version(0), 3, true).unwrap();
         cache.node_mut(&wrapper).unwrap().swap(slot(0), wrapper);
         assert_eq!(
-            walk(&cache, wrapper, 0, false),
+            walk(&cache, wrapper, 0, false, 1),
             Walk::Missing { keeper: None }
         );
     }

@@ -11,8 +11,8 @@ use support::{boot, image_dir};
 fn assert_selftest_passed(stdout: &str, transcript: &str) {
     let expected = [
         "HOLDFAST-READY ",
-        "selftest: initial image: 20 programs",
-        "selftest: initial system: 20 processes [ok]",
+        "selftest: initial image: 21 programs",
+        "selftest: initial system: 21 processes [ok]",
         "hello from ring 3",
         "ticker: round 0",
         "selftest: ring3 fault-null: contained vector 14 (#PF page fault)",
@@ -28,6 +28,7 @@ fn assert_selftest_passed(stdout: &str, transcript: &str) {
         "ipc-client: node.sense: an empty slot is void [ok]",
         "space-test: space.occupied says the slot was empty and now holds the page [ok]",
         "space-test: its replacement is seen at the next access [ok]",
+        "space-test: a page another process swaps into the tree is seen at the next access [ok]",
         "zero-client: three faults resolved by the keeper with zeroed pages [ok]",
         "meter-client: the meter ran out and its keeper refilled it [ok]",
         // A process made from a node, given a space and started, runs a real program.

@@ -1,9 +1,9 @@
 //! Address spaces are node trees and page tables only their cache: a page swapped into a
 //! slot of this program's own space tree is seen at the next access, and so is its
-//! replacement.
+//! replacement, and so is a page another process (`space-changer`) swaps in.
 //!
-//! Capability registers: 0 console, 1 own process, 3 and 4 two pages; it fetches its own
-//! space (height 7) into 2.
+//! Capability registers: 0 console, 1 own process, 3 and 4 two pages, 6 `space-changer`'s
+//! start capability; it fetches its own space (height 7) into 2.
 #![no_std]
 #![no_main]
 
@@ -15,6 +15,7 @@ const SPACE: u8 = 2;
 const FIRST_PAGE: u8 = 3;
 const SECOND_PAGE: u8 = 4;
 const LEVEL: u8 = 5;
+const CHANGER: u8 = 6;
 
 /// Below the stack, in the same height-1 node (which covers 128 KiB; the stack is 64 KiB):
 /// the loader made that node, and this slot of it is empty.
@@ -63,6 +64,10 @@ fn main() -> u64 {
         "its replacement is seen at the next access",
         second.code == 0 && swapped == 0 && read_at_address() == b'S',
     );
+    // The kernel drops only the page tables of the processes that translated through the
+    // node changed: this one's, though another process changes it.
+    let changed = Invocation::call(CHANGER, 0, [space::slot(1, ADDRESS), 0, 0, 0]).sending(&[LEVEL]).invoke(&mut []).code;
+    checks.check("a page another process swaps into the tree is seen at the next access", changed == 0 && read_at_address() == b'C');
     checks.failures
 }
 

@@ -128,8 +128,9 @@ fn fill_range(
     let page_bytes = PAGE_BYTES as u64;
     let mut page_address = start & !(page_bytes - 1);
     while page_address < end {
-        // The loader's trees restrict no node, so the page found carries its own rights.
-        let earlier = match walk(&objects.cache, space, page_address, false) {
+        // The loader's trees restrict no node, so the page found carries its own rights; it
+        // maps nothing (no translators).
+        let earlier = match walk(&objects.cache, space, page_address, false, 0) {
             Walk::Page { page, .. } => Some(page),
             Walk::Missing { .. } => None,
         };

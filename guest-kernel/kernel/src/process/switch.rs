@@ -2,9 +2,10 @@
 //! ([`switch_to_next`]), taking the current one off the processor ([`wait_current`],
 //! [`stop_current`]), entering a process ([`enter`], on the IPC path), and the page tables
 //! it installs: the live root's user half, dropped whenever a translation may be stale
-//! ([`node_changed`], [`translations_stale`], [`drop_all_translations`]).
+//! ([`node_changed`], [`drop_translations`], [`translations_stale`],
+//! [`drop_all_translations`]).
 
-use holdfast_objects::{ObjectId, Slot};
+use holdfast_objects::{ObjectId, Slot, Translators};
 
 use crate::arch::syscall::{UserRegisters, enter_user};
 use crate::objects::Objects;
@@ -120,11 +121,42 @@ fn flush_tables_if_stale(scheduler: &mut Scheduler) {
     }
 }
 
-/// Slot `slot` of node `node` changed: if a cached translation read it, drop every
-/// process's user mappings, so that each sees the change at its next access.
+/// Slot `slot` of node `node` changed: the processes whose cached translations read it
+/// drop their user mappings, so that each sees the change at its next access.
 pub fn node_changed(objects: &mut Objects, node: ObjectId, slot: Slot) {
-    if objects.cache.is_translated(node, slot) {
-        drop_all_translations(objects);
+    let translators = objects.cache.slot_translators(node, slot);
+    drop_translations(objects, translators);
+}
+
+/// The process in slot `index` of the process table, as one of a set of [`Translators`].
+pub fn translator(index: usize) -> Translators {
+    1 << (index % Translators::BITS as usize)
+}
+
+/// Drops the page tables of `translators`: the processes whose translations may depend on
+/// an object that changed or went. Only theirs: a virtual copy's write fault and a bank's
+/// destruction of a process's objects each dropped every process's tables before, and
+/// every service then faulted its pages in again (under TCG, a fifth of a constructor's
+/// process cycle). Their marks on the cache's objects stop counting, so that changing what
+/// they translated through before does not drop their new tables.
+pub fn drop_translations(objects: &mut Objects, translators: Translators) {
+    if translators == 0 {
+        return;
+    }
+    objects.cache.forget_translations_of(translators);
+    let mut scheduler = SCHEDULER.lock();
+    // Unhook and flush first, as `drop_all_translations` does.
+    let installed = scheduler.installed;
+    if installed != NO_PROCESS && translators & translator(installed) != 0 {
+        scheduler.installed = NO_PROCESS;
+        space::flush_live_user_half();
+    }
+    // Only the slots of the set's bits (usually one): the table may hold thousands.
+    let count = scheduler.processes.len();
+    for bit in (0..Translators::BITS as usize).filter(|&bit| translators & 1 << bit != 0) {
+        for index in (bit..count).step_by(Translators::BITS as usize) {
+            scheduler.processes[index].tables.clear();
+        }
     }
 }
 
