@@ -22,7 +22,8 @@
 //! service's counters page (read-only); 7 the clock (its boot count tells a restart); 8 the
 //! reference monitor's control capability (`services/keysafe`), on an appliance with one;
 //! 9 scratch; on the TP1 appliance, 10 the TP1 constructor (its tenants' services), 11 the
-//! network service (their private listeners), 12 the TP1 routes node (slot n: tenant n's
+//! network service's capability that makes private listeners only (their listeners: it
+//! takes no port), 12 the TP1 routes node (slot n: tenant n's
 //! listener, which the appliance's TP1 service reads; slot 16 + n: tenant n's TP1 counters
 //! page, read-only, which only this service reads); 13 to 15 working registers.
 #![no_std]
@@ -372,15 +373,32 @@ fn tenant_number(name: &[u8]) -> Result<u8, Error> {
 /// its TP1 service's listener shut (its connections reset), then the compartment revoked:
 /// its bank destroyed, and with it its TP1 service and database.
 fn tenant_revoke(name: &[u8], reply: &mut Reply) {
-    if let Ok(number) = tenant_number(name)
-        && let Err(what) = forget_tenant(number)
-    {
-        reply.push(b"error ").push(what.as_bytes()).push(b": the tenant was not revoked\n");
-        return;
-    }
+    // Its tokens, listener and routes first: nothing of the tenant answers clients once the
+    // monitor has destroyed its service.
+    let forgotten = match tenant_number(name) {
+        Ok(number) => match forget_tenant(number) {
+            Ok(()) => true,
+            Err(what) => {
+                reply.push(b"error ").push(what.as_bytes()).push(b": the tenant was not revoked\n");
+                return;
+            }
+        },
+        Err(_) => false,
+    };
     match user::keysafe::revoke(KEYSAFE, name) {
         Ok(objects) => {
             reply.push(b"ok objects ").number(objects).push(b"\n");
+        }
+        // Not "nothing was done", as the monitor's own refusals say: its tokens and service
+        // are gone already.
+        Err(error) if forgotten => {
+            reply.push(b"error the tenant's tokens and TP1 routes were cleared, but the reference monitor refused to revoke the tenant (");
+            match error {
+                Error::Reply(code) => reply.push(b"code ").number(code),
+                Error::Invocation(error) => reply.push(error.description().as_bytes()),
+                Error::Object(error) => reply.push(error.description().as_bytes()),
+            };
+            reply.push(b"): revoke it again\n");
         }
         Err(error) => keysafe_failed(error, name, reply),
     }

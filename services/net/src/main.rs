@@ -104,6 +104,8 @@ const FRAME_BYTES_MAX: usize = 1514;
 const LISTENER_BADGE_BASE: u64 = 1;
 const LISTENER_INDEX_BITS: u32 = 8;
 const _: () = assert!(LISTENERS_MAX <= 1 << LISTENER_INDEX_BITS);
+// The private-listeners capability's badge names no listener.
+const _: () = assert!(user::net::PRIVATE_LISTENERS_BADGE & 0xff >= LISTENER_BADGE_BASE + LISTENERS_MAX as u64);
 
 /// The heap (smoltcp's sockets and buffers, the event queues), in .bss.
 const HEAP_BYTES: usize = 2 << 20;
@@ -797,6 +799,11 @@ fn main() -> u64 {
             }
             0 => match message.code {
                 order::LISTEN => service.listen(message.words[0]),
+                _ => Answer::code(error::BAD_ORDER),
+            },
+            user::net::PRIVATE_LISTENERS_BADGE => match (message.code, message.words[0]) {
+                (order::LISTEN, 0) => service.listen(0),
+                (order::LISTEN, _) => Answer::code(error::BAD_PORT),
                 _ => Answer::code(error::BAD_ORDER),
             },
             badge => match service.listener_of(badge) {

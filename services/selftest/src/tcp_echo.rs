@@ -17,8 +17,9 @@
 //! an earlier message carried (the kernel voids a receive register a message does not
 //! fill).
 //!
-//! Capability registers: 0 console, 2 the network service (badge 0), 5 `tcp-upper`; 3
-//! receives the listener, 4 the private listener, 6 the dropping one, 7 scratch.
+//! Capability registers: 0 console, 2 the network service (badge 0), 5 `tcp-upper`, 8 the
+//! network service's capability that makes private listeners only; 3 receives the
+//! listener, 4 the private listener, 6 the dropping one, 7 scratch.
 #![no_std]
 #![no_main]
 
@@ -32,6 +33,8 @@ const UPPER: CapReg = CapReg::new(5);
 /// A private listener made for each connection that asks to be dropped, and shut.
 const DROP: CapReg = CapReg::new(6);
 const SCRATCH: CapReg = CapReg::new(7);
+/// The network service's capability that makes private listeners only.
+const PRIVATE_ONLY: CapReg = CapReg::new(8);
 /// What a connection sends first to be handed to `tcp-upper`.
 const UPPER_PREFIX: &[u8] = b"upper:";
 /// What a connection sends first to be handed to a private listener that is then shut.
@@ -98,6 +101,13 @@ fn refusals() -> Result<(), &'static [u8]> {
     }
     if net::shut(LISTENER) != Err(Error::Reply(net::error::BAD_ORDER)) {
         return Err(b"a shut of a port's listener");
+    }
+    // The capability that makes private listeners only takes no port, not even one that
+    // has a listener (whose capability it would hand back).
+    if net::listen(PRIVATE_ONLY, PORT, SCRATCH) != Err(Error::Reply(net::error::BAD_PORT))
+        || net::listen_private(PRIVATE_ONLY, SCRATCH).and_then(|()| net::shut(SCRATCH)).is_err()
+    {
+        return Err(b"the private-listeners capability");
     }
     for already_read in [&b""[..], b"x"] {
         // A `close` that carries the private listener, then a hand-over that carries nothing.

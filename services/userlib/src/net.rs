@@ -32,7 +32,8 @@ pub mod order {
 pub mod error {
     /// The order is not one this capability takes.
     pub const BAD_ORDER: u64 = 100;
-    /// The port is above 65535.
+    /// The port is above 65535, or a port was asked through the capability that makes
+    /// private listeners only ([`super::PRIVATE_LISTENERS_BADGE`]).
     pub const BAD_PORT: u64 = 101;
     /// Reserved: a second `listen` on a port returns its listener's capability again.
     pub const PORT_IN_USE: u64 = 102;
@@ -58,6 +59,12 @@ pub mod error {
     /// the caller.
     pub const TOO_MANY_CONNECTIONS: u64 = 110;
 }
+
+/// The badge of the service's start capability that makes private listeners only
+/// (`listen` with a port is refused [`error::BAD_PORT`]): for a holder that hands private
+/// listeners to servers and must not take a port's connections (the TP1 appliance's admin
+/// service). Its low byte is past any listener's index, so it names no listener.
+pub const PRIVATE_LISTENERS_BADGE: u64 = 255;
 
 /// The kinds of event a `wait` returns.
 pub mod event {
