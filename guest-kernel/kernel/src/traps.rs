@@ -95,7 +95,7 @@ fn page_access(error_code: u64, writable: bool, executable: bool) -> Option<spac
 enum Resolved {
     /// The page's frame, and how the access may map it (`None`: it may not).
     Map(x86_64::structures::paging::PhysFrame, Option<space::Access>),
-    /// Nothing mapped: the walk's marks were forgotten meanwhile (see below).
+    /// Nothing mapped: the tree changed under the fault (see below).
     Again,
     /// An access for the keeper on the path.
     Keeper(Capability),
@@ -124,13 +124,16 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
             let mut objects = OBJECTS.lock();
             // The root node holds the space capability: changing it changes the
             // translation too.
-            let space = objects
-                .cache
-                .node_for_translation(&root, process_root::SPACE, translator)
-                .map(|node| node.get(process_root::SPACE));
             let write = error_code & PAGE_FAULT_WRITE != 0;
+            let walk_marking = |objects: &crate::objects::Objects| {
+                let space = objects
+                    .cache
+                    .node_for_translation(&root, process_root::SPACE, translator)
+                    .map(|node| node.get(process_root::SPACE));
+                space.map(|space| walk(&objects.cache, space, address, write, translator))
+            };
             let epoch = objects.cache.translation_epoch();
-            match space.map(|space| walk(&objects.cache, space, address, write, translator)) {
+            match walk_marking(&objects) {
                 Ok(Walk::Page { page, writable, keeper }) => 'page: {
                     let access = page_access(error_code, writable, page.may_execute());
                     if let (None, Some(keeper)) = (access, keeper) {
@@ -140,6 +143,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                     }
                     if let Err(error) = objects.ensure_resident(&[page.object()], true) {
                         crate::println!("holdfast: page {} cannot be loaded: {}", page.object().0, error.0);
+                        break 'page None;
                     }
                     if access == Some(space::Access::Write) {
                         persistence::limit_dirty_pages(&mut objects);
@@ -149,7 +153,11 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                     // checkpoint or evicted pages, which dropped every translation and
                     // forgot the marks this walk left: mapped now, the page would have none,
                     // and no later change to its path or rescinding of it would drop it.
-                    if objects.cache.translation_epoch() != epoch {
+                    // The walk again marks them anew. It finds the same page (neither
+                    // changes a node); if it did not, the instruction faults again.
+                    if objects.cache.translation_epoch() != epoch
+                        && !matches!(walk_marking(&objects), Ok(Walk::Page { page: again, .. }) if again == page)
+                    {
                         break 'page Some(Resolved::Again);
                     }
                     let frame = objects.cache.page(&page).ok().map(|frame| frame.physical());
@@ -168,7 +176,7 @@ pub fn fault_in_user_mode(report: FaultReport, registers: UserRegisters) -> ! {
                 persistence::PAGE_FAULTS.add_since(fault_started);
                 enter(scheduler, current)
             }
-            // The instruction runs again and faults again, to walk in the new epoch.
+            // The instruction runs again and faults again.
             Some(Resolved::Again) => {
                 let scheduler = SCHEDULER.lock();
                 let current = scheduler.current();
