@@ -219,6 +219,19 @@ fn several_connections_are_echoed_at_once_while_a_client_floods_and_others_stall
     // decide on, and handed it over with the rest.
     wait_for_line(&vm.lines, &mut seen, ECHO_LIMIT, "tcp-echo: first bytes kept undecided: 1");
     eprintln!("3 connections handed over, 3 dropped and 3 echoed, at once, in {:?}", started.elapsed());
+    // A client that sends and shuts its side at once: its bytes come back, handed over or
+    // not, and then the end of the connection (the service tells the server its peer ended,
+    // and the server closes once it has answered).
+    for message in [&b"upper: and shut"[..], b"echoed, and shut"] {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(ECHO_LIMIT)).expect("timeout");
+        stream.write_all(message).expect("send");
+        stream.shutdown(Shutdown::Write).expect("shut the sending side");
+        let mut back = Vec::new();
+        stream.read_to_end(&mut back).expect("read until the server closes");
+        let expected = if message.starts_with(b"upper:") { message.to_ascii_uppercase() } else { message.to_vec() };
+        assert_eq!(String::from_utf8_lossy(&back), String::from_utf8_lossy(&expected), "a half-closed client's bytes");
+    }
 
     // Slowloris: connections that send nothing for a long while, opened in a burst of more
     // than the service keeps listening at a time (it replenishes between frames).

@@ -576,6 +576,22 @@ fn ask(connection: &mut TcpStream, request_id: u64, token: &str, operation: Oper
     }
 }
 
+/// One request on a new connection whose client then shuts its sending side (a TCP
+/// half-close): the status of the reply, and whether the service closed the connection
+/// after it.
+fn ask_and_shut(appliance: &Appliance, token: &str, operation: Operation) -> (Status, bool) {
+    let mut connection = connect(appliance);
+    connection.write_all(&frame(1, Token::from_hex(token).expect("a token").0, operation, 0)).expect("send a request");
+    connection.shutdown(std::net::Shutdown::Write).expect("shut the sending side");
+    let mut received = Vec::new();
+    connection.read_to_end(&mut received).expect("read until the service closes");
+    let mut decoder = Box::new(ReplyFrameDecoder::for_replies());
+    let mut input = &received[..];
+    let body = decoder.decode(&mut input).expect("a well framed reply").expect("a whole reply before the end");
+    let reply = Reply::decode(body).expect("a reply");
+    (reply.status, input.is_empty())
+}
+
 fn connect(appliance: &Appliance) -> TcpStream {
     let connection = TcpStream::connect(appliance.address()).expect("connect to the TP1 port");
     connection.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
@@ -669,6 +685,10 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
         let status = ask(&mut connection, 1, token, Operation::Balance { account: 0 });
         assert_eq!(status, Status::NotLoaded, "{name} database answered as loaded");
     }
+    // A client that sends its request and shuts its side gets its reply, routed or not, and
+    // then the end of the connection.
+    assert_eq!(ask_and_shut(&appliance, &acme, Operation::Balance { account: 0 }), (Status::Ok, true));
+    assert_eq!(ask_and_shut(&appliance, &own, Operation::Balance { account: 0 }), (Status::NotLoaded, true));
     // A connection goes to the service its first request's token names, and stays there: a
     // request with another owner's token on it is refused.
     let mut on_acme = connect(&appliance);

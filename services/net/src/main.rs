@@ -184,12 +184,14 @@ enum Pending {
     Closed(u32),
     /// A `send` took fewer bytes than it was given; now there is room again.
     Writable(u32),
+    /// The peer sends no more (its FIN, after everything it sent).
+    Ended(u32),
 }
 
 impl Pending {
     fn connection(&self) -> u32 {
         match self {
-            Self::Opened(id) | Self::Data(id, _) | Self::Closed(id) | Self::Writable(id) => *id,
+            Self::Opened(id) | Self::Data(id, _) | Self::Closed(id) | Self::Writable(id) | Self::Ended(id) => *id,
         }
     }
 }
@@ -222,6 +224,20 @@ struct Entry {
     /// A `send` took only part of its bytes: a writable event is owed once the send buffer
     /// has room, so that the client, which waits for events only, sends the rest.
     send_blocked: bool,
+    /// The peer sends no more: its `ended` event is out (or waits), and goes with it to a
+    /// listener it is handed to. The client may still send, and closes it when done.
+    ended: bool,
+}
+
+impl Entry {
+    fn new(handle: SocketHandle) -> Self {
+        Self { handle, listener: None, id: 0, data_pending: false, finished: false, send_blocked: false, ended: false }
+    }
+
+    /// Nothing served: listening again later.
+    fn free(&mut self) {
+        *self = Self::new(self.handle);
+    }
 }
 
 struct Service {
@@ -356,8 +372,7 @@ impl Service {
                 }
                 self.socket(handle).abort();
             }
-            let entry = &mut self.entries[index];
-            (entry.listener, entry.id, entry.data_pending, entry.finished) = (None, 0, false, false);
+            self.entries[index].free();
         }
         announce(self.mac);
         let mut digits = [0u8; 20];
@@ -394,7 +409,7 @@ impl Service {
 
     fn collect_events(&mut self) {
         for index in 0..self.entries.len() {
-            let Entry { handle, listener, id, data_pending, finished, send_blocked } = self.entries[index];
+            let Entry { handle, listener, id, data_pending, finished, send_blocked, ended } = self.entries[index];
             let Some(listener) = listener else {
                 continue;
             };
@@ -433,20 +448,23 @@ impl Service {
                     self.listeners[listener].events.push_back(Pending::Writable(id));
                     self.entries[index].send_blocked = false;
                 }
-                // The peer closed (and everything it sent was read) or reset it.
-                let reset = matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait);
-                if reset || (!socket.may_recv() && !socket.can_recv()) {
+                // Reset (by the peer, or by the timeout): gone. The peer's FIN alone, once
+                // everything it sent was read, only ends its side:
+                // the client sends its replies yet (a client that sends its last request
+                // and shuts its side gets them), and closes.
+                if matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait) {
                     self.listeners[listener].events.push_back(Pending::Closed(id));
                     self.entries[index].finished = true;
-                    socket.close();
+                } else if !ended && !socket.may_recv() && !socket.can_recv() {
+                    self.listeners[listener].events.push_back(Pending::Ended(id));
+                    self.entries[index].ended = true;
                 }
             }
             // Closed on both sides (or reset): the socket is free again.
             let socket = self.sockets.get_mut::<tcp::Socket>(handle);
             if self.entries[index].finished && matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait) {
                 socket.abort();
-                let entry = &mut self.entries[index];
-                (entry.listener, entry.id, entry.data_pending, entry.finished, entry.send_blocked) = (None, 0, false, false, false);
+                self.entries[index].free();
             }
         }
     }
@@ -482,7 +500,7 @@ impl Service {
                             tcp::SocketBuffer::new(vec![0; SOCKET_BUFFER_BYTES]),
                         );
                         let handle = self.sockets.add(socket);
-                        self.entries.push(Entry { handle, listener: None, id: 0, data_pending: false, finished: false, send_blocked: false });
+                        self.entries.push(Entry::new(handle));
                         self.entries.len() - 1
                     }
                     None => return,
@@ -511,6 +529,7 @@ impl Service {
                 Pending::Opened(id) => (*id, event::OPENED, &[]),
                 Pending::Closed(id) => (*id, event::CLOSED, &[]),
                 Pending::Writable(id) => (*id, event::WRITABLE, &[]),
+                Pending::Ended(id) => (*id, event::ENDED, &[]),
                 Pending::Data(id, data) => (*id, event::DATA, &data[..]),
             };
             let taken = data.len().min(room - event::HEADER_BYTES);
@@ -619,8 +638,7 @@ impl Service {
             if self.entries[index].listener == Some(listener) {
                 let handle = self.entries[index].handle;
                 self.socket(handle).abort();
-                let entry = &mut self.entries[index];
-                (entry.listener, entry.id, entry.data_pending, entry.finished, entry.send_blocked) = (None, 0, false, false, false);
+                self.entries[index].free();
             }
         }
         if self.listeners[listener].waiting.take().is_some()
@@ -751,6 +769,9 @@ impl Service {
         }
         if writable {
             events.push_back(Pending::Writable(id));
+        }
+        if self.entries[index].ended {
+            events.push_back(Pending::Ended(id));
         }
         let entry = &mut self.entries[index];
         entry.listener = Some(target);

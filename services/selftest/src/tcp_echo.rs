@@ -152,6 +152,15 @@ impl Deciding {
         }
     }
 
+    /// The peer sends no more: its first bytes, if kept, are echoed (they can no longer
+    /// say anything else).
+    fn end(&mut self, connection: u32) {
+        if let Some(entry) = self.connections.iter_mut().find(|(id, ..)| *id == connection) {
+            entry.0 = 0;
+            echo(connection, &entry.1[..entry.2]);
+        }
+    }
+
     fn forget(&mut self, connection: u32) {
         if let Some(entry) = self.connections.iter_mut().find(|(id, ..)| *id == connection) {
             entry.0 = 0;
@@ -254,6 +263,11 @@ fn main() -> u64 {
                 net::event::DATA => deciding.data(event.connection, event.data),
                 net::event::CLOSED => {
                     deciding.forget(event.connection);
+                    let _ = net::close(LISTENER, event.connection);
+                }
+                // Everything it sent is echoed (first bytes kept undecided too), then closed.
+                net::event::ENDED => {
+                    deciding.end(event.connection);
                     let _ = net::close(LISTENER, event.connection);
                 }
                 _ => {}

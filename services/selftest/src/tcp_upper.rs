@@ -44,7 +44,7 @@ fn main() -> u64 {
                         user::print("tcp-upper: a send was cut short [FAILED]\n");
                     }
                 }
-                net::event::CLOSED => {
+                net::event::CLOSED | net::event::ENDED => {
                     let _ = net::close(LISTENER, event.connection);
                 }
                 _ => {}

@@ -133,7 +133,8 @@ struct Connection {
     active_us: u64,
     out: [u8; OUT_BYTES],
     out_length: usize,
-    /// Close once its replies are out (it sent a frame it could not be framed from).
+    /// Close once its replies are out (it sent a frame it could not be framed from, or it
+    /// sends no more).
     closing: bool,
     /// Its first request's token is not in yet (the appliance's service only): its bytes
     /// wait in `head`, which go to a tenant's service if the token is the tenant's.
@@ -397,6 +398,12 @@ impl State {
         fresh.active_us = self.now_us;
         fresh.undecided = self.owner == tokens::Owner::Appliance;
         fresh.head_length = 0;
+    }
+
+    fn ended(&mut self, connection: u32) {
+        if let Some(slot) = self.slot_of(connection) {
+            self.connections[slot].closing = true;
+        }
     }
 
     fn closed(&mut self, connection: u32) {
@@ -878,6 +885,10 @@ fn main() -> u64 {
                 net::event::OPENED => state.open(event.connection),
                 net::event::DATA => state.data(event.connection, event.data),
                 net::event::CLOSED => state.closed(event.connection),
+                // A client that shut its side after its last request: its replies (this
+                // round's, all of them: `run_pending` answers every request decoded) go
+                // out, then the connection is closed.
+                net::event::ENDED => state.ended(event.connection),
                 // Room for replies the network service could not take: the flush below.
                 net::event::WRITABLE => {}
                 _ => {}

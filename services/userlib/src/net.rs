@@ -72,12 +72,15 @@ pub mod event {
     pub const OPENED: u8 = 1;
     /// Bytes arrived on a connection.
     pub const DATA: u8 = 2;
-    /// The peer closed the connection, or it was reset (also after a restart of the system,
-    /// for every connection that was open); its id is unknown from now on.
+    /// The connection was reset (also after a restart of the system, for every connection
+    /// that was open); its id is unknown from now on.
     pub const CLOSED: u8 = 3;
     /// A `send` on the connection took fewer bytes than it was given, and its send buffer
     /// has room again (half of it): send the rest. No data.
     pub const WRITABLE: u8 = 4;
+    /// The peer sends no more (it closed its side, after everything it sent): `send`
+    /// still works, and the client `close`s the connection when it has answered. No data.
+    pub const ENDED: u8 = 5;
     /// Bytes of an event's header: u32 connection, u8 kind, u8 0, u16 data length.
     pub const HEADER_BYTES: usize = 8;
 }

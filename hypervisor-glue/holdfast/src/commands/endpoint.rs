@@ -199,10 +199,15 @@ fn accept_queue_length(address: SocketAddr) -> Option<u64> {
     })
 }
 
-/// Copies until `from` ends, then closes both directions of both sides, so that the other
-/// copy ends too.
+/// Copies until `from` ends. An orderly end (its peer shut its sending side) is passed on
+/// as a shut of `to`'s sending side only, and the other copy goes on: a client that sends
+/// its last request and shuts its side still gets the replies. A failure (a reset, a peer
+/// gone) closes both directions of both sides, so that the other copy ends too.
 fn copy_then_close(mut from: TcpStream, mut to: TcpStream) {
-    let _ = io::copy(&mut from, &mut to);
+    if io::copy(&mut from, &mut to).is_ok() {
+        let _ = to.shutdown(Shutdown::Write);
+        return;
+    }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }
@@ -285,6 +290,28 @@ mod tests {
         assert_eq!(ask(&mut second, 4), vec![b'B', 4]);
         assert_eq!(endpoint.forwarded_total(), 3);
         drop(second);
+    }
+
+    #[test]
+    fn a_client_that_shuts_its_side_still_gets_the_replies() {
+        // A server that answers once its client has sent everything.
+        let server = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = server.local_addr().unwrap();
+        thread::spawn(move || {
+            let (mut stream, _) = server.accept().unwrap();
+            let mut request = Vec::new();
+            stream.read_to_end(&mut request).unwrap();
+            stream.write_all(b"got ").and_then(|()| stream.write_all(&request)).unwrap();
+        });
+        let endpoint = Endpoint::start(TcpListener::bind("127.0.0.1:0").unwrap(), Duration::from_secs(10)).unwrap();
+        endpoint.switch(Some(address));
+        let mut client = TcpStream::connect(endpoint.address()).unwrap();
+        client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        client.write_all(b"the last request").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut reply = Vec::new();
+        client.read_to_end(&mut reply).unwrap();
+        assert_eq!(reply, b"got the last request");
     }
 
     #[test]
