@@ -11,6 +11,7 @@
 #![no_main]
 
 use holdfast_userlib::abi::InvocationError;
+use holdfast_userlib::abi::interface::Type;
 use holdfast_userlib::check::{expect, verdict};
 use holdfast_userlib::bank::{self, Info, refusal};
 use holdfast_userlib::interface::{clock, identify, node, page, process};
@@ -81,6 +82,21 @@ fn before_the_restart() -> Checked {
     node::fetch(KEEP, 1, SCRATCH).map_err(|_| "fetching the kept child failed")?;
     expect(is_void(SCRATCH), "a copy of a destroyed bank's capability is still live")?;
     expect(info(BANK_B)? == Info { pages: 0, page_limit: 64, nodes: 0, node_limit: 64 }, "destroying the child did not free B's counts")?;
+
+    // Several at once: pages, then nodes; all of them, or past a limit none.
+    bank::create_child(BANK_B, 2, 3, CHILD).map_err(|_| "B refused a child bank")?;
+    let many = [CHILD_PAGE, CHILD_PROCESS, SCRATCH];
+    bank::buy_many(CHILD, 1, 2, &many).map_err(|_| "the child refused a page and two nodes within its limits")?;
+    let kinds = many.map(|register| identify(register).map(|identity| identity.type_code));
+    let expected = [Type::Page, Type::Node, Type::Node].map(|kind| Ok(kind as u64));
+    expect(kinds == expected, "buy_many's objects are not a page, then two nodes")?;
+    let refused = bank::buy_many(CHILD, 2, 0, &[OBJECT, SCRATCH]);
+    expect(refused == Err(Error::Reply(refusal::LIMIT_REACHED)), "the child sold two pages with room for one")?;
+    expect(info(CHILD)? == Info { pages: 1, page_limit: 2, nodes: 3, node_limit: 3 }, "a refused buy_many bought some")?;
+    let too_many = bank::buy_many(CHILD, 3, 2, &[OBJECT, SCRATCH, CHILD_PAGE, CHILD_PROCESS]);
+    let none = bank::buy_many(CHILD, 0, 0, &[]);
+    expect(too_many == Err(Error::Reply(refusal::BAD_REQUEST)) && none == too_many, "buy_many took five objects, or none")?;
+    expect(bank::destroy(CHILD) == Ok(4), "destroy did not count the page, two nodes and the forwarder")?;
 
     // A is at its limit; B goes on selling.
     bank::buy_node(BANK_B, OBJECT).map_err(|_| "B refused a node while A is exhausted")?;

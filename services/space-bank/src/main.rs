@@ -15,14 +15,14 @@
 //! are the objects themselves.
 //!
 //! Capability registers: 0 console, 1 own process, 2 the range, 3 the manifest's bank
-//! limits (a node; void: none); 4 to 6 scratch; 12 the capability received; 15 the
-//! caller's resume capability.
+//! limits (a node; void: none); 4 to 6 scratch; 7 to 10 a `buy_many`'s objects; 12 the
+//! capability received; 15 the caller's resume capability.
 #![no_std]
 #![no_main]
 
 use holdfast_bank_accounts::{Accounts, Kind, PRIME, Refusal};
 use holdfast_userlib::abi::interface::ObjectError;
-use holdfast_userlib::bank::{order, refusal};
+use holdfast_userlib::bank::{self, order, refusal};
 use holdfast_userlib::interface::{node, number, process, range};
 use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::{self as user, Invocation};
@@ -42,10 +42,15 @@ const MANIFEST_BANK_SLOTS: u64 = 32;
 /// All zero until the first start opens the prime bank: in `.bss`, not in the program file.
 static mut ACCOUNTS: Accounts = Accounts::empty();
 
-/// How a request ends well: words, or words and the capability in a register.
+/// Where a `buy_many`'s objects wait for the reply, in order.
+const BOUGHT: [CapReg; bank::BUY_MANY_MAX] = [CapReg::new(7), CapReg::new(8), CapReg::new(9), CapReg::new(10)];
+
+/// How a request ends well: words, or words and the capability in a register, or words and
+/// the first `n` of [`BOUGHT`].
 enum Answer {
     Words([u64; 4]),
     WithCapability(CapReg, [u64; 4]),
+    WithBought(usize),
 }
 
 fn refusal_code(refused: Refusal) -> u64 {
@@ -76,17 +81,17 @@ fn open_banks(accounts: &mut Accounts) {
     }
 }
 
-/// An object of `kind` into `OBJECT`: a destroyed one's id again if one is kept, else a new
+/// An object of `kind` into `into`: a destroyed one's id again if one is kept, else a new
 /// one from the range. Returns its id.
-fn obtain(accounts: &mut Accounts, kind: Kind) -> Result<u64, u64> {
+fn obtain(accounts: &mut Accounts, kind: Kind, into: CapReg) -> Result<u64, u64> {
     if let Some(id) = accounts.reusable_id(kind)
-        && range::reissue(RANGE, kind.range_word(), id, OBJECT).is_ok()
+        && range::reissue(RANGE, kind.range_word(), id, into).is_ok()
     {
         return Ok(id);
     }
     let made = match kind {
-        Kind::Page => range::create_page(RANGE, OBJECT),
-        Kind::Node => range::create_node(RANGE, OBJECT),
+        Kind::Page => range::create_page(RANGE, into),
+        Kind::Node => range::create_node(RANGE, into),
     };
     made.map_err(|_| refusal::STORE_FULL)
 }
@@ -98,20 +103,41 @@ fn destroy(accounts: &mut Accounts, kind: Kind, id: u64) {
     accounts.forget(kind, id);
 }
 
-fn buy(accounts: &mut Accounts, bank: u32, kind: Kind) -> Result<u64, u64> {
+fn buy(accounts: &mut Accounts, bank: u32, kind: Kind, into: CapReg) -> Result<u64, u64> {
     accounts.may_sell(bank, kind).map_err(refusal_code)?;
-    let id = obtain(accounts, kind)?;
+    let id = obtain(accounts, kind, into)?;
     accounts.record_sale(bank, kind, id, false);
     Ok(id)
+}
+
+/// `pages` pages and then `nodes` nodes into [`BOUGHT`]; if one is refused, those bought
+/// before it are destroyed again and the refusal stands for the whole order.
+fn buy_many(accounts: &mut Accounts, bank: u32, pages: u64, nodes: u64) -> Result<Answer, u64> {
+    let count = pages.checked_add(nodes).filter(|count| (1..=BOUGHT.len() as u64).contains(count)).ok_or(refusal::BAD_REQUEST)?;
+    let kinds = (0..count).map(|at| if at < pages { Kind::Page } else { Kind::Node });
+    let mut bought = [0; bank::BUY_MANY_MAX];
+    for (at, kind) in kinds.clone().enumerate() {
+        match buy(accounts, bank, kind, BOUGHT[at]) {
+            Ok(id) => bought[at] = id,
+            Err(code) => {
+                for (id, kind) in bought.iter().zip(kinds).take(at) {
+                    destroy(accounts, kind, *id);
+                }
+                return Err(code);
+            }
+        }
+    }
+    Ok(Answer::WithBought(count as usize))
 }
 
 fn answer(accounts: &mut Accounts, code: u64, badge: u64, words: [u64; 4]) -> Result<Answer, u64> {
     let bank = accounts.bank_of(badge).map_err(refusal_code)?;
     Ok(match code {
-        order::BUY_PAGE => Answer::WithCapability(OBJECT, [buy(accounts, bank, Kind::Page)?, 0, 0, 0]),
-        order::BUY_NODE => Answer::WithCapability(OBJECT, [buy(accounts, bank, Kind::Node)?, 0, 0, 0]),
+        order::BUY_PAGE => Answer::WithCapability(OBJECT, [buy(accounts, bank, Kind::Page, OBJECT)?, 0, 0, 0]),
+        order::BUY_NODE => Answer::WithCapability(OBJECT, [buy(accounts, bank, Kind::Node, OBJECT)?, 0, 0, 0]),
+        order::BUY_MANY => buy_many(accounts, bank, words[0], words[1])?,
         order::BUY_PROCESS => {
-            let id = buy(accounts, bank, Kind::Node)?;
+            let id = buy(accounts, bank, Kind::Node, OBJECT)?;
             if let Err(error) = node::make_process(OBJECT, MADE) {
                 // The kernel's one limit on processes (memory for their tables).
                 destroy(accounts, Kind::Node, id);
@@ -136,7 +162,8 @@ fn answer(accounts: &mut Accounts, code: u64, badge: u64, words: [u64; 4]) -> Re
             }
             let child = accounts.open(bank, page_limit, node_limit).map_err(refusal_code)?;
             // The child's forwarder is its own first node, counted against it and above.
-            let forwarder = accounts.may_sell(child, Kind::Node).map_err(refusal_code).and_then(|()| obtain(accounts, Kind::Node));
+            let forwarder =
+                accounts.may_sell(child, Kind::Node).map_err(refusal_code).and_then(|()| obtain(accounts, Kind::Node, OBJECT));
             let forwarder = match forwarder {
                 Ok(id) => id,
                 Err(code) => {
@@ -197,6 +224,10 @@ fn main() -> u64 {
             Ok(Answer::Words(words)) => Invocation::return_to(RESUME, 0, words),
             Ok(Answer::WithCapability(register, words)) => {
                 Invocation::return_to(RESUME, 0, words).sending(&[register.index()])
+            }
+            Ok(Answer::WithBought(count)) => {
+                let registers = BOUGHT.map(|register| register.index());
+                Invocation::return_to(RESUME, 0, [count as u64, 0, 0, 0]).sending(&registers[..count])
             }
             Err(code) => Invocation::return_to(RESUME, code, [0; 4]),
         };

@@ -32,7 +32,15 @@ pub mod order {
     /// back. Refused (`not_owned`) for any other bank: a bank's holder cannot raise its own
     /// limits.
     pub const SET_CHILD_LIMITS: u64 = 8;
+    /// Words 0 and 1: how many pages, then how many nodes, [`BUY_MANY_MAX`] at most in all
+    /// (at least one). Capabilities back: the pages, then the nodes, in that order. All of
+    /// them or, refused as a single purchase would be, none: one call where a keeper
+    /// making a path of new nodes would make several (KeyKOS's bank sold up to three).
+    pub const BUY_MANY: u64 = 9;
 }
+
+/// The most objects one [`order::BUY_MANY`] sells: a reply carries four capabilities.
+pub const BUY_MANY_MAX: usize = 4;
 
 /// What a bank answers instead of 0 when it refuses (server reply codes, apart from the
 /// kernel's error codes).
@@ -77,6 +85,18 @@ pub fn buy_page(bank: CapReg, into: CapReg) -> Result<u64, Error> {
 /// Buys an empty node into `into`; returns its id.
 pub fn buy_node(bank: CapReg, into: CapReg) -> Result<u64, Error> {
     buy(bank, order::BUY_NODE, into)
+}
+
+/// Buys `pages` zeroed pages and then `nodes` empty nodes, into `into`'s registers in that
+/// order (as many registers as objects, [`BUY_MANY_MAX`] at most): all of them, or none.
+pub fn buy_many(bank: CapReg, pages: usize, nodes: usize, into: &[CapReg]) -> Result<(), Error> {
+    invoke(Invocation {
+        words: [pages as u64, nodes as u64, 0, 0],
+        receive: into,
+        ..Invocation::call(bank, order::BUY_MANY)
+    })
+    .check()
+    .map(|_| ())
 }
 
 /// Buys a process (stopped) into `into`.

@@ -6,11 +6,11 @@
 //! keeper whose badge names the copy. At first the tree is a new root node holding the
 //! original's subtrees read-only: a copy costs two nodes however large the original, and
 //! reads see the original's pages.
-//! A write faults to this keeper, which makes the path to the page the copy's own, node by
-//! node from the copy's bank (each new node holding what the original's did, read-only, as
-//! the kernel fetches it through a read-only space), then buys a page, copies the
-//! original's into it and puts it in the copy's tree; the write runs again on the private
-//! page. A write where the original has no page gets a zeroed one. The original never
+//! A write faults to this keeper, which makes the path to the page the copy's own with new
+//! nodes from the copy's bank (each holding what the original's did, read-only, as the
+//! kernel fetches it through a read-only space), bought together with the page, copies the
+//! original's page into that one and puts it in the copy's tree; the write runs again on
+//! the private page. A write where the original has no page gets a zeroed one. The original never
 //! changes through a copy; it must not change at all while copies of it live, since their
 //! unwritten parts read through to it (a constructor's template never runs).
 //!
@@ -34,9 +34,13 @@ const COPIES: CapReg = CapReg::new(2);
 const BANKS: CapReg = CapReg::new(3);
 const BANK: CapReg = CapReg::new(5);
 const CHILD: CapReg = CapReg::new(8);
+/// A copy's making: the copy's root (then its keeper space, the answer), its keeper node,
+/// the original's root read-only.
 const MADE: CapReg = CapReg::new(9);
 const LEVEL: CapReg = CapReg::new(10);
 const NEXT: CapReg = CapReg::new(11);
+/// What a write fault takes turns with ([`Registers`]).
+const WORKING: [u8; 6] = [4, 6, 7, 9, 10, 11];
 const RECEIVED: [u8; 2] = [12, 13];
 const SCRATCH: CapReg = CapReg::new(14);
 const RESUME: u8 = 15;
@@ -59,8 +63,9 @@ fn make_copy(copy: u64) -> Result<(), Error> {
     }
     node::swap(BANKS, copy, CapReg::new(RECEIVED[1]), SCRATCH)?;
     node::fetch(BANKS, copy, BANK)?;
+    // The keeper node and the copy's root, in one purchase.
+    bank::buy_many(BANK, 0, 2, &[LEVEL, MADE])?;
     // The keeper node: the original read-only, then this keeper with the copy's badge.
-    bank::buy_node(BANK, LEVEL)?;
     space::weaken(original, CHILD)?;
     node::swap(LEVEL, 0, CHILD, SCRATCH)?;
     process::make_start(OWN_PROCESS, copy + 1, CHILD)?;
@@ -69,7 +74,7 @@ fn make_copy(copy: u64) -> Result<(), Error> {
     // The root the copy's own from the start: its process may link subtrees of its own
     // into the slots the original leaves empty (the TP1 service's region does).
     space::fetch(LEVEL, 0, NEXT)?;
-    own_node(LEVEL, 0, NEXT, MADE, shape.height)?;
+    link_own(LEVEL, 0, Some(NEXT), MADE, shape.height)?;
     node::swap(COPIES, copy, LEVEL, SCRATCH)?;
     node::fetch(COPIES, copy, MADE)
 }
@@ -94,68 +99,109 @@ fn held(register: CapReg, kind: Type) -> Result<Held, Error> {
     }
 }
 
-/// Makes the height-`height` space in slot `at_slot` of `at` (fetched into `below`) the
-/// copy's own and returns the register that holds it: `below` if it was the copy's own
-/// already, else `spare`, into which a new node is bought, holding what a shared
-/// (read-only) one held or nothing for an empty slot. The shape of what is copied is not
+/// Makes `made`, a node just bought, the copy's own space of height `height` in slot
+/// `at_slot` of `at`, holding what the shared space in `shared` holds (each slot read-only,
+/// as fetched through it: still shared), or nothing. The shape of what is copied is not
 /// checked: the kernel's walk ends at any node of the wrong height or kind, so a malformed
 /// original can only leave its copy's process faulting.
-fn own_node(at: CapReg, at_slot: u64, below: CapReg, spare: CapReg, height: u64) -> Result<CapReg, Error> {
-    let shared = match held(below, Type::Space)? {
-        Held::Empty => false,
-        Held::Shared => true,
-        Held::Own => return Ok(below),
-    };
-    bank::buy_node(BANK, spare)?;
-    node::make_space(spare, height, 0, spare)?;
-    if shared {
-        // Fetched through a read-only space, each slot comes read-only: still shared.
-        let occupied = space::occupied(below)?;
+fn link_own(at: CapReg, at_slot: u64, shared: Option<CapReg>, made: CapReg, height: u64) -> Result<(), Error> {
+    node::make_space(made, height, 0, made)?;
+    if let Some(shared) = shared {
+        let occupied = space::occupied(shared)?;
         for held in (0..SPACE_SLOTS).filter(|held| occupied >> held & 1 != 0) {
-            space::fetch(below, held, CHILD)?;
-            space::swap(spare, held, CHILD, SCRATCH)?;
+            space::fetch(shared, held, CHILD)?;
+            space::swap(made, held, CHILD, SCRATCH)?;
         }
     }
-    space::swap(at, at_slot, spare, SCRATCH)?;
-    Ok(spare)
+    space::swap(at, at_slot, made, SCRATCH)
 }
 
-/// The three registers a walk down a copy takes turns with: the level it is at, the one
-/// below, and a spare for a node bought.
-const WALK: [CapReg; 3] = [LEVEL, NEXT, MADE];
+/// The working registers a write fault takes from and gives back: the node it is at, what
+/// that holds at the address, and what it buys.
+struct Registers(u16);
 
-/// The two of [`WALK`] that are not `at`.
-fn others(at: CapReg) -> (CapReg, CapReg) {
-    let mut rest = WALK.iter().copied().filter(|&register| register != at);
-    (rest.next().expect("three registers"), rest.next().expect("three registers"))
+impl Registers {
+    fn all() -> Self {
+        Self(WORKING.iter().fold(0, |free, register| free | 1 << register))
+    }
+
+    fn take(&mut self) -> CapReg {
+        let index = self.0.trailing_zeros();
+        assert!(index < 16, "a fault holds at most two working registers and a purchase");
+        self.0 &= !(1 << index);
+        CapReg::new(index as u8)
+    }
+
+    fn give(&mut self, register: CapReg) {
+        self.0 |= 1 << register.index();
+    }
 }
 
 /// A write fault at `address` under copy `copy`: the page there becomes the copy's own.
+/// The nodes the path needs and the page are bought together, up to
+/// [`bank::BUY_MANY_MAX`] at a time: the first write into a copy of a program's stack makes
+/// six nodes and a page, which were seven calls to the bank.
 fn copy_on_write(copy: u64, address: u64) -> Result<(), Error> {
-    node::fetch(COPIES, copy, LEVEL)?;
+    let mut free = Registers::all();
+    let mut at = free.take();
+    node::fetch(COPIES, copy, at)?;
     node::fetch(BANKS, copy, BANK)?;
-    let height = space::info(LEVEL)?.height;
-    // From the keeper node's slot 0 (the tree, of the copy's height) down to the node of
-    // height 1 that holds the page.
-    let (mut at, mut at_slot) = (LEVEL, 0);
-    for level in (1..=height).rev() {
-        let (below, spare) = others(at);
+    // From the keeper node's slot 0 (the tree) down: `below` holds what `at` holds at the
+    // address, a space of height `level` (0: the page).
+    let (mut at_slot, mut level) = (0, space::info(at)?.height);
+    let mut below = free.take();
+    // Past the nodes that are the copy's own already.
+    let mut shared = loop {
         space::fetch(at, at_slot, below)?;
-        (at, at_slot) = (own_node(at, at_slot, below, spare, level)?, slot(level, address));
-    }
-    let (bought, _) = others(at);
-    space::fetch(at, at_slot, CHILD)?;
-    let shared = match held(CHILD, Type::Page)? {
-        Held::Empty => false,
-        Held::Shared => true,
-        // The copy's own already (a fault on the way there raced, or was not a fault).
-        Held::Own => return Ok(()),
+        match held(below, if level == 0 { Type::Page } else { Type::Space })? {
+            // The page is the copy's own already (a fault on the way there raced, or was
+            // not a fault).
+            Held::Own if level == 0 => return Ok(()),
+            Held::Own => {
+                free.give(at);
+                (at, below) = (below, free.take());
+                at_slot = slot(level, address);
+                level -= 1;
+            }
+            Held::Shared => break true,
+            Held::Empty => break false,
+        }
     };
-    bank::buy_page(BANK, bought)?;
-    if shared {
-        page::copy_from(bought, CHILD)?;
+    // A node for each level left, then the page: the page comes with the last nodes when
+    // they leave room for it.
+    let mut page = None;
+    while level > 0 {
+        let nodes = (level as usize).min(bank::BUY_MANY_MAX);
+        let pages = usize::from(nodes == level as usize && nodes < bank::BUY_MANY_MAX);
+        let mut bought = [CapReg::new(0); bank::BUY_MANY_MAX];
+        for register in &mut bought[..pages + nodes] {
+            *register = free.take();
+        }
+        bank::buy_many(BANK, pages, nodes, &bought[..pages + nodes])?;
+        if pages == 1 {
+            page = Some(bought[0]);
+        }
+        for &made in &bought[pages..pages + nodes] {
+            link_own(at, at_slot, shared.then_some(below), made, level)?;
+            free.give(at);
+            (at, at_slot) = (made, slot(level, address));
+            level -= 1;
+            space::fetch(at, at_slot, below)?;
+            shared = matches!(held(below, if level == 0 { Type::Page } else { Type::Space })?, Held::Shared);
+        }
     }
-    space::swap(at, at_slot, bought, SCRATCH)
+    let page = match page {
+        Some(page) => page,
+        None => {
+            let page = free.take();
+            bank::buy_page(BANK, page)?;
+            page
+        }
+    };
+    if shared {
+        page::copy_from(page, below)?;
+    }
+    space::swap(at, at_slot, page, SCRATCH)
 }
 
 /// A copies slot that is empty, or whose copy's bank was destroyed (its keeper node with it).
