@@ -492,8 +492,7 @@ impl State {
                     self.connections[slot].closing = true;
                     return;
                 }
-                // The peer closed it meanwhile (a client that sent its request and shut
-                // its side: the network service closes both): nobody is left to answer.
+                // Reset meanwhile: nobody is left to answer.
                 Err(Error::Reply(net::error::UNKNOWN_CONNECTION)) => {
                     self.connections[slot].id = 0;
                     return;

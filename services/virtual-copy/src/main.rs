@@ -39,8 +39,10 @@ const CHILD: CapReg = CapReg::new(8);
 const MADE: CapReg = CapReg::new(9);
 const LEVEL: CapReg = CapReg::new(10);
 const NEXT: CapReg = CapReg::new(11);
-/// What a write fault takes turns with ([`Registers`]).
+/// What a write fault takes turns with ([`Registers`]): the node it is at, what that holds,
+/// and a purchase.
 const WORKING: [u8; 6] = [4, 6, 7, 9, 10, 11];
+const _: () = assert!(2 + bank::BUY_MANY_MAX <= WORKING.len());
 const RECEIVED: [u8; 2] = [12, 13];
 const SCRATCH: CapReg = CapReg::new(14);
 const RESUME: u8 = 15;
@@ -140,7 +142,9 @@ impl Registers {
 /// A write fault at `address` under copy `copy`: the page there becomes the copy's own.
 /// The nodes the path needs and the page are bought together, up to
 /// [`bank::BUY_MANY_MAX`] at a time: the first write into a copy of a program's stack makes
-/// six nodes and a page, which were seven calls to the bank.
+/// six nodes and a page, which were seven calls to the bank. A fault that fails half-way
+/// (a malformed original) leaves what it bought and did not link to the copy's bank, which
+/// gives it up with the copy.
 fn copy_on_write(copy: u64, address: u64) -> Result<(), Error> {
     let mut free = Registers::all();
     let mut at = free.take();

@@ -149,8 +149,8 @@ fn forward(inner: &Inner, client: TcpStream) {
     inner.forwarded_total.fetch_add(1, Ordering::Relaxed);
     let upstream = thread::Builder::new()
         .name("pair-endpoint-up".into())
-        .spawn(move || copy_then_close(client_reader, primary));
-    copy_then_close(primary_reader, client);
+        .spawn(move || copy_then_close(client_reader, primary, true));
+    copy_then_close(primary_reader, client, false);
     if let Ok(upstream) = upstream {
         let _ = upstream.join();
     }
@@ -199,12 +199,15 @@ fn accept_queue_length(address: SocketAddr) -> Option<u64> {
     })
 }
 
-/// Copies until `from` ends. An orderly end (its peer shut its sending side) is passed on
-/// as a shut of `to`'s sending side only, and the other copy goes on: a client that sends
-/// its last request and shuts its side still gets the replies. A failure (a reset, a peer
-/// gone) closes both directions of both sides, so that the other copy ends too.
-fn copy_then_close(mut from: TcpStream, mut to: TcpStream) {
-    if io::copy(&mut from, &mut to).is_ok() {
+/// Copies until `from` ends, then closes both directions of both sides, so that the other
+/// copy ends too; except, with `half_close`, an orderly end (the client shut its sending
+/// side), which is passed on as a shut of `to`'s sending side only, the other copy going
+/// on: a client that sends its last request and shuts its side still gets the replies.
+/// Only the client's end is passed on so: the guest's servers close both sides at once,
+/// and a connection they closed must not wait for its client to close too (its socket in
+/// the guest would be held until then).
+fn copy_then_close(mut from: TcpStream, mut to: TcpStream, half_close: bool) {
+    if io::copy(&mut from, &mut to).is_ok() && half_close {
         let _ = to.shutdown(Shutdown::Write);
         return;
     }
