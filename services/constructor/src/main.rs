@@ -34,7 +34,8 @@
 //! the holes (a number: word 0 bit i set when register i is a hole; word 1 bit i set when
 //! register i gets the yielded process's own process capability instead of slot i), 5 a
 //! node for the space walk (slot 31, if not void: the virtual copy keeper's start
-//! capability, badge 0);
+//! capability, badge 0; slot 30, if not void: the space bank's verifier, which a yield asks
+//! whether the bank it is sent is one before calling it);
 //! 6 to 11 and 14 working registers; 12 and 13 the bank and meter a requester sends; 15 the
 //! resume capability.
 #![no_std]
@@ -66,6 +67,8 @@ const RESUME: u8 = 15;
 
 /// The walk node's slot that may hold a virtual copy keeper: the walk uses the first 16.
 const VIRTUAL_COPY_SLOT: u64 = 31;
+/// The walk node's slot that may hold the space bank's verifier.
+const VERIFIER_SLOT: u64 = 30;
 const READ_ONLY: u64 = 1;
 const WEAK: u64 = 2;
 const CAPABILITY_REGISTERS: u64 = 16;
@@ -165,7 +168,20 @@ fn build() -> Result<(), Error> {
     process::make_start(MADE_PROCESS, 0, MADE)
 }
 
+/// Whether the requester's bank may be called: a live bank, if the walk node holds the
+/// space bank's verifier to ask (a constructor without one trusts its requesters).
+fn bank_is_genuine() -> bool {
+    let verifier = node::sense(WALK, VERIFIER_SLOT).is_ok_and(|sensed| sensed.type_code == Type::Start as u64);
+    !verifier
+        || node::fetch(WALK, VERIFIER_SLOT, SCRATCH)
+            .and_then(|()| bank::verify(SCRATCH, CapReg::new(REQUESTER_BANK)))
+            .unwrap_or(false)
+}
+
 fn yield_process() -> Result<(), u64> {
+    if !bank_is_genuine() {
+        return Err(refusal::NOT_A_BANK);
+    }
     // Unlimited below the requester's bank: its own limits and those above it bound it.
     bank::create_child(CapReg::new(REQUESTER_BANK), u64::MAX, u64::MAX, PROCESS_BANK)
         .map_err(|_| refusal::BANK_REFUSED)?;

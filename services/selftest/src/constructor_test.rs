@@ -7,19 +7,22 @@
 //! - `leaky`: the console as a hole and a writable node that is not: not confined, and the
 //!   node's register is named.
 //!
-//! A yield that sends no bank is refused, not paid by the previous requester's bank.
+//! A yield that sends no bank is refused, not paid by the previous requester's bank; one
+//! that sends a capability that is no bank is refused as such before the constructor calls
+//! it (the space bank's verifier says so).
 //!
 //! Prints `constructor-test: passed` or `constructor-test: MISMATCH: ...`.
 //!
 //! Capability registers: 0 console, 1 own process, 2 bank C, 3 a meter, 4 to 6 the three constructors,
-//! 7 to 9 scratch.
+//! 9 the space bank's verifier; 7 and 8 scratch.
 #![no_std]
 #![no_main]
 
 use holdfast_userlib::bank;
 use holdfast_userlib::check::verdict;
 use holdfast_userlib::constructor::{is_confined, yield_process};
-use holdfast_userlib::syscall::CapReg;
+use holdfast_userlib::interface::process;
+use holdfast_userlib::syscall::{CapReg, Error};
 use holdfast_userlib::{self as user};
 
 const BANK: CapReg = CapReg::new(2);
@@ -28,6 +31,9 @@ const CONFINED: CapReg = CapReg::new(4);
 const WITH_CONSOLE: CapReg = CapReg::new(5);
 const LEAKY: CapReg = CapReg::new(6);
 const MADE: CapReg = CapReg::new(7);
+const FAKE_BANK: CapReg = CapReg::new(8);
+const OWN_PROCESS: CapReg = CapReg::new(1);
+const VERIFIER: CapReg = CapReg::new(9);
 /// The leaky constructor's writable node goes into this register of what it yields.
 const LEAKY_NODE_REGISTER: u64 = 3;
 
@@ -64,6 +70,19 @@ fn check() -> Result<(), &'static str> {
     if bank::info(BANK).map_err(|_| "bank info refused")? != held {
         return Err("a yield that sent no bank was paid for by the last requester's");
     }
+    // A capability that is no bank is refused before it is called: this program's own start
+    // capability, which would never answer (the program waits for the constructor).
+    process::make_start(OWN_PROCESS, 0, FAKE_BANK).map_err(|_| "make_start refused")?;
+    let fake = yield_process(WITH_CONSOLE, FAKE_BANK, METER, MADE);
+    if fake != Err(Error::Reply(user::constructor::refusal::NOT_A_BANK)) {
+        return Err("a yield sent a capability that is no bank was not refused as not a bank");
+    }
+    // The verifier itself is no bank either; a bank below a bank is one.
+    if yield_process(WITH_CONSOLE, VERIFIER, METER, MADE) != fake {
+        return Err("a yield sent the space bank's verifier was not refused as not a bank");
+    }
+    bank::create_child(BANK, 64, 64, FAKE_BANK).map_err(|_| "a bank below refused")?;
+    yield_process(WITH_CONSOLE, FAKE_BANK, METER, MADE).map_err(|_| "a yield paid by a bank below the requester's refused")?;
     Ok(())
 }
 

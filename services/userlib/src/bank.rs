@@ -37,7 +37,18 @@ pub mod order {
     /// them or, refused as a single purchase would be, none: one call where a keeper
     /// making a path of new nodes would make several (KeyKOS's bank sold up to three).
     pub const BUY_MANY: u64 = 9;
+    /// Capability sent: any. Word 0 back: 1 if it is a live bank of this space bank (any
+    /// of them, not only this one's), else 0. Taken by every bank capability and by the
+    /// verifier ([`VERIFIER_BADGE`]): a server that calls banks its clients send (a
+    /// constructor) asks first, since a capability that is no bank might never answer
+    /// (KeyKOS's official-bank check).
+    pub const VERIFY: u64 = 10;
 }
+
+/// The badge of the space bank's start capability that only verifies banks
+/// ([`order::VERIFY`]): it names no bank (a badge's low 32 bits are a bank's index), so it
+/// buys nothing.
+pub const VERIFIER_BADGE: u64 = 0xffff_ffff;
 
 /// The most objects one [`order::BUY_MANY`] sells: a reply carries four capabilities.
 pub const BUY_MANY_MAX: usize = 4;
@@ -97,6 +108,11 @@ pub fn buy_many(bank: CapReg, pages: usize, nodes: usize, into: &[CapReg]) -> Re
     })
     .check()
     .map(|_| ())
+}
+
+/// Whether `candidate` is a live bank, asked through `verifier` (a bank or the verifier).
+pub fn verify(verifier: CapReg, candidate: CapReg) -> Result<bool, Error> {
+    Ok(invoke(Invocation { send: &[candidate], ..Invocation::call(verifier, order::VERIFY) }).check()?.words[0] == 1)
 }
 
 /// Buys a process (stopped) into `into`.

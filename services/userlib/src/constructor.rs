@@ -22,6 +22,9 @@ pub mod refusal {
     pub const COPY_FAILED: u64 = 401;
     /// An order the constructor does not have.
     pub const BAD_REQUEST: u64 = 402;
+    /// The bank sent is no live bank (asked of the space bank before it is called): a
+    /// capability that is not one might never answer, and the constructor serves others.
+    pub const NOT_A_BANK: u64 = 403;
 }
 
 /// Yields a new process, paid for by `bank` and run on `meter`; its start capability goes

@@ -12,7 +12,9 @@
 //! original's page into that one and puts it in the copy's tree; the write runs again on
 //! the private page. A write where the original has no page gets a zeroed one. The original never
 //! changes through a copy; it must not change at all while copies of it live, since their
-//! unwritten parts read through to it (a constructor's template never runs).
+//! unwritten parts read through to it (a constructor's template never runs). It calls the
+//! bank each copy is made with: its makers hold its badge-0 capability, constructors, which
+//! send banks the space bank has verified or made.
 //!
 //! Capability registers: 0 console, 1 own process, 2 a node of the copies (slot i: copy
 //! i + 1's keeper space), 3 a node of their banks; 4 to 11 and 14 working registers; 12 and
