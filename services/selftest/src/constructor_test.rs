@@ -7,9 +7,9 @@
 //! - `leaky`: the console as a hole and a writable node that is not: not confined, and the
 //!   node's register is named.
 //!
-//! A yield that sends no bank is refused, not paid by the previous requester's bank; one
-//! that sends a capability that is no bank is refused as such before the constructor calls
-//! it (the space bank's verifier says so).
+//! A yield that sends no bank, or a capability that is no bank, is refused as not a bank
+//! before the constructor calls it (the space bank's verifier says so), and is not paid by
+//! the previous requester's bank.
 //!
 //! Prints `constructor-test: passed` or `constructor-test: MISMATCH: ...`.
 //!
@@ -64,7 +64,7 @@ fn check() -> Result<(), &'static str> {
         receive: &[MADE],
         ..user::syscall::Invocation::call(WITH_CONSOLE, user::constructor::order::YIELD)
     });
-    if unpaid.code != user::constructor::refusal::BANK_REFUSED {
+    if unpaid.code != user::constructor::refusal::NOT_A_BANK {
         return Err("a yield that sent no bank was not refused");
     }
     if bank::info(BANK).map_err(|_| "bank info refused")? != held {
