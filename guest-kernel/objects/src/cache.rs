@@ -28,19 +28,8 @@ struct NodeEntry {
     /// time one of them is used, so that a resume capability works at most once.
     resume_version: Version,
     node: Node,
-    /// The translation epoch in which a space walk last passed this node: if it is the
-    /// current one, some page-table entry may depend on the node's slots.
-    translated_in: Cell<u64>,
-    /// Which slots (bit i: slot i) those translations read; meaningful in that epoch only.
-    /// A change to any other slot (a process's capability register, say, in a root node
-    /// whose space slot a fault read) leaves every translation as it is.
-    translated_slots: Cell<u32>,
-    /// Whose page tables hold those translations: [`Translators`], in that epoch only, and
-    /// of those only the ones whose tables were not dropped since `translated_at`.
-    translators: Cell<Translators>,
-    /// The translation clock when a walk last passed the node (see
-    /// [`ObjectCache::live_translators`]).
-    translated_at: Cell<u64>,
+    /// The page-table entries that may depend on the node's slots.
+    translation: Translation,
     /// Changed since the last snapshot (or never stored); listed in `dirty_nodes`.
     dirty: bool,
 }
@@ -64,12 +53,28 @@ struct PageEntry<F> {
     /// ([`ObjectCache::mark_page_journaled`]): once the newest is durable, the store holds
     /// the page as it is ([`ObjectCache::page_journal_durable`]).
     journaled: Cell<bool>,
-    /// The translation epoch in which a space walk last reached this page: if it is the
-    /// current one, a page-table entry may map it ([`ObjectCache::is_page_translated`]).
-    translated_in: Cell<u64>,
-    /// Whose page tables map it: as for a node's.
+    /// The page-table entries that may map the page (its slot bit 0).
+    translation: Translation,
+}
+
+/// Which page-table entries may depend on a node or a page: what a change to it, or its
+/// destruction, must drop.
+#[derive(Default)]
+struct Translation {
+    /// The translation epoch in which a space walk last passed the object: if it is the
+    /// current one, some page-table entry may depend on it.
+    epoch: Cell<u64>,
+    /// Which slots (bit i: slot i) those translations read; meaningful in that epoch only.
+    /// A change to any other slot (a process's capability register, say, in a root node
+    /// whose space slot a fault read) leaves every translation as it is. A page's only
+    /// slot is bit 0: mapped.
+    slots: Cell<u32>,
+    /// Whose page tables hold those translations: in that epoch only, and of those only
+    /// the ones whose tables were not dropped since `at`.
     translators: Cell<Translators>,
-    translated_at: Cell<u64>,
+    /// The translation clock when a walk last passed the object (see
+    /// [`ObjectCache::live_translators`]).
+    at: Cell<u64>,
 }
 
 /// A set of processes whose page tables may hold a translation: bit `i % 64` for the
@@ -83,11 +88,7 @@ const CLEAN: u64 = 0;
 impl<F> PageEntry<F> {
     /// A clean page: new ones are marked dirty by their maker.
     fn new(version: OnceCell<Version>, frame: Option<F>) -> Self {
-        Self { version, frame, dirty_epoch: Cell::new(CLEAN), journaled: Cell::new(false),
-            translated_in: Cell::new(0),
-            translators: Cell::new(0),
-            translated_at: Cell::new(0),
-        }
+        Self { version, frame, dirty_epoch: Cell::new(CLEAN), journaled: Cell::new(false), translation: Translation::default() }
     }
 }
 
@@ -233,10 +234,7 @@ impl<F> ObjectCache<F> {
             version,
             resume_version,
             node,
-            translated_in: Cell::new(0),
-            translated_slots: Cell::new(0),
-            translators: Cell::new(0),
-            translated_at: Cell::new(0),
+            translation: Translation::default(),
             dirty: false,
         })
     }
@@ -261,10 +259,7 @@ impl<F> ObjectCache<F> {
             version,
             resume_version,
             node,
-            translated_in: Cell::new(0),
-            translated_slots: Cell::new(0),
-            translators: Cell::new(0),
-            translated_at: Cell::new(0),
+            translation: Translation::default(),
             dirty,
         };
         self.nodes.insert(id, entry);
@@ -578,7 +573,7 @@ impl<F> ObjectCache<F> {
     pub fn node_for_translation(&self, capability: &Capability, slot: Slot, translators: Translators) -> Result<&Node, Void> {
         let entry = self.node_entry(capability.object()).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
-        self.mark_entry(entry, 1 << slot.index(), translators);
+        self.mark(&entry.translation, 1 << slot.index(), translators);
         Ok(&entry.node)
     }
 
@@ -586,33 +581,41 @@ impl<F> ObjectCache<F> {
     /// slots of node `id` in `slots` (bit i: slot i; see [`Self::node_for_translation`]).
     pub fn mark_translated(&self, id: ObjectId, slots: u32, translators: Translators) {
         if let Some(entry) = self.node_entry(id) {
-            self.mark_entry(entry, slots, translators);
+            self.mark(&entry.translation, slots, translators);
         }
     }
 
-    fn mark_entry(&self, entry: &NodeEntry, slots: u32, translators: Translators) {
+    /// Records that a translation in the page tables of `translators` now maps page `id`
+    /// (see [`Self::is_page_translated`]).
+    pub fn mark_page_translated(&self, id: ObjectId, translators: Translators) {
+        if let Some(entry) = self.pages.get(&id) {
+            self.mark(&entry.translation, 1, translators);
+        }
+    }
+
+    fn mark(&self, translation: &Translation, slots: u32, translators: Translators) {
         // Marks of another epoch, or of processes whose tables were all dropped since, are
         // nobody's: without this the slots read before a drop would count again with the
         // first new mark (a program that maps a page in each slot of a node in turn, and
         // sells them all back, dropped its tables at each new one).
-        let forgotten = entry.translated_in.replace(self.translation_epoch) != self.translation_epoch
-            || self.live_translators(entry.translators.get(), entry.translated_at.get()) == 0;
+        let forgotten = translation.epoch.replace(self.translation_epoch) != self.translation_epoch
+            || self.live_translators(translation) == 0;
         if forgotten {
-            entry.translated_slots.set(0);
-            entry.translators.set(0);
+            translation.slots.set(0);
+            translation.translators.set(0);
         }
-        entry.translated_slots.set(entry.translated_slots.get() | slots);
-        entry.translators.set(entry.translators.get() | translators);
-        entry.translated_at.set(self.translation_clock);
+        translation.slots.set(translation.slots.get() | slots);
+        translation.translators.set(translation.translators.get() | translators);
+        translation.at.set(self.translation_clock);
     }
 
-    /// Of `translators`, marked on an object at clock `translated_at`, those whose tables
-    /// have not been dropped since. An object marked later by another process keeps the
-    /// earlier ones too, which only makes a change drop more tables than it must; it never
-    /// leaves out a process that holds a translation, since that one's mark is no later
-    /// than `translated_at`.
-    fn live_translators(&self, translators: Translators, translated_at: u64) -> Translators {
-        let (mut live, mut rest) = (0, translators);
+    /// Of the processes marked on `translation`, those whose tables have not been dropped
+    /// since. An object marked later by another process keeps the earlier ones too, which
+    /// only makes a change drop more tables than it must; it never leaves out a process
+    /// that holds a translation, since that one's mark is no later than `at`.
+    fn live_translators(&self, translation: &Translation) -> Translators {
+        let translated_at = translation.at.get();
+        let (mut live, mut rest) = (0, translation.translators.get());
         while rest != 0 {
             let bit = rest.trailing_zeros();
             rest &= rest - 1;
@@ -621,6 +624,16 @@ impl<F> ObjectCache<F> {
             }
         }
         live
+    }
+
+    /// Whose page tables may hold a translation that read any of `slots` (bit i: slot i)
+    /// of `translation`'s object.
+    fn translators_reading(&self, translation: &Translation, slots: u32) -> Translators {
+        if Self::translated_slots(translation, self.translation_epoch) & slots != 0 {
+            self.live_translators(translation)
+        } else {
+            0
+        }
     }
 
     /// The page tables of `translators` were dropped: their marks on objects no longer
@@ -636,69 +649,47 @@ impl<F> ObjectCache<F> {
     /// node `id`: changing that slot must drop them.
     pub fn is_translated(&self, id: ObjectId, slot: Slot) -> bool {
         self.nodes.get(&id).is_some_and(|entry| {
-            Self::translated_slots(entry, self.translation_epoch) & (1 << slot.index()) != 0
+            Self::translated_slots(&entry.translation, self.translation_epoch) & (1 << slot.index()) != 0
         })
     }
 
     /// Whose page tables may hold a translation that read `slot` of node `id`: those a
     /// change to the slot must drop.
     pub fn slot_translators(&self, id: ObjectId, slot: Slot) -> Translators {
-        match self.nodes.get(&id) {
-            Some(entry) if self.is_translated(id, slot) => self.live_translators(entry.translators.get(), entry.translated_at.get()),
-            _ => 0,
-        }
+        self.nodes.get(&id).map_or(0, |entry| self.translators_reading(&entry.translation, 1 << slot.index()))
     }
 
     /// Whether a translation made since translations were last forgotten read any slot of
     /// node `id`: destroying the node must drop them.
     pub fn is_node_translated(&self, id: ObjectId) -> bool {
-        self.nodes.get(&id).is_some_and(|entry| Self::translated_slots(entry, self.translation_epoch) != 0)
+        self.nodes.get(&id).is_some_and(|entry| Self::translated_slots(&entry.translation, self.translation_epoch) != 0)
     }
 
     /// Whose page tables may hold a translation that read any slot of node `id`: those
     /// destroying the node must drop.
     pub fn node_translators(&self, id: ObjectId) -> Translators {
-        match self.nodes.get(&id) {
-            Some(entry) if self.is_node_translated(id) => self.live_translators(entry.translators.get(), entry.translated_at.get()),
-            _ => 0,
-        }
+        self.nodes.get(&id).map_or(0, |entry| self.translators_reading(&entry.translation, u32::MAX))
     }
 
-    /// The slots of `entry` that translations made in `epoch` read (bit i: slot i); none if
-    /// its marks are from an earlier epoch. A mask rather than a branch (a translation block
-    /// fewer under TCG): [`Self::node_mut_translated`] is on the invocation path.
-    fn translated_slots(entry: &NodeEntry, epoch: u64) -> u32 {
-        let current = u32::from(entry.translated_in.get() == epoch);
-        entry.translated_slots.get() & current.wrapping_neg()
-    }
-
-    /// Records that a translation in the page tables of `translators` now maps page `id`
-    /// (see [`Self::is_page_translated`]).
-    pub fn mark_page_translated(&self, id: ObjectId, translators: Translators) {
-        if let Some(entry) = self.pages.get(&id) {
-            let forgotten = entry.translated_in.replace(self.translation_epoch) != self.translation_epoch
-                || self.live_translators(entry.translators.get(), entry.translated_at.get()) == 0;
-            if forgotten {
-                entry.translators.set(0);
-            }
-            entry.translators.set(entry.translators.get() | translators);
-            entry.translated_at.set(self.translation_clock);
-        }
+    /// The slots of `translation`'s object that translations made in `epoch` read (bit i:
+    /// slot i); none if its marks are from an earlier epoch. A mask rather than a branch (a
+    /// translation block fewer under TCG): [`Self::node_mut_translated`] is on the
+    /// invocation path.
+    fn translated_slots(translation: &Translation, epoch: u64) -> u32 {
+        let current = u32::from(translation.epoch.get() == epoch);
+        translation.slots.get() & current.wrapping_neg()
     }
 
     /// Whether a translation made since translations were last forgotten maps page `id`:
     /// destroying the page must drop them, or its process could still reach what becomes
     /// another object's bytes.
     pub fn is_page_translated(&self, id: ObjectId) -> bool {
-        self.pages.get(&id).is_some_and(|entry| entry.translated_in.get() == self.translation_epoch)
+        self.pages.get(&id).is_some_and(|entry| Self::translated_slots(&entry.translation, self.translation_epoch) != 0)
     }
 
     /// Whose page tables may map page `id`: those destroying the page must drop.
     pub fn page_translators(&self, id: ObjectId) -> Translators {
-        match self.pages.get(&id) {
-            Some(entry) if self.is_page_translated(id) => self.live_translators(entry.translators.get(), entry.translated_at.get()),
-            _ => 0,
-        }
+        self.pages.get(&id).map_or(0, |entry| self.translators_reading(&entry.translation, u32::MAX))
     }
 
     /// Moves on each time every translation is dropped: a fault that walked before a move
@@ -728,7 +719,7 @@ impl<F> ObjectCache<F> {
         let entry = Self::node_entry_in(&mut self.nodes, self.node_loader, id).ok_or(Void)?;
         Self::node_entry_matches(entry, capability)?;
         Self::note_node_dirty(&mut self.dirty_nodes, entry, id);
-        let translated = Self::translated_slots(entry, self.translation_epoch);
+        let translated = Self::translated_slots(&entry.translation, self.translation_epoch);
         Ok((&mut entry.node, translated))
     }
 
