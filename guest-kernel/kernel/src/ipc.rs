@@ -351,6 +351,9 @@ fn invoke_general(
             let process = &mut scheduler.processes[invoker];
             process.registers.copy_from(registers);
             process.state = ProcessState::WaitingForReply;
+            if target.kind() == CapType::Start {
+                scheduler.processes[receiver].payer = scheduler.processes[invoker].payer_of_calls();
+            }
         }
         Kind::Return => {
             scheduler.processes[invoker].registers.copy_from(registers);
@@ -358,14 +361,23 @@ fn invoke_general(
         }
         Kind::Send => registers.rax = 0,
     }
-    wake_with(&mut objects, &mut scheduler, receiver, &mut message);
+    let next = wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(objects);
     match descriptor.kind {
         // Hand the CPU straight to the receiver: the invoker waits anyway. The scheduler
         // stays locked from the message to the switch.
-        Kind::Call | Kind::Return => process::enter(scheduler, receiver),
+        Kind::Call | Kind::Return => enter_or_switch(scheduler, next),
         Kind::Send => Ok(()),
     }
+}
+
+/// Enters process `next`, or the next runnable one if it is [`process::NO_PROCESS`].
+fn enter_or_switch(scheduler: spin::MutexGuard<'static, process::Scheduler>, next: usize) -> ! {
+    if next == process::NO_PROCESS {
+        drop(scheduler);
+        process::switch_to_next()
+    }
+    process::enter(scheduler, next)
 }
 
 /// The common calls and returns, done with as few tests as the general path allows (L4's
@@ -432,9 +444,11 @@ fn fast_call(
     let caller = &mut scheduler.processes[invoker];
     caller.registers.copy_from(registers);
     caller.state = ProcessState::WaitingForReply;
+    let payer = caller.payer_of_calls();
     let receiving = &mut scheduler.processes[receiver];
     receive_words(&mut receiving.registers, registers, held.badge());
     receiving.state = ProcessState::Runnable;
+    receiving.payer = payer;
     Some(receiver)
 }
 
@@ -457,6 +471,8 @@ fn fast_return(
     let asked = waiting.registers.rdi;
     if (waiting.state != ProcessState::WaitingForReply)
         | waiting.waiting_for_keeper
+        // Its meter ran out while it was served: `wake_with` settles that.
+        | waiting.ran_out_while_served
         | (asked & descriptor::RECEIVES_RESUME != 0)
         // A caller that takes capabilities: the general path delivers them, or voids its
         // receive registers for a reply of words only.
@@ -492,12 +508,13 @@ fn receive(registers: &mut UserRegisters, code: u64, words: [u64; 4], badge: u64
 /// Makes the waiting process `receiver` runnable with `message` as the result of its
 /// pending `invoke`. A keeper's reply restarts the process from its registers as they are
 /// now (the keeper may have changed them); any other message is delivered into them.
+/// Returns the process to run next for it: `receiver`, or see [`settle_time`].
 fn wake_with(
     objects: &mut Objects,
     scheduler: &mut process::Scheduler,
     receiver: usize,
     message: &mut Message,
-) {
+) -> usize {
     let process = &mut scheduler.processes[receiver];
     if !core::mem::take(&mut process.waiting_for_keeper) {
         // The receiver's descriptor was checked when it invoked; a process that never
@@ -513,6 +530,52 @@ fn wake_with(
         );
     }
     process.state = ProcessState::Runnable;
+    if process.ran_out_while_served {
+        return settle_time(objects, scheduler, receiver);
+    }
+    receiver
+}
+
+/// Process `index`, just given its reply, ran out of time while a server worked for it:
+/// what its own timer tick would have done happens now. It runs on if its meters have time
+/// again; otherwise it waits for time ([`process::NO_PROCESS`] is returned: nothing of its
+/// to run), or its meter's keeper is told, and that keeper is returned to run. A keeper
+/// that is busy is told at the process's own next tick instead.
+fn settle_time(objects: &mut Objects, scheduler: &mut process::Scheduler, index: usize) -> usize {
+    let process = &mut scheduler.processes[index];
+    process.ran_out_while_served = false;
+    let root = process.root;
+    match process::settle_ran_out(objects, &root) {
+        process::Settled::Runs => index,
+        process::Settled::OutOfTime => {
+            process.state = ProcessState::OutOfTime;
+            process::NO_PROCESS
+        }
+        process::Settled::Keeper(keeper) => {
+            let available = scheduler
+                .index_of(keeper.object())
+                .filter(|&keeper| scheduler.processes[keeper].state == ProcessState::Available);
+            let Some(keeper_index) = available else { return index };
+            let mut message = message_for_keeper(objects, keeper, KeeperMessage { code: abi::keeper::METER_EXHAUSTED, words: [0; 4] }, root);
+            let process = &mut scheduler.processes[index];
+            process.state = ProcessState::WaitingForReply;
+            process.waiting_for_keeper = true;
+            wake_with(objects, scheduler, keeper_index, &mut message)
+        }
+    }
+}
+
+/// What keeper `keeper` is sent about the process `root`: its process capability, and the
+/// resume capability that restarts it.
+fn message_for_keeper(objects: &Objects, keeper: Capability, keeper_message: KeeperMessage, root: Capability) -> Message {
+    Message {
+        code: keeper_message.code,
+        words: keeper_message.words,
+        string: MessageString::EMPTY,
+        capabilities: [root].into_iter().collect(),
+        badge: keeper.badge(),
+        resume: objects.cache.node_capability(CapType::Resume, root.object()),
+    }
 }
 
 /// The target is busy: the invoker waits on its queue and will run its `syscall` again.
@@ -537,6 +600,7 @@ fn make_available(scheduler: &mut process::Scheduler, index: usize) {
     let server = &mut scheduler.processes[index];
     server.state = ProcessState::Available;
     server.kept_for = process::NO_PROCESS;
+    server.payer = Capability::VOID;
     // Usually nobody waits: a test inline rather than a call of `pop_front`.
     if server.stalled.is_empty() {
         return;
@@ -628,24 +692,14 @@ pub fn invoke_keeper(
         process::switch_to_next()
     }
     let root = scheduler.processes[faulter].root;
-    let mut message = Message {
-        code: keeper_message.code,
-        words: keeper_message.words,
-        string: MessageString::EMPTY,
-        capabilities: [root].into_iter().collect(),
-        badge: keeper.badge(),
-        resume: objects
-            .cache
-            .node_capability(CapType::Resume, root.object()),
-    };
+    let mut message = message_for_keeper(&objects, keeper, keeper_message, root);
     let process = &mut scheduler.processes[faulter];
     process.registers.copy_from(registers);
     process.state = ProcessState::WaitingForReply;
     process.waiting_for_keeper = true;
-    wake_with(&mut objects, &mut scheduler, receiver, &mut message);
-    drop(scheduler);
+    let next = wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(objects);
-    process::switch_to(receiver)
+    enter_or_switch(scheduler, next)
 }
 
 /// Journal commits up to `ticket` are durable: their processes get the reply and run on.

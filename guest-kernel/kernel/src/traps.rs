@@ -14,45 +14,51 @@ use crate::arch::syscall::UserRegisters;
 use crate::message::KeeperMessage;
 use crate::objects::OBJECTS;
 use crate::process::{
-    METER_KEEPER_SLOT, ProcessState, SCHEDULER, charge_meter, enter, stop_current, switch_to_next,
+    Charged, ProcessState, SCHEDULER, charge_meter, meter_keeper, enter, stop_current, switch_to_next,
 };
 use crate::{ipc, persistence, space};
 
 /// The timer interrupted ring 3: the time slice is over; save the registers, go on with
 /// the next runnable process.
 pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
-    let root = {
+    let (root, payer) = {
         let mut scheduler = SCHEDULER.lock();
         let current = scheduler.current();
         scheduler.processes[current].registers = registers;
-        scheduler.processes[current].root
+        (scheduler.processes[current].root, scheduler.processes[current].payer)
     };
     // With no process running, this is the moment for background work.
     crate::control::wake_readers();
     ipc::network_notify();
     persistence::step(false);
     crate::process::meter_period_wake();
-    if let Some(meter) = charge_meter(&root) {
-        let keeper = {
-            let objects = OBJECTS.lock();
-            let held = objects
-                .cache
-                .node(&meter)
-                .map(|node| node.get(METER_KEEPER_SLOT));
-            held.map(|keeper| objects.cache.live_or_void(keeper))
-                .unwrap_or(Capability::VOID)
-        };
-        if keeper.kind() == CapType::Start {
-            let message = KeeperMessage {
-                code: keeper::METER_EXHAUSTED,
-                words: [0; 4],
-            };
-            ipc::invoke_keeper(keeper, message, &registers)
+    match charge_meter(&root, &payer) {
+        Charged::InTime => {}
+        Charged::RanOut(meter) => {
+            let keeper = meter_keeper(&OBJECTS.lock(), &meter);
+            if let Some(keeper) = keeper {
+                let message = KeeperMessage {
+                    code: keeper::METER_EXHAUSTED,
+                    words: [0; 4],
+                };
+                ipc::invoke_keeper(keeper, message, &registers)
+            }
+            // No keeper: the process waits until someone refills its meter.
+            let mut scheduler = SCHEDULER.lock();
+            let current = scheduler.current();
+            scheduler.processes[current].state = ProcessState::OutOfTime;
         }
-        // No keeper: the process waits until someone refills its meter.
-        let mut scheduler = SCHEDULER.lock();
-        let current = scheduler.current();
-        scheduler.processes[current].state = ProcessState::OutOfTime;
+        Charged::PayerRanOut => {
+            // The server goes on with the request on its own meter: stopping it would stop
+            // every other caller queued on it too. The caller settles when its call returns.
+            let mut scheduler = SCHEDULER.lock();
+            let current = scheduler.current();
+            scheduler.processes[current].payer = Capability::VOID;
+            let caller = scheduler.index_of(payer.object()).filter(|&caller| scheduler.processes[caller].root == payer);
+            if let Some(caller) = caller {
+                scheduler.processes[caller].ran_out_while_served = true;
+            }
+        }
     }
     switch_to_next()
 }

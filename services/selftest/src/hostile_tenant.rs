@@ -344,7 +344,7 @@ fn run(seed: u64) -> Checked {
     }
     say(ATTACKING)?;
     let (pages, nodes) = exhaust_bank()?;
-    let Spun { ran_permille, longest_run_us } = spin(SPIN_NS, now);
+    let Spun { ran_permille, longest_run_us, .. } = spin(SPIN_NS, now);
     let calls = flood()?;
     user::print_numbers(
         &[

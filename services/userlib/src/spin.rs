@@ -6,6 +6,8 @@ const RUNNING_GAP_NS: u64 = 1_000_000;
 
 /// What [`spin`] measured.
 pub struct Spun {
+    /// The time it ran.
+    pub ran_ns: u64,
     /// Thousandths of the window it ran.
     pub ran_permille: u64,
     /// Its longest run without a gap: the scheduling quantum as the timer gave it.
@@ -30,5 +32,5 @@ pub fn spin(window_ns: u64, mut now: impl FnMut() -> u64) -> Spun {
         }
         last = read;
     }
-    Spun { ran_permille: ran_ns * 1000 / (last - start).max(1), longest_run_us: longest_run_ns / 1000 }
+    Spun { ran_ns, ran_permille: ran_ns * 1000 / (last - start).max(1), longest_run_us: longest_run_ns / 1000 }
 }

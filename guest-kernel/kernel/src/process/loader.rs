@@ -252,6 +252,8 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
         kept_for: super::NO_PROCESS,
         kept_until_tick: 0,
         waiting_for_keeper: false,
+        payer: Capability::VOID,
+        ran_out_while_served: false,
         invocation_count: 0,
     });
     Ok(root)

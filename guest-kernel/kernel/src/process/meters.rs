@@ -16,7 +16,7 @@ use super::table::{ProcessState, SCHEDULER};
 /// its last share in word 1; its keeper is in slot 1, its parent meter in slot 2, and its
 /// share (microseconds a period, 0: none) a number in slot 3.
 const METER_TIME_SLOT: Slot = Slot::constant(0);
-pub const METER_KEEPER_SLOT: Slot = Slot::constant(1);
+const METER_KEEPER_SLOT: Slot = Slot::constant(1);
 pub const METER_PARENT_SLOT: Slot = Slot::constant(2);
 pub const METER_SHARE_SLOT: Slot = Slot::constant(3);
 
@@ -73,12 +73,30 @@ impl MeterChain {
     }
 }
 
-/// Charges one timer period to the meter of the process `root` and every meter above it.
-/// Returns the nearest meter that has run out, if any: the process may not go on.
-pub fn charge_meter(root: &Capability) -> Option<Capability> {
+/// Who paid for a timer period ([`charge_meter`]).
+pub enum Charged {
+    /// Every meter charged has time left.
+    InTime,
+    /// The process's own meter `0` (the nearest of its chain that did) ran out: the process
+    /// may not go on.
+    RanOut(Capability),
+    /// The meter of the caller it serves ran out: the caller waits for time once its call
+    /// returns; the server finishes on its own meter.
+    PayerRanOut,
+}
+
+/// Charges one timer period to the meters of the process `root` and every meter above
+/// them, or to its `payer`'s (the caller whose call it serves, void if none) when the
+/// payer has a meter: a server's time is its callers', as with seL4 MCS's passive servers,
+/// so a tenant that makes shared servers spin gets its share and no more.
+pub fn charge_meter(root: &Capability, payer: &Capability) -> Charged {
     let mut objects = OBJECTS.lock();
     let period = period_now();
-    let chain = MeterChain::of(&objects, root);
+    let payer_chain = MeterChain::of(&objects, payer);
+    let (chain, paid_by_payer) = match payer_chain.length {
+        0 => (MeterChain::of(&objects, root), false),
+        _ => (payer_chain, true),
+    };
     let mut exhausted = None;
     for meter in chain.iter() {
         let Ok(node) = objects.cache.node_mut(&meter) else { continue };
@@ -90,7 +108,40 @@ pub fn charge_meter(root: &Capability) -> Option<Capability> {
             exhausted = Some(meter);
         }
     }
-    exhausted
+    match exhausted {
+        None => Charged::InTime,
+        Some(_) if paid_by_payer => Charged::PayerRanOut,
+        Some(meter) => Charged::RanOut(meter),
+    }
+}
+
+/// What a process whose meter ran out while a server worked for it does when its call
+/// returns, as if the period had been charged to it: whether it runs on.
+pub enum Settled {
+    /// Its meters have time again (refilled, or a new period's share).
+    Runs,
+    /// It waits until its meters are refilled.
+    OutOfTime,
+    /// The nearest meter out of time has a keeper (a start capability): the keeper is told.
+    Keeper(Capability),
+}
+
+pub fn settle_ran_out(objects: &Objects, root: &Capability) -> Settled {
+    let period = period_now();
+    let out_of_time = MeterChain::of(objects, root).iter().find(|meter| {
+        objects.cache.node(meter).is_ok_and(|node| time_left(node, period).0 == 0)
+    });
+    match out_of_time.map(|meter| meter_keeper(objects, &meter)) {
+        None => Settled::Runs,
+        Some(Some(keeper)) => Settled::Keeper(keeper),
+        Some(None) => Settled::OutOfTime,
+    }
+}
+
+/// The keeper of `meter`, told when the meter runs out: a live start capability, or none.
+pub fn meter_keeper(objects: &Objects, meter: &Capability) -> Option<Capability> {
+    let held = objects.cache.node(meter).ok()?.get(METER_KEEPER_SLOT);
+    Some(objects.cache.live_or_void(held)).filter(|keeper| keeper.kind() == CapType::Start)
 }
 
 /// Whether every meter of the process `root` has time left now (a share not yet given this

@@ -135,6 +135,8 @@ pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Res
             kept_for: super::NO_PROCESS,
             kept_until_tick: 0,
             waiting_for_keeper: restored.waiting_for_keeper,
+            payer: Capability::VOID,
+            ran_out_while_served: false,
             invocation_count: restored.invocation_count,
         });
     }

@@ -60,13 +60,8 @@ pub fn stop_current(state: ProcessState) -> ! {
     switch_to_next()
 }
 
-/// Makes process `index` the current one and enters it.
-pub fn switch_to(index: usize) -> ! {
-    enter(SCHEDULER.lock(), index)
-}
-
 /// Makes process `current` the current one and enters it, with its user half in the live
-/// root: [`switch_to`] with the scheduler already locked, as the invocation path holds it.
+/// root; the scheduler is locked by the caller, as the invocation path holds it.
 #[unsafe(link_section = ".text.ipc")] // see linker.ld
 pub fn enter(mut guard: spin::MutexGuard<'_, Scheduler>, current: usize) -> ! {
     let scheduler: &mut Scheduler = &mut guard;

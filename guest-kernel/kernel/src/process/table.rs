@@ -57,7 +57,22 @@ pub struct Process {
     /// Waiting for its keeper: the reply restarts it from its registers (which the keeper
     /// may have changed) instead of being delivered into them.
     pub waiting_for_keeper: bool,
+    /// Whose meter pays for its time: the root of the process whose call it is serving
+    /// (passed down a chain of calls), or void for its own. Set by a call of its start
+    /// capability, cleared when it becomes available again; not kept across a restart.
+    pub payer: Capability,
+    /// Its meter ran out while a server worked for it: the reply that ends its call first
+    /// settles that ([`crate::ipc`]'s `wake_with`).
+    pub ran_out_while_served: bool,
     pub invocation_count: u64,
+}
+
+impl Process {
+    /// Whose meter pays for a server this process calls: its own payer's, if it is serving
+    /// a call itself, or its own.
+    pub fn payer_of_calls(&self) -> Capability {
+        if self.payer.is_void() { self.root } else { self.payer }
+    }
 }
 
 pub struct Scheduler {
@@ -183,6 +198,8 @@ pub fn adopt(root: Capability) {
         kept_for: NO_PROCESS,
         kept_until_tick: 0,
         waiting_for_keeper: false,
+        payer: Capability::VOID,
+        ran_out_while_served: false,
         invocation_count: 0,
     };
     // A destroyed process's entry is taken again, so that a tenant that makes and destroys
