@@ -629,7 +629,7 @@ pub mod process {
     }
 }
 
-/// CPU time that processes run on, charged one timer tick (10 ms) at a time to the meter and every meter above it (its parent, set when it was made). A process runs out of time when any of them has none left: its keeper (or, without one, the meter's refill or next share) lets it run again. A meter with a share is given that much time by the kernel at the start of every 100 ms period: a tree of shares (the meter keeper, services/meter-keeper, and the reference monitor, services/keysafe, set tenants' shares).
+/// CPU time that processes run on, charged one timer tick (10 ms) at a time to the meter and every meter above it (its parent, set when it was made). A process serving a call runs on its caller's meters instead (the caller's payer, down a chain of calls) until it waits again, unless the caller has none; if they run out meanwhile, it finishes on its own and the caller runs out of time when its call returns. A process runs out of time when any of them has none left: its keeper (or, without one, the meter's refill or next share) lets it run again. A meter with a share is given that much time by the kernel at the start of every 100 ms period: a tree of shares (the meter keeper, services/meter-keeper, and the reference monitor, services/keysafe, set tenants' shares).
 pub mod meter {
     use crate::abi::interface::meter::order;
     use crate::syscall::{CapReg, Error, Invocation, invoke};

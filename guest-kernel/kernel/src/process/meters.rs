@@ -2,7 +2,9 @@
 //! and every meter above it (a tree: KeyKOS's meters), and refilled by whoever holds a
 //! meter or, for a meter with a share, by the kernel at the start of every period
 //! ([`METER_PERIOD_TICKS`]): a tenant's meter with a share of 30 ms gets 30 ms of every
-//! 100 ms, however much it spins, and the others run meanwhile.
+//! 100 ms, however much it spins, and the others run meanwhile. A process serving a call
+//! is charged to its caller's meters ([`charge_meter`]), so a tenant cannot spin past its
+//! share in a shared server either.
 
 use holdfast_objects::node::process_root;
 use holdfast_objects::{CapType, Capability, Node, ObjectId, Slot};
