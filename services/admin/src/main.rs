@@ -126,13 +126,18 @@ impl Reply {
         self.push(b"error ").push(what).push(b"\n")
     }
 
+    /// Why an invocation failed: the invocation's or the object's error, or the code of a
+    /// reply the caller could not take.
+    fn describe(&mut self, error: Error) -> &mut Self {
+        match error {
+            Error::Invocation(error) => self.push(error.description().as_bytes()),
+            Error::Object(error) => self.push(error.description().as_bytes()),
+            Error::Reply(code) => self.push(b"unexpected reply code ").number(code),
+        }
+    }
+
     fn failed(&mut self, error: Error) -> &mut Self {
-        let what = match error {
-            Error::Invocation(error) => error.description(),
-            Error::Object(error) => error.description(),
-            Error::Reply(_) => "unexpected reply",
-        };
-        self.error(what.as_bytes())
+        self.push(b"error ").describe(error).push(b"\n")
     }
 }
 
@@ -393,12 +398,7 @@ fn tenant_revoke(name: &[u8], reply: &mut Reply) {
         // are gone already.
         Err(error) if forgotten => {
             reply.push(b"error the tenant's tokens and TP1 routes were cleared, but the reference monitor refused to revoke the tenant (");
-            match error {
-                Error::Reply(code) => reply.push(b"code ").number(code),
-                Error::Invocation(error) => reply.push(error.description().as_bytes()),
-                Error::Object(error) => reply.push(error.description().as_bytes()),
-            };
-            reply.push(b"): revoke it again\n");
+            reply.describe(error).push(b"): revoke it again\n");
         }
         Err(error) => keysafe_failed(error, name, reply),
     }
