@@ -7,15 +7,15 @@
 //! Layout: little-endian `u64`s: magic; transactions acknowledged; errors by status code
 //! (10); commits (batches written); commit latency: sum in nanoseconds, then a count per
 //! bucket of [`COMMIT_BUCKETS_SECONDS`] (not cumulative) and one above the last; open
-//! connections.
+//! connections; valid tokens in the tokens page the service reads.
 
 pub const PAGE_BYTES: usize = 4096;
-const MAGIC: u64 = u64::from_le_bytes(*b"HFTP1CN2");
+const MAGIC: u64 = u64::from_le_bytes(*b"HFTP1CN3");
 /// Status codes 0..=9 of docs/tp1-protocol.md (0, ok, is never counted as an error).
 pub const STATUS_CODES: usize = 10;
 /// Upper bounds of the commit-latency histogram's buckets.
 pub const COMMIT_BUCKETS_SECONDS: [f64; 11] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0];
-const WORDS: usize = 1 + 1 + STATUS_CODES + 1 + 1 + COMMIT_BUCKETS_SECONDS.len() + 1 + 1;
+const WORDS: usize = 1 + 1 + STATUS_CODES + 1 + 1 + COMMIT_BUCKETS_SECONDS.len() + 1 + 1 + 1;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -26,6 +26,8 @@ pub struct Counters {
     /// Per bucket, then the one above the last bound.
     pub commit_buckets: [u64; COMMIT_BUCKETS_SECONDS.len() + 1],
     pub connections_open: u64,
+    /// The valid tokens the service can see: a tenant's service sees only its own.
+    pub tokens: u64,
 }
 
 impl Counters {
@@ -46,7 +48,8 @@ impl Counters {
         words[at] = self.commits_total;
         words[at + 1] = self.commit_nanoseconds_sum;
         words[at + 2..at + 2 + self.commit_buckets.len()].copy_from_slice(&self.commit_buckets);
-        words[WORDS - 1] = self.connections_open;
+        words[WORDS - 2] = self.connections_open;
+        words[WORDS - 1] = self.tokens;
         let mut bytes = [0u8; WORDS * 8];
         for (chunk, word) in bytes.chunks_exact_mut(8).zip(words) {
             chunk.copy_from_slice(&word.to_le_bytes());
@@ -70,7 +73,8 @@ impl Counters {
         for (bucket, count) in counters.commit_buckets.iter_mut().enumerate() {
             *count = word(at + 2 + bucket);
         }
-        counters.connections_open = word(WORDS - 1);
+        counters.connections_open = word(WORDS - 2);
+        counters.tokens = word(WORDS - 1);
         Some(counters)
     }
 }
@@ -117,6 +121,7 @@ pub fn render(sources: &[Source<'_>], status_name: impl Fn(usize) -> &'static st
         });
     }
     each(&mut line, "holdfast_tp1_connections_open", None, &|counters| counters.connections_open as f64);
+    each(&mut line, "holdfast_tp1_tokens", None, &|counters| counters.tokens as f64);
 }
 
 /// Calls `with` with the labels: `tenant="<tenant>"` if a tenant's, then `extra`.
@@ -160,7 +165,7 @@ mod tests {
 
     #[test]
     fn counters_round_trip_and_render_a_cumulative_histogram() {
-        let mut counters = Counters { transactions_total: 10, connections_open: 3, ..Counters::default() };
+        let mut counters = Counters { transactions_total: 10, connections_open: 3, tokens: 5, ..Counters::default() };
         counters.errors_total[4] = 2;
         counters.commit_took(300_000);
         counters.commit_took(1_500_000);
@@ -169,7 +174,7 @@ mod tests {
         page[..counters.encode().len()].copy_from_slice(&counters.encode());
         assert_eq!(Counters::decode(&page), Some(counters));
         assert_eq!(Counters::decode(&[0; PAGE_BYTES]), None);
-        let mut acme = Counters { transactions_total: 7, ..Counters::default() };
+        let mut acme = Counters { transactions_total: 7, tokens: 2, ..Counters::default() };
         acme.commit_took(300_000);
         let sources = [(None, counters), (Some("acme"), acme)];
         let mut lines = Vec::new();
@@ -202,6 +207,7 @@ mod tests {
                 seen.push(pair[0].clone());
             }
         }
-        assert!(text.ends_with("holdfast_tp1_connections_open 3\nholdfast_tp1_connections_open{tenant=\"acme\"} 0\n"), "{text}");
+        assert!(text.contains("holdfast_tp1_connections_open 3\nholdfast_tp1_connections_open{tenant=\"acme\"} 0\n"), "{text}");
+        assert!(text.ends_with("holdfast_tp1_tokens 5\nholdfast_tp1_tokens{tenant=\"acme\"} 2\n"), "{text}");
     }
 }

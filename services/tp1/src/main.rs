@@ -211,6 +211,7 @@ impl State {
                 commit_nanoseconds_sum: 0,
                 commit_buckets: [0; ledger::counters::COMMIT_BUCKETS_SECONDS.len() + 1],
                 connections_open: 0,
+                tokens: 0,
             },
             region_pages: 0,
             region_pages_checkpointed: 0,
@@ -358,6 +359,7 @@ impl State {
             page_bytes = [0; tokens::PAGE_BYTES];
         }
         self.token_count = tokens::valid(&page_bytes, &mut self.tokens, &mut self.grants);
+        self.counters.tokens = self.token_count as u64;
     }
 
     /// What `token` grants, if it is valid (for whichever service). The same comparisons,
@@ -863,6 +865,7 @@ fn main() -> u64 {
         user::print_parts(&[b"tp1: serving tenant ", user::decimal(u64::from(tenant), &mut digits), b"\n"]);
     }
     // Counted from the start, before anything comes (then after each round of work).
+    state.refresh_tokens();
     let _ = page::write(COUNTERS, 0, &state.counters.encode());
     loop {
         let length = match net::wait(LISTENER, &mut state.events) {
