@@ -450,10 +450,11 @@ pub enum Tp1Command {
     /// Mint a token for the TP1 service of a running appliance (`holdfast run --name VM` with
     /// the TP1 manifest), or with --tenant for that tenant's own TP1 service: its admin
     /// service draws 128 bits from RDRAND, commits them to the tokens page through the
-    /// journal, and the token is printed (32 hexadecimal digits). Minting a NAME again (for
-    /// the same tenant) revokes its old token. A tenant's token opens only its database:
-    /// clients use the same port, and the appliance's TP1 service hands their connections
-    /// to the tenant's.
+    /// journal (a tenant's to its own tokens page, which only its service reads, then to
+    /// the appliance's, which routes by it), and the token is printed (32 hexadecimal
+    /// digits). Minting a NAME again (for the same tenant) revokes its old token. A tenant's
+    /// token opens only its database: clients use the same port, and the appliance's TP1
+    /// service hands their connections to the tenant's.
     #[command(
         after_help = "Exit status: 0 minted, 2 a usage error, no such VM, no such tenant or a tenant without a TP1 service, 3 the appliance refused (its reason is printed)."
     )]

@@ -619,7 +619,8 @@ fn tenant_token(appliance: &Appliance, tenant: &str, name: &str) -> String {
 
 /// Issue 17 point 6: a tenant made with `--tp1` has a TP1 service and database of its own,
 /// yielded by the TP1 constructor on its bank and meter. Its tokens reach only its database,
-/// through the appliance's one port; its database survives a kill; revoking it resets its
+/// through the appliance's one port, and its service reads only its own tokens (no other
+/// owner's are in its tokens page); its database survives a kill; revoking it resets its
 /// connections, voids its tokens and destroys its service and pages, and the other tenant
 /// and the appliance's own database see no change.
 #[test]
@@ -685,6 +686,22 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
         let status = ask(&mut connection, 1, token, Operation::Balance { account: 0 });
         assert_eq!(status, Status::NotLoaded, "{name} database answered as loaded");
     }
+    // Each tenant's service reads a tokens page of its own, which holds its tenant's tokens
+    // only: a second token of globex's is served by globex's service, and acme's, which
+    // counts the valid tokens it can see, sees none of globex's nor the appliance's. The
+    // appliance's service sees every owner's (it routes by them).
+    let minted = run_holdfast(&["tp1", "token", &vm, "clerk", "--tenant", "globex"]);
+    assert_eq!(minted.status, Some(0), "{}", minted.transcript());
+    let globex_clerk = minted.stdout.trim().to_owned();
+    for (token, name) in [(&globex_clerk, "globex's clerk's"), (&acme, "acme's")] {
+        let mut connection = connect(&appliance);
+        let expected = if token == &acme { Status::Ok } else { Status::NotLoaded };
+        assert_eq!(ask(&mut connection, 1, token, Operation::Balance { account: 0 }), expected, "{name} token");
+    }
+    let counters = vm_counters(&vm);
+    assert_eq!(sample(&counters, "holdfast_tp1_tokens{tenant=\"acme\"}"), Some(1.0), "acme's service sees other owners' tokens: {counters}");
+    assert_eq!(sample(&counters, "holdfast_tp1_tokens{tenant=\"globex\"}"), Some(2.0), "{counters}");
+    assert_eq!(sample(&counters, "holdfast_tp1_tokens"), Some(4.0), "{counters}");
     // A client that sends its request and shuts its side gets its reply, routed or not, and
     // then the end of the connection.
     assert_eq!(ask_and_shut(&appliance, &acme, Operation::Balance { account: 0 }), (Status::Ok, true));
@@ -728,6 +745,9 @@ fn each_tenant_has_its_own_tp1_database_and_revoking_one_leaves_the_others_as_th
     let counters = vm_counters(&vm);
     assert!(!counters.contains("tenant=\"acme\""), "a revoked tenant's counters are still served: {counters}");
     assert!(sample(&counters, "holdfast_tp1_transactions_total{tenant=\"globex\"}").is_some_and(|count| count >= 1.0), "{counters}");
+    // acme's token is gone from the appliance's page; globex's are where they were.
+    assert_eq!(sample(&counters, "holdfast_tp1_tokens"), Some(3.0), "{counters}");
+    assert_eq!(sample(&counters, "holdfast_tp1_tokens{tenant=\"globex\"}"), Some(2.0), "{counters}");
     let run = appliance.tp1(&["run", "--clients", "2", "--duration", "2", "--quiet"], &globex, &globex_ledger);
     assert_eq!(run.status, Some(0), "globex's service stopped committing\n{}", run.transcript());
     appliance.kill();

@@ -10,22 +10,24 @@
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 services', each family's samples together: the appliance's own without labels, each tenant's labelled `tenant="<name>"`), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
 //! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `cpu <p>%` (its meter's share; `cpu none` without one) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), on the TP1 appliance `tp1 yes` or `tp1 no` (whether it has a TP1 service of its own), then `ok tenants <count>` |
-//! | `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint. With `tp1`, a TP1 service of its own too: yielded by the TP1 constructor on a bank below the tenant's and on its meter, serving the tenant's tokens on a private listener that the appliance's TP1 service hands their connections to; if it cannot be made the tenant is revoked again and the reply says why |
-//! | `tenant token <tenant> <name> [admin]` | `ok token <32 hex digits>`: as `tp1 token`, for the tenant's own TP1 service (it must have one) |
+//! | `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint. With `tp1`, a TP1 service of its own too: yielded by the TP1 constructor on a bank below the tenant's and on its meter, serving the tenant's tokens on a private listener that the appliance's TP1 service hands their connections to, from a tokens page of its own bought from that bank (the reply waits until a checkpoint holds the page, so that no token is journaled into a page a restart would find unsold); if it cannot be made the tenant is revoked again and the reply says why |
+//! | `tenant token <tenant> <name> [admin]` | `ok token <32 hex digits>`: as `tp1 token`, for the tenant's own TP1 service (it must have one): minted into the tenant's own tokens page, which its service reads, and then into the appliance's, which routes its connections |
 //! | `tenant quota <name> <pages> <nodes> <cpu-percent>` | `ok`: new limits for the tenant's bank (a limit below what it holds stops further sales; nothing held is taken back) and a new share for its meter; they persist with the next checkpoint |
-//! | `tenant revoke <name>` | `ok objects <n>`: the tenant's TP1 tokens cleared (committed through the journal), its TP1 service's listener shut (its connections reset), its bank destroyed (with its TP1 service and database), every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
+//! | `tenant revoke <name>` | `ok objects <n>`: the tenant's TP1 tokens cleared from the appliance's tokens page and its own (committed through the journal), its TP1 service's listener shut (its connections reset), its bank destroyed (with its TP1 service, its tokens page and database), every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
 //! | `tenant audit <name>` | the reference monitor's audit records about compartment `<name>`, a line each (`<sequence> boot <b> granted A -> B page`, `holdfast_keysafe_policy::audit::Record::render`), then `ok records <n>`; a record that fails its checks ends the reply with an `error` line naming it |
 //!
 //! Capability registers: 0 console, 1 control channel, 2 checkpoint control; on an
-//! appliance with the TP1 service, 3 its tokens page, 4 the journal, 5 a space whose first
-//! page is the tokens page (the journal's guarded `write` writes through it), 6 the TP1
+//! appliance with the TP1 service, 4 the journal, 5 the tokens space, whose pages are the
+//! tokens pages (the journal's guarded `write` writes through it): slot 0 the appliance's,
+//! which its TP1 service reads, slot 1 + n tenant n's own, which only tenant n's TP1 service
+//! reads (bought from its bank; void without one), 6 the TP1
 //! service's counters page (read-only); 7 the clock (its boot count tells a restart); 8 the
 //! reference monitor's control capability (`services/keysafe`), on an appliance with one;
 //! 9 scratch; on the TP1 appliance, 10 the TP1 constructor (its tenants' services), 11 the
 //! network service's capability that makes private listeners only (their listeners: it
 //! takes no port), 12 the TP1 routes node (slot n: tenant n's
 //! listener, which the appliance's TP1 service reads; slot 16 + n: tenant n's TP1 counters
-//! page, read-only, which only this service reads); 13 to 15 working registers.
+//! page, read-only, which only this service reads); 3 and 13 to 15 working registers.
 #![no_std]
 #![no_main]
 
@@ -33,13 +35,16 @@ use holdfast_userlib as user;
 use holdfast_keysafe_policy::audit::{self, Record};
 use holdfast_tp1_ledger::{counters, tokens};
 use user::abi::interface::Type;
-use user::interface::{checkpoint, clock, control, identify, journal, node, page};
+use user::interface::{checkpoint, clock, control, identify, journal, node, page, space};
 use user::syscall::{CapReg, Error};
 
 const CONTROL: CapReg = CapReg::new(1);
 const CHECKPOINT: CapReg = CapReg::new(2);
+/// The tokens page being read, fetched from the tokens space; a tenant's, read-only, on its
+/// way to its TP1 service.
 const TOKENS_PAGE: CapReg = CapReg::new(3);
 const JOURNAL: CapReg = CapReg::new(4);
+/// The tokens pages: the appliance's in slot 0, tenant n's own in slot 1 + n.
 const TOKENS_SPACE: CapReg = CapReg::new(5);
 const TP1_COUNTERS: CapReg = CapReg::new(6);
 /// The clock, whose boot count tells a restart.
@@ -63,6 +68,10 @@ const MINT_ATTEMPTS_MAX: usize = 4;
 /// page for each.
 const TENANTS_MAX: u64 = holdfast_keysafe_policy::COMPARTMENTS_MAX as u64;
 const _: () = assert!(2 * TENANTS_MAX <= 32, "a node has 32 slots");
+const _: () = assert!(tokens_slot(TENANTS_MAX - 1) < 32, "the tokens space has 32 slots");
+/// How long making a tenant's TP1 service waits for the checkpoint that holds its tokens
+/// page.
+const TOKENS_CHECKPOINT_US_MAX: u64 = 60_000_000;
 /// The most a tenant's TP1 service writes of its own memory: the TP1 program's data, bss
 /// and stack, 4,053 pages (128 connections' 64 KiB buffers and the 4 MiB index above all),
 /// which a yield copied whole before it copied on write.
@@ -297,9 +306,10 @@ fn tenant_quota(verb: &[u8], name: &[u8], [pages, nodes, cpu]: [&[u8]; 3], tp1: 
 
 /// Makes tenant `number`'s TP1 service, whose compartment capability is in `TENANT`: an
 /// instance the TP1 constructor yields on a bank below the tenant's and on its meter, given
-/// its private listener, its bank and a counters page, the listener put in the routes
-/// node's slot for the appliance's TP1 service to hand the tenant's connections to, and the
-/// counters page, read-only, in the slot after the listeners' for `counters`.
+/// its private listener, its bank, a counters page and its own tokens page (read-only; the
+/// page, writable, goes in the tokens space's slot 1 + `number`), the listener put in the
+/// routes node's slot for the appliance's TP1 service to hand the tenant's connections to,
+/// and the counters page, read-only, in the slot after the listeners' for `counters`.
 fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
     use user::syscall::{Invocation, invoke};
     // The service's memory is a copy-on-write copy of the template's, bought page by page
@@ -315,22 +325,57 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
         Error::Reply(user::constructor::refusal::BANK_REFUSED) => "the tenant's bank refused the service's first nodes",
         _ => "the constructor could not copy the TP1 program",
     })?;
+    // Its tokens page: the tenant's, so that its service can read no other owner's tokens.
+    // Bought before anything is journaled into it, and held by a checkpoint first: the
+    // journal makes a page's bytes durable, not its purchase, and a token committed into a
+    // page that a restart found unsold would be lost with it (or reach whoever bought the
+    // page next).
+    user::bank::buy_page(TENANT_BANK, TOKENS_PAGE).map_err(|_| "the tenant's bank refused a page for its tokens")?;
+    space::swap(TOKENS_SPACE, tokens_slot(number), TOKENS_PAGE, SCRATCH).map_err(|_| "its tokens page could not be kept")?;
+    checkpoint_now().map_err(|why| why.unwrap_or("no checkpoint took its tokens page within 60 s (is the store large enough?)"))?;
     user::bank::buy_page(TENANT_BANK, SCRATCH).map_err(|_| "the tenant's bank refused a page for its counters")?;
     user::net::listen_private(NETWORK, TENANT_METER).map_err(|_| "the network service made no listener for it")?;
-    let configured = invoke(Invocation {
-        words: [number, 0, 0, 0],
-        send: &[TENANT_METER, TENANT_BANK, SCRATCH],
-        ..Invocation::call(TENANT, holdfast_tp1_ledger::instance::CONFIGURE)
-    })
-    .check()
-    .and_then(|_| page::weaken(SCRATCH, SCRATCH))
-    .and_then(|()| node::swap(TP1_ROUTES, counters_slot(number), SCRATCH, TENANT))
-    .and_then(|()| node::swap(TP1_ROUTES, number, TENANT_METER, SCRATCH));
+    let configured = page::weaken(TOKENS_PAGE, TOKENS_PAGE)
+        .and_then(|()| {
+            invoke(Invocation {
+                words: [number, 0, 0, 0],
+                send: &[TENANT_METER, TENANT_BANK, SCRATCH, TOKENS_PAGE],
+                ..Invocation::call(TENANT, holdfast_tp1_ledger::instance::CONFIGURE)
+            })
+            .check()
+        })
+        .and_then(|_| page::weaken(SCRATCH, SCRATCH))
+        .and_then(|()| node::swap(TP1_ROUTES, counters_slot(number), SCRATCH, TENANT))
+        .and_then(|()| node::swap(TP1_ROUTES, number, TENANT_METER, SCRATCH));
     if configured.is_err() {
         let _ = user::net::shut(TENANT_METER);
         return Err("it refused its configuration");
     }
     Ok(())
+}
+
+/// Waits until a committed checkpoint holds everything done before this call: two commits
+/// after it asks for one, since one under way may have taken its snapshot before. `None`:
+/// none did within [`TOKENS_CHECKPOINT_US_MAX`].
+fn checkpoint_now() -> Result<(), Option<&'static str>> {
+    let now_us = || clock::now(CLOCK).map(|now| now.nanoseconds / 1000).map_err(|_| Some("the clock did not answer"));
+    let generation = || checkpoint::status(CHECKPOINT).map(|status| status.generation).map_err(|_| Some("the checkpoint control did not answer"));
+    let started_us = now_us()?;
+    let first = generation()?;
+    let mut asked_for = first;
+    loop {
+        let newest = generation()?;
+        if newest >= first + 2 {
+            return Ok(());
+        }
+        if newest == asked_for {
+            checkpoint::take(CHECKPOINT).map_err(|_| Some("the checkpoint control refused a checkpoint"))?;
+            asked_for = newest + 1;
+        }
+        if now_us()?.saturating_sub(started_us) > TOKENS_CHECKPOINT_US_MAX {
+            return Err(None);
+        }
+    }
 }
 
 /// Clears what a tenant of `compartment` has, or an earlier one left: its TP1 tokens first
@@ -350,6 +395,11 @@ fn forget_tenant(compartment: u8) -> Result<(), &'static str> {
 /// The routes node's slot of tenant `number`'s TP1 counters page: after the listeners'.
 fn counters_slot(number: u64) -> u64 {
     TENANTS_MAX + number
+}
+
+/// The tokens space's slot of tenant `number`'s own tokens page: after the appliance's.
+const fn tokens_slot(number: u64) -> u64 {
+    1 + number
 }
 
 /// Whether tenant `number` has a TP1 service: its listener, into `into`, if so. Sensed, not
@@ -600,53 +650,87 @@ fn token(name: &[u8], kind: Option<&[u8]>, owner: tokens::Owner, reply: &mut Rep
     }
 }
 
-/// Mints a token for `name` of `owner` into the tokens page.
+/// Mints a token for `name` of `owner`: into the appliance's tokens page, and a tenant's
+/// into its own page first. In that order a crash between the two writes leaves a token
+/// that its tenant's service would serve but nothing routes to it (and nobody was told it),
+/// never one that routes to a service that refuses it.
 fn mint(name: &[u8], kind: tokens::Kind, owner: tokens::Owner) -> Result<[u8; 16], &'static str> {
     let token = random_token()?;
-    let written = write_tokens(|page| {
-        tokens::mint(page, name, kind, owner, token).map(Some).map_err(|error| match error {
-            tokens::MintError::BadName => "a token's name is 1 to 32 printable characters without spaces",
-            tokens::MintError::Full => "every token entry is in use (mint an existing name again to replace its token)",
-            tokens::MintError::BadOwner => "no such tenant",
+    let mint_into = |slot: u64| {
+        write_tokens(slot, |page| {
+            tokens::mint(page, name, kind, owner, token).map(Some).map_err(|error| match error {
+                tokens::MintError::BadName => "a token's name is 1 to 32 printable characters without spaces",
+                tokens::MintError::Full => "every token entry is in use (mint an existing name again to replace its token)",
+                tokens::MintError::BadOwner => "no such tenant",
+            })
         })
-    })?;
-    written.then_some(token).ok_or("the tokens page could not be written")
+    };
+    if let tokens::Owner::Tenant(number) = owner {
+        let written = mint_into(tokens_slot(u64::from(number)))
+            .map_err(|why| if why == NO_TOKENS_PAGE { "the tenant's TP1 service has no tokens page of its own" } else { why })?;
+        if !written {
+            return Err("the tenant's tokens page could not be written");
+        }
+    }
+    mint_into(APPLIANCE_TOKENS_SLOT)?.then_some(token).ok_or("the tokens page could not be written")
 }
 
-/// Clears every token of `owner`'s, a write each (none on an appliance without TP1).
+/// The tokens space's slot of the appliance's tokens page.
+const APPLIANCE_TOKENS_SLOT: u64 = 0;
+/// [`write_tokens`]'s error for a slot with no live page.
+const NO_TOKENS_PAGE: &str = "no TP1 tokens page on this appliance";
+
+/// Clears every token of `owner`'s, a write each: from the appliance's tokens page first (so
+/// nothing routes to it any more), then from a tenant's own page. A slot without a live page
+/// holds none: the appliance's on an appliance without TP1, a tenant's made without TP1 or
+/// whose bank is destroyed.
 fn revoke_tokens(owner: tokens::Owner) -> Result<(), &'static str> {
-    if identify(TOKENS_PAGE).is_err() {
-        return Ok(());
+    let own_slot = match owner {
+        tokens::Owner::Tenant(number) => Some(tokens_slot(u64::from(number))),
+        tokens::Owner::Appliance => None,
+    };
+    for slot in core::iter::once(APPLIANCE_TOKENS_SLOT).chain(own_slot) {
+        revoke_tokens_in(slot, owner)?;
     }
+    Ok(())
+}
+
+fn revoke_tokens_in(slot: u64, owner: tokens::Owner) -> Result<(), &'static str> {
     // One write per entry, and one more to find none left.
     for _ in 0..=tokens::ENTRIES_MAX {
-        if !write_tokens(|page| Ok(tokens::revoke(page, owner)))? {
-            return Ok(());
+        match write_tokens(slot, |page| Ok(tokens::revoke(page, owner))) {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(NO_TOKENS_PAGE) => return Ok(()),
+            Err(why) => return Err(why),
         }
     }
     Err("the tenant's tokens could not all be cleared")
 }
 
-/// Makes the write `pieces` computes from the tokens page (none: returns false), committed
-/// through the journal's guarded write: a restart between reading the page and writing it
-/// moves the guard, and the write is computed again from the page as it then is, so no
-/// token minted or cleared meanwhile is overwritten.
-fn write_tokens(pieces: impl Fn(&[u8; tokens::PAGE_BYTES]) -> Result<Option<tokens::Pieces>, &'static str>) -> Result<bool, &'static str> {
+/// Makes the write `pieces` computes from the tokens page in the tokens space's `slot` (none:
+/// returns false), committed through the journal's guarded write: a restart between reading
+/// the page and writing it moves the guard, and the write is computed again from the page as
+/// it then is, so no token minted or cleared meanwhile is overwritten.
+fn write_tokens(slot: u64, pieces: impl Fn(&[u8; tokens::PAGE_BYTES]) -> Result<Option<tokens::Pieces>, &'static str>) -> Result<bool, &'static str> {
+    let page_address = slot * tokens::PAGE_BYTES as u64;
     for _ in 0..MINT_ATTEMPTS_MAX {
         let mut page = [0u8; tokens::PAGE_BYTES];
-        if page::read(TOKENS_PAGE, 0, tokens::PAGE_BYTES as u64, &mut page).is_err() {
-            return Err("no TP1 tokens page on this appliance");
+        let read = space::fetch(TOKENS_SPACE, slot, TOKENS_PAGE)
+            .and_then(|()| page::read(TOKENS_PAGE, 0, tokens::PAGE_BYTES as u64, &mut page));
+        if read.is_err() {
+            return Err(NO_TOKENS_PAGE);
         }
         let Some(pieces) = pieces(&page)? else {
             return Ok(false);
         };
         let mut bytes = [0u8; 2 * (10 + 64)];
         for ((offset, data), piece) in pieces.iter().zip(bytes.chunks_exact_mut(10 + 64)) {
-            piece[..8].copy_from_slice(&offset.to_le_bytes());
+            piece[..8].copy_from_slice(&(page_address + offset).to_le_bytes());
             piece[8..10].copy_from_slice(&(data.len() as u16).to_le_bytes());
             piece[10..].copy_from_slice(data);
         }
-        match journal::write(JOURNAL, TOKENS_SPACE, tokens::GUARD_OFFSET, tokens::guard(&page), &bytes) {
+        match journal::write(JOURNAL, TOKENS_SPACE, page_address + tokens::GUARD_OFFSET, tokens::guard(&page), &bytes) {
             Ok(_) => return Ok(true),
             Err(Error::Object(user::abi::methods::ObjectError::Changed)) => continue,
             Err(_) => return Err("the tokens page could not be committed through the journal"),

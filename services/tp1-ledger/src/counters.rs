@@ -7,7 +7,8 @@
 //! Layout: little-endian `u64`s: magic; transactions acknowledged; errors by status code
 //! (10); commits (batches written); commit latency: sum in nanoseconds, then a count per
 //! bucket of [`COMMIT_BUCKETS_SECONDS`] (not cumulative) and one above the last; open
-//! connections; valid tokens in the tokens page the service reads.
+//! connections; valid tokens in the tokens page the service reads (the appliance's: every
+//! owner's, which it routes by; a tenant's: its page of its own, so only the tenant's).
 
 pub const PAGE_BYTES: usize = 4096;
 const MAGIC: u64 = u64::from_le_bytes(*b"HFTP1CN3");

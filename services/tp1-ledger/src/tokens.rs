@@ -1,12 +1,16 @@
-//! The TP1 service's tokens: one page, written by the admin service (`holdfast tp1 token`)
+//! The TP1 services' tokens: pages written by the admin service (`holdfast tp1 token`)
 //! through guarded journal writes and read by the TP1 services (read-only) to check every
 //! request's token. A token is a 128-bit sparse capability (Mungi's password capabilities):
-//! whoever shows its bytes holds the right, so the page is the list of who may.
+//! whoever shows its bytes holds the right, so a page is the list of who may.
 //!
 //! Each token opens one database: the appliance's own, or a tenant's (its own TP1 service,
-//! made for it by a constructor). The appliance's service hands a connection whose first
-//! request carries a tenant's token to that tenant's service; a tenant's service serves only
-//! its own tokens. Revoking a tenant clears its entries ([`revoke`]).
+//! made for it by a constructor). The appliance's page holds every owner's tokens: the
+//! appliance's service serves its own and hands a connection whose first request carries a
+//! tenant's token to that tenant's service. Each tenant's service reads a page of its own
+//! instead, which holds only that tenant's tokens (the admin service mints a tenant's token
+//! into both pages, the tenant's first, so that a token that routes is always served): a
+//! tenant's service can read no other owner's token. Revoking a tenant clears its entries
+//! from both ([`revoke`]).
 //!
 //! Layout: magic `u64` at 0, the guard (writes made, a `u64`) at 8; entry `i` at
 //! `64 + 64 i`: token 16 bytes, kind `u8` (0 empty, 1 client, 2 admin), name length `u8`,
@@ -239,5 +243,45 @@ mod tests {
         assert_eq!(mint(&page, b"eve", Kind::Client, Owner::Tenant(u8::MAX), [6; 16]), Err(MintError::BadOwner));
         // Compartment 255 owns nothing: revoking it never touches the appliance's tokens.
         assert_eq!(revoke(&page, Owner::Tenant(u8::MAX)), None);
+    }
+
+    /// The admin service's writes for two tenants and the appliance, each tenant's token
+    /// minted into its own page and then the appliance's: a tenant's page holds its own
+    /// tokens only, the appliance's all of them (it routes by them), and a revocation
+    /// clears the tenant's from both.
+    #[test]
+    fn a_tenants_own_page_holds_its_tokens_only() {
+        let acme = Owner::Tenant(0);
+        let globex = Owner::Tenant(1);
+        let mut shared = [0u8; PAGE_BYTES];
+        let mut pages = [[0u8; PAGE_BYTES]; 2];
+        let mut mint_both = |name: &[u8], kind: Kind, owner: Owner, token: [u8; 16]| {
+            if let Owner::Tenant(number) = owner {
+                let own = &mut pages[usize::from(number)];
+                let pieces = mint(own, name, kind, owner, token).unwrap();
+                apply(own, &pieces);
+            }
+            let pieces = mint(&shared, name, kind, owner, token).unwrap();
+            apply(&mut shared, &pieces);
+        };
+        mint_both(b"root", Kind::Admin, Owner::Appliance, [1; 16]);
+        mint_both(b"root", Kind::Admin, acme, [2; 16]);
+        mint_both(b"root", Kind::Admin, globex, [3; 16]);
+        mint_both(b"alice", Kind::Client, acme, [4; 16]);
+        // Again for acme's root: replaced in both pages, not added to either.
+        mint_both(b"root", Kind::Admin, acme, [5; 16]);
+        let [mut acme_page, globex_page] = pages;
+        assert_eq!(read(&acme_page), [([5; 16], Grant { kind: Kind::Admin, owner: acme }), ([4; 16], Grant { kind: Kind::Client, owner: acme })]);
+        assert_eq!(read(&globex_page), [([3; 16], Grant { kind: Kind::Admin, owner: globex })]);
+        assert_eq!(read(&shared).len(), 4);
+        assert!(read(&shared).iter().any(|(token, _)| *token == [3; 16]));
+        for page in [&mut shared, &mut acme_page] {
+            while let Some(pieces) = revoke(page, acme) {
+                apply(page, &pieces);
+            }
+        }
+        assert!(read(&acme_page).is_empty());
+        assert_eq!(read(&shared), [([1; 16], ADMIN), ([3; 16], Grant { kind: Kind::Admin, owner: globex })]);
+        assert_eq!(read(&globex_page).len(), 1);
     }
 }

@@ -25,29 +25,34 @@
 //! Every request carries a token (a 128-bit password capability) that the admin service
 //! minted into the tokens page (`holdfast tp1 token`); a wrong one is refused with
 //! `bad_token` after a comparison with every valid token that takes the same time whatever
-//! the bytes.
+//! the bytes. The appliance's service reads the appliance's page, which holds every owner's
+//! tokens; a tenant's instance reads a page of the tenant's own, which holds only the
+//! tenant's (`holdfast_tp1_ledger::tokens`).
 //!
 //! Its counters (transactions, errors by status, commit latency, open connections) go into a
 //! page after each round of work, which the admin service renders for Prometheus.
 //!
 //! **Tenants.** The program runs as the appliance's own service, on port 7100, and as each
 //! tenant's: an instance a constructor yielded on the tenant's bank and meter, which holds no
-//! network service nor routes node and waits for one message from the admin service
-//! (`holdfast_tp1_ledger::instance::CONFIGURE`: its tenant, a private listener and its bank).
+//! network service nor routes node nor tokens page and waits for one message from the admin
+//! service (`holdfast_tp1_ledger::instance::CONFIGURE`: its tenant, a private listener, its
+//! bank, its counters page and its tokens page).
 //! A tenant's database is its instance's region, so that revoking the tenant (destroying its
 //! bank) takes the instance and its pages together and no other database notices. The
 //! appliance's service reads the token of each connection's first request as soon as its
 //! bytes are in: a tenant's token hands the connection, with the bytes read so far, to that
 //! tenant's listener (slot n of the routes node, which the admin service fills); any other
 //! is served here. Each service serves only its own tokens and refuses the rest as
-//! `bad_token`, so a tenant's token never reaches another's data.
+//! `bad_token`, so a tenant's token never reaches another's data; and a tenant's instance
+//! holds no other owner's tokens to begin with (its page is its own).
 //!
 //! Capability registers: 0 console, 1 its own process, 2 the network service (badge 0;
 //! void in a tenant's instance), 4 the journal, 5 the clock, 6 the tokens page
-//! (read-only), 8 the counters page (an instance receives its own), 9 its space bank
-//! (received by an instance), 10 the checkpoint control, 15 the routes node (an instance
-//! receives its configuration's resume capability there); 3 receives its listener and 7
-//! its own space; 11 to 14 are working registers.
+//! (read-only; an instance receives its tenant's own), 8 the counters page (an instance
+//! receives its own), 9 its space bank (received by an instance), 10 the checkpoint control
+//! (a load waits for a checkpoint that holds its region's pages: `status` and `take`), 15
+//! the routes node (an instance receives its configuration's resume capability there); 3
+//! receives its listener and 7 its own space; 11 to 14 are working registers.
 #![no_std]
 #![no_main]
 
@@ -171,7 +176,8 @@ struct State {
     pending_count: usize,
     /// Whose tokens this service serves: the appliance's, or a tenant's (its instance).
     owner: tokens::Owner,
-    /// Every valid token of the tokens page, whoever's, and what each grants.
+    /// Every valid token of the tokens page (the appliance's: whoever's; an instance's: its
+    /// tenant's), and what each grants.
     tokens: [[u8; 16]; tokens::ENTRIES_MAX],
     grants: [tokens::Grant; tokens::ENTRIES_MAX],
     token_count: usize,
@@ -800,20 +806,22 @@ fn status_of(refusal: Refusal) -> Status {
 }
 
 /// A tenant's instance: waits for the admin service's one message
-/// (`holdfast_tp1_ledger::instance::CONFIGURE`), which brings its listener, its bank and
-/// its counters page into their registers, and answers it. Returns the tenant's
-/// compartment number.
+/// (`holdfast_tp1_ledger::instance::CONFIGURE`), which brings its listener, its bank, its
+/// counters page and its tokens page into their registers, and answers it. Returns the
+/// tenant's compartment number.
 fn configure() -> Option<u8> {
     use ledger::instance::{BAD_CONFIGURATION, CONFIGURE};
     // The register is void at the start: a return through it only waits.
     let message = user::Invocation::return_to(CONFIGURATION_RESUME, 0, [0; 4])
-        .receiving(&[LISTENER.index(), BANK.index(), COUNTERS.index()])
+        .receiving(&[LISTENER.index(), BANK.index(), COUNTERS.index(), TOKENS.index()])
         .resume_into(CONFIGURATION_RESUME)
         .invoke(&mut []);
     let tenant = u8::try_from(message.words[0]).ok().filter(|&tenant| tenant != u8::MAX);
     // The listener is tried by the first wait (identify would call it: it is a start
-    // capability of the network service).
-    let configured = message.code == CONFIGURE && tenant.is_some();
+    // capability of the network service). Without a tokens page of its own it would serve
+    // nobody: refused, so that the admin service says so.
+    let tokens_page = identify(TOKENS).is_ok_and(|identity| identity.type_code == Type::Page as u64);
+    let configured = message.code == CONFIGURE && tenant.is_some() && tokens_page;
     let answer = if configured { 0 } else { BAD_CONFIGURATION };
     user::syscall::invoke(user::syscall::Invocation {
         kind: user::syscall::Kind::Send,
