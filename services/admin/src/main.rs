@@ -332,7 +332,10 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
     // page next).
     user::bank::buy_page(TENANT_BANK, TOKENS_PAGE).map_err(|_| "the tenant's bank refused a page for its tokens")?;
     space::swap(TOKENS_SPACE, tokens_slot(number), TOKENS_PAGE, SCRATCH).map_err(|_| "its tokens page could not be kept")?;
-    checkpoint_now().map_err(|why| why.unwrap_or("no checkpoint took its tokens page within 60 s (is the store large enough?)"))?;
+    user::checkpointed::wait_until_checkpointed(CHECKPOINT, CLOCK, TOKENS_CHECKPOINT_US_MAX).map_err(|error| match error {
+        user::checkpointed::WaitError::TimedOut => "no checkpoint took its tokens page within 60 s (is the store large enough?)",
+        user::checkpointed::WaitError::Failed(..) => "the checkpoint control or the clock did not answer",
+    })?;
     user::bank::buy_page(TENANT_BANK, SCRATCH).map_err(|_| "the tenant's bank refused a page for its counters")?;
     user::net::listen_private(NETWORK, TENANT_METER).map_err(|_| "the network service made no listener for it")?;
     let configured = page::weaken(TOKENS_PAGE, TOKENS_PAGE)
@@ -352,30 +355,6 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
         return Err("it refused its configuration");
     }
     Ok(())
-}
-
-/// Waits until a committed checkpoint holds everything done before this call: two commits
-/// after it asks for one, since one under way may have taken its snapshot before. `None`:
-/// none did within [`TOKENS_CHECKPOINT_US_MAX`].
-fn checkpoint_now() -> Result<(), Option<&'static str>> {
-    let now_us = || clock::now(CLOCK).map(|now| now.nanoseconds / 1000).map_err(|_| Some("the clock did not answer"));
-    let generation = || checkpoint::status(CHECKPOINT).map(|status| status.generation).map_err(|_| Some("the checkpoint control did not answer"));
-    let started_us = now_us()?;
-    let first = generation()?;
-    let mut asked_for = first;
-    loop {
-        let newest = generation()?;
-        if newest >= first + 2 {
-            return Ok(());
-        }
-        if newest == asked_for {
-            checkpoint::take(CHECKPOINT).map_err(|_| Some("the checkpoint control refused a checkpoint"))?;
-            asked_for = newest + 1;
-        }
-        if now_us()?.saturating_sub(started_us) > TOKENS_CHECKPOINT_US_MAX {
-            return Err(None);
-        }
-    }
 }
 
 /// Clears what a tenant of `compartment` has, or an earlier one left: its TP1 tokens first

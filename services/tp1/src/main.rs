@@ -64,8 +64,8 @@ use holdfast_tp1_protocol::{
 use holdfast_userlib::{self as user, net};
 use user::abi::methods::ObjectError;
 use user::abi::interface::Type;
-use user::bank;
-use user::interface::{checkpoint, clock, identify, journal, node, page, process, space};
+use user::{bank, checkpointed};
+use user::interface::{clock, identify, journal, node, page, process, space};
 use user::syscall::{CapReg, Error};
 
 const OWN_PROCESS: CapReg = CapReg::new(1);
@@ -299,29 +299,21 @@ impl State {
         Ok(())
     }
 
-    /// Waits until a committed checkpoint holds every linked page: two commits after this
-    /// asks for one, since one under way may have taken its snapshot before the last page.
+    /// Waits until a committed checkpoint holds every linked page.
     fn checkpoint_region(&mut self) -> Result<(), RegionError> {
         if self.region_pages_checkpointed == self.region_pages {
             return Ok(());
         }
-        let started_us = clock_us();
-        let first = checkpoint::status(CHECKPOINT).map_err(|error| failed(b"checkpoint status", error))?.generation;
-        let mut asked_for = first;
-        loop {
-            let generation = checkpoint::status(CHECKPOINT).map_err(|error| failed(b"checkpoint status", error))?.generation;
-            if generation >= first + 2 {
+        match checkpointed::wait_until_checkpointed(CHECKPOINT, CLOCK, REGION_CHECKPOINT_US_MAX) {
+            Ok(()) => {
                 self.region_pages_checkpointed = self.region_pages;
-                return Ok(());
+                Ok(())
             }
-            if generation == asked_for {
-                checkpoint::take(CHECKPOINT).map_err(|error| failed(b"checkpoint take", error))?;
-                asked_for = generation + 1;
-            }
-            if clock_us().saturating_sub(started_us) > REGION_CHECKPOINT_US_MAX {
+            Err(checkpointed::WaitError::TimedOut) => {
                 user::print("tp1: no checkpoint took the region's pages within 60 s (is the store large enough?)\n");
-                return Err(RegionError::Failed);
+                Err(RegionError::Failed)
             }
+            Err(checkpointed::WaitError::Failed(what, error)) => Err(failed(what, error)),
         }
     }
 }

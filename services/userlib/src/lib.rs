@@ -25,6 +25,7 @@ pub mod constructor;
 pub mod virtual_copy;
 pub mod keysafe;
 pub mod counters;
+pub mod checkpointed;
 
 pub const CONSOLE: u8 = 0;
 pub const OWN_PROCESS: u8 = 1;
