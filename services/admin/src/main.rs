@@ -10,7 +10,7 @@
 //! | `counters` | `<name> <value>` lines in the Prometheus text format (the kernel's, every page of them, then the TP1 services', each family's samples together: the appliance's own without labels, each tenant's labelled `tenant="<name>"`), then `ok` |
 //! | `tp1 token <name> [admin]` | `ok token <32 hex digits>`: a new token for the TP1 service (an admin token may also load), minted from RDRAND and committed through the journal before the reply; minting a name again revokes its old token |
 //! | `tenant list` | a line per live tenant (a compartment of the reference monitor): `<name> number <n> generation <g> pages <held>/<limit> nodes <held>/<limit>` (its bank's) `cpu <p>%` (its meter's share; `cpu none` without one) `refusals <r> logged <l>` (its grants the policy refused; the audit log holds the first 8), on the TP1 appliance `tp1 yes` or `tp1 no` (whether it has a TP1 service of its own), then `ok tenants <count>` |
-//! | `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint. With `tp1`, a TP1 service of its own too: yielded by the TP1 constructor on a bank below the tenant's and on its meter, serving the tenant's tokens on a private listener that the appliance's TP1 service hands their connections to, from a tokens page of its own bought from that bank (the reply waits until a checkpoint holds the page, so that no token is journaled into a page a restart would find unsold); if it cannot be made the tenant is revoked again and the reply says why |
+//! | `tenant create <name> <pages> <nodes> <cpu-percent> [tp1]` | `ok number <n>`: a new tenant, a compartment of the reference monitor whose bank (below the monitor's) has these limits and whose meter (below the monitor's meter for all tenants) gets that percent of every 100 ms period; its creation is in the audit log (committed before the reply), the compartment itself persists with the next checkpoint. With `tp1`, a TP1 service of its own too: yielded by the TP1 constructor on a bank below the tenant's and on its meter, serving the tenant's tokens on a private listener that the appliance's TP1 service hands their connections to, from a tokens page of its own bought from that bank (`tenant token` refuses to mint into it until two checkpoints have committed since, so that no token is journaled into a page a restart would find unsold; the host's `tenant create` waits for them); if it cannot be made the tenant is revoked again and the reply says why |
 //! | `tenant token <tenant> <name> [admin]` | `ok token <32 hex digits>`: as `tp1 token`, for the tenant's own TP1 service (it must have one): minted into the tenant's own tokens page, which its service reads, and then into the appliance's, which routes its connections |
 //! | `tenant quota <name> <pages> <nodes> <cpu-percent>` | `ok`: new limits for the tenant's bank (a limit below what it holds stops further sales; nothing held is taken back) and a new share for its meter; they persist with the next checkpoint |
 //! | `tenant revoke <name>` | `ok objects <n>`: the tenant's TP1 tokens cleared from the appliance's tokens page and its own (committed through the journal), its TP1 service's listener shut (its connections reset), its bank destroyed (with its TP1 service, its tokens page and database), every forwarder to and from it void, the revocation in the audit log (committed before the reply) |
@@ -69,9 +69,11 @@ const MINT_ATTEMPTS_MAX: usize = 4;
 const TENANTS_MAX: u64 = holdfast_keysafe_policy::COMPARTMENTS_MAX as u64;
 const _: () = assert!(2 * TENANTS_MAX <= 32, "a node has 32 slots");
 const _: () = assert!(tokens_slot(TENANTS_MAX - 1) < 32, "the tokens space has 32 slots");
-/// How long making a tenant's TP1 service waits for the checkpoint that holds its tokens
-/// page.
-const TOKENS_CHECKPOINT_US_MAX: u64 = 60_000_000;
+/// For each tenant: the newest committed checkpoint's generation when its tokens page was
+/// bought. A checkpoint two commits later holds the purchase (one under way then may have
+/// taken its snapshot before); until then no token is minted into the page. This program's
+/// data, which the checkpoints keep with the purchase itself.
+static mut TOKENS_PAGE_BOUGHT_AT: [u64; TENANTS_MAX as usize] = [0; TENANTS_MAX as usize];
 /// The most a tenant's TP1 service writes of its own memory: the TP1 program's data, bss
 /// and stack, 4,053 pages (128 connections' 64 KiB buffers and the 4 MiB index above all),
 /// which a yield copied whole before it copied on write.
@@ -326,16 +328,16 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
         _ => "the constructor could not copy the TP1 program",
     })?;
     // Its tokens page: the tenant's, so that its service can read no other owner's tokens.
-    // Bought before anything is journaled into it, and held by a checkpoint first: the
-    // journal makes a page's bytes durable, not its purchase, and a token committed into a
-    // page that a restart found unsold would be lost with it (or reach whoever bought the
-    // page next).
+    // Nothing is journaled into it before a checkpoint holds it (`mint`): the journal makes
+    // a page's bytes durable, not its purchase, and a token committed into a page that a
+    // restart found unsold would be lost with it (or reach whoever bought the page next).
+    // Not waited for here: the host's `tenant create` waits for two commits after the
+    // reply, and the control channel stays free for others meanwhile.
+    let bought_at = checkpoint::status(CHECKPOINT).map_err(|_| "the checkpoint control did not answer")?.generation;
     user::bank::buy_page(TENANT_BANK, TOKENS_PAGE).map_err(|_| "the tenant's bank refused a page for its tokens")?;
     space::swap(TOKENS_SPACE, tokens_slot(number), TOKENS_PAGE, SCRATCH).map_err(|_| "its tokens page could not be kept")?;
-    user::checkpointed::wait_until_checkpointed(CHECKPOINT, CLOCK, TOKENS_CHECKPOINT_US_MAX).map_err(|error| match error {
-        user::checkpointed::WaitError::TimedOut => "no checkpoint took its tokens page within 60 s (is the store large enough?)",
-        user::checkpointed::WaitError::Failed(..) => "the checkpoint control or the clock did not answer",
-    })?;
+    // SAFETY: one thread; no reference to the array outlives the statement.
+    unsafe { (*core::ptr::addr_of_mut!(TOKENS_PAGE_BOUGHT_AT))[number as usize] = bought_at };
     user::bank::buy_page(TENANT_BANK, SCRATCH).map_err(|_| "the tenant's bank refused a page for its counters")?;
     user::net::listen_private(NETWORK, TENANT_METER).map_err(|_| "the network service made no listener for it")?;
     let configured = page::weaken(TOKENS_PAGE, TOKENS_PAGE)
@@ -645,6 +647,12 @@ fn mint(name: &[u8], kind: tokens::Kind, owner: tokens::Owner) -> Result<[u8; 16
         })
     };
     if let tokens::Owner::Tenant(number) = owner {
+        // SAFETY: one thread; no reference to the array outlives the statement.
+        let bought_at = unsafe { (*core::ptr::addr_of!(TOKENS_PAGE_BOUGHT_AT))[usize::from(number)] };
+        let newest = checkpoint::status(CHECKPOINT).map_err(|_| "the checkpoint control did not answer")?.generation;
+        if newest < bought_at + 2 {
+            return Err("the tenant's tokens page is not in a checkpoint yet: try again after the next one");
+        }
         let written = mint_into(tokens_slot(u64::from(number)))
             .map_err(|why| if why == NO_TOKENS_PAGE { "the tenant's TP1 service has no tokens page of its own" } else { why })?;
         if !written {
