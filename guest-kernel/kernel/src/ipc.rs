@@ -346,20 +346,25 @@ fn invoke_general(
             .cache
             .node_capability(CapType::Resume, root.object());
     }
+    // Whatever a process sends a server, by a call, a send or a return, the server does on
+    // the sender's meter and in its turns: a tenant that sends work to a shared server
+    // rather than calls it gets no more time for it. (Read before a return makes the
+    // invoker available, which ends its own serving.)
+    let sender = scheduler.processes[invoker].as_caller();
     match descriptor.kind {
         Kind::Call => {
             let process = &mut scheduler.processes[invoker];
             process.registers.copy_from(registers);
             process.state = ProcessState::WaitingForReply;
-            if target.kind() == CapType::Start {
-                scheduler.processes[receiver].payer = scheduler.processes[invoker].payer_of_calls();
-            }
         }
         Kind::Return => {
             scheduler.processes[invoker].registers.copy_from(registers);
             make_available(&mut scheduler, invoker);
         }
         Kind::Send => registers.rax = 0,
+    }
+    if target.kind() == CapType::Start && receiver != invoker {
+        scheduler.processes[receiver].serve(sender);
     }
     let next = wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(objects);
@@ -444,11 +449,11 @@ fn fast_call(
     let caller = &mut scheduler.processes[invoker];
     caller.registers.copy_from(registers);
     caller.state = ProcessState::WaitingForReply;
-    let payer = caller.payer_of_calls();
+    let caller = caller.as_caller();
     let receiving = &mut scheduler.processes[receiver];
     receive_words(&mut receiving.registers, registers, held.badge());
     receiving.state = ProcessState::Runnable;
-    receiving.payer = payer;
+    receiving.serve(caller);
     Some(receiver)
 }
 
@@ -555,7 +560,17 @@ fn settle_time(objects: &mut Objects, scheduler: &mut process::Scheduler, index:
             let available = scheduler
                 .index_of(keeper.object())
                 .filter(|&keeper| scheduler.processes[keeper].state == ProcessState::Available);
-            let Some(keeper_index) = available else { return index };
+            let Some(keeper_index) = available else {
+                // Told when the keeper is free: the process waits on it, and (the flag kept)
+                // settles again at its next reply if it ran on servers only meanwhile.
+                let process = &mut scheduler.processes[index];
+                process.state = ProcessState::Stalled;
+                process.ran_out_while_served = true;
+                if let Some(keeper_index) = scheduler.index_of(keeper.object()) {
+                    scheduler.processes[keeper_index].stalled.push_back(index);
+                }
+                return process::NO_PROCESS;
+            };
             let mut message = message_for_keeper(objects, keeper, KeeperMessage { code: abi::keeper::METER_EXHAUSTED, words: [0; 4] }, root);
             let process = &mut scheduler.processes[index];
             process.state = ProcessState::WaitingForReply;
@@ -600,7 +615,8 @@ fn make_available(scheduler: &mut process::Scheduler, index: usize) {
     let server = &mut scheduler.processes[index];
     server.state = ProcessState::Available;
     server.kept_for = process::NO_PROCESS;
-    server.payer = Capability::VOID;
+    server.serve_none();
+    server.ran_out_while_served = false;
     // Usually nobody waits: a test inline rather than a call of `pop_front`.
     if server.stalled.is_empty() {
         return;
@@ -692,11 +708,18 @@ pub fn invoke_keeper(
         process::switch_to_next()
     }
     let root = scheduler.processes[faulter].root;
+    let for_its_meter = keeper_message.code == abi::keeper::METER_EXHAUSTED;
     let mut message = message_for_keeper(&objects, keeper, keeper_message, root);
     let process = &mut scheduler.processes[faulter];
     process.registers.copy_from(registers);
     process.state = ProcessState::WaitingForReply;
     process.waiting_for_keeper = true;
+    // A keeper works for the faulter (a virtual copy's keeper copying its page, say), on its
+    // meter; except when its meter ran out, which the keeper is told about.
+    if !for_its_meter {
+        let faulter = scheduler.processes[faulter].as_caller();
+        scheduler.processes[receiver].serve(faulter);
+    }
     let next = wake_with(&mut objects, &mut scheduler, receiver, &mut message);
     drop(objects);
     enter_or_switch(scheduler, next)

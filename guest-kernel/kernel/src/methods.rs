@@ -431,7 +431,11 @@ fn process_method(
         process::Request::FetchSpace => ok_capability(root_slot(objects, process_root::SPACE)?),
         process::Request::SetSpace => set_slot(objects, process_root::SPACE, CapType::Space),
         process::Request::SetKeeper => set_slot(objects, process_root::KEEPER, CapType::Start),
-        process::Request::SetMeter => set_slot(objects, process_root::METER, CapType::Meter),
+        process::Request::SetMeter => {
+            let set = set_slot(objects, process_root::METER, CapType::Meter)?;
+            crate::process::regroup(objects, index);
+            Ok(set)
+        }
         process::Request::MakeStart { badge } => {
             let start = objects
                 .cache
@@ -452,6 +456,7 @@ fn process_method(
             if root_slot(objects, process_root::METER)?.kind() != CapType::Meter {
                 return Err(ObjectError::NoRight);
             }
+            crate::process::regroup(objects, index);
             let mut scheduler = SCHEDULER.lock();
             let process = &mut scheduler.processes[index];
             if matches!(
@@ -488,10 +493,11 @@ fn meter_method(
                 .cache
                 .node(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
+            // A debt (negative, `process::meters`) is no time left.
             let left = node
                 .get(slot(0)?)
                 .number_words()
-                .map_or(0, |[left, _]| left);
+                .map_or(0, |[left, _]| (left as i64).max(0) as u64);
             ok([left, 0, 0, 0])
         }
         meter::Request::Refill { microseconds } => {
@@ -500,6 +506,8 @@ fn meter_method(
                 .cache
                 .node_mut(&target)
                 .map_err(|_| ObjectError::InvalidOrder)?;
+            // Stored as a signed number (a debt is negative).
+            let microseconds = microseconds.min(i64::MAX as u64);
             node.swap(slot(0)?, Capability::number([microseconds, 0]));
             // A meter node may also be part of a space tree.
             crate::process::node_changed(objects, target.object(), slot(0)?);

@@ -14,18 +14,19 @@ use crate::arch::syscall::UserRegisters;
 use crate::message::KeeperMessage;
 use crate::objects::OBJECTS;
 use crate::process::{
-    Charged, ProcessState, SCHEDULER, charge_meter, meter_keeper, enter, stop_current, switch_to_next,
+    Charged, ProcessState, SCHEDULER, charge_meter, meter_keeper, switch_after_slice, enter, stop_current, switch_to_next,
 };
 use crate::{ipc, persistence, space};
 
 /// The timer interrupted ring 3: the time slice is over; save the registers, go on with
 /// the next runnable process.
 pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
-    let (root, payer) = {
+    let (root, payer, group) = {
         let mut scheduler = SCHEDULER.lock();
         let current = scheduler.current();
-        scheduler.processes[current].registers = registers;
-        (scheduler.processes[current].root, scheduler.processes[current].payer)
+        let process = &mut scheduler.processes[current];
+        process.registers = registers;
+        (process.root, process.payer, process.turn_group)
     };
     // With no process running, this is the moment for background work.
     crate::control::wake_readers();
@@ -49,18 +50,23 @@ pub fn timer_in_user_mode(registers: UserRegisters) -> ! {
             scheduler.processes[current].state = ProcessState::OutOfTime;
         }
         Charged::PayerRanOut => {
-            // The server goes on with the request on its own meter: stopping it would stop
-            // every other caller queued on it too. The caller settles when its call returns.
+            // The server goes on with the request, into its caller's debt: stopping it would
+            // stop every other caller queued on it too. A caller waiting for the reply
+            // settles when it comes; one running (it sent) runs out at its own next tick.
             let mut scheduler = SCHEDULER.lock();
-            let current = scheduler.current();
-            scheduler.processes[current].payer = Capability::VOID;
-            let caller = scheduler.index_of(payer.object()).filter(|&caller| scheduler.processes[caller].root == payer);
+            let caller = scheduler.index_of(payer.object()).filter(|&caller| {
+                scheduler.processes[caller].root == payer
+                    && scheduler.processes[caller].state == ProcessState::WaitingForReply
+            });
             if let Some(caller) = caller {
                 scheduler.processes[caller].ran_out_while_served = true;
             }
         }
     }
-    switch_to_next()
+    // The next turn goes to another group than the one whose slice ends, if any is
+    // runnable: a tenant's processes, and the servers working for them, take one slice a
+    // turn between them.
+    switch_after_slice(group)
 }
 
 /// The network device interrupted ring 3: a frame came. Its notification goes out now (the

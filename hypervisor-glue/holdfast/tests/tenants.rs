@@ -14,9 +14,11 @@
 //! Why one quantum, as tests/meters.rs bounds a spinner's delay: a server's time is charged
 //! to its caller's meter (`process::meters::charge_meter`), so the services running the
 //! hostile tenant's requests (its bank, the monitor, the victim's server) run on its share,
-//! and only one of its processes or of those serving it is runnable at a time: the victim
-//! waits for one of its quanta in a round. Seen: 12 to 16 ms during the attack with 10.2 to
-//! 12.8 ms quanta. Before `ipc::make_available` kept a server for the first caller stalled
+//! and they take turns with its processes as one group (`process::switch_to_next`): the
+//! victim waits for one of its quanta in a round. Seen: 12 to 16 ms during the attack with
+//! 10.2 to 12.8 ms quanta. (The slowest call before the attack is larger than those on
+//! this host, so this test alone would not tell one quantum from two: tests/meters.rs
+//! does.) Before `ipc::make_available` kept a server for the first caller stalled
 //! on it, a flooder that the server had just answered ran first and called again, holding
 //! the server for its whole run: 34 to 91 ms (51 ms against 13 ms before the attack).
 //! Before servers ran on their callers' meters, this bound allowed a second quantum.

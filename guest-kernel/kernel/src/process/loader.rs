@@ -254,6 +254,9 @@ pub fn load(name: &'static str, elf_bytes: &[u8]) -> Result<Capability, LoadErro
         waiting_for_keeper: false,
         payer: Capability::VOID,
         ran_out_while_served: false,
+        group: root.object(),
+        turn_group: root.object(),
+        last_turn: 0,
         invocation_count: 0,
     });
     Ok(root)

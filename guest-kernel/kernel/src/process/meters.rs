@@ -36,11 +36,14 @@ fn period_now() -> u64 {
 }
 
 /// A meter's time left in period `period`, with the share given if this period has not had
-/// it yet; and the period to record with it.
-fn time_left(node: &Node, period: u64) -> (u64, u64) {
+/// it yet; and the period to record with it. Negative: a debt, the time servers spent for
+/// the meter's processes after it ran out (stored as two's complement), which the next
+/// shares pay first.
+fn time_left(node: &Node, period: u64) -> (i64, u64) {
     let [left, given_in] = node.get(METER_TIME_SLOT).number_words().unwrap_or([0, 0]);
-    let share = node.get(METER_SHARE_SLOT).number_words().map_or(0, |[share, _]| share);
-    if share > 0 && given_in != period { (share, period) } else { (left, given_in) }
+    let left = left as i64;
+    let share = node.get(METER_SHARE_SLOT).number_words().map_or(0, |[share, _]| share.min(i64::MAX as u64) as i64);
+    if share > 0 && given_in != period { (share + left.min(0), period) } else { (left, given_in) }
 }
 
 /// A process's meter and the meters above it, nearest first: a fixed-size list, so that
@@ -51,10 +54,12 @@ struct MeterChain {
 }
 
 impl MeterChain {
+    const EMPTY: Self = Self { meters: [Capability::VOID; METER_DEPTH_MAX], length: 0 };
+
     /// The chain of the process `root` (empty without a meter), at most
     /// [`METER_DEPTH_MAX`] meters.
     fn of(objects: &Objects, root: &Capability) -> Self {
-        let mut chain = Self { meters: [Capability::VOID; METER_DEPTH_MAX], length: 0 };
+        let mut chain = Self::EMPTY;
         let Ok(node) = objects.cache.node(root) else { return chain };
         let mut meter = objects.cache.live_or_void(node.get(process_root::METER));
         while meter.kind() == CapType::Meter && chain.length < METER_DEPTH_MAX {
@@ -73,6 +78,44 @@ impl MeterChain {
     fn contains(&self, meter: ObjectId) -> bool {
         self.iter().any(|held| held.object() == meter)
     }
+
+    /// The scheduling group of the processes on this chain ([`group_of`]): the meter just
+    /// below its top (a tenant's, below the meter of all tenants), or the top if the chain
+    /// is that alone; `unmetered` for an empty chain.
+    fn group(&self, unmetered: ObjectId) -> ObjectId {
+        match self.length {
+            0 => unmetered,
+            1 => self.meters[0].object(),
+            length => self.meters[length - 2].object(),
+        }
+    }
+}
+
+/// The group the process `root` takes turns with ([`super::switch_to_next`]): the processes
+/// on one tenant's meter (the meter below the top of their chains, or a top meter itself)
+/// are one group, so that a tenant's processes together delay another's by one time slice,
+/// however many of them spin. A process on no meter is a group of its own.
+pub fn group_of(objects: &Objects, root: &Capability) -> ObjectId {
+    MeterChain::of(objects, root).group(root.object())
+}
+
+/// Sets every process's group: at the start of a run, the initial or restored system's.
+pub fn regroup_all(objects: &Objects) {
+    let mut scheduler = SCHEDULER.lock();
+    for process in scheduler.processes.iter_mut() {
+        process.group = group_of(objects, &process.root);
+        process.serve_none();
+    }
+}
+
+/// Sets the group of the process in slot `index`: its meter changed, or it starts.
+pub fn regroup(objects: &Objects, index: usize) {
+    let mut scheduler = SCHEDULER.lock();
+    let process = &mut scheduler.processes[index];
+    process.group = group_of(objects, &process.root);
+    if process.payer.is_void() {
+        process.turn_group = process.group;
+    }
 }
 
 /// Who paid for a timer period ([`charge_meter`]).
@@ -82,8 +125,8 @@ pub enum Charged {
     /// The process's own meter `0` (the nearest of its chain that did) ran out: the process
     /// may not go on.
     RanOut(Capability),
-    /// The meter of the caller it serves ran out: the caller waits for time once its call
-    /// returns; the server finishes on its own meter.
+    /// The meter of the caller it serves ran out: the server goes on, its time the caller's
+    /// debt, and the caller waits for time once its call returns.
     PayerRanOut,
 }
 
@@ -94,7 +137,7 @@ pub enum Charged {
 pub fn charge_meter(root: &Capability, payer: &Capability) -> Charged {
     let mut objects = OBJECTS.lock();
     let period = period_now();
-    let payer_chain = MeterChain::of(&objects, payer);
+    let payer_chain = if payer.is_void() { MeterChain::EMPTY } else { MeterChain::of(&objects, payer) };
     let (chain, paid_by_payer) = match payer_chain.length {
         0 => (MeterChain::of(&objects, root), false),
         _ => (payer_chain, true),
@@ -103,10 +146,12 @@ pub fn charge_meter(root: &Capability, payer: &Capability) -> Charged {
     for meter in chain.iter() {
         let Ok(node) = objects.cache.node_mut(&meter) else { continue };
         let (left, given_in) = time_left(node, period);
-        let left = left.saturating_sub(TICK_MICROSECONDS);
-        node.swap(METER_TIME_SLOT, Capability::number([left, given_in]));
+        // Charged whole, into debt if need be: a server goes on with a request after its
+        // caller's meters ran out, and what it spends is still the caller's.
+        let left = left.saturating_sub(TICK_MICROSECONDS as i64);
+        node.swap(METER_TIME_SLOT, Capability::number([left as u64, given_in]));
         node_changed(&mut objects, meter.object(), METER_TIME_SLOT);
-        if left == 0 && exhausted.is_none() {
+        if left <= 0 && exhausted.is_none() {
             exhausted = Some(meter);
         }
     }
@@ -131,7 +176,7 @@ pub enum Settled {
 pub fn settle_ran_out(objects: &Objects, root: &Capability) -> Settled {
     let period = period_now();
     let out_of_time = MeterChain::of(objects, root).iter().find(|meter| {
-        objects.cache.node(meter).is_ok_and(|node| time_left(node, period).0 == 0)
+        objects.cache.node(meter).is_ok_and(|node| time_left(node, period).0 <= 0)
     });
     match out_of_time.map(|meter| meter_keeper(objects, &meter)) {
         None => Settled::Runs,

@@ -10,7 +10,7 @@
 //! root node at each snapshot ([`write_back`]); a restart rebuilds the table from the root
 //! nodes ([`restore`]).
 //!
-//! - [`table`]: the process table and the scheduler (run states, round robin, waits);
+//! - [`table`]: the process table and the scheduler's state (run states, groups, waits);
 //! - [`switch`]: entering a process and the page tables it runs on (on the IPC path);
 //! - [`loader`]: ELF executables of the initial image made into processes;
 //! - [`meters`]: CPU time charged to meters;

@@ -137,6 +137,9 @@ pub fn restore(objects: &Objects, processes: &[(ObjectId, &'static str)]) -> Res
             waiting_for_keeper: restored.waiting_for_keeper,
             payer: Capability::VOID,
             ran_out_while_served: false,
+            group: root.object(),
+            turn_group: root.object(),
+            last_turn: 0,
             invocation_count: restored.invocation_count,
         });
     }

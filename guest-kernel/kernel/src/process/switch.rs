@@ -1,5 +1,5 @@
-//! The scheduler and the switch: the round-robin choice of the next runnable process
-//! ([`switch_to_next`]), taking the current one off the processor ([`wait_current`],
+//! The scheduler and the switch: the choice of the next runnable process, round robin by
+//! groups ([`switch_to_next`]), taking the current one off the processor ([`wait_current`],
 //! [`stop_current`]), entering a process ([`enter`], on the IPC path), and the page tables
 //! it installs: the live root's user half, dropped whenever a translation may be stale
 //! ([`node_changed`], [`drop_translations`], [`translations_stale`],
@@ -17,26 +17,55 @@ pub fn run(on_all_done: fn() -> !) -> ! {
     // The kernel runs with interrupts off from here on (ring 3 runs with them on):
     // `enter` relies on it.
     x86_64::instructions::interrupts::disable();
+    super::regroup_all(&crate::objects::OBJECTS.lock());
     SCHEDULER.lock().on_all_done = Some(on_all_done);
     switch_to_next()
 }
 
-/// Chooses the next runnable process after the current one (round robin) and enters it;
-/// never returns.
+/// Chooses the next runnable process and enters it; never returns.
 pub fn switch_to_next() -> ! {
+    switch_skipping(None)
+}
+
+/// [`switch_to_next`] after the timer ended the time slice of group `group`
+/// ([`super::Process::turn_group`]): the next turn goes to another group if one is runnable.
+pub fn switch_after_slice(group: ObjectId) -> ! {
+    switch_skipping(Some(group))
+}
+
+/// Round robin over the table from the current process, by groups ([`super::group_of`]):
+/// the first runnable process not of group `skipped`, if any; and of its group, the member
+/// that has waited longest. So a tenant's processes (and the servers serving them) take one
+/// slice a turn together, and another tenant waits one slice for them, not one for each.
+fn switch_skipping(skipped: Option<ObjectId>) -> ! {
     let mut scheduler = SCHEDULER.lock();
     let count = scheduler.processes.len();
     let after = scheduler.running().map_or(0, |current| current + 1);
-    let next = (0..count)
-        .map(|offset| (after + offset) % count)
-        .find(|&index| matches!(scheduler.processes[index].state, ProcessState::Runnable));
-    let Some(index) = next else {
+    let runnable = |scheduler: &Scheduler, index: usize| scheduler.processes[index].state == ProcessState::Runnable;
+    let mut from_current = (0..count).map(|offset| (after + offset) % count);
+    let found = from_current
+        .clone()
+        .find(|&index| runnable(&scheduler, index) && Some(scheduler.processes[index].turn_group) != skipped)
+        .or_else(|| from_current.find(|&index| runnable(&scheduler, index)));
+    let Some(found) = found else {
         let done = scheduler.on_all_done.expect("run() set it");
         scheduler.current = NO_PROCESS;
         drop(scheduler);
         done()
     };
-    enter(scheduler, index)
+    let group = scheduler.processes[found].turn_group;
+    // A process on no meter, serving no call, is its group's only member: no second search.
+    let next = if group == scheduler.processes[found].root.object() {
+        found
+    } else {
+        (0..count)
+            .filter(|&index| runnable(&scheduler, index) && scheduler.processes[index].turn_group == group)
+            .min_by_key(|&index| scheduler.processes[index].last_turn)
+            .unwrap_or(found)
+    };
+    scheduler.turns += 1;
+    scheduler.processes[next].last_turn = scheduler.turns;
+    enter(scheduler, next)
 }
 
 /// Makes the current process wait in `state` with `registers` (already holding its reply,

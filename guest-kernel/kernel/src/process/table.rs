@@ -64,6 +64,15 @@ pub struct Process {
     /// Its meter ran out while a server worked for it: the reply that ends its call first
     /// settles that ([`crate::ipc`]'s `wake_with`).
     pub ran_out_while_served: bool,
+    /// The processes it takes turns with as one ([`super::switch_to_next`]): a tenant's, or
+    /// its root's id if it runs on no meter ([`super::group_of`]).
+    pub group: ObjectId,
+    /// The group it takes turns in now: `group`, or while it serves a call, its caller's
+    /// (set with `payer`), so that a tenant's servers take its turns, not turns of their own.
+    pub turn_group: ObjectId,
+    /// [`Scheduler::turns`] when it was last chosen: the one of a group that waited longest
+    /// goes first.
+    pub last_turn: u64,
     pub invocation_count: u64,
 }
 
@@ -72,6 +81,22 @@ impl Process {
     /// a call itself, or its own.
     pub fn payer_of_calls(&self) -> Capability {
         if self.payer.is_void() { self.root } else { self.payer }
+    }
+
+    /// It now serves a call from `caller`: runs on its payer and takes its turns.
+    pub fn serve(&mut self, caller: (Capability, ObjectId)) {
+        (self.payer, self.turn_group) = caller;
+    }
+
+    /// What [`Self::serve`] takes: this process's payer and turn group.
+    pub fn as_caller(&self) -> (Capability, ObjectId) {
+        (self.payer_of_calls(), self.turn_group)
+    }
+
+    /// It serves no call any more: back on its own meter and turns.
+    pub fn serve_none(&mut self) {
+        self.payer = Capability::VOID;
+        self.turn_group = self.group;
     }
 }
 
@@ -86,6 +111,8 @@ pub struct Scheduler {
     pub(super) installed: usize,
     /// Called when no process is runnable any more.
     pub(super) on_all_done: Option<fn() -> !>,
+    /// How many times [`super::switch_to_next`] has chosen: a clock for `last_turn`.
+    pub(super) turns: u64,
     /// Where [`Self::index_of`] last found a root node, by the node's id modulo
     /// [`INDEX_HINTS`]: only a guess, checked before use.
     index_hints: [core::cell::Cell<usize>; INDEX_HINTS],
@@ -139,6 +166,7 @@ pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     current: NO_PROCESS,
     installed: NO_PROCESS,
     on_all_done: None,
+    turns: 0,
     index_hints: [const { core::cell::Cell::new(0) }; INDEX_HINTS],
 });
 
@@ -200,6 +228,9 @@ pub fn adopt(root: Capability) {
         waiting_for_keeper: false,
         payer: Capability::VOID,
         ran_out_while_served: false,
+        group: root.object(),
+        turn_group: root.object(),
+        last_turn: 0,
         invocation_count: 0,
     };
     // A destroyed process's entry is taken again, so that a tenant that makes and destroys
