@@ -563,12 +563,15 @@ fn settle_time(objects: &mut Objects, scheduler: &mut process::Scheduler, index:
             let Some(keeper_index) = available else {
                 // Told when the keeper is free: the process waits on it, and (the flag kept)
                 // settles again at its next reply if it ran on servers only meanwhile.
+                // A keeper not in the table stops the process, as `invoke_keeper` does.
+                let Some(keeper_index) = scheduler.index_of(keeper.object()) else {
+                    scheduler.processes[index].state = ProcessState::Stopped { exit_code: u64::MAX };
+                    return process::NO_PROCESS;
+                };
+                scheduler.processes[keeper_index].stalled.push_back(index);
                 let process = &mut scheduler.processes[index];
                 process.state = ProcessState::Stalled;
                 process.ran_out_while_served = true;
-                if let Some(keeper_index) = scheduler.index_of(keeper.object()) {
-                    scheduler.processes[keeper_index].stalled.push_back(index);
-                }
                 return process::NO_PROCESS;
             };
             let mut message = message_for_keeper(objects, keeper, KeeperMessage { code: abi::keeper::METER_EXHAUSTED, words: [0; 4] }, root);

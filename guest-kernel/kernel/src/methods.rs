@@ -463,6 +463,8 @@ fn process_method(
                 process.state,
                 ProcessState::Stopped { .. } | ProcessState::Faulted(_)
             ) {
+                // Whatever it served when it stopped, it now runs for itself.
+                process.serve_none();
                 process.state = ProcessState::Runnable;
             }
             ok([0; 4])

@@ -31,6 +31,7 @@ fn assert_selftest_passed(stdout: &str, transcript: &str) {
         "space-test: a page another process swaps into the tree is seen at the next access [ok]",
         "zero-client: three faults resolved by the keeper with zeroed pages [ok]",
         "meter-client: the meter ran out and its keeper refilled it [ok]",
+        "meter-client: on a 5 ms share it ran a tick every other period, its debt paid [ok]",
         // A process made from a node, given a space and started, runs a real program.
         "objects-test: page: copy_from copies every byte, through a read-only capability to the source [ok]",
         "objects-test: process: a made process without a meter is not started [ok]",

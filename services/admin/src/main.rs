@@ -333,11 +333,15 @@ fn tenant_tp1(number: u64, page_limit: u64) -> Result<(), &'static str> {
     // restart found unsold would be lost with it (or reach whoever bought the page next).
     // Not waited for here: the host's `tenant create` waits for two commits after the
     // reply, and the control channel stays free for others meanwhile.
-    let bought_at = checkpoint::status(CHECKPOINT).map_err(|_| "the checkpoint control did not answer")?.generation;
     user::bank::buy_page(TENANT_BANK, TOKENS_PAGE).map_err(|_| "the tenant's bank refused a page for its tokens")?;
     space::swap(TOKENS_SPACE, tokens_slot(number), TOKENS_PAGE, SCRATCH).map_err(|_| "its tokens page could not be kept")?;
-    // SAFETY: one thread; no reference to the array outlives the statement.
-    unsafe { (*core::ptr::addr_of_mut!(TOKENS_PAGE_BOUGHT_AT))[number as usize] = bought_at };
+    // Read after the purchase: a checkpoint that committed before it is no help.
+    let bought_at = checkpoint::status(CHECKPOINT).map_err(|_| "the checkpoint control did not answer")?.generation;
+    // SAFETY: one thread; the reference is used and dropped within the statement.
+    match unsafe { (*core::ptr::addr_of_mut!(TOKENS_PAGE_BOUGHT_AT)).get_mut(number as usize) } {
+        Some(slot) => *slot = bought_at,
+        None => return Err("no such tenant"),
+    }
     user::bank::buy_page(TENANT_BANK, SCRATCH).map_err(|_| "the tenant's bank refused a page for its counters")?;
     user::net::listen_private(NETWORK, TENANT_METER).map_err(|_| "the network service made no listener for it")?;
     let configured = page::weaken(TOKENS_PAGE, TOKENS_PAGE)
@@ -648,7 +652,8 @@ fn mint(name: &[u8], kind: tokens::Kind, owner: tokens::Owner) -> Result<[u8; 16
     };
     if let tokens::Owner::Tenant(number) = owner {
         // SAFETY: one thread; no reference to the array outlives the statement.
-        let bought_at = unsafe { (*core::ptr::addr_of!(TOKENS_PAGE_BOUGHT_AT))[usize::from(number)] };
+        let bought_at = unsafe { (*core::ptr::addr_of!(TOKENS_PAGE_BOUGHT_AT)).get(usize::from(number)).copied() };
+        let bought_at = bought_at.ok_or("no such tenant")?;
         let newest = checkpoint::status(CHECKPOINT).map_err(|_| "the checkpoint control did not answer")?.generation;
         if newest < bought_at + 2 {
             return Err("the tenant's tokens page is not in a checkpoint yet: try again after the next one");

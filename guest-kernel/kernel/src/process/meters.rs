@@ -37,13 +37,23 @@ fn period_now() -> u64 {
 
 /// A meter's time left in period `period`, with the share given if this period has not had
 /// it yet; and the period to record with it. Negative: a debt, the time servers spent for
-/// the meter's processes after it ran out (stored as two's complement), which the next
-/// shares pay first.
+/// the meter's processes after it ran out, or the rest of a tick charged whole (stored as
+/// two's complement), which the shares of the periods since pay first: each period's, not
+/// only this one's, since a meter out of time is not charged (so not written) meanwhile,
+/// and a share smaller than the debt would otherwise never pay it. At most one share is
+/// left for a period.
 fn time_left(node: &Node, period: u64) -> (i64, u64) {
     let [left, given_in] = node.get(METER_TIME_SLOT).number_words().unwrap_or([0, 0]);
     let left = left as i64;
     let share = node.get(METER_SHARE_SLOT).number_words().map_or(0, |[share, _]| share.min(i64::MAX as u64) as i64);
-    if share > 0 && given_in != period { (share + left.min(0), period) } else { (left, given_in) }
+    if share > 0 && given_in != period {
+        // A restart starts the periods again: one share, as for the period after.
+        let periods = if period > given_in { period - given_in } else { 1 };
+        let paid = share.saturating_mul(i64::try_from(periods).unwrap_or(i64::MAX));
+        (left.min(0).saturating_add(paid).min(share), period)
+    } else {
+        (left, given_in)
+    }
 }
 
 /// A process's meter and the meters above it, nearest first: a fixed-size list, so that

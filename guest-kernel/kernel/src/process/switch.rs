@@ -35,8 +35,11 @@ pub fn switch_after_slice(group: ObjectId) -> ! {
 
 /// Round robin over the table from the current process, by groups ([`super::group_of`]):
 /// the first runnable process not of group `skipped`, if any; and of its group, the member
-/// that has waited longest. So a tenant's processes (and the servers serving them) take one
-/// slice a turn together, and another tenant waits one slice for them, not one for each.
+/// that has waited longest. So a tenant's processes (and the servers serving them) do not
+/// take slices one after another, and another tenant waits one slice for them, not one for
+/// each. (With three groups or more, a group whose members sit apart in the table can still
+/// have more turns than the others, A B A C, as under plain round robin: choosing the
+/// group that waited longest would make the turns even.)
 fn switch_skipping(skipped: Option<ObjectId>) -> ! {
     let mut scheduler = SCHEDULER.lock();
     let count = scheduler.processes.len();
