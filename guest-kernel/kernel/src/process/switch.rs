@@ -1,4 +1,4 @@
-//! The scheduler and the switch: the choice of the next runnable process, round robin by
+//! The scheduler and the switch: the choice of the next runnable process, by turns of
 //! groups ([`switch_to_next`]), taking the current one off the processor ([`wait_current`],
 //! [`stop_current`]), entering a process ([`enter`], on the IPC path), and the page tables
 //! it installs: the live root's user half, dropped whenever a translation may be stale
@@ -33,41 +33,34 @@ pub fn switch_after_slice(group: ObjectId) -> ! {
     switch_skipping(Some(group))
 }
 
-/// Round robin over the table from the current process, by groups ([`super::group_of`]):
-/// the first runnable process not of group `skipped`, if any; and of its group, the member
-/// that has waited longest. So a tenant's processes (and the servers serving them) do not
-/// take slices one after another, and another tenant waits one slice for them, not one for
-/// each. (With three groups or more, a group whose members sit apart in the table can still
-/// have more turns than the others, A B A C, as under plain round robin: choosing the
-/// group that waited longest would make the turns even.)
+/// Turns by groups ([`super::group_of`]): of the runnable processes, one not of group
+/// `skipped` if any; of those, one of the group whose last turn is oldest; of its members,
+/// the one whose last turn is oldest; of equals, the first in the table after the current
+/// one. So a tenant's processes (and the servers serving them) take one turn together:
+/// another tenant waits one slice for them, not one for each, and with three groups or
+/// more each has every third turn however its members sit in the table (round robin over
+/// the table would give A B A C).
 fn switch_skipping(skipped: Option<ObjectId>) -> ! {
     let mut scheduler = SCHEDULER.lock();
     let count = scheduler.processes.len();
     let after = scheduler.running().map_or(0, |current| current + 1);
-    let runnable = |scheduler: &Scheduler, index: usize| scheduler.processes[index].state == ProcessState::Runnable;
-    let mut from_current = (0..count).map(|offset| (after + offset) % count);
-    let found = from_current
-        .clone()
-        .find(|&index| runnable(&scheduler, index) && Some(scheduler.processes[index].turn_group) != skipped)
-        .or_else(|| from_current.find(|&index| runnable(&scheduler, index)));
-    let Some(found) = found else {
+    let next = (0..count)
+        .map(|offset| (after + offset) % count)
+        .filter(|&index| scheduler.processes[index].state == ProcessState::Runnable)
+        .min_by_key(|&index| {
+            let process = &scheduler.processes[index];
+            (Some(process.turn_group) == skipped, scheduler.group_turn(process.turn_group), process.last_turn)
+        });
+    let Some(next) = next else {
         let done = scheduler.on_all_done.expect("run() set it");
         scheduler.current = NO_PROCESS;
         drop(scheduler);
         done()
     };
-    let group = scheduler.processes[found].turn_group;
-    // A process on no meter, serving no call, is its group's only member: no second search.
-    let next = if group == scheduler.processes[found].root.object() {
-        found
-    } else {
-        (0..count)
-            .filter(|&index| runnable(&scheduler, index) && scheduler.processes[index].turn_group == group)
-            .min_by_key(|&index| scheduler.processes[index].last_turn)
-            .unwrap_or(found)
-    };
     scheduler.turns += 1;
-    scheduler.processes[next].last_turn = scheduler.turns;
+    let (turns, group) = (scheduler.turns, scheduler.processes[next].turn_group);
+    scheduler.processes[next].last_turn = turns;
+    scheduler.note_group_turn(group, turns);
     enter(scheduler, next)
 }
 

@@ -2,7 +2,7 @@
 //! stalled, for a reply, for input, for a journal commit, out of time, stopped, faulted),
 //! the running one, and the questions asked of the table.
 
-use alloc::collections::VecDeque;
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::vec::Vec;
 use holdfast_objects::{Capability, ObjectId};
 use spin::Mutex;
@@ -113,10 +113,19 @@ pub struct Scheduler {
     pub(super) on_all_done: Option<fn() -> !>,
     /// How many times [`super::switch_to_next`] has chosen: a clock for `last_turn`.
     pub(super) turns: u64,
+    /// `turns` when a member of each group ([`Process::turn_group`]) was last chosen: the
+    /// group that waited longest goes first. Groups no process is in any more are dropped
+    /// when they outnumber the processes.
+    group_turns: BTreeMap<ObjectId, u64>,
     /// Where [`Self::index_of`] last found a root node, by the node's id modulo
     /// [`INDEX_HINTS`]: only a guess, checked before use.
     index_hints: [core::cell::Cell<usize>; INDEX_HINTS],
 }
+
+/// How many more groups than twice the processes [`Scheduler::group_turns`] may hold
+/// before those of no process are dropped: enough that a table of a few processes does
+/// not sweep at every turn.
+const GROUP_TURNS_SLACK: usize = 64;
 
 /// No process: an index that [`Scheduler::processes`] never reaches.
 pub const NO_PROCESS: usize = usize::MAX;
@@ -159,6 +168,19 @@ impl Scheduler {
     pub fn running(&self) -> Option<usize> {
         (self.current != NO_PROCESS).then_some(self.current)
     }
+
+    /// `turns` when a member of `group` was last chosen; 0 if none has been.
+    pub(super) fn group_turn(&self, group: ObjectId) -> u64 {
+        self.group_turns.get(&group).copied().unwrap_or(0)
+    }
+
+    pub(super) fn note_group_turn(&mut self, group: ObjectId, turn: u64) {
+        self.group_turns.insert(group, turn);
+        if self.group_turns.len() > 2 * self.processes.len() + GROUP_TURNS_SLACK {
+            let groups: BTreeSet<ObjectId> = self.processes.iter().map(|process| process.turn_group).collect();
+            self.group_turns.retain(|group, _| groups.contains(group));
+        }
+    }
 }
 
 pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
@@ -167,6 +189,7 @@ pub static SCHEDULER: Mutex<Scheduler> = Mutex::new(Scheduler {
     installed: NO_PROCESS,
     on_all_done: None,
     turns: 0,
+    group_turns: BTreeMap::new(),
     index_hints: [const { core::cell::Cell::new(0) }; INDEX_HINTS],
 });
 
