@@ -63,6 +63,15 @@ fn checkpoints_are_controlled_and_counted_from_the_host() {
 
     assert_eq!(status_field(&status, "failures-since-commit"), 0, "{status}");
 
+    // A client that gives up before its answers come leaves them on the channel for the
+    // next one, an error among them: the next client's tag tells its own reply apart.
+    let control_socket = Path::new(env!("CARGO_TARGET_TMPDIR")).join("holdfast-state").join(&name).join("control.sock");
+    let mut client = std::os::unix::net::UnixStream::connect(&control_socket).expect("the control socket");
+    client.write_all(b"no such request\ncounters\n").expect("requests");
+    drop(client);
+    let status = holdfast_ok(&["checkpoint", "status", &name]);
+    assert!(status.starts_with(&format!("{name}: generation ")), "{status}");
+
     // A day: from here on only the request and the log's filling make checkpoints (the
     // request alone: checkpoint_now_puts_what_was_done_just_before_on_disk).
     assert_eq!(holdfast_ok(&["checkpoint", "interval", &name, "86400000"]), format!("{name}: interval-ms 86400000\n"));

@@ -1,6 +1,11 @@
 //! The admin service: reads the host's requests from the control channel, one line each,
 //! and answers each with the capabilities it holds. Every reply ends with a line that
-//! starts `ok` or `error`; lines before it (the counters) are the reply's body.
+//! starts `ok` or `error`; lines before it (the counters) are the reply's body. A request
+//! may begin with a tag, `@<tag> ` (1 to 32 letters, digits and `-`): its reply then begins
+//! with the line `@<tag>`, so that a client can tell its own reply from one left over for a
+//! client that gave up before its answer came. A blank line is no request: a client begins
+//! with one to end the part of a line that a client before it left unfinished (QEMU hands
+//! the guest what it read of a request whose client has gone).
 //!
 //! | request | reply |
 //! |---|---|
@@ -253,7 +258,7 @@ fn answer(request: &[u8], reply: &mut Reply) {
         (Some(b"tenant"), Some(b"list"), None, None) => tenant_list(reply),
         (Some(b"tenant"), Some(b"revoke"), Some(name), None) => tenant_revoke(name, reply),
         _ => {
-            reply.error(b"unknown request (checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant create <name> <pages> <nodes> <cpu-percent> [tp1] | tenant quota <name> <pages> <nodes> <cpu-percent> | tenant token <tenant> <name> [admin] | tenant revoke <name> | tenant audit <name>)");
+            reply.error(b"unknown request ([@<tag> ] checkpoint status | checkpoint interval <ms> | checkpoint now | counters | tp1 token <name> [admin] | tenant list | tenant create <name> <pages> <nodes> <cpu-percent> [tp1] | tenant quota <name> <pages> <nodes> <cpu-percent> | tenant token <tenant> <name> [admin] | tenant revoke <name> | tenant audit <name>)");
         }
     }
 }
@@ -731,6 +736,19 @@ fn write_tokens(slot: u64, pieces: impl Fn(&[u8; tokens::PAGE_BYTES]) -> Result<
     Err("the tokens page kept changing under the write")
 }
 
+/// The longest request tag.
+const TAG_BYTES_MAX: usize = 32;
+
+/// A request's tag (`@<tag> ` before it) and the request after it. A tag that is not 1 to
+/// [`TAG_BYTES_MAX`] letters, digits and `-` comes back empty, to be refused.
+fn split_tag(request: &[u8]) -> (Option<&[u8]>, &[u8]) {
+    let Some(tagged) = request.strip_prefix(b"@") else { return (None, request) };
+    let (tag, rest) = tagged.split_at(tagged.iter().position(|&byte| byte == b' ').unwrap_or(tagged.len()));
+    let valid = (1..=TAG_BYTES_MAX).contains(&tag.len())
+        && tag.iter().all(|&byte| byte.is_ascii_alphanumeric() || byte == b'-');
+    (Some(if valid { tag } else { b"" }), rest.strip_prefix(b" ").unwrap_or(rest))
+}
+
 fn main() -> u64 {
     let mut line = [0u8; LINE_BYTES_MAX];
     let mut length = 0;
@@ -767,11 +785,25 @@ fn main() -> u64 {
                 }
                 continue;
             }
+            let request = line[..length].strip_suffix(b"\r").unwrap_or(&line[..length]);
+            if request.is_empty() && !overlong {
+                continue;
+            }
             let reply = reply.clear();
+            let (tag, request) = split_tag(request);
+            if let Some(tag) = tag.filter(|tag| !tag.is_empty()) {
+                // Written apart from the reply: a reply that clears itself keeps its tag.
+                let mut tag_line = [0u8; TAG_BYTES_MAX + 2];
+                tag_line[0] = b'@';
+                tag_line[1..=tag.len()].copy_from_slice(tag);
+                tag_line[tag.len() + 1] = b'\n';
+                let _ = control::write(CONTROL, &tag_line[..tag.len() + 2]);
+            }
             if overlong {
                 reply.error(b"request longer than 256 bytes");
+            } else if tag == Some(b"") {
+                reply.error(b"a request tag is 1 to 32 letters, digits and '-', then a space");
             } else {
-                let request = line[..length].strip_suffix(b"\r").unwrap_or(&line[..length]);
                 answer(request, reply);
                 if reply.overflowed {
                     // A cut line would make the host's exporter refuse the whole poll, and

@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,10 @@ use crate::paths;
 /// How long the admin service may take to answer: a guest under TCG on a busy host answers
 /// within a second; a system without the admin service never does.
 const ANSWER_TIME_LIMIT: Duration = Duration::from_secs(30);
+
+/// How the admin service's list of requests, in its refusal of an unknown one, shows the
+/// tag: an admin service from before tags does not.
+const TAG_SYNTAX: &str = "[@<tag> ]";
 
 /// The newest committed checkpoint's generation in a `checkpoint status` reply.
 pub fn status_generation(reply: &str) -> Option<u64> {
@@ -49,21 +54,16 @@ pub fn request(name: &str, request: &str) -> Result<String, Failure> {
 }
 
 /// `request` to the VM called `name` whose control channel is `socket`, waiting at most
-/// `time_limit` for each read and write (`holdfast exporter` asks with a short one).
+/// `time_limit` for the reply (`holdfast exporter` asks with a short one).
+///
+/// The request goes with a tag that its reply echoes first (services/admin/src/main.rs),
+/// after a blank line: a client that gave up on a slow guest may leave its reply to come
+/// out ahead of ours, which the tag tells apart, or the part of its request the guest had
+/// read, which the blank line ends. An admin service from before tags (a store keeps the
+/// programs it was made with) refuses both lines as unknown requests, and its list of
+/// requests lacks [`TAG_SYNTAX`]; the request is then sent again without a tag.
 pub fn request_on(socket: &Path, name: &str, request: &str, time_limit: Duration) -> Result<String, Failure> {
-    request_matching(socket, name, request, time_limit, |_| true)
-}
-
-/// `request_on`, skipping replies that `expected` rejects. A client that gave up on a slow
-/// guest leaves its reply to come out on the next connection, ahead of that one's own: the
-/// exporter, which gives up after a short time, reads past such a reply to its own.
-pub fn request_matching(
-    socket: &Path,
-    name: &str,
-    request: &str,
-    time_limit: Duration,
-    expected: impl Fn(&str) -> bool,
-) -> Result<String, Failure> {
+    static SENT: AtomicU64 = AtomicU64::new(0);
     let stream = UnixStream::connect(socket).map_err(|error| match error.kind() {
         ErrorKind::NotFound | ErrorKind::ConnectionRefused => Failure::input(format!(
             "no VM named '{name}' is running (nothing answers on {})",
@@ -72,40 +72,61 @@ pub fn request_matching(
         _ => Failure::other(format!("VM '{name}': connecting to {}: {error}", socket.display())),
     })?;
     stream
-        .set_read_timeout(Some(time_limit))
-        .and_then(|()| stream.set_write_timeout(Some(time_limit)))
+        .set_write_timeout(Some(time_limit))
         .map_err(|error| Failure::other(format!("VM '{name}': {error}")))?;
-    let mut stream = stream;
+    let deadline = Instant::now() + time_limit;
+    let tag = format!("@{}-{}", std::process::id(), SENT.fetch_add(1, Ordering::Relaxed));
+    let mut reader = BufReader::new(stream);
+    send(reader.get_mut(), name, &format!("\n{tag} {request}"))?;
+    let (mut line, mut refused_untagged) = (String::new(), 0);
+    loop {
+        line.clear();
+        read_line(&mut reader, &mut line, name, deadline)?;
+        if line.trim_end() == tag {
+            return read_reply(&mut reader, name, deadline);
+        }
+        if line.starts_with("error unknown request") && !line.contains(TAG_SYNTAX) {
+            refused_untagged += 1;
+            if refused_untagged == 2 {
+                send(reader.get_mut(), name, request)?;
+                return read_reply(&mut reader, name, deadline);
+            }
+        }
+        // A line of a reply left over for another client: skipped.
+    }
+}
+
+fn send(stream: &mut UnixStream, name: &str, request: &str) -> Result<(), Failure> {
     stream
         .write_all(format!("{request}\n").as_bytes())
-        .map_err(|error| Failure::other(format!("VM '{name}': sending the request: {error}")))?;
-    let mut reader = BufReader::new(stream);
-    // Two replies at most: one left over from a client that gave up, then ours.
-    for _ in 0..2 {
-        let reply = read_reply(&mut reader, name, time_limit)?;
-        if expected(&reply) {
-            return Ok(reply);
-        }
+        .map_err(|error| Failure::other(format!("VM '{name}': sending the request: {error}")))
+}
+
+/// Reads one line into `line`, waiting until `deadline` at most.
+fn read_line(reader: &mut BufReader<UnixStream>, line: &mut String, name: &str, deadline: Instant) -> Result<(), Failure> {
+    let late = || Failure::other(format!("VM '{name}' did not answer on its control channel in time (is the admin service in its system?)"));
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(late());
     }
-    Err(Failure::other(format!("VM '{name}': the replies to '{request}' are not what it asked for")))
+    reader
+        .get_ref()
+        .set_read_timeout(Some(left))
+        .map_err(|error| Failure::other(format!("VM '{name}': {error}")))?;
+    match reader.read_line(line) {
+        Ok(0) => Err(Failure::other(format!("VM '{name}' closed its control channel before answering"))),
+        Ok(_) => Ok(()),
+        Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(late()),
+        Err(error) => Err(Failure::other(format!("VM '{name}': reading the reply: {error}"))),
+    }
 }
 
 /// One reply: lines up to one that starts with `ok`, or an `error` line as a failure.
-fn read_reply(reader: &mut BufReader<UnixStream>, name: &str, time_limit: Duration) -> Result<String, Failure> {
+fn read_reply(reader: &mut BufReader<UnixStream>, name: &str, deadline: Instant) -> Result<String, Failure> {
     let mut reply = String::new();
     loop {
         let mut line = String::new();
-        match reader.read_line(&mut line) {
-            Ok(0) => return Err(Failure::other(format!("VM '{name}' closed its control channel before answering"))),
-            Ok(_) => {}
-            Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(Failure::other(format!(
-                    "VM '{name}' did not answer on its control channel within {:.1} s (is the admin service in its system?)",
-                    time_limit.as_secs_f64()
-                )));
-            }
-            Err(error) => return Err(Failure::other(format!("VM '{name}': reading the reply: {error}"))),
-        }
+        read_line(reader, &mut line, name, deadline)?;
         if let Some(what) = line.strip_prefix("error ") {
             return Err(Failure::other(format!("VM '{name}': {}", what.trim_end())));
         }
@@ -144,5 +165,93 @@ mod tests {
         // A generation that never moves: none by the deadline.
         let still = |_: &str| Ok("ok generation 7\n".to_owned());
         assert_eq!(checkpoint_and_wait(still, Instant::now() + Duration::from_millis(50), Duration::from_millis(5)).unwrap(), None);
+    }
+
+    /// A guest's control channel on a socket in a scratch directory: `answer` gets each
+    /// request line and returns what the guest writes back. As with QEMU's serial line, the
+    /// clients one after another are one stream of bytes to the guest: a line one client
+    /// left unfinished goes on with the next client's bytes.
+    fn guest(test: &str, answer: impl Fn(&str) -> String + Send + 'static) -> std::path::PathBuf {
+        use std::io::Read;
+        let directory = std::env::temp_dir().join(format!("holdfast-control-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        let socket = directory.join("control.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        thread::spawn(move || {
+            let mut line = Vec::new();
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                let mut bytes = [0u8; 256];
+                while let Ok(count @ 1..) = stream.read(&mut bytes) {
+                    for &byte in &bytes[..count] {
+                        if byte != b'\n' {
+                            line.push(byte);
+                            continue;
+                        }
+                        let _ = stream.write_all(answer(&String::from_utf8_lossy(&line)).as_bytes());
+                        line.clear();
+                    }
+                }
+            }
+        });
+        socket
+    }
+
+    #[test]
+    fn a_reply_left_over_for_another_client_is_skipped() {
+        // Ahead of ours: a counters reply, an error and the refusal of an untagged request,
+        // each for a client that gave up.
+        let socket = guest("leftover", |request| {
+            if request.is_empty() {
+                return String::new();
+            }
+            let (tag, request) = request.split_once(' ').unwrap();
+            assert!(tag.starts_with('@'), "{tag}");
+            format!(
+                "@1-0\nholdfast_x 1\nok\n@1-1\nerror no tenant named x\nerror unknown request ([@<tag> ] counters)\n\
+                 {tag}\nok generation 9 for {request}\n"
+            )
+        });
+        let reply = request_on(&socket, "vm", "checkpoint status", Duration::from_secs(10)).unwrap();
+        assert_eq!(reply, "ok generation 9 for checkpoint status\n");
+        // Our own error is a failure.
+        let socket = guest("error", |request| match request.split_once(' ') {
+            Some((tag, _)) => format!("{tag}\nerror no tenant named x\n"),
+            None => String::new(),
+        });
+        let failure = request_on(&socket, "vm", "tenant revoke x", Duration::from_secs(10)).unwrap_err();
+        assert_eq!(failure.to_string(), "VM 'vm': no tenant named x");
+    }
+
+    #[test]
+    fn an_admin_service_from_before_tags_is_asked_again_without_one() {
+        let socket = guest("untagged", |request| match request {
+            "counters" => "holdfast_x 1\nok\n".to_owned(),
+            _ => "error unknown request (checkpoint status | counters)\n".to_owned(),
+        });
+        assert_eq!(request_on(&socket, "vm", "counters", Duration::from_secs(10)).unwrap(), "holdfast_x 1\nok\n");
+    }
+
+    #[test]
+    fn a_request_begins_with_a_blank_line_that_ends_one_left_unfinished() {
+        let socket = guest("blank", |request| match request.split_once(' ') {
+            _ if request.is_empty() => String::new(),
+            Some((tag, _)) if tag.starts_with('@') => format!("{tag}\nok\n"),
+            _ => "error unknown request ([@<tag> ] counters)\n".to_owned(),
+        });
+        let mut unfinished = UnixStream::connect(&socket).unwrap();
+        unfinished.write_all(b"checkpoint sta").unwrap();
+        drop(unfinished);
+        assert_eq!(request_on(&socket, "vm", "counters", Duration::from_secs(10)).unwrap(), "ok\n");
+    }
+
+    #[test]
+    fn a_guest_that_never_tags_its_reply_times_out() {
+        let socket = guest("silent", |_| "holdfast_x 1\nok\n".to_owned());
+        let started = Instant::now();
+        let failure = request_on(&socket, "vm", "counters", Duration::from_millis(300)).unwrap_err();
+        assert!(failure.to_string().contains("did not answer"), "{failure}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }
