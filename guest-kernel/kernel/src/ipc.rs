@@ -544,8 +544,7 @@ fn wake_with(
 /// Process `index`, just given its reply, ran out of time while a server worked for it:
 /// what its own timer tick would have done happens now. It runs on if its meters have time
 /// again; otherwise it waits for time ([`process::NO_PROCESS`] is returned: nothing of its
-/// to run), or its meter's keeper is told, and that keeper is returned to run. A keeper
-/// that is busy is told at the process's own next tick instead.
+/// to run), or its meter's keeper is told ([`hand_to_keeper`]).
 fn settle_time(objects: &mut Objects, scheduler: &mut process::Scheduler, index: usize) -> usize {
     let process = &mut scheduler.processes[index];
     process.ran_out_while_served = false;
@@ -557,30 +556,51 @@ fn settle_time(objects: &mut Objects, scheduler: &mut process::Scheduler, index:
             process::NO_PROCESS
         }
         process::Settled::Keeper(keeper) => {
-            let available = scheduler
-                .index_of(keeper.object())
-                .filter(|&keeper| scheduler.processes[keeper].state == ProcessState::Available);
-            let Some(keeper_index) = available else {
-                // Told when the keeper is free: the process waits on it, and (the flag kept)
-                // settles again at its next reply if it ran on servers only meanwhile.
-                // A keeper not in the table stops the process, as `invoke_keeper` does.
-                let Some(keeper_index) = scheduler.index_of(keeper.object()) else {
-                    scheduler.processes[index].state = ProcessState::Stopped { exit_code: u64::MAX };
-                    return process::NO_PROCESS;
-                };
-                scheduler.processes[keeper_index].stalled.push_back(index);
-                let process = &mut scheduler.processes[index];
-                process.state = ProcessState::Stalled;
-                process.ran_out_while_served = true;
-                return process::NO_PROCESS;
-            };
-            let mut message = message_for_keeper(objects, keeper, KeeperMessage { code: abi::keeper::METER_EXHAUSTED, words: [0; 4] }, root);
+            let message = KeeperMessage { code: abi::keeper::METER_EXHAUSTED, words: [0; 4] };
+            let next = hand_to_keeper(objects, scheduler, index, keeper, message);
+            // A busy keeper: the process waits on it and, if it runs on servers only
+            // meanwhile, settles again at its next reply.
             let process = &mut scheduler.processes[index];
-            process.state = ProcessState::WaitingForReply;
-            process.waiting_for_keeper = true;
-            wake_with(objects, scheduler, keeper_index, &mut message)
+            process.ran_out_while_served = process.state == ProcessState::Stalled;
+            next
         }
     }
+}
+
+/// Process `index`, its registers saved, is to wait for its keeper `keeper` (a start
+/// capability) to answer `keeper_message`. Returns the process to run next for it: the
+/// keeper, given the message; or [`process::NO_PROCESS`] if the keeper is busy (the process
+/// stalls on it and runs from its registers when the keeper becomes available: a fault
+/// faults again) or not in the table (the process is stopped).
+fn hand_to_keeper(
+    objects: &mut Objects,
+    scheduler: &mut process::Scheduler,
+    index: usize,
+    keeper: Capability,
+    keeper_message: KeeperMessage,
+) -> usize {
+    let Some(keeper_index) = scheduler.index_of(keeper.object()) else {
+        scheduler.processes[index].state = ProcessState::Stopped { exit_code: u64::MAX };
+        return process::NO_PROCESS;
+    };
+    if scheduler.processes[keeper_index].state != ProcessState::Available {
+        scheduler.processes[index].state = ProcessState::Stalled;
+        scheduler.processes[keeper_index].stalled.push_back(index);
+        return process::NO_PROCESS;
+    }
+    let root = scheduler.processes[index].root;
+    let for_its_meter = keeper_message.code == abi::keeper::METER_EXHAUSTED;
+    let mut message = message_for_keeper(objects, keeper, keeper_message, root);
+    let process = &mut scheduler.processes[index];
+    process.state = ProcessState::WaitingForReply;
+    process.waiting_for_keeper = true;
+    // A keeper works for the process (a virtual copy's keeper copying its page, say), on
+    // its meter; except when its meter ran out, which the keeper is told about.
+    if !for_its_meter {
+        let caller = process.as_caller();
+        scheduler.processes[keeper_index].serve(caller);
+    }
+    wake_with(objects, scheduler, keeper_index, &mut message)
 }
 
 /// What keeper `keeper` is sent about the process `root`: its process capability, and the
@@ -694,36 +714,8 @@ pub fn invoke_keeper(
     let mut objects = OBJECTS.lock();
     let mut scheduler = SCHEDULER.lock();
     let faulter = scheduler.current();
-    let Some(receiver) = scheduler.index_of(keeper.object()) else {
-        drop(scheduler);
-        drop(objects);
-        process::stop_current(ProcessState::Stopped {
-            exit_code: u64::MAX,
-        })
-    };
-    if scheduler.processes[receiver].state != ProcessState::Available {
-        let process = &mut scheduler.processes[faulter];
-        process.registers.copy_from(registers);
-        process.state = ProcessState::Stalled;
-        scheduler.processes[receiver].stalled.push_back(faulter);
-        drop(scheduler);
-        drop(objects);
-        process::switch_to_next()
-    }
-    let root = scheduler.processes[faulter].root;
-    let for_its_meter = keeper_message.code == abi::keeper::METER_EXHAUSTED;
-    let mut message = message_for_keeper(&objects, keeper, keeper_message, root);
-    let process = &mut scheduler.processes[faulter];
-    process.registers.copy_from(registers);
-    process.state = ProcessState::WaitingForReply;
-    process.waiting_for_keeper = true;
-    // A keeper works for the faulter (a virtual copy's keeper copying its page, say), on its
-    // meter; except when its meter ran out, which the keeper is told about.
-    if !for_its_meter {
-        let faulter = scheduler.processes[faulter].as_caller();
-        scheduler.processes[receiver].serve(faulter);
-    }
-    let next = wake_with(&mut objects, &mut scheduler, receiver, &mut message);
+    scheduler.processes[faulter].registers.copy_from(registers);
+    let next = hand_to_keeper(&mut objects, &mut scheduler, faulter, keeper, keeper_message);
     drop(objects);
     enter_or_switch(scheduler, next)
 }

@@ -111,10 +111,9 @@ pub fn group_of(objects: &Objects, root: &Capability) -> ObjectId {
 
 /// Sets every process's group: at the start of a run, the initial or restored system's.
 pub fn regroup_all(objects: &Objects) {
-    let mut scheduler = SCHEDULER.lock();
-    for process in scheduler.processes.iter_mut() {
-        process.group = group_of(objects, &process.root);
-        process.serve_none();
+    let count = SCHEDULER.lock().processes.len();
+    for index in 0..count {
+        regroup(objects, index);
     }
 }
 
