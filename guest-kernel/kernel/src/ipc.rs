@@ -660,8 +660,9 @@ fn make_available(scheduler: &mut process::Scheduler, index: usize) {
 
 /// How long at most a process that became available is kept for the first of those
 /// stalled on it: long enough for it to have its turn (the ticks of a round of two or three
-/// runnable processes), short enough that one that runs on without trying again holds
-/// nobody up for long.
+/// runnable groups; with more, the keeping may end first and the first come tries again as
+/// one of all), short enough that one that runs on without trying again holds nobody up for
+/// long.
 const KEPT_TICKS: u64 = 3;
 
 /// Whether the available process `server` is kept for a process other than `invoker`: one

@@ -3,9 +3,8 @@
 //! starts `ok` or `error`; lines before it (the counters) are the reply's body. A request
 //! may begin with a tag, `@<tag> ` (1 to 32 letters, digits and `-`): its reply then begins
 //! with the line `@<tag>`, so that a client can tell its own reply from one left over for a
-//! client that gave up before its answer came. A blank line is no request: a client begins
-//! with one to end the part of a line that a client before it left unfinished (QEMU hands
-//! the guest what it read of a request whose client has gone).
+//! client that gave up before its answer came. Blank lines and lines holding the byte 0x18
+//! ([`DISCARD`]) are dropped unanswered: a client begins with the latter.
 //!
 //! | request | reply |
 //! |---|---|
@@ -736,6 +735,12 @@ fn write_tokens(slot: u64, pieces: impl Fn(&[u8; tokens::PAGE_BYTES]) -> Result<
     Err("the tokens page kept changing under the write")
 }
 
+/// A line that holds this byte (ASCII CAN, "cancel") is dropped whole, unanswered: a client
+/// begins with one to end the part of a request that a client before it left unfinished
+/// (QEMU hands the guest what it read of a request whose client has gone), so that the
+/// part is never carried out.
+const DISCARD: u8 = 0x18;
+
 /// The longest request tag.
 const TAG_BYTES_MAX: usize = 32;
 
@@ -754,6 +759,8 @@ fn main() -> u64 {
     let mut length = 0;
     // A line longer than the buffer: skipped up to its end, then refused.
     let mut overlong = false;
+    // The line holds [`DISCARD`]: dropped at its end, unanswered.
+    let mut discarded = false;
     let mut input = [0u8; 512];
     // SAFETY: `main` runs once, on the program's only thread, and never returns: this is the
     // only reference to the reply buffer for the program's life.
@@ -772,21 +779,28 @@ fn main() -> u64 {
         // client is gone: the new client's request must not be glued onto it.
         if boot_now() != boot {
             boot = boot_now();
-            length = 0;
-            overlong = false;
+            (length, overlong, discarded) = (0, false, false);
         }
         for &byte in &input[..count] {
-            if byte != b'\n' {
-                if length < line.len() {
+            match byte {
+                b'\n' => {}
+                DISCARD => {
+                    discarded = true;
+                    continue;
+                }
+                _ if length < line.len() => {
                     line[length] = byte;
                     length += 1;
-                } else {
-                    overlong = true;
+                    continue;
                 }
-                continue;
+                _ => {
+                    overlong = true;
+                    continue;
+                }
             }
             let request = line[..length].strip_suffix(b"\r").unwrap_or(&line[..length]);
-            if request.is_empty() && !overlong {
+            if discarded || (request.is_empty() && !overlong) {
+                (length, overlong, discarded) = (0, false, false);
                 continue;
             }
             let reply = reply.clear();

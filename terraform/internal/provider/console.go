@@ -57,12 +57,12 @@ func tail(text string, lines int) string {
 // and returns its `ok` line, as `holdfast checkpoint` does (services/admin/src/main.rs):
 // a line out, lines back until one that starts with `ok` or `error`.
 //
-// A lone newline goes first. The admin service's half-read line is part of its memory, so
-// a checkpoint taken while a request was arriving brings that fragment back after a
-// restart, glued to the front of the next request ("checkpoint stcheckpoint status": an
-// unknown request). The newline ends such a fragment as a line of its own; its reply, and
-// the one to the empty line when there was no fragment, say "unknown request", which a
-// well-formed request never gets, and are skipped.
+// A line holding only the byte 0x18 (CAN) goes first. A client that hung up mid-request
+// leaves the part the guest read to be glued to the front of the next request
+// ("checkpoint stcheckpoint status"). The admin service drops a line holding 0x18 whole,
+// unanswered, so the fragment ends there and is never carried out. An admin service from
+// older images answers that line "unknown request", which a well-formed request never
+// gets, and it is skipped.
 func controlRequest(socket, request string, deadline time.Time, expected func(reply string) bool) (string, error) {
 	connection, err := net.DialTimeout("unix", socket, time.Until(deadline))
 	if err != nil {
@@ -72,11 +72,11 @@ func controlRequest(socket, request string, deadline time.Time, expected func(re
 	if err := connection.SetDeadline(deadline); err != nil {
 		return "", err
 	}
-	if _, err := connection.Write([]byte("\n" + request + "\n")); err != nil {
+	if _, err := connection.Write([]byte("\x18\n" + request + "\n")); err != nil {
 		return "", err
 	}
 	reader := bufio.NewReader(connection)
-	// Three replies at most: the flush's, one left by a client that gave up (which
+	// Three replies at most: the 0x18 line's, one left by a client that gave up (which
 	// expected tells from ours), then ours.
 	for replies := 0; replies < 3; {
 		line, err := reader.ReadString('\n')

@@ -115,7 +115,8 @@ pub struct Scheduler {
     pub(super) turns: u64,
     /// `turns` when a member of each group ([`Process::turn_group`]) was last chosen: the
     /// group that waited longest goes first. Groups no process is in any more are dropped
-    /// when they outnumber the processes.
+    /// when the map holds more than twice as many as there are processes, and
+    /// [`GROUP_TURNS_SLACK`] more.
     group_turns: BTreeMap<ObjectId, u64>,
     /// Where [`Self::index_of`] last found a root node, by the node's id modulo
     /// [`INDEX_HINTS`]: only a guess, checked before use.
@@ -177,7 +178,9 @@ impl Scheduler {
     pub(super) fn note_group_turn(&mut self, group: ObjectId, turn: u64) {
         self.group_turns.insert(group, turn);
         if self.group_turns.len() > 2 * self.processes.len() + GROUP_TURNS_SLACK {
-            let groups: BTreeSet<ObjectId> = self.processes.iter().map(|process| process.turn_group).collect();
+            // A server serving another group's call keeps its own group's turn for after.
+            let groups: BTreeSet<ObjectId> =
+                self.processes.iter().flat_map(|process| [process.group, process.turn_group]).collect();
             self.group_turns.retain(|group, _| groups.contains(group));
         }
     }

@@ -57,13 +57,24 @@ pub fn request(name: &str, request: &str) -> Result<String, Failure> {
 /// `time_limit` for the reply (`holdfast exporter` asks with a short one).
 ///
 /// The request goes with a tag that its reply echoes first (services/admin/src/main.rs),
-/// after a blank line: a client that gave up on a slow guest may leave its reply to come
-/// out ahead of ours, which the tag tells apart, or the part of its request the guest had
-/// read, which the blank line ends. An admin service from before tags (a store keeps the
-/// programs it was made with) refuses both lines as unknown requests, and its list of
-/// requests lacks [`TAG_SYNTAX`]; the request is then sent again without a tag.
+/// after a line holding only [`DISCARD`]: a client that gave up on a slow guest may leave
+/// its reply to come out ahead of ours, which the tag tells apart, or the part of its
+/// request the guest had read, which the discard line ends and has dropped (never carried
+/// out: `tenant revoke al`, cut from `alice`, would be a request). An admin service from
+/// before tags (a store keeps the programs it was made with) refuses the tagged line as an
+/// unknown request, and its list of requests lacks [`TAG_SYNTAX`]: the request is then sent
+/// again untagged, and its reply is the first line after that is not such a refusal (as
+/// before tags, a reply left over for another client may be taken for it).
 pub fn request_on(socket: &Path, name: &str, request: &str, time_limit: Duration) -> Result<String, Failure> {
     static SENT: AtomicU64 = AtomicU64::new(0);
+    let deadline = Instant::now() + time_limit;
+    let tag = format!("@{}-{}", std::process::id(), SENT.fetch_add(1, Ordering::Relaxed));
+    let tagged = format!("{tag} {request}");
+    if tagged.len() > REQUEST_BYTES_MAX {
+        return Err(Failure::input(format!(
+            "the request to VM '{name}' is longer than the admin service takes ({REQUEST_BYTES_MAX} bytes with its tag)"
+        )));
+    }
     let stream = UnixStream::connect(socket).map_err(|error| match error.kind() {
         ErrorKind::NotFound | ErrorKind::ConnectionRefused => Failure::input(format!(
             "no VM named '{name}' is running (nothing answers on {})",
@@ -71,34 +82,38 @@ pub fn request_on(socket: &Path, name: &str, request: &str, time_limit: Duration
         )),
         _ => Failure::other(format!("VM '{name}': connecting to {}: {error}", socket.display())),
     })?;
-    stream
-        .set_write_timeout(Some(time_limit))
-        .map_err(|error| Failure::other(format!("VM '{name}': {error}")))?;
-    let deadline = Instant::now() + time_limit;
-    let tag = format!("@{}-{}", std::process::id(), SENT.fetch_add(1, Ordering::Relaxed));
     let mut reader = BufReader::new(stream);
-    send(reader.get_mut(), name, &format!("\n{tag} {request}"))?;
-    let (mut line, mut refused_untagged) = (String::new(), 0);
+    send(reader.get_mut(), name, &format!("{DISCARD}\n{tagged}"), deadline)?;
+    let (mut line, mut sent_untagged) = (String::new(), false);
     loop {
         line.clear();
         read_line(&mut reader, &mut line, name, deadline)?;
         if line.trim_end() == tag {
-            return read_reply(&mut reader, name, deadline);
+            return read_reply(&mut reader, String::new(), name, deadline);
         }
         if line.starts_with("error unknown request") && !line.contains(TAG_SYNTAX) {
-            refused_untagged += 1;
-            if refused_untagged == 2 {
-                send(reader.get_mut(), name, request)?;
-                return read_reply(&mut reader, name, deadline);
+            if !sent_untagged {
+                send(reader.get_mut(), name, request, deadline)?;
+                sent_untagged = true;
             }
+        } else if sent_untagged {
+            return read_reply(&mut reader, line, name, deadline);
         }
-        // A line of a reply left over for another client: skipped.
+        // Otherwise a line of a reply left over for another client: skipped.
     }
 }
 
-fn send(stream: &mut UnixStream, name: &str, request: &str) -> Result<(), Failure> {
+/// The longest request line the admin service takes, tag included.
+const REQUEST_BYTES_MAX: usize = 256;
+
+/// The byte whose line the admin service drops whole (ASCII CAN, "cancel").
+const DISCARD: char = '\u{18}';
+
+fn send(stream: &mut UnixStream, name: &str, request: &str, deadline: Instant) -> Result<(), Failure> {
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     stream
-        .write_all(format!("{request}\n").as_bytes())
+        .set_write_timeout(Some(left))
+        .and_then(|()| stream.write_all(format!("{request}\n").as_bytes()))
         .map_err(|error| Failure::other(format!("VM '{name}': sending the request: {error}")))
 }
 
@@ -121,12 +136,14 @@ fn read_line(reader: &mut BufReader<UnixStream>, line: &mut String, name: &str, 
     }
 }
 
-/// One reply: lines up to one that starts with `ok`, or an `error` line as a failure.
-fn read_reply(reader: &mut BufReader<UnixStream>, name: &str, deadline: Instant) -> Result<String, Failure> {
-    let mut reply = String::new();
+/// One reply, from its line `first` if already read (empty if not): lines up to one that
+/// starts with `ok`, or an `error` line as a failure.
+fn read_reply(reader: &mut BufReader<UnixStream>, first: String, name: &str, deadline: Instant) -> Result<String, Failure> {
+    let (mut reply, mut line) = (String::new(), first);
     loop {
-        let mut line = String::new();
-        read_line(reader, &mut line, name, deadline)?;
+        if line.is_empty() {
+            read_line(reader, &mut line, name, deadline)?;
+        }
         if let Some(what) = line.strip_prefix("error ") {
             return Err(Failure::other(format!("VM '{name}': {}", what.trim_end())));
         }
@@ -135,6 +152,7 @@ fn read_reply(reader: &mut BufReader<UnixStream>, name: &str, deadline: Instant)
         if done {
             return Ok(reply);
         }
+        line.clear();
     }
 }
 
@@ -167,91 +185,123 @@ mod tests {
         assert_eq!(checkpoint_and_wait(still, Instant::now() + Duration::from_millis(50), Duration::from_millis(5)).unwrap(), None);
     }
 
-    /// A guest's control channel on a socket in a scratch directory: `answer` gets each
-    /// request line and returns what the guest writes back. As with QEMU's serial line, the
-    /// clients one after another are one stream of bytes to the guest: a line one client
-    /// left unfinished goes on with the next client's bytes.
-    fn guest(test: &str, answer: impl Fn(&str) -> String + Send + 'static) -> std::path::PathBuf {
-        use std::io::Read;
-        let directory = std::env::temp_dir().join(format!("holdfast-control-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&directory);
-        std::fs::create_dir_all(&directory).unwrap();
-        let socket = directory.join("control.sock");
-        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-        thread::spawn(move || {
-            let mut line = Vec::new();
-            for stream in listener.incoming() {
-                let mut stream = stream.unwrap();
-                let mut bytes = [0u8; 256];
-                while let Ok(count @ 1..) = stream.read(&mut bytes) {
-                    for &byte in &bytes[..count] {
-                        if byte != b'\n' {
-                            line.push(byte);
-                            continue;
+    /// A guest's control channel on a socket in a scratch directory, removed when dropped:
+    /// `answer` gets each line and returns what the guest writes back. As with QEMU's serial
+    /// line, the clients one after another are one stream of bytes to the guest: a line one
+    /// client left unfinished goes on with the next client's bytes.
+    struct Guest {
+        socket: std::path::PathBuf,
+    }
+
+    impl Guest {
+        fn new(test: &str, answer: impl Fn(&str) -> String + Send + 'static) -> Guest {
+            use std::io::Read;
+            let directory = std::env::temp_dir().join(format!("holdfast-control-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&directory);
+            std::fs::create_dir_all(&directory).unwrap();
+            let socket = directory.join("control.sock");
+            let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+            thread::spawn(move || {
+                let mut line = Vec::new();
+                for stream in listener.incoming() {
+                    let mut stream = stream.unwrap();
+                    let mut bytes = [0u8; 256];
+                    while let Ok(count @ 1..) = stream.read(&mut bytes) {
+                        for &byte in &bytes[..count] {
+                            if byte != b'\n' {
+                                line.push(byte);
+                                continue;
+                            }
+                            let _ = stream.write_all(answer(&String::from_utf8_lossy(&line)).as_bytes());
+                            line.clear();
                         }
-                        let _ = stream.write_all(answer(&String::from_utf8_lossy(&line)).as_bytes());
-                        line.clear();
                     }
                 }
-            }
-        });
-        socket
+            });
+            Guest { socket }
+        }
+
+        /// A guest whose admin service takes tags: it drops blank lines and lines with
+        /// [`DISCARD`], and answers a tagged request with its tag, then `reply(request)`.
+        fn tagging(test: &str, reply: impl Fn(&str) -> String + Send + 'static) -> Guest {
+            Guest::new(test, move |line| {
+                if line.is_empty() || line.contains(DISCARD) {
+                    return String::new();
+                }
+                match line.split_once(' ') {
+                    Some((tag, request)) if tag.starts_with('@') => format!("{tag}\n{}", reply(request)),
+                    _ => reply(line),
+                }
+            })
+        }
+    }
+
+    impl Drop for Guest {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.socket.parent().unwrap());
+        }
     }
 
     #[test]
     fn a_reply_left_over_for_another_client_is_skipped() {
         // Ahead of ours: a counters reply, an error and the refusal of an untagged request,
         // each for a client that gave up.
-        let socket = guest("leftover", |request| {
-            if request.is_empty() {
-                return String::new();
+        let guest = Guest::new("leftover", |line| match line.split_once(' ') {
+            _ if line.contains(DISCARD) => {
+                "holdfast_x 1\nok\nerror no tenant named x\nerror unknown request ([@<tag> ] counters)\n".to_owned()
             }
-            let (tag, request) = request.split_once(' ').unwrap();
-            assert!(tag.starts_with('@'), "{tag}");
-            format!(
-                "@1-0\nholdfast_x 1\nok\n@1-1\nerror no tenant named x\nerror unknown request ([@<tag> ] counters)\n\
-                 {tag}\nok generation 9 for {request}\n"
-            )
+            Some((tag, request)) => format!("{tag}\nok generation 9 for {request}\n"),
+            None => panic!("{line}"),
         });
-        let reply = request_on(&socket, "vm", "checkpoint status", Duration::from_secs(10)).unwrap();
+        let reply = request_on(&guest.socket, "vm", "checkpoint status", Duration::from_secs(10)).unwrap();
         assert_eq!(reply, "ok generation 9 for checkpoint status\n");
         // Our own error is a failure.
-        let socket = guest("error", |request| match request.split_once(' ') {
-            Some((tag, _)) => format!("{tag}\nerror no tenant named x\n"),
-            None => String::new(),
-        });
-        let failure = request_on(&socket, "vm", "tenant revoke x", Duration::from_secs(10)).unwrap_err();
+        let guest = Guest::tagging("error", |_| "error no tenant named x\n".to_owned());
+        let failure = request_on(&guest.socket, "vm", "tenant revoke x", Duration::from_secs(10)).unwrap_err();
         assert_eq!(failure.to_string(), "VM 'vm': no tenant named x");
     }
 
     #[test]
-    fn an_admin_service_from_before_tags_is_asked_again_without_one() {
-        let socket = guest("untagged", |request| match request {
-            "counters" => "holdfast_x 1\nok\n".to_owned(),
-            _ => "error unknown request (checkpoint status | counters)\n".to_owned(),
+    fn a_request_left_unfinished_is_dropped_not_carried_out() {
+        let carried_out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = std::sync::Arc::clone(&carried_out);
+        let guest = Guest::tagging("unfinished", move |request| {
+            log.lock().unwrap().push(request.to_owned());
+            "ok\n".to_owned()
         });
-        assert_eq!(request_on(&socket, "vm", "counters", Duration::from_secs(10)).unwrap(), "holdfast_x 1\nok\n");
+        let mut unfinished = UnixStream::connect(&guest.socket).unwrap();
+        unfinished.write_all(b"tenant revoke al").unwrap();
+        drop(unfinished);
+        assert_eq!(request_on(&guest.socket, "vm", "counters", Duration::from_secs(10)).unwrap(), "ok\n");
+        assert_eq!(*carried_out.lock().unwrap(), ["counters"]);
     }
 
     #[test]
-    fn a_request_begins_with_a_blank_line_that_ends_one_left_unfinished() {
-        let socket = guest("blank", |request| match request.split_once(' ') {
-            _ if request.is_empty() => String::new(),
-            Some((tag, _)) if tag.starts_with('@') => format!("{tag}\nok\n"),
-            _ => "error unknown request ([@<tag> ] counters)\n".to_owned(),
+    fn an_admin_service_from_before_tags_is_asked_again_without_one() {
+        // Every line it does not know is refused, untagged; three refusals of lines an
+        // earlier client left come before those of ours.
+        let refusal = "error unknown request (checkpoint status | counters)\n";
+        let guest = Guest::new("untagged", move |line| match line {
+            "counters" => "holdfast_x 1\nok\n".to_owned(),
+            _ if line.contains(DISCARD) => refusal.repeat(4),
+            _ => refusal.to_owned(),
         });
-        let mut unfinished = UnixStream::connect(&socket).unwrap();
-        unfinished.write_all(b"checkpoint sta").unwrap();
-        drop(unfinished);
-        assert_eq!(request_on(&socket, "vm", "counters", Duration::from_secs(10)).unwrap(), "ok\n");
+        assert_eq!(request_on(&guest.socket, "vm", "counters", Duration::from_secs(10)).unwrap(), "holdfast_x 1\nok\n");
     }
 
     #[test]
     fn a_guest_that_never_tags_its_reply_times_out() {
-        let socket = guest("silent", |_| "holdfast_x 1\nok\n".to_owned());
+        let guest = Guest::new("silent", |_| "holdfast_x 1\nok\n".to_owned());
         let started = Instant::now();
-        let failure = request_on(&socket, "vm", "counters", Duration::from_millis(300)).unwrap_err();
+        let failure = request_on(&guest.socket, "vm", "counters", Duration::from_millis(300)).unwrap_err();
         assert!(failure.to_string().contains("did not answer"), "{failure}");
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_request_too_long_for_the_admin_service_is_refused_before_it_is_sent() {
+        let failure = request_on(Path::new("/nonexistent"), "vm", &"x".repeat(250), Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(failure, Failure::Input(_)), "{failure}");
+        assert!(failure.to_string().contains("longer than the admin service takes"), "{failure}");
     }
 }
