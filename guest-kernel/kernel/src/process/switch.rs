@@ -37,9 +37,9 @@ pub fn switch_after_slice(group: ObjectId) -> ! {
 /// `skipped` if any; of those, one of the group whose last turn is oldest; of its members,
 /// the one whose last turn is oldest; of equals, the first in the table after the current
 /// one. So a tenant's processes (and the servers serving them) take one turn together:
-/// another tenant waits one slice for them, not one for each, and with three groups or
-/// more each has every third turn however its members sit in the table (round robin over
-/// the table would give A B A C).
+/// another tenant waits one slice for them, not one for each; and each runnable group has
+/// one turn in a round of them all, however its members sit in the table (round robin over
+/// the table gave A B A C).
 fn switch_skipping(skipped: Option<ObjectId>) -> ! {
     let mut scheduler = SCHEDULER.lock();
     let count = scheduler.processes.len();
