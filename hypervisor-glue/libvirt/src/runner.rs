@@ -396,13 +396,14 @@ fn read_console(stream: Stream, started_at: Instant, mut deliver: impl FnMut(Ser
         };
         let since_launch = started_at.elapsed();
         splitter.push(&buffer[..length], |text| {
-            listening = listening && deliver(SerialLine { text, since_launch });
+            listening = listening && deliver(SerialLine { text, since_launch, cut_short: false });
         });
     }
     if let Some(text) = splitter.finish() {
         deliver(SerialLine {
             text,
             since_launch: started_at.elapsed(),
+            cut_short: true,
         });
     }
     // The console ends with the domain; aborting an ended stream only frees it.

@@ -11,6 +11,17 @@ pub struct SerialLine {
     pub text: String,
     /// When the host read the line, counted from QEMU's launch.
     pub since_launch: Duration,
+    /// The console closed before the line's end (a VM killed while printing it): a copy
+    /// of the console leaves it without a line ending, so that readers of the copy do not
+    /// take `persist-counter: 36` for a whole line.
+    pub cut_short: bool,
+}
+
+impl SerialLine {
+    /// What ends the line in a faithful copy of the console.
+    pub fn line_ending(&self) -> &'static str {
+        if self.cut_short { "" } else { "\n" }
+    }
 }
 
 /// The kernel's `HOLDFAST-READY <us>` line: it is initialised and about to start ring 3.

@@ -274,13 +274,32 @@ fn read_serial_lines(
         };
         let since_launch = launched_at.elapsed();
         splitter.push(&buffer[..length], |text| {
-            listening = listening && deliver(SerialLine { text, since_launch });
+            listening = listening && deliver(SerialLine { text, since_launch, cut_short: false });
         });
     }
     if let Some(text) = splitter.finish() {
         deliver(SerialLine {
             text,
             since_launch: launched_at.elapsed(),
+            cut_short: true,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_last_line_the_console_closed_on_is_marked_cut_short() {
+        let mut lines = Vec::new();
+        read_serial_lines(&b"persist-counter: 364904448\npersist-counter: 36"[..], Instant::now(), |line| {
+            lines.push((line.text, line.cut_short));
+            true
+        });
+        assert_eq!(
+            lines,
+            [("persist-counter: 364904448".to_owned(), false), ("persist-counter: 36".to_owned(), true)]
+        );
     }
 }

@@ -110,7 +110,7 @@ pub fn run(arguments: RunArguments) -> Result<ExitCode, Failure> {
     let report = vm
         .wait(time_limit, |line| {
             // A closed stdout must not stop the VM: the exit status still tells the result.
-            let _ = writeln!(stdout, "{}", line.text);
+            let _ = write!(stdout, "{}{}", line.text, line.line_ending());
             let _ = stdout.flush();
             ControlFlow::Continue(())
         })

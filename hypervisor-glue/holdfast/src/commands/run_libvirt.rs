@@ -154,7 +154,7 @@ fn follow(domain: &RunningDomain, time_limit: Option<Duration>, stop_requested: 
             Ok(line) => {
                 verdict = parse_selftest_verdict(&line.text).or(verdict);
                 // A closed stdout must not stop the VM.
-                let _ = writeln!(stdout, "{}", line.text);
+                let _ = write!(stdout, "{}{}", line.text, line.line_ending());
                 let _ = stdout.flush();
             }
             Err(RecvTimeoutError::Timeout) => {}
