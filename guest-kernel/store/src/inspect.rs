@@ -318,8 +318,8 @@ impl<D: BlockDevice> Store<D> {
     pub fn inspect(&self) -> Inspection {
         let log_resident_node_pots = self
             .directory
-            .keys()
-            .filter(|(kind, _)| *kind == BlockKind::NodePot)
+            .iter()
+            .filter(|((kind, _), _)| *kind == BlockKind::NodePot)
             .count() as u64;
         Inspection {
             geometry: self.geometry,

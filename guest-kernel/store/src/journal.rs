@@ -16,7 +16,7 @@ use crate::format::log_record::{
 };
 use crate::format::{Block, checksum};
 use crate::log::RecordRun;
-use crate::store::{DirectoryEntry, Order, SOURCE_JOURNAL, Store, enter_if_newer};
+use crate::store::{Order, SOURCE_JOURNAL, Store};
 
 /// Pages one commit may hold: one log record's worth.
 pub const JOURNAL_COMMIT_PAGES_MAX: usize = LOG_RECORD_DATA_BLOCKS_MAX;
@@ -149,25 +149,15 @@ impl<D: BlockDevice> Store<D> {
         let placed = self.append_run(&mut run)?;
         self.flush()?;
         for (record_index, (place, generation)) in placed.iter().zip(run_generations).enumerate() {
-            for (entry_index, entry) in run.entries(record_index).iter().enumerate() {
-                let directory_entry = DirectoryEntry {
-                    position: place.position + 1 + entry_index as u64,
-                    checksum: entry.checksum,
-                    versions: entry.versions,
-                    order: Order {
-                        generation,
-                        source: SOURCE_JOURNAL,
-                        sequence: place.sequence,
-                        entry: entry_index as u32,
-                    },
-                };
-                enter_if_newer(
-                    &mut self.directory,
-                    self.superblock.home_generation,
-                    (BlockKind::Page, entry.index),
-                    directory_entry,
-                );
-            }
+            let order = Order {
+                generation,
+                source: SOURCE_JOURNAL,
+                sequence: place.sequence,
+                entry: 0,
+            };
+            let home_generation = self.superblock.home_generation;
+            let entries = run.entries(record_index);
+            self.directory.enter_record(home_generation, place.position + 1, order, entries);
         }
         self.totals.journal_commits += self.journal.commits.len() as u64;
         self.journal.commits.clear();

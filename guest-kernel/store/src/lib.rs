@@ -23,6 +23,7 @@
 extern crate alloc;
 
 pub mod device;
+mod directory;
 pub mod error;
 pub mod format;
 pub mod geometry;

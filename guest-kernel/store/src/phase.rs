@@ -6,11 +6,11 @@
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
-use core::ops::Bound;
 
 use holdfast_objects::{ObjectId, Version};
 
 use crate::device::BlockDevice;
+use crate::directory::Directory;
 use crate::error::StoreError;
 use crate::format::home_table::{HomeTable, TableEntry};
 use crate::format::log_record::{
@@ -20,7 +20,7 @@ use crate::format::superblock::LogCursor;
 use crate::format::{Block, checksum, checksum_chain};
 use crate::geometry::{HomeRangeLayout, NODE_SIZE, NODES_PER_POT};
 use crate::log::RecordRun;
-use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store, enter_if_newer};
+use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store};
 
 pub(crate) enum Phase {
     Idle,
@@ -61,11 +61,11 @@ pub(crate) struct Stabilization {
     run: RecordRun,
     /// Where this checkpoint's blocks are in the log (a later copy of a block replaces an
     /// earlier one; a later node of a pot written already starts from its copy); becomes
-    /// the directory at commit. A map, not a list sorted at commit: the list and the sort's
-    /// scratch were each one contiguous allocation as large as the checkpoint, which a heap
-    /// full of object pages could not always give (the paging test's 32 MiB guest failed a
-    /// 4,139-page checkpoint's 704 KiB list).
-    pending: BTreeMap<BlockKey, DirectoryEntry>,
+    /// the directory at commit. A directory, not a list sorted at commit: the list and the
+    /// sort's scratch were each one contiguous allocation as large as the checkpoint, which a
+    /// heap full of object pages could not always give (the paging test's 32 MiB guest
+    /// failed a 4,139-page checkpoint's 704 KiB list).
+    pending: Directory,
     first_sequence: Option<u64>,
     data_record_count: u64,
     data_header_checksum_chain: u32,
@@ -93,8 +93,8 @@ const MIGRATION_READ_BLOCKS_MAX: usize = 64;
 
 pub(crate) struct Migration {
     /// The directory as it was when migration began, moved home in key (home) order. A
-    /// copy of the map, not a list: no allocation as large as the directory.
-    work: BTreeMap<BlockKey, DirectoryEntry>,
+    /// copy of the directory, not a list: no allocation as large as the directory.
+    work: Directory,
     /// The last block moved home, and how many have been.
     moved_last: Option<BlockKey>,
     moved: usize,
@@ -165,7 +165,7 @@ impl<D: BlockDevice> Store<D> {
             generation: self.snapshot_generation,
             pots: BTreeMap::new(),
             run: RecordRun::new(),
-            pending: BTreeMap::new(),
+            pending: Directory::default(),
             first_sequence: None,
             data_record_count: 0,
             data_header_checksum_chain: 0,
@@ -190,7 +190,7 @@ impl<D: BlockDevice> Store<D> {
             if !stabilization.pots.contains_key(&key.1) {
                 // Pots leave `pots` only to be written at once (below), so the pot's newest
                 // copy is this checkpoint's in the log, or else the committed one.
-                let base = match stabilization.pending.get(&key).copied() {
+                let base = match stabilization.pending.get(&key) {
                     Some(entry) => (
                         entry.versions,
                         store.read_log_data(entry.position, entry.checksum)?,
@@ -291,13 +291,10 @@ impl<D: BlockDevice> Store<D> {
     /// snapshot's copy; [`enter_if_newer`]). The directory holds only journal commits here
     /// (the last migration finished before this checkpoint began), mostly far fewer than the
     /// checkpoint's blocks, so they go into its map rather than it into theirs.
-    fn directory_with(
-        &mut self,
-        mut pending: BTreeMap<BlockKey, DirectoryEntry>,
-    ) -> BTreeMap<BlockKey, DirectoryEntry> {
+    fn directory_with(&mut self, mut pending: Directory) -> Directory {
         let home_generation = self.superblock.home_generation;
-        for (key, entry) in core::mem::take(&mut self.directory) {
-            enter_if_newer(&mut pending, home_generation, key, entry);
+        for (key, entry) in core::mem::take(&mut self.directory).iter() {
+            pending.enter_if_newer(home_generation, key, entry);
         }
         pending
     }
@@ -386,22 +383,16 @@ impl<D: BlockDevice> Store<D> {
         // The device writes the run back while the next one is gathered.
         self.mirrors.flush_begin()?;
         for (record_index, place) in placed.iter().enumerate() {
-            for (entry_index, entry) in stabilization.run.entries(record_index).iter().enumerate() {
-                let directory_entry = DirectoryEntry {
-                    position: place.position + 1 + entry_index as u64,
-                    checksum: entry.checksum,
-                    versions: entry.versions,
-                    order: Order {
-                        generation: stabilization.generation,
-                        source: SOURCE_CHECKPOINT,
-                        sequence: place.sequence,
-                        entry: entry_index as u32,
-                    },
-                };
-                stabilization
-                    .pending
-                    .insert((entry.kind, entry.index), directory_entry);
-            }
+            let order = Order {
+                generation: stabilization.generation,
+                source: SOURCE_CHECKPOINT,
+                sequence: place.sequence,
+                entry: 0,
+            };
+            // A later copy of a block in this checkpoint is in a later record: newer.
+            let entries = stabilization.run.entries(record_index);
+            let home_generation = self.superblock.home_generation;
+            stabilization.pending.enter_record(home_generation, place.position + 1, order, entries);
             stabilization.first_sequence.get_or_insert(place.sequence);
             stabilization.data_record_count += 1;
             stabilization.data_header_checksum_chain =
@@ -417,13 +408,8 @@ impl<D: BlockDevice> Store<D> {
         migration: &mut Migration,
         block_count_max: usize,
     ) -> Result<bool, StoreError> {
-        let after = migration.moved_last.map_or(Bound::Unbounded, Bound::Excluded);
-        let step: Vec<(BlockKey, DirectoryEntry)> = migration
-            .work
-            .range((after, Bound::Unbounded))
-            .take(block_count_max)
-            .map(|(key, entry)| (*key, *entry))
-            .collect();
+        let step: Vec<(BlockKey, DirectoryEntry)> =
+            migration.work.iter_after(migration.moved_last).take(block_count_max).collect();
         let end = step.len();
         let mut run_start: Option<(BlockKind, u64)> = None;
         let mut run: Vec<u8> = Vec::new();
@@ -510,15 +496,12 @@ impl<D: BlockDevice> Store<D> {
             superblock.log_tail = tail;
         })?;
         self.tail = tail;
-        for (key, entry) in &migration.work {
-            if self.directory.get(key) == Some(entry) {
-                self.directory.remove(key);
-            }
-        }
+        self.directory.remove_unchanged(&migration.work);
         // Journal copies written during this migration but made before the snapshot now at
         // home: `enter_if_newer` took them while home was older, and refuses them from now
         // on, as a restart would.
-        self.directory.retain(|_, entry| entry.order.source != SOURCE_JOURNAL || entry.order.generation >= home_generation);
+        self.directory
+            .retain_records(|generation, source| source != SOURCE_JOURNAL || generation >= home_generation);
         Ok(true)
     }
 

@@ -9,6 +9,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
 use crate::device::{BLOCK_SIZE, BlockDevice, DeviceError};
+use crate::directory::Directory;
 use crate::error::{Check, Corruption, LogLoss, Region, StoreError};
 use crate::format::log_record::{Expected, LOG_RECORD_DATA_BLOCKS_MAX, LogHeader, RecordKind};
 use crate::format::resilver_record::ResilverRecord;
@@ -19,9 +20,7 @@ use crate::journal::JournalQueue;
 use crate::log::ScannedRecord;
 use crate::mirror::{MirrorSet, MirrorState};
 use crate::phase::Phase;
-use crate::store::{
-    DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store, Totals, enter_if_newer,
-};
+use crate::store::{Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store, Totals};
 
 /// What a read-write open does when a log record that was durable is bad on every mirror.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -230,7 +229,7 @@ impl<D: BlockDevice> Store<D> {
             superblock,
             tail: superblock.log_tail,
             head: superblock.log_tail,
-            directory: BTreeMap::new(),
+            directory: Directory::default(),
             phase: Phase::Idle,
             snapshot_generation: superblock.snapshot_generation,
             checkpoint_generation: superblock.home_generation,
@@ -438,25 +437,14 @@ impl<D: BlockDevice> Store<D> {
                 RecordKind::Journal => SOURCE_JOURNAL,
                 RecordKind::CheckpointCommit | RecordKind::Padding => continue,
             };
-            for (entry_index, entry) in header.entries.iter().enumerate() {
-                let directory_entry = DirectoryEntry {
-                    position: header.position + 1 + entry_index as u64,
-                    checksum: entry.checksum,
-                    versions: entry.versions,
-                    order: Order {
-                        generation: header.generation,
-                        source,
-                        sequence: header.sequence,
-                        entry: entry_index as u32,
-                    },
-                };
-                enter_if_newer(
-                    &mut self.directory,
-                    self.superblock.home_generation,
-                    (entry.kind, entry.index),
-                    directory_entry,
-                );
-            }
+            let order = Order {
+                generation: header.generation,
+                source,
+                sequence: header.sequence,
+                entry: 0,
+            };
+            let home_generation = self.superblock.home_generation;
+            self.directory.enter_record(home_generation, header.position + 1, order, &header.entries);
         }
         Ok(truncated)
     }

@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use holdfast_objects::{ObjectId, Version};
 
 use crate::device::{BLOCK_SIZE, BlockDevice};
+use crate::directory::Directory;
 use crate::error::StoreError;
 use crate::format::home_table::{HomeTable, TablePlace};
 use crate::format::log_record::BlockKind;
@@ -47,27 +48,6 @@ pub(crate) struct DirectoryEntry {
     pub(crate) order: Order,
 }
 
-/// Enters `entry` as block `key`'s copy in `directory` where it is newer than the copy
-/// there. A journal copy made in a snapshot generation below `home_generation` is never
-/// entered: the checkpoint now at home moved every page it holds home as it was at that
-/// checkpoint's snapshot or newer. Such a commit is acknowledged when written but never
-/// read: one written late (queued at a snapshot taken at once, in a fault, then written
-/// after that checkpoint's migration) would otherwise bring back a page's older contents
-/// and version. Commits written in time were moved home by that migration.
-pub(crate) fn enter_if_newer(
-    directory: &mut BTreeMap<BlockKey, DirectoryEntry>,
-    home_generation: u64,
-    key: BlockKey,
-    entry: DirectoryEntry,
-) {
-    if entry.order.source == SOURCE_JOURNAL && entry.order.generation < home_generation {
-        return;
-    }
-    if directory.get(&key).is_none_or(|current| current.order < entry.order) {
-        directory.insert(key, entry);
-    }
-}
-
 /// The four nodes of a pot, each with its version and image.
 pub type NodePot = [(Version, Box<[u8; NODE_SIZE]>); NODES_PER_POT as usize];
 
@@ -95,7 +75,7 @@ pub struct Store<D: BlockDevice> {
     pub(crate) head: LogCursor,
     /// Newest committed copy of every block whose newest copy is in the log; bounded by the
     /// log's size. Blocks not here are at home.
-    pub(crate) directory: BTreeMap<BlockKey, DirectoryEntry>,
+    pub(crate) directory: Directory,
     pub(crate) phase: Phase,
     /// The newest checkpoint generation begun (committed or not).
     pub(crate) snapshot_generation: u64,
@@ -347,7 +327,7 @@ impl<D: BlockDevice> Store<D> {
         &mut self,
         key: BlockKey,
     ) -> Result<([u64; 4], Box<Block>), StoreError> {
-        if let Some(entry) = self.directory.get(&key).copied() {
+        if let Some(entry) = self.directory.get(&key) {
             let block = self.read_log_data(entry.position, entry.checksum)?;
             return Ok((entry.versions, block));
         }

@@ -1,0 +1,479 @@
+//! The log directory: where the newest committed copy of each log-resident block is.
+//!
+//! Kept as extents, not as one map entry per block. A record's blocks lie one after another
+//! in the log and a checkpoint logs its pages in id order, so a record's pages with
+//! consecutive ids become one extent of up to a record's 71 blocks. Entered one map entry
+//! per page, a 1 GiB checkpoint spent about 0.36 s of its stabilization under TCG on the
+//! map alone (a bulk build of the map measured no cheaper on the host); as extents, about
+//! 0.12 s.
+
+use alloc::collections::BTreeMap;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::format::log_record::LogEntry;
+use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_JOURNAL};
+
+/// What differs between the blocks of one extent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockCopy {
+    checksum: u32,
+    versions: [u64; 4],
+}
+
+/// Blocks of one kind with consecutive indices, from one log record and one after another
+/// in it: the extent's block `i` is at `position + i`, its order's entry `order.entry + i`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Extent {
+    position: u64,
+    order: Order,
+    copies: Vec<BlockCopy>,
+}
+
+impl Extent {
+    fn entry(&self, offset: usize) -> DirectoryEntry {
+        let copy = self.copies[offset];
+        DirectoryEntry {
+            position: self.position + offset as u64,
+            checksum: copy.checksum,
+            versions: copy.versions,
+            order: Order {
+                entry: self.order.entry + offset as u32,
+                ..self.order
+            },
+        }
+    }
+
+    /// Splits off the blocks from `offset` on as an extent of their own.
+    fn split_off(&mut self, offset: usize) -> Extent {
+        Extent {
+            position: self.position + offset as u64,
+            order: Order {
+                entry: self.order.entry + offset as u32,
+                ..self.order
+            },
+            copies: self.copies.split_off(offset),
+        }
+    }
+
+    /// Whether `entry` is the block after this extent's last in the same record.
+    fn continues_with(&self, entry: &DirectoryEntry) -> bool {
+        let length = self.copies.len();
+        entry.position == self.position + length as u64
+            && entry.order
+                == Order {
+                    entry: self.order.entry + length as u32,
+                    ..self.order
+                }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Directory {
+    /// By the key of each extent's first block; extents never overlap.
+    extents: BTreeMap<BlockKey, Extent>,
+    block_count: usize,
+}
+
+impl Directory {
+    pub(crate) fn len(&self) -> usize {
+        self.block_count
+    }
+
+    /// The extent holding `key`: its first block's key, and `key`'s offset in it.
+    fn find(&self, (kind, index): BlockKey) -> Option<(BlockKey, usize)> {
+        let (&first, extent) = self.extents.range(..=(kind, index)).next_back()?;
+        if first.0 != kind {
+            return None;
+        }
+        let offset = index - first.1;
+        (offset < extent.copies.len() as u64).then_some((first, offset as usize))
+    }
+
+    pub(crate) fn get(&self, key: &BlockKey) -> Option<DirectoryEntry> {
+        let (first, offset) = self.find(*key)?;
+        Some(self.extents[&first].entry(offset))
+    }
+
+    pub(crate) fn contains_key(&self, key: &BlockKey) -> bool {
+        self.find(*key).is_some()
+    }
+
+    pub(crate) fn remove(&mut self, key: &BlockKey) -> Option<DirectoryEntry> {
+        let (first, offset) = self.find(*key)?;
+        let mut before = self.extents.remove(&first)?;
+        let mut removed = before.split_off(offset);
+        let after = removed.split_off(1);
+        if !before.copies.is_empty() {
+            self.extents.insert(first, before);
+        }
+        if !after.copies.is_empty() {
+            self.extents.insert((key.0, key.1 + 1), after);
+        }
+        self.block_count -= 1;
+        Some(removed.entry(0))
+    }
+
+    /// Makes `entry` block `key`'s copy, whatever was there.
+    pub(crate) fn insert(&mut self, key: BlockKey, entry: DirectoryEntry) {
+        self.remove(&key);
+        self.block_count += 1;
+        let copy = BlockCopy {
+            checksum: entry.checksum,
+            versions: entry.versions,
+        };
+        if let Some(index_before) = key.1.checked_sub(1)
+            && let Some((first, offset)) = self.find((key.0, index_before))
+            && let Some(extent) = self.extents.get_mut(&first)
+            && offset + 1 == extent.copies.len()
+            && extent.continues_with(&entry)
+        {
+            extent.copies.push(copy);
+            return;
+        }
+        self.extents.insert(
+            key,
+            Extent {
+                position: entry.position,
+                order: entry.order,
+                copies: vec![copy],
+            },
+        );
+    }
+
+    /// Enters `entry` as block `key`'s copy where it is newer than the copy here. A journal
+    /// copy made in a snapshot generation below `home_generation` is never entered: the
+    /// checkpoint now at home moved every page it holds home as it was at that checkpoint's
+    /// snapshot or newer. Such a commit is acknowledged when written but never read: one
+    /// written late (queued at a snapshot taken at once, in a fault, then written after that
+    /// checkpoint's migration) would otherwise bring back a page's older contents and
+    /// version. Commits written in time were moved home by that migration.
+    pub(crate) fn enter_if_newer(
+        &mut self,
+        home_generation: u64,
+        key: BlockKey,
+        entry: DirectoryEntry,
+    ) {
+        if entry.order.source == SOURCE_JOURNAL && entry.order.generation < home_generation {
+            return;
+        }
+        if self
+            .get(&key)
+            .is_none_or(|current| current.order < entry.order)
+        {
+            self.insert(key, entry);
+        }
+    }
+
+    /// Enters the blocks of one log record as [`Directory::enter_if_newer`] does: its
+    /// `entries` in the record's order, the first at log position `position` with order
+    /// `order`, the next one block and one entry further on. A run of consecutive keys that
+    /// no copy here overlaps (every page of a checkpoint, usually) goes in as one extent.
+    pub(crate) fn enter_record(
+        &mut self,
+        home_generation: u64,
+        position: u64,
+        order: Order,
+        entries: &[LogEntry],
+    ) {
+        if order.source == SOURCE_JOURNAL && order.generation < home_generation {
+            return;
+        }
+        let mut start = 0;
+        while let Some(first) = entries.get(start) {
+            let length = entries[start..]
+                .iter()
+                .zip(first.index..)
+                .take_while(|(entry, index)| entry.kind == first.kind && entry.index == *index)
+                .count();
+            let extent = Extent {
+                position: position + start as u64,
+                order: Order {
+                    entry: order.entry + start as u32,
+                    ..order
+                },
+                copies: entries[start..start + length]
+                    .iter()
+                    .map(|entry| BlockCopy {
+                        checksum: entry.checksum,
+                        versions: entry.versions,
+                    })
+                    .collect(),
+            };
+            self.enter_run(home_generation, (first.kind, first.index), extent);
+            start += length;
+        }
+    }
+
+    fn enter_run(&mut self, home_generation: u64, first: BlockKey, extent: Extent) {
+        let last = (first.0, first.1 + extent.copies.len() as u64 - 1);
+        let overlaps =
+            self.extents
+                .range(..=last)
+                .next_back()
+                .is_some_and(|(&(kind, index), before)| {
+                    kind == first.0 && index + before.copies.len() as u64 > first.1
+                });
+        if overlaps {
+            for offset in 0..extent.copies.len() {
+                self.enter_if_newer(
+                    home_generation,
+                    (first.0, first.1 + offset as u64),
+                    extent.entry(offset),
+                );
+            }
+        } else {
+            self.block_count += extent.copies.len();
+            self.extents.insert(first, extent);
+        }
+    }
+
+    /// Every block and its copy, in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (BlockKey, DirectoryEntry)> + '_ {
+        self.blocks_of(self.extents.iter())
+    }
+
+    /// The blocks after `after` (all of them for `None`) and their copies, in key order.
+    pub(crate) fn iter_after(
+        &self,
+        after: Option<BlockKey>,
+    ) -> impl Iterator<Item = (BlockKey, DirectoryEntry)> + '_ {
+        // From the extent that may hold `after`, whose blocks up to it are skipped.
+        let from = after
+            .and_then(|key| self.extents.range(..=key).next_back())
+            .map(|(first, _)| *first);
+        let extents = match from {
+            Some(first) => self.extents.range(first..),
+            None => self.extents.range(..),
+        };
+        self.blocks_of(extents)
+            .skip_while(move |(key, _)| after.is_some_and(|after| *key <= after))
+    }
+
+    fn blocks_of<'a>(
+        &'a self,
+        extents: impl Iterator<Item = (&'a BlockKey, &'a Extent)> + 'a,
+    ) -> impl Iterator<Item = (BlockKey, DirectoryEntry)> + 'a {
+        extents.flat_map(|(&(kind, first), extent)| {
+            (0..extent.copies.len())
+                .map(move |offset| ((kind, first + offset as u64), extent.entry(offset)))
+        })
+    }
+
+    /// Removes each block whose copy is still the one `earlier` holds for it.
+    pub(crate) fn remove_unchanged(&mut self, earlier: &Directory) {
+        for (first, extent) in &earlier.extents {
+            if self.extents.get(first) == Some(extent) {
+                self.extents.remove(first);
+                self.block_count -= extent.copies.len();
+                continue;
+            }
+            for offset in 0..extent.copies.len() {
+                let key = (first.0, first.1 + offset as u64);
+                if self.get(&key) == Some(extent.entry(offset)) {
+                    self.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Keeps only the blocks whose record `keep` accepts by its order's generation and
+    /// source (which the blocks of an extent share).
+    pub(crate) fn retain_records(&mut self, mut keep: impl FnMut(u64, u8) -> bool) {
+        let block_count = &mut self.block_count;
+        self.extents.retain(|_, extent| {
+            let kept = keep(extent.order.generation, extent.order.source);
+            if !kept {
+                *block_count -= extent.copies.len();
+            }
+            kept
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::log_record::BlockKind;
+    use crate::store::SOURCE_CHECKPOINT;
+
+    /// The directory as it was kept before extents: one map entry per block.
+    type Model = BTreeMap<BlockKey, DirectoryEntry>;
+
+    fn model_enter(model: &mut Model, home_generation: u64, key: BlockKey, entry: DirectoryEntry) {
+        if entry.order.source == SOURCE_JOURNAL && entry.order.generation < home_generation {
+            return;
+        }
+        if model
+            .get(&key)
+            .is_none_or(|current| current.order < entry.order)
+        {
+            model.insert(key, entry);
+        }
+    }
+
+    /// A small deterministic generator (xorshift), so that a failure repeats.
+    struct Random(u64);
+
+    impl Random {
+        fn below(&mut self, bound: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % bound
+        }
+    }
+
+    fn log_entry(kind: BlockKind, index: u64, checksum: u32, versions: [u64; 4]) -> LogEntry {
+        LogEntry {
+            checksum,
+            kind,
+            index,
+            journal_ticket: 0,
+            versions,
+        }
+    }
+
+    fn assert_same(directory: &Directory, model: &Model) {
+        assert_eq!(directory.len(), model.len());
+        assert!(
+            directory
+                .iter()
+                .eq(model.iter().map(|(key, entry)| (*key, *entry)))
+        );
+    }
+
+    #[test]
+    fn agrees_with_a_map_of_every_block_through_records_removals_and_migrations() {
+        let mut random = Random(0x9e37_79b9_7f4a_7c15);
+        let (mut directory, mut model) = (Directory::default(), Model::new());
+        let (mut position, mut sequence, mut home_generation) = (0, 0, 0);
+        for round in 0..3000 {
+            match random.below(10) {
+                0..=5 => {
+                    // A record: runs of consecutive keys, some of them again or out of order.
+                    let source = if random.below(2) == 0 {
+                        SOURCE_CHECKPOINT
+                    } else {
+                        SOURCE_JOURNAL
+                    };
+                    let order = Order {
+                        generation: random.below(6),
+                        source,
+                        sequence,
+                        entry: 0,
+                    };
+                    let kind = if random.below(4) == 0 {
+                        BlockKind::NodePot
+                    } else {
+                        BlockKind::Page
+                    };
+                    let mut index = random.below(200);
+                    let blocks: Vec<LogEntry> = (0..random.below(20) + 1)
+                        .map(|_| {
+                            index = if random.below(5) == 0 {
+                                random.below(200)
+                            } else {
+                                index + 1
+                            };
+                            log_entry(kind, index, random.below(1 << 32) as u32, [round, 0, 0, 1])
+                        })
+                        .collect();
+                    for (offset, block) in blocks.iter().enumerate() {
+                        let entry = DirectoryEntry {
+                            position: position + offset as u64,
+                            checksum: block.checksum,
+                            versions: block.versions,
+                            order: Order {
+                                entry: offset as u32,
+                                ..order
+                            },
+                        };
+                        model_enter(
+                            &mut model,
+                            home_generation,
+                            (block.kind, block.index),
+                            entry,
+                        );
+                    }
+                    directory.enter_record(home_generation, position, order, &blocks);
+                    position += blocks.len() as u64 + 1;
+                    sequence += 1;
+                }
+                6 => {
+                    let key = (BlockKind::Page, random.below(220));
+                    assert_eq!(directory.remove(&key), model.remove(&key));
+                }
+                7 => {
+                    // A migration that began at some earlier state and ends now.
+                    let earlier: Directory = directory.clone();
+                    let earlier_model = model.clone();
+                    for _ in 0..random.below(4) {
+                        let key = (BlockKind::Page, random.below(220));
+                        directory.remove(&key);
+                        model.remove(&key);
+                    }
+                    directory.remove_unchanged(&earlier);
+                    for (key, entry) in &earlier_model {
+                        if model.get(key) == Some(entry) {
+                            model.remove(key);
+                        }
+                    }
+                    home_generation = random.below(6);
+                    directory.retain_records(|generation, source| {
+                        source != SOURCE_JOURNAL || generation >= home_generation
+                    });
+                    model.retain(|_, entry| {
+                        entry.order.source != SOURCE_JOURNAL
+                            || entry.order.generation >= home_generation
+                    });
+                }
+                _ => {
+                    let after = (random.below(3) > 0).then(|| (BlockKind::Page, random.below(220)));
+                    let expected = model.range((
+                        after.map_or(core::ops::Bound::Unbounded, core::ops::Bound::Excluded),
+                        core::ops::Bound::Unbounded,
+                    ));
+                    assert!(
+                        directory
+                            .iter_after(after)
+                            .eq(expected.map(|(key, entry)| (*key, *entry)))
+                    );
+                    for index in 0..220 {
+                        let key = (BlockKind::NodePot, index);
+                        assert_eq!(directory.get(&key), model.get(&key).copied());
+                        assert_eq!(directory.contains_key(&key), model.contains_key(&key));
+                    }
+                }
+            }
+            assert_same(&directory, &model);
+        }
+        assert!(
+            directory.extents.len() < directory.len(),
+            "runs of a record became extents"
+        );
+    }
+
+    #[test]
+    fn a_checkpoints_consecutive_pages_take_one_extent_per_record() {
+        let mut directory = Directory::default();
+        for record in 0..10u64 {
+            let order = Order {
+                generation: 1,
+                source: SOURCE_CHECKPOINT,
+                sequence: record,
+                entry: 0,
+            };
+            let blocks: Vec<LogEntry> = (0..71)
+                .map(|offset| log_entry(BlockKind::Page, record * 71 + offset, 7, [1, 0, 0, 0]))
+                .collect();
+            directory.enter_record(0, record * 72 + 1, order, &blocks);
+        }
+        assert_eq!((directory.len(), directory.extents.len()), (710, 10));
+        let entry = directory.get(&(BlockKind::Page, 75)).unwrap();
+        assert_eq!(
+            (entry.position, entry.order.sequence, entry.order.entry),
+            (72 + 1 + 4, 1, 4)
+        );
+    }
+}
