@@ -258,6 +258,11 @@ impl<D: BlockDevice> Store<D> {
         }
     }
 
+    /// Bad block copies rewritten from a good mirror since the store was opened.
+    pub fn mirror_repaired_blocks_total(&self) -> u64 {
+        self.mirrors.repaired_blocks_total
+    }
+
     /// Blocks of the log between tail and head.
     pub fn log_used_blocks(&self) -> u64 {
         let length = self.layout.log_block_count;
