@@ -10,8 +10,9 @@
 use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::ops::Range;
 
-use crate::format::log_record::LogEntry;
+use crate::format::log_record::{BlockKind, LogEntry};
 use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_JOURNAL};
 
 /// What differs between the blocks of one extent.
@@ -100,18 +101,39 @@ impl Directory {
     }
 
     pub(crate) fn remove(&mut self, key: &BlockKey) -> Option<DirectoryEntry> {
-        let (first, offset) = self.find(*key)?;
-        let mut before = self.extents.remove(&first)?;
-        let mut removed = before.split_off(offset);
-        let after = removed.split_off(1);
-        if !before.copies.is_empty() {
-            self.extents.insert(first, before);
+        let entry = self.get(key)?;
+        self.remove_span(key.0, key.1..key.1 + 1);
+        Some(entry)
+    }
+
+    /// Removes the blocks of `kind` with indices in `span`, splitting the extents they
+    /// share with blocks outside it.
+    fn remove_span(&mut self, kind: BlockKind, span: Range<u64>) {
+        let from = self
+            .find((kind, span.start))
+            .map_or((kind, span.start), |(first, _)| first);
+        let firsts: Vec<BlockKey> = self
+            .extents
+            .range(from..(kind, span.end))
+            .map(|(first, _)| *first)
+            .collect();
+        for first in firsts {
+            let Some(mut before) = self.extents.remove(&first) else {
+                continue;
+            };
+            let end = first.1 + before.copies.len() as u64;
+            let cut_from = span.start.max(first.1) - first.1;
+            let cut_to = span.end.min(end) - first.1;
+            let mut removed = before.split_off(cut_from as usize);
+            let after = removed.split_off((cut_to - cut_from) as usize);
+            self.block_count -= removed.copies.len();
+            if !before.copies.is_empty() {
+                self.extents.insert(first, before);
+            }
+            if !after.copies.is_empty() {
+                self.extents.insert((kind, first.1 + cut_to), after);
+            }
         }
-        if !after.copies.is_empty() {
-            self.extents.insert((key.0, key.1 + 1), after);
-        }
-        self.block_count -= 1;
-        Some(removed.entry(0))
     }
 
     /// Makes `entry` block `key`'s copy, whatever was there.
@@ -262,17 +284,27 @@ impl Directory {
 
     /// Removes each block whose copy is still the one `earlier` holds for it.
     pub(crate) fn remove_unchanged(&mut self, earlier: &Directory) {
-        for (first, extent) in &earlier.extents {
-            if self.extents.get(first) == Some(extent) {
-                self.extents.remove(first);
+        for (&(kind, first), extent) in &earlier.extents {
+            if self.extents.get(&(kind, first)) == Some(extent) {
+                self.extents.remove(&(kind, first));
                 self.block_count -= extent.copies.len();
                 continue;
             }
-            for offset in 0..extent.copies.len() {
-                let key = (first.0, first.1 + offset as u64);
-                if self.get(&key) == Some(extent.entry(offset)) {
-                    self.remove(&key);
+            // Runs of unchanged blocks, each removed at once: one at a time, every removal
+            // split and copied what was left of the extent.
+            let mut offset = 0;
+            while offset < extent.copies.len() {
+                let unchanged = |offset: usize| {
+                    self.get(&(kind, first + offset as u64)) == Some(extent.entry(offset))
+                };
+                let length = (offset..extent.copies.len())
+                    .take_while(|&offset| unchanged(offset))
+                    .count();
+                if length > 0 {
+                    let start = first + offset as u64;
+                    self.remove_span(kind, start..start + length as u64);
                 }
+                offset += length.max(1);
             }
         }
     }
@@ -294,7 +326,6 @@ impl Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::log_record::BlockKind;
     use crate::store::SOURCE_CHECKPOINT;
 
     /// The directory as it was kept before extents: one map entry per block.
@@ -343,111 +374,127 @@ mod tests {
         );
     }
 
+    /// The directory under test, the model beside it, and where the next record goes.
+    #[derive(Default)]
+    struct State {
+        directory: Directory,
+        model: Model,
+        position: u64,
+        sequence: u64,
+        home_generation: u64,
+    }
+
+    impl State {
+        /// A record: runs of consecutive keys, some of them again or out of order.
+        fn enter_random_record(&mut self, random: &mut Random, round: u64) {
+            let source = if random.below(2) == 0 {
+                SOURCE_CHECKPOINT
+            } else {
+                SOURCE_JOURNAL
+            };
+            let order = Order::record(random.below(6), source, self.sequence);
+            let kind = if random.below(4) == 0 {
+                BlockKind::NodePot
+            } else {
+                BlockKind::Page
+            };
+            let mut index = random.below(200);
+            let blocks: Vec<LogEntry> = (0..random.below(20) + 1)
+                .map(|_| {
+                    index = if random.below(5) == 0 {
+                        random.below(200)
+                    } else {
+                        index + 1
+                    };
+                    log_entry(kind, index, random.below(1 << 32) as u32, [round, 0, 0, 1])
+                })
+                .collect();
+            for (offset, block) in blocks.iter().enumerate() {
+                let entry = DirectoryEntry {
+                    position: self.position + offset as u64,
+                    checksum: block.checksum,
+                    versions: block.versions,
+                    order: Order {
+                        entry: offset as u32,
+                        ..order
+                    },
+                };
+                model_enter(
+                    &mut self.model,
+                    self.home_generation,
+                    (block.kind, block.index),
+                    entry,
+                );
+            }
+            self.directory
+                .enter_record(self.home_generation, self.position, order, &blocks);
+            self.position += blocks.len() as u64 + 1;
+            self.sequence += 1;
+        }
+    }
+
     #[test]
     fn agrees_with_a_map_of_every_block_through_records_removals_and_migrations() {
         let mut random = Random(0x9e37_79b9_7f4a_7c15);
-        let (mut directory, mut model) = (Directory::default(), Model::new());
-        let (mut position, mut sequence, mut home_generation) = (0, 0, 0);
+        let mut state = State::default();
         for round in 0..3000 {
             match random.below(10) {
-                0..=5 => {
-                    // A record: runs of consecutive keys, some of them again or out of order.
-                    let source = if random.below(2) == 0 {
-                        SOURCE_CHECKPOINT
-                    } else {
-                        SOURCE_JOURNAL
-                    };
-                    let order = Order {
-                        generation: random.below(6),
-                        source,
-                        sequence,
-                        entry: 0,
-                    };
-                    let kind = if random.below(4) == 0 {
-                        BlockKind::NodePot
-                    } else {
-                        BlockKind::Page
-                    };
-                    let mut index = random.below(200);
-                    let blocks: Vec<LogEntry> = (0..random.below(20) + 1)
-                        .map(|_| {
-                            index = if random.below(5) == 0 {
-                                random.below(200)
-                            } else {
-                                index + 1
-                            };
-                            log_entry(kind, index, random.below(1 << 32) as u32, [round, 0, 0, 1])
-                        })
-                        .collect();
-                    for (offset, block) in blocks.iter().enumerate() {
-                        let entry = DirectoryEntry {
-                            position: position + offset as u64,
-                            checksum: block.checksum,
-                            versions: block.versions,
-                            order: Order {
-                                entry: offset as u32,
-                                ..order
-                            },
-                        };
-                        model_enter(
-                            &mut model,
-                            home_generation,
-                            (block.kind, block.index),
-                            entry,
-                        );
-                    }
-                    directory.enter_record(home_generation, position, order, &blocks);
-                    position += blocks.len() as u64 + 1;
-                    sequence += 1;
-                }
+                0..=5 => state.enter_random_record(&mut random, round),
                 6 => {
                     let key = (BlockKind::Page, random.below(220));
-                    assert_eq!(directory.remove(&key), model.remove(&key));
+                    assert_eq!(state.directory.remove(&key), state.model.remove(&key));
                 }
                 7 => {
-                    // A migration that began at some earlier state and ends now.
-                    let earlier: Directory = directory.clone();
-                    let earlier_model = model.clone();
+                    // A migration that began at some earlier state and ends now, after
+                    // records that replaced, split or joined what it began with.
+                    let earlier = state.directory.clone();
+                    let earlier_model = state.model.clone();
                     for _ in 0..random.below(4) {
-                        let key = (BlockKind::Page, random.below(220));
-                        directory.remove(&key);
-                        model.remove(&key);
-                    }
-                    directory.remove_unchanged(&earlier);
-                    for (key, entry) in &earlier_model {
-                        if model.get(key) == Some(entry) {
-                            model.remove(key);
+                        if random.below(2) == 0 {
+                            state.enter_random_record(&mut random, round);
+                        } else {
+                            let key = (BlockKind::Page, random.below(220));
+                            state.directory.remove(&key);
+                            state.model.remove(&key);
                         }
                     }
-                    home_generation = random.below(6);
-                    directory.retain_records(|generation, source| {
+                    state.directory.remove_unchanged(&earlier);
+                    for (key, entry) in &earlier_model {
+                        if state.model.get(key) == Some(entry) {
+                            state.model.remove(key);
+                        }
+                    }
+                    let home_generation = random.below(6);
+                    state.home_generation = home_generation;
+                    state.directory.retain_records(|generation, source| {
                         source != SOURCE_JOURNAL || generation >= home_generation
                     });
-                    model.retain(|_, entry| {
+                    state.model.retain(|_, entry| {
                         entry.order.source != SOURCE_JOURNAL
                             || entry.order.generation >= home_generation
                     });
                 }
                 _ => {
                     let after = (random.below(3) > 0).then(|| (BlockKind::Page, random.below(220)));
-                    let expected = model.range((
+                    let expected = state.model.range((
                         after.map_or(core::ops::Bound::Unbounded, core::ops::Bound::Excluded),
                         core::ops::Bound::Unbounded,
                     ));
-                    assert!(
-                        directory
-                            .iter_after(after)
-                            .eq(expected.map(|(key, entry)| (*key, *entry)))
-                    );
+                    let expected = expected.map(|(key, entry)| (*key, *entry));
+                    assert!(state.directory.iter_after(after).eq(expected));
                     for index in 0..220 {
                         let key = (BlockKind::NodePot, index);
-                        assert_eq!(directory.get(&key), model.get(&key).copied());
-                        assert_eq!(directory.contains_key(&key), model.contains_key(&key));
+                        assert_eq!(state.directory.get(&key), state.model.get(&key).copied());
+                        assert_eq!(
+                            state.directory.contains_key(&key),
+                            state.model.contains_key(&key)
+                        );
                     }
                 }
             }
-            assert_same(&directory, &model);
+            assert_same(&state.directory, &state.model);
         }
+        let directory = &state.directory;
         assert!(
             directory.extents.len() < directory.len(),
             "runs of a record became extents"
@@ -458,12 +505,7 @@ mod tests {
     fn a_checkpoints_consecutive_pages_take_one_extent_per_record() {
         let mut directory = Directory::default();
         for record in 0..10u64 {
-            let order = Order {
-                generation: 1,
-                source: SOURCE_CHECKPOINT,
-                sequence: record,
-                entry: 0,
-            };
+            let order = Order::record(1, SOURCE_CHECKPOINT, record);
             let blocks: Vec<LogEntry> = (0..71)
                 .map(|offset| log_entry(BlockKind::Page, record * 71 + offset, 7, [1, 0, 0, 0]))
                 .collect();

@@ -149,12 +149,7 @@ impl<D: BlockDevice> Store<D> {
         let placed = self.append_run(&mut run)?;
         self.flush()?;
         for (record_index, (place, generation)) in placed.iter().zip(run_generations).enumerate() {
-            let order = Order {
-                generation,
-                source: SOURCE_JOURNAL,
-                sequence: place.sequence,
-                entry: 0,
-            };
+            let order = Order::record(generation, SOURCE_JOURNAL, place.sequence);
             let home_generation = self.superblock.home_generation;
             let entries = run.entries(record_index);
             self.directory.enter_record(home_generation, place.position + 1, order, entries);

@@ -254,7 +254,7 @@ impl<D: BlockDevice> Store<D> {
             // Built once the devices have given back the runs' buffers: built while they
             // still wrote them, the directory on top of theirs ran the paging test's 32 MiB
             // guest out of heap. The commit is durable: nothing fails from here on, so
-            // the pending map is taken, not copied.
+            // the pending blocks are taken, not copied.
             let directory = store.directory_with(core::mem::take(&mut stabilization.pending));
             Ok((stabilization.generation, directory))
         })?;
@@ -288,9 +288,10 @@ impl<D: BlockDevice> Store<D> {
 
     /// The directory, taken, once a checkpoint's blocks `pending` join it: of each block's
     /// copies, the newest (a journal commit made after the snapshot stays newer than the
-    /// snapshot's copy; [`enter_if_newer`]). The directory holds only journal commits here
-    /// (the last migration finished before this checkpoint began), mostly far fewer than the
-    /// checkpoint's blocks, so they go into its map rather than it into theirs.
+    /// snapshot's copy; [`Directory::enter_if_newer`]). The directory holds only journal
+    /// commits here (the last migration finished before this checkpoint began), mostly far
+    /// fewer than the checkpoint's blocks, so they go into the checkpoint's directory rather
+    /// than it into theirs.
     fn directory_with(&mut self, mut pending: Directory) -> Directory {
         let home_generation = self.superblock.home_generation;
         for (key, entry) in core::mem::take(&mut self.directory).iter() {
@@ -383,12 +384,7 @@ impl<D: BlockDevice> Store<D> {
         // The device writes the run back while the next one is gathered.
         self.mirrors.flush_begin()?;
         for (record_index, place) in placed.iter().enumerate() {
-            let order = Order {
-                generation: stabilization.generation,
-                source: SOURCE_CHECKPOINT,
-                sequence: place.sequence,
-                entry: 0,
-            };
+            let order = Order::record(stabilization.generation, SOURCE_CHECKPOINT, place.sequence);
             // A later copy of a block in this checkpoint is in a later record: newer.
             let entries = stabilization.run.entries(record_index);
             let home_generation = self.superblock.home_generation;

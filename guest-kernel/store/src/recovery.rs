@@ -437,12 +437,7 @@ impl<D: BlockDevice> Store<D> {
                 RecordKind::Journal => SOURCE_JOURNAL,
                 RecordKind::CheckpointCommit | RecordKind::Padding => continue,
             };
-            let order = Order {
-                generation: header.generation,
-                source,
-                sequence: header.sequence,
-                entry: 0,
-            };
+            let order = Order::record(header.generation, source, header.sequence);
             let home_generation = self.superblock.home_generation;
             self.directory.enter_record(home_generation, header.position + 1, order, &header.entries);
         }

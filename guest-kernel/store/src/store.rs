@@ -35,6 +35,13 @@ pub(crate) struct Order {
     pub(crate) entry: u32,
 }
 
+impl Order {
+    /// The order of a record's first block (entry 0).
+    pub(crate) fn record(generation: u64, source: u8, sequence: u64) -> Self {
+        Self { generation, source, sequence, entry: 0 }
+    }
+}
+
 pub(crate) const SOURCE_CHECKPOINT: u8 = 0;
 pub(crate) const SOURCE_JOURNAL: u8 = 1;
 

@@ -18,7 +18,8 @@ pub struct SerialLine {
 }
 
 impl SerialLine {
-    /// What ends the line in a faithful copy of the console.
+    /// What ends the line in a copy of the console: a newline, but none after a line the
+    /// console closed on.
     pub fn line_ending(&self) -> &'static str {
         if self.cut_short { "" } else { "\n" }
     }

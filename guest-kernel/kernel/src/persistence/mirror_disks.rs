@@ -156,8 +156,10 @@ pub fn describe(status: &MirrorStatus) -> String {
 
 /// What has been said about the mirrors.
 struct Watch {
-    /// The status as last described, and in words.
+    /// The status when it was last put in words (while a mirror is resilvered, its progress
+    /// changes at every step).
     last_status: MirrorStatus,
+    /// The status in words, as last printed.
     status: String,
     repaired_blocks: u64,
     /// The mirror being resilvered and the tick its copy started.
