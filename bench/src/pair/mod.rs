@@ -326,6 +326,8 @@ pub struct Drill {
     /// When the kill came, in seconds from the load's start (its clients' connections
     /// included, so a little later in the run's own clock).
     pub killed_at_seconds: f64,
+    /// When the longest silence began, in milliseconds from the kill (negative: before it).
+    pub silence_from_kill_ms: i64,
     /// From the kill to the supervisor's FAILOVER line, and to its word that the new
     /// primary serves.
     pub promotion_after: Duration,
@@ -631,12 +633,13 @@ fn drill(
     let promotion_after = promotion.promoted_at.saturating_duration_since(killed_at);
     let serving_after = promotion.serving_at.map(|at| at.saturating_duration_since(killed_at));
     say_run("drill", &report, None);
+    let silence_from_kill_ms = report.silence_from_ms(killed_at);
     eprintln!(
-        "holdfast bench pair: drill: promotion announced {:.0} ms after the SIGKILL, the new primary serving {}; longest client silence {:.1} ms from {:.1} s",
+        "holdfast bench pair: drill: promotion announced {:.0} ms after the SIGKILL, the new primary serving {}; longest client silence {:.1} ms from {} ms after the SIGKILL",
         promotion_after.as_secs_f64() * 1000.0,
         serving_after.map_or_else(|| "(not said)".to_owned(), |after| format!("{:.0} ms after", after.as_secs_f64() * 1000.0)),
         report.silence_us_max as f64 / 1000.0,
-        report.silence_from_seconds
+        silence_from_kill_ms
     );
     let ledger = LedgerContents::read(&ledger_dir(options, "pair"))?;
     let snapshot = holdfast_tp1_load::block_on(target.snapshot())?
@@ -647,6 +650,7 @@ fn drill(
         mode,
         report,
         killed_at_seconds: killed_at.duration_since(started).as_secs_f64(),
+        silence_from_kill_ms,
         promotion_after,
         serving_after,
         promotion_line: promotion.line,

@@ -204,10 +204,10 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
             match &figures.drill {
                 Measurement::Measured(drill) => {
                     notes.push(format!(
-                        "drill: the primary's QEMU SIGKILLed (`holdfast vm kill`) {:.1} s after the load started, under {} clients; the longest silence began {:.1} s into the run; {}",
+                        "drill: the primary's QEMU SIGKILLed (`holdfast vm kill`) {:.1} s after the load started, under {} clients; the longest silence began {} ms after the SIGKILL; {}",
                         drill.killed_at_seconds,
                         drill.report.clients,
-                        drill.report.silence_from_seconds,
+                        drill.silence_from_kill_ms,
                         drill.promotion_line
                     ));
                     notes.push(format!(
@@ -286,6 +286,7 @@ mod tests {
             },
             silence_us_max: silence_ms * 1000,
             silence_from_seconds: 3.0,
+            started_at: std::time::Instant::now(),
         }
     }
 
@@ -313,6 +314,7 @@ mod tests {
                     mode: ReplicationMode::SyncDurable,
                     report: report(700.0, outage_ms),
                     killed_at_seconds: 3.1,
+                    silence_from_kill_ms: -2,
                     promotion_after: Duration::from_millis(84),
                     serving_after: Some(Duration::from_millis(300)),
                     promotion_line: "pair p: FAILOVER: ...".into(),

@@ -438,6 +438,7 @@ mod tests {
             },
             silence_us_max: p99_ms * 2000,
             silence_from_seconds: 1.0,
+            started_at: std::time::Instant::now(),
         }
     }
 

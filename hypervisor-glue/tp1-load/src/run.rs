@@ -123,9 +123,23 @@ pub struct RunReport {
     pub silence_us_max: u64,
     /// When that silence began, in seconds from the start of the run.
     pub silence_from_seconds: f64,
+    /// When the run's clock started, once every client had connected: what
+    /// `silence_from_seconds` counts from.
+    #[serde(skip)]
+    pub started_at: std::time::Instant,
 }
 
 impl RunReport {
+    /// When the longest silence began, in milliseconds from `moment` of the caller's (a
+    /// fault it injected), negative when it began before.
+    pub fn silence_from_ms(&self, moment: std::time::Instant) -> i64 {
+        let began = self.started_at + Duration::from_secs_f64(self.silence_from_seconds);
+        match began.checked_duration_since(moment) {
+            Some(after) => after.as_millis() as i64,
+            None => -(moment.duration_since(began).as_millis() as i64),
+        }
+    }
+
     /// The report for people.
     pub fn render(&self) -> String {
         let refused: u64 = self.refused.values().sum();
@@ -430,6 +444,7 @@ pub async fn run<T: Target>(
         latency,
         silence_us_max,
         silence_from_seconds: silence_from_us as f64 / 1e6,
+        started_at: start.into_std(),
     })
 }
 
@@ -592,5 +607,59 @@ async fn print_progress(stats: Arc<Stats>, start: Instant, end: Instant, rate: O
             stats.reconnects.load(Ordering::Relaxed),
         );
         previous_acknowledged = acknowledged;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report_started(started_at: std::time::Instant, silence_from_seconds: f64) -> RunReport {
+        let latency = Latency {
+            count: 0,
+            p50_us: 0,
+            p90_us: 0,
+            p99_us: 0,
+            p99_9_us: 0,
+            max_us: 0,
+            mean_us: 0.0,
+        };
+        RunReport {
+            target: "t".into(),
+            scale: 1,
+            mode: "closed",
+            clients: 1,
+            pipeline: 1,
+            seed: 0,
+            duration_seconds: 1.0,
+            offered_per_second: 0.0,
+            accepted_per_second: 0.0,
+            sent: 0,
+            acknowledged: 0,
+            refused: BTreeMap::new(),
+            failed: 0,
+            unfinished: 0,
+            not_sent: 0,
+            retries: 0,
+            reconnects: 0,
+            latency,
+            silence_us_max: 0,
+            silence_from_seconds,
+            started_at,
+        }
+    }
+
+    /// The silence is placed by the run's own clock, which starts once the clients have
+    /// connected, not by the caller's: a fault 200 ms after the caller started the load,
+    /// with the run's clock starting 90 ms after that, and the silence 110 ms into the run,
+    /// began at the fault.
+    #[test]
+    fn the_silence_is_placed_from_the_run_clock_not_the_callers() {
+        let load_started = std::time::Instant::now();
+        let fault = load_started + Duration::from_millis(200);
+        let report = report_started(load_started + Duration::from_millis(90), 0.110);
+        assert_eq!(report.silence_from_ms(fault), 0);
+        assert_eq!(report.silence_from_ms(fault + Duration::from_millis(30)), -30);
+        assert_eq!(report.silence_from_ms(fault - Duration::from_millis(25)), 25);
     }
 }

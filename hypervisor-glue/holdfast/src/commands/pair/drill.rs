@@ -227,7 +227,9 @@ fn one_drill(
         promotion_ms: promotion.takeover_ms,
         ready_ms,
         outage_ms: run.silence_us_max as f64 / 1000.0,
-        outage_began_from_fault_ms: (run.silence_from_seconds * 1000.0) as i64 - fault_at.duration_since(load_started).as_millis() as i64,
+        // From the run's own clock, which starts once its clients have connected: later
+        // than `load_started`, by as long as that took (about 90 ms for 16 clients).
+        outage_began_from_fault_ms: run.silence_from_ms(fault_at),
         slowest_ms: run.latency.max_us as f64 / 1000.0,
         reconnects: run.reconnects,
         acknowledged: run.acknowledged,
