@@ -635,11 +635,11 @@ fn drill(
     say_run("drill", &report, None);
     let silence_from_kill_ms = report.silence_from_ms(killed_at);
     eprintln!(
-        "holdfast bench pair: drill: promotion announced {:.0} ms after the SIGKILL, the new primary serving {}; longest client silence {:.1} ms from {} ms after the SIGKILL",
+        "holdfast bench pair: drill: promotion announced {:.0} ms after the SIGKILL, the new primary serving {}; longest client silence {:.1} ms from {} the SIGKILL",
         promotion_after.as_secs_f64() * 1000.0,
         serving_after.map_or_else(|| "(not said)".to_owned(), |after| format!("{:.0} ms after", after.as_secs_f64() * 1000.0)),
         report.silence_us_max as f64 / 1000.0,
-        silence_from_kill_ms
+        RunReport::silence_from_words(silence_from_kill_ms)
     );
     let ledger = LedgerContents::read(&ledger_dir(options, "pair"))?;
     let snapshot = holdfast_tp1_load::block_on(target.snapshot())?

@@ -3,6 +3,8 @@
 //! says "not run" or "failed" in its cells and why in the notes; a goal that needs it says
 //! "not judged".
 
+use holdfast_tp1_load::run::RunReport;
+
 use crate::table::{Caption, Column, render as render_table};
 
 use super::{
@@ -204,10 +206,10 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
             match &figures.drill {
                 Measurement::Measured(drill) => {
                     notes.push(format!(
-                        "drill: the primary's QEMU SIGKILLed (`holdfast vm kill`) {:.1} s after the load started, under {} clients; the longest silence began {} ms after the SIGKILL; {}",
+                        "drill: the primary's QEMU SIGKILLed (`holdfast vm kill`) {:.1} s after the load started, under {} clients; the longest silence began {} the SIGKILL; {}",
                         drill.killed_at_seconds,
                         drill.report.clients,
-                        drill.silence_from_kill_ms,
+                        RunReport::silence_from_words(drill.silence_from_kill_ms),
                         drill.promotion_line
                     ));
                     notes.push(format!(

@@ -109,17 +109,15 @@ impl Directory {
     /// Removes the blocks of `kind` with indices in `span`, splitting the extents they
     /// share with blocks outside it.
     fn remove_span(&mut self, kind: BlockKind, span: Range<u64>) {
-        let from = self
+        // From the extent holding the span's first block, if one does.
+        let mut next = self
             .find((kind, span.start))
             .map_or((kind, span.start), |(first, _)| first);
-        let firsts: Vec<BlockKey> = self
-            .extents
-            .range(from..(kind, span.end))
-            .map(|(first, _)| *first)
-            .collect();
-        for first in firsts {
+        while let Some((&first, _)) = self.extents.range(next..(kind, span.end)).next() {
+            // What is left of this extent goes back before `next` or at the span's end.
+            next = (kind, span.start.max(first.1 + 1));
             let Some(mut before) = self.extents.remove(&first) else {
-                continue;
+                break;
             };
             let end = first.1 + before.copies.len() as u64;
             let cut_from = span.start.max(first.1) - first.1;
@@ -499,6 +497,26 @@ mod tests {
             directory.extents.len() < directory.len(),
             "runs of a record became extents"
         );
+    }
+
+    #[test]
+    fn a_span_across_extents_keeps_what_lies_outside_it_and_the_other_kinds_blocks() {
+        let mut directory = Directory::default();
+        let page = |index| log_entry(BlockKind::Page, index, index as u32, [index, 0, 0, 0]);
+        for (record, indices) in [0..5u64, 5..10, 10..15].into_iter().enumerate() {
+            let order = Order::record(1, SOURCE_CHECKPOINT, record as u64);
+            let blocks: Vec<LogEntry> = indices.map(page).collect();
+            directory.enter_record(0, record as u64 * 10, order, &blocks);
+        }
+        let pot = log_entry(BlockKind::NodePot, 7, 9, [1, 2, 3, 4]);
+        directory.enter_record(0, 100, Order::record(1, SOURCE_CHECKPOINT, 3), &[pot]);
+        directory.remove_span(BlockKind::Page, 3..12);
+        let left: Vec<BlockKey> = directory.iter().map(|(key, _)| key).collect();
+        let pages = [0, 1, 2, 12, 13, 14].map(|index| (BlockKind::Page, index));
+        assert_eq!(left, [&[(BlockKind::NodePot, 7)][..], &pages[..]].concat());
+        assert_eq!(directory.len(), 7);
+        let entry = directory.get(&(BlockKind::Page, 12)).unwrap();
+        assert_eq!((entry.position, entry.order.entry, entry.checksum), (22, 2, 12));
     }
 
     #[test]

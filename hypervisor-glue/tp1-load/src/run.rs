@@ -130,8 +130,15 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// `silence_from_ms` in words: `40 ms after`, `40 ms before`.
+    pub fn silence_from_words(milliseconds: i64) -> String {
+        let side = if milliseconds < 0 { "before" } else { "after" };
+        format!("{} ms {side}", milliseconds.unsigned_abs())
+    }
+
     /// When the longest silence began, in milliseconds from `moment` of the caller's (a
-    /// fault it injected), negative when it began before.
+    /// fault it injected), negative when it began before; see also
+    /// [`RunReport::silence_from_words`].
     pub fn silence_from_ms(&self, moment: std::time::Instant) -> i64 {
         let began = self.started_at + Duration::from_secs_f64(self.silence_from_seconds);
         match began.checked_duration_since(moment) {
@@ -655,6 +662,8 @@ mod tests {
     /// began at the fault.
     #[test]
     fn the_silence_is_placed_from_the_run_clock_not_the_callers() {
+        assert_eq!(RunReport::silence_from_words(40), "40 ms after");
+        assert_eq!(RunReport::silence_from_words(-40), "40 ms before");
         let load_started = std::time::Instant::now();
         let fault = load_started + Duration::from_millis(200);
         let report = report_started(load_started + Duration::from_millis(90), 0.110);

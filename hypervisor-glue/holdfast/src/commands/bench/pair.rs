@@ -190,6 +190,7 @@ fn report_json(options: &PairBenchOptions, report: &PairReport) -> Value {
                     "outage_ms": drill.report.silence_us_max as f64 / 1000.0,
                     "outage_from_seconds": drill.report.silence_from_seconds,
                     "killed_at_seconds": drill.killed_at_seconds,
+                    "outage_from_kill_ms": drill.silence_from_kill_ms,
                     "promotion_after_ms": drill.promotion_after.as_secs_f64() * 1000.0,
                     "serving_after_ms": drill.serving_after.map(|after| after.as_secs_f64() * 1000.0),
                     "promotion_line": drill.promotion_line,
