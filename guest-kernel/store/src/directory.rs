@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::format::log_record::{BlockKind, LogEntry};
-use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_JOURNAL};
+use crate::store::{BlockKey, DirectoryEntry, Order};
 
 /// What differs between the blocks of one extent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,7 +174,7 @@ impl Directory {
         key: BlockKey,
         entry: DirectoryEntry,
     ) {
-        if entry.order.source == SOURCE_JOURNAL && entry.order.generation < home_generation {
+        if entry.order.is_journal_before(home_generation) {
             return;
         }
         if self
@@ -196,7 +196,7 @@ impl Directory {
         order: Order,
         entries: &[LogEntry],
     ) {
-        if order.source == SOURCE_JOURNAL && order.generation < home_generation {
+        if order.is_journal_before(home_generation) {
             return;
         }
         let mut start = 0;
@@ -307,16 +307,16 @@ impl Directory {
         }
     }
 
-    /// Keeps only the blocks whose record `keep` accepts by its order's generation and
-    /// source (which the blocks of an extent share).
-    pub(crate) fn retain_records(&mut self, mut keep: impl FnMut(u64, u8) -> bool) {
+    /// Drops the journal copies made in a snapshot generation below `home_generation`
+    /// ([`Order::is_journal_before`]; the blocks of an extent share generation and source).
+    pub(crate) fn drop_journal_before(&mut self, home_generation: u64) {
         let block_count = &mut self.block_count;
         self.extents.retain(|_, extent| {
-            let kept = keep(extent.order.generation, extent.order.source);
-            if !kept {
+            let dropped = extent.order.is_journal_before(home_generation);
+            if dropped {
                 *block_count -= extent.copies.len();
             }
-            kept
+            !dropped
         });
     }
 }
@@ -324,7 +324,7 @@ impl Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SOURCE_CHECKPOINT;
+    use crate::store::{SOURCE_CHECKPOINT, SOURCE_JOURNAL};
 
     /// The directory as it was kept before extents: one map entry per block.
     type Model = BTreeMap<BlockKey, DirectoryEntry>;
@@ -464,9 +464,7 @@ mod tests {
                     }
                     let home_generation = random.below(6);
                     state.home_generation = home_generation;
-                    state.directory.retain_records(|generation, source| {
-                        source != SOURCE_JOURNAL || generation >= home_generation
-                    });
+                    state.directory.drop_journal_before(home_generation);
                     state.model.retain(|_, entry| {
                         entry.order.source != SOURCE_JOURNAL
                             || entry.order.generation >= home_generation

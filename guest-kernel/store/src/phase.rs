@@ -20,7 +20,7 @@ use crate::format::superblock::LogCursor;
 use crate::format::{Block, checksum, checksum_chain};
 use crate::geometry::{HomeRangeLayout, NODE_SIZE, NODES_PER_POT};
 use crate::log::RecordRun;
-use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, SOURCE_JOURNAL, Store};
+use crate::store::{BlockKey, DirectoryEntry, Order, SOURCE_CHECKPOINT, Store};
 
 pub(crate) enum Phase {
     Idle,
@@ -496,8 +496,7 @@ impl<D: BlockDevice> Store<D> {
         // Journal copies written during this migration but made before the snapshot now at
         // home: `enter_if_newer` took them while home was older, and refuses them from now
         // on, as a restart would.
-        self.directory
-            .retain_records(|generation, source| source != SOURCE_JOURNAL || generation >= home_generation);
+        self.directory.drop_journal_before(home_generation);
         Ok(true)
     }
 

@@ -40,6 +40,12 @@ impl Order {
     pub(crate) fn record(generation: u64, source: u8, sequence: u64) -> Self {
         Self { generation, source, sequence, entry: 0 }
     }
+
+    /// A journal copy made in a snapshot generation below `home_generation`: never entered
+    /// in the directory, nor kept there (see [`crate::directory::Directory::enter_if_newer`]).
+    pub(crate) fn is_journal_before(&self, home_generation: u64) -> bool {
+        self.source == SOURCE_JOURNAL && self.generation < home_generation
+    }
 }
 
 pub(crate) const SOURCE_CHECKPOINT: u8 = 0;
