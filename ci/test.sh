@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash ci/setup.sh
+# The install step is deploy/README.md's setup block, run as written (it calls ci/setup.sh),
+# so that on a bare machine CI is the fresh host the deploy guide starts from; the block's
+# export of the state directory ends with its shell, and the deploy tests set their own.
+# setup.sh says "installing ..." for whatever the machine lacked.
+bash -euo pipefail -c "$(deploy/readme-block.sh setup)"
 
 # Each section's heading says when it started, so a slow run shows where its time went.
 section() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
