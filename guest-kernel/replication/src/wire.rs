@@ -35,8 +35,9 @@ pub enum Kind {
     /// Primary → standby. `argument`: the device block; `part`: which part (0: a block is
     /// one part); payload: its [`PART_BYTES`] bytes.
     BlockPart = 1,
-    /// Primary → standby. Everything before it in the stream is durable on the primary;
-    /// the standby makes it durable on its disks too and says so in its next [`Kind::Ack`].
+    /// Primary → standby. Everything before it in the stream is being made durable on the
+    /// primary (its disks flush meanwhile); the standby makes it durable on its disks too
+    /// and says so in its next [`Kind::Ack`].
     Flush = 2,
     /// Primary → standby: a full copy starts. `argument`: the store's size in blocks. The
     /// standby marks its disks incomplete until the matching [`Kind::CopyEnd`].

@@ -60,6 +60,15 @@ pub trait BlockDevice {
         self.write(first_block, &data)
     }
 
+    /// Waits for the writes under way, then starts a flush of everything written without
+    /// waiting for it; the next [`BlockDevice::flush`] returns once that flush is done (or
+    /// flushes again if something was written since). A mirror set starts every mirror's
+    /// flush before waiting for the first, so that the mirrors' disks flush side by side.
+    /// The default does nothing, leaving the work to `flush`.
+    fn flush_submit(&mut self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
     /// Asks the device to start putting what was written so far on stable media, without
     /// waiting: a device with a write-back cache then writes back while the caller works,
     /// and the next [`BlockDevice::flush`] has less to do. Nothing is durable until a flush

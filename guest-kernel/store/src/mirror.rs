@@ -34,16 +34,19 @@ pub enum MirrorState {
 }
 
 /// A copy of the store kept elsewhere: the pair's standby (`holdfast-replication`). It is
-/// told every write the mirrors take, in the order they take them, and every flush once
-/// the mirrors have flushed — not a repair or a resilvering copy, which make one mirror
+/// told every write the mirrors take, in the order they take them, and every flush as the
+/// mirrors begin it — not a repair or a resilvering copy, which make one mirror
 /// equal to what the others already hold. Because the store survives a crash that keeps any
 /// subset of unflushed writes, a replica that makes the same writes and flushes in the same
 /// order holds, at every moment, a store that can be opened.
 pub trait Replica: Send {
     fn write(&mut self, first_block: u64, data: &[u8]);
-    /// Everything written so far is durable here; the replica makes it durable there too.
-    /// It does not wait for that: whoever acknowledges a commit asks the replica whether
-    /// its flush has arrived (the kernel's journal, `pair::primary`).
+    /// Everything written so far is being made durable here; the replica makes it durable
+    /// there too, side by side. It does not wait for that: whoever acknowledges a commit
+    /// does so once the mirrors' flush has returned and the replica says its flush has
+    /// arrived (the kernel's journal, `pair::primary`). Told before the mirrors flush, the
+    /// replica may hold a flushed write that the mirrors lost in a crash: a commit not yet
+    /// acknowledged, in a store the same writes and flushes would have made here.
     fn flush(&mut self);
 }
 
@@ -177,13 +180,15 @@ impl<D: BlockDevice> MirrorSet<D> {
 
     /// Writes like [`MirrorSet::write`], handing the buffer to the devices
     /// ([`BlockDevice::write_owned`]): they may still be writing when this returns.
+    /// The mirrors' writes are under way before the replica is told, so that they go on
+    /// while it sends.
     pub(crate) fn write_owned(&mut self, first_block: u64, data: Vec<u8>) -> Result<(), StoreError> {
-        let length = data.len();
+        let data = Arc::new(data);
+        self.write_each(first_block, data.len(), |device| device.write_owned(first_block, Arc::clone(&data)))?;
         if let Some(replica) = &mut self.replica {
             replica.write(first_block, &data);
         }
-        let data = Arc::new(data);
-        self.write_each(first_block, length, |device| device.write_owned(first_block, Arc::clone(&data)))
+        Ok(())
     }
 
     /// `write` on every live mirror but a resilvering one's superblocks; an error drops the
@@ -242,12 +247,15 @@ impl<D: BlockDevice> MirrorSet<D> {
         }
     }
 
+    /// Makes every write so far durable on every live mirror. Each mirror's flush is under
+    /// way before the first is waited for, so that their disks flush side by side; the
+    /// replica is told first, so that the standby's disks flush beside them too.
     pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
-        self.flush_each(|device| device.flush())?;
         if let Some(replica) = &mut self.replica {
             replica.flush();
         }
-        Ok(())
+        self.flush_each(|device| device.flush_submit())?;
+        self.flush_each(|device| device.flush())
     }
 
     /// `flush` on every live mirror; an error drops the mirror if another can carry on.

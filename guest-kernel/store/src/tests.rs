@@ -1354,3 +1354,97 @@ fn a_checkpoint_cut_short_by_a_crash_is_freed_from_the_log_at_open() {
     assert_eq!(read_page(&mut store, 1809), (1, 0x55));
     assert!(store.check().unwrap().is_clean());
 }
+
+/// When a device was asked something (a moment of the shared clock), what, and which
+/// mirror it is.
+type FlushEvents = Rc<RefCell<Vec<(u64, &'static str, usize)>>>;
+
+/// A device that notes, on a clock shared with the other mirror and the replica, when it
+/// was asked to start a flush and when to finish one.
+struct FlushOrderDevice {
+    media: MemoryDevice,
+    mirror: usize,
+    clock: alloc::sync::Arc<core::sync::atomic::AtomicU64>,
+    events: FlushEvents,
+}
+
+impl FlushOrderDevice {
+    fn note(&self, what: &'static str) {
+        let moment = self.clock.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        self.events.borrow_mut().push((moment, what, self.mirror));
+    }
+}
+
+impl BlockDevice for FlushOrderDevice {
+    fn block_count(&self) -> u64 {
+        self.media.block_count()
+    }
+
+    fn read(&mut self, first_block: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.media.read(first_block, buf)
+    }
+
+    fn write(&mut self, first_block: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.media.write(first_block, data)
+    }
+
+    fn flush_submit(&mut self) -> Result<(), DeviceError> {
+        self.note("flush_submit");
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), DeviceError> {
+        self.note("flush");
+        self.media.flush()
+    }
+}
+
+struct FlushOrderReplica {
+    clock: alloc::sync::Arc<core::sync::atomic::AtomicU64>,
+    flushed_at: alloc::sync::Arc<core::sync::atomic::AtomicU64>,
+}
+
+impl mirror::Replica for FlushOrderReplica {
+    fn write(&mut self, _first_block: u64, _data: &[u8]) {}
+
+    fn flush(&mut self) {
+        let moment = self.clock.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        self.flushed_at.store(moment, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A journal commit's flush starts on every mirror, and on the replica before them, before
+/// it waits for any: the disks of both mirrors and of the standby flush side by side.
+#[test]
+fn a_flush_is_under_way_on_every_mirror_and_the_replica_before_it_is_waited_for() {
+    let clock = alloc::sync::Arc::new(core::sync::atomic::AtomicU64::new(1));
+    let events = Rc::new(RefCell::new(Vec::new()));
+    let devices = (0..2)
+        .map(|mirror| FlushOrderDevice {
+            media: MemoryDevice::new(GEOMETRY.layout().unwrap().block_count),
+            mirror,
+            clock: clock.clone(),
+            events: events.clone(),
+        })
+        .collect();
+    let mut store = Store::format(devices, GEOMETRY).unwrap();
+    let flushed_at = alloc::sync::Arc::new(core::sync::atomic::AtomicU64::new(0));
+    store.set_replica(alloc::boxed::Box::new(FlushOrderReplica { clock, flushed_at: flushed_at.clone() }));
+    events.borrow_mut().clear();
+    store
+        .journal_submit(&[JournalPage { id: ObjectId(7), version: Version(1), data: &page(0x77) }])
+        .unwrap();
+    store.journal_write().unwrap();
+    let events = events.borrow();
+    let moments = |what: &str| -> Vec<(u64, usize)> {
+        events.iter().filter(|event| event.1 == what).map(|event| (event.0, event.2)).collect()
+    };
+    let (submits, flushes) = (moments("flush_submit"), moments("flush"));
+    assert_eq!(submits.iter().map(|submit| submit.1).collect::<Vec<_>>(), [0, 1], "{events:?}");
+    assert_eq!(flushes.iter().map(|flush| flush.1).collect::<Vec<_>>(), [0, 1], "{events:?}");
+    let last_submit = submits.iter().map(|submit| submit.0).max().unwrap();
+    let first_flush = flushes.iter().map(|flush| flush.0).min().unwrap();
+    assert!(last_submit < first_flush, "a mirror was waited for before the other began: {events:?}");
+    let replica_flush = flushed_at.load(core::sync::atomic::Ordering::Relaxed);
+    assert!(replica_flush != 0 && replica_flush < submits[0].0, "the replica was told at {replica_flush}: {events:?}");
+}

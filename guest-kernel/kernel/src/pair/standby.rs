@@ -5,6 +5,7 @@
 //! and restart from it as the primary.
 
 use alloc::boxed::Box;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use holdfast_replication::receiver::{Action, Receiver};
 use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Message, StandbyState};
@@ -39,18 +40,22 @@ impl Disks {
         self.run.extend_from_slice(data);
     }
 
+    /// Hands the gathered run to every disk at once: they write it side by side, and the
+    /// next flush waits for it.
     fn write_run(&mut self) {
         if self.run.is_empty() {
             return;
         }
-        let (first, run) = (self.run_first, core::mem::take(&mut self.run));
-        self.each_disk("writing", |disk| BlockDevice::write(disk, first, &run));
-        self.run = run;
-        self.run.clear();
+        let first = self.run_first;
+        let run = Arc::new(core::mem::replace(&mut self.run, Vec::with_capacity(RUN_BLOCKS_MAX * BLOCK_SIZE)));
+        self.each_disk("writing", |disk| BlockDevice::write_owned(disk, first, Arc::clone(&run)));
     }
 
+    /// Every disk's flush under way before the first is waited for, as the primary's
+    /// mirrors flush.
     fn flush(&mut self) {
         self.write_run();
+        self.each_disk("flushing", BlockDevice::flush_submit);
         self.each_disk("flushing", BlockDevice::flush);
     }
 
