@@ -354,8 +354,13 @@ impl Block {
 
     /// Waits for every request in flight.
     fn complete_all(&mut self) {
+        self.complete_all_by(Self::spin_for_answer);
+    }
+
+    /// [`Block::complete_all`], waiting by `wait`.
+    fn complete_all_by(&mut self, wait: fn(&Self) -> Result<(), Unanswered>) {
         while !self.in_flight.is_empty() {
-            self.complete_next();
+            self.complete_next_by(wait);
         }
     }
 
@@ -662,9 +667,7 @@ impl BlockDevice for Block {
     fn flush(&mut self) -> Result<(), DeviceError> {
         if core::mem::take(&mut self.flush_covers_writes) {
             // Only the flush `flush_submit` sent is in flight: a commit's wait, so it halts.
-            while !self.in_flight.is_empty() {
-                self.complete_next_by(Self::halt_for_answer);
-            }
+            self.complete_all_by(Self::halt_for_answer);
             self.take_failure()?;
             return self.check_not_given_up();
         }
