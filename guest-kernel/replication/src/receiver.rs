@@ -1,10 +1,10 @@
 //! The standby's end: takes the stream in order, one message after the last it took, and
-//! tells the kernel what to do with each — write a block, flush its disks, start or end a
+//! tells the kernel what to do with each — write blocks, flush its disks, start or end a
 //! copy, become the primary. It asks the primary to
 //! resend (a [`Kind::Hello`] with its position) when it sees a gap, and a stream it does
 //! not follow is ignored until a full copy of it begins.
 
-use crate::wire::{BLOCK_BYTES, Kind, Message, Mode, Role, StandbyState, Status};
+use crate::wire::{Kind, Message, Mode, Role, StandbyState, Status};
 
 /// A gap is answered with one [`Kind::Hello`] per this interval at most: the primary
 /// resends everything after it anyway.
@@ -16,8 +16,9 @@ pub const ACK_EVERY_MESSAGES: u64 = 128;
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action<'a> {
     Nothing,
-    /// Write this block to every disk (it may wait for the next [`Action::Flush`]).
-    Write { block: u64, data: &'a [u8; BLOCK_BYTES] },
+    /// Write these whole blocks, consecutive from `first_block`, to every disk (it may wait
+    /// for the next [`Action::Flush`]).
+    Write { first_block: u64, data: &'a [u8] },
     /// Write `blocks` zero blocks from `first_block` to every disk.
     Zeros { first_block: u64, blocks: u64 },
     /// Make everything written durable, then call [`Receiver::durable_to`] with `sequence`
@@ -95,10 +96,8 @@ impl Receiver {
         }
         self.received = message.sequence;
         match message.kind {
-            Kind::BlockPart => Action::Write {
-                block: message.argument,
-                data: message.payload.try_into().expect("decode checked a block's length"),
-            },
+            // Decode checked that the payload is whole blocks.
+            Kind::Blocks => Action::Write { first_block: message.argument, data: message.payload },
             Kind::Zeros => Action::Zeros {
                 first_block: message.argument,
                 blocks: crate::wire::zero_run_blocks(message.payload).unwrap_or(0),

@@ -7,7 +7,7 @@
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 
-use crate::wire::{BLOCK_BYTES, Kind, Message, Mode, PART_BYTES, StandbyState, Status};
+use crate::wire::{BLOCK_BYTES, BLOCKS_PER_MESSAGE_MAX, Kind, Message, Mode, StandbyState, Status};
 
 /// Stream messages sent and not yet acknowledged as received, at most.
 pub const WINDOW_MESSAGES: u64 = 512;
@@ -24,13 +24,14 @@ const SUPERBLOCK_BLOCKS: u64 = 2;
 /// Blocks (4 MiB) after which the stream gets a flush of its own even if the store
 /// made none (a full copy makes none): the standby then makes them durable and the primary
 /// lets them go, so the retained stream never fills up with data only a flush would free.
-const FLUSH_EVERY_PARTS: u64 = 1024;
+const FLUSH_EVERY_BLOCKS: u64 = 1024;
 
 struct Entry {
     kind: Kind,
     part: u8,
     argument: u64,
-    payload: Option<Box<[u8; PART_BYTES]>>,
+    /// A [`Kind::Blocks`] message's blocks.
+    payload: Option<Box<[u8]>>,
     /// A [`Kind::Zeros`] run's length in blocks.
     zero_run_blocks: u64,
     queued_ms: u64,
@@ -70,9 +71,9 @@ pub struct Sender {
     /// Sequence of `ring[0]`; the ring holds every message not yet durable on the standby.
     ring_first: u64,
     ring: VecDeque<Entry>,
-    /// Block parts in the ring.
-    retained_parts: u64,
-    parts_since_flush: u64,
+    /// Blocks in the ring.
+    retained_blocks: u64,
+    blocks_since_flush: u64,
     send_next: u64,
     received: u64,
     durable: u64,
@@ -105,8 +106,8 @@ impl Sender {
             lag_bytes_max,
             ring_first: 1,
             ring: VecDeque::new(),
-            retained_parts: 0,
-            parts_since_flush: 0,
+            retained_blocks: 0,
+            blocks_since_flush: 0,
             send_next: 1,
             received: 0,
             durable: 0,
@@ -136,7 +137,7 @@ impl Sender {
         self.ring_first + self.ring.len() as u64
     }
 
-    fn push(&mut self, kind: Kind, part: u8, argument: u64, payload: Option<Box<[u8; PART_BYTES]>>, now_ms: u64) -> u64 {
+    fn push(&mut self, kind: Kind, part: u8, argument: u64, payload: Option<Box<[u8]>>, now_ms: u64) -> u64 {
         let sequence = self.next_sequence();
         if !self.followed {
             // No standby follows the stream: the one that comes gets a full copy, so
@@ -147,7 +148,7 @@ impl Sender {
             self.send_next = self.ring_first;
             return sequence;
         }
-        self.retained_parts += u64::from(payload.is_some());
+        self.retained_blocks += blocks_in(&payload);
         self.ring.push_back(Entry {
             kind,
             part,
@@ -159,17 +160,20 @@ impl Sender {
         sequence
     }
 
-    fn push_block(&mut self, block: u64, data: &[u8], now_ms: u64) {
+    /// Puts whole blocks consecutive from `first_block` in the stream, as few messages as
+    /// [`BLOCKS_PER_MESSAGE_MAX`] allows.
+    fn push_blocks(&mut self, first_block: u64, data: &[u8], now_ms: u64) {
         if !self.followed {
             return;
         }
-        if self.parts_since_flush >= FLUSH_EVERY_PARTS {
-            self.queue_flush(now_ms);
+        for (index, chunk) in data.chunks(BLOCKS_PER_MESSAGE_MAX * BLOCK_BYTES).enumerate() {
+            if self.blocks_since_flush >= FLUSH_EVERY_BLOCKS {
+                self.queue_flush(now_ms);
+            }
+            self.blocks_since_flush += (chunk.len() / BLOCK_BYTES) as u64;
+            let block = first_block + (index * BLOCKS_PER_MESSAGE_MAX) as u64;
+            self.push(Kind::Blocks, 0, block, Some(chunk.into()), now_ms);
         }
-        self.parts_since_flush += 1;
-        let mut payload = Box::new([0u8; PART_BYTES]);
-        payload.copy_from_slice(data);
-        self.push(Kind::BlockPart, 0, block, Some(payload), now_ms);
     }
 
     fn push_zeros(&mut self, first_block: u64, blocks: u64, now_ms: u64) {
@@ -203,7 +207,7 @@ impl Sender {
     fn give_up(&mut self) {
         self.ring_first = self.next_sequence();
         self.ring.clear();
-        self.retained_parts = 0;
+        self.retained_blocks = 0;
         self.received = self.ring_first - 1;
         self.durable = self.ring_first - 1;
         self.send_next = self.ring_first;
@@ -230,19 +234,18 @@ impl Sender {
                 ..
             })
         );
-        for (index, block) in data.chunks_exact(BLOCK_BYTES).enumerate() {
-            let block_number = first_block + index as u64;
-            if copying_markers_or_body && block_number < SUPERBLOCK_BLOCKS {
-                continue;
-            }
-            self.push_block(block_number, block, now_ms);
-        }
+        let skipped = if copying_markers_or_body {
+            SUPERBLOCK_BLOCKS.saturating_sub(first_block).min((data.len() / BLOCK_BYTES) as u64)
+        } else {
+            0
+        };
+        self.push_blocks(first_block + skipped, &data[skipped as usize * BLOCK_BYTES..], now_ms);
     }
 
     /// Puts a flush in the stream and returns its sequence: a commit that flushed waits
     /// until [`Sender::satisfied`] says the mode is met for it.
     pub fn queue_flush(&mut self, now_ms: u64) -> u64 {
-        self.parts_since_flush = 0;
+        self.blocks_since_flush = 0;
         self.push(Kind::Flush, 0, 0, None, now_ms)
     }
 
@@ -268,7 +271,7 @@ impl Sender {
 
     /// Stream bytes not yet durable on the standby (the ring holds exactly those).
     pub fn lag_bytes(&self) -> u64 {
-        self.retained_parts * PART_BYTES as u64
+        self.retained_blocks * BLOCK_BYTES as u64
     }
 
     /// How long the oldest message not durable on the standby has waited.
@@ -298,21 +301,23 @@ impl Sender {
         let Some(mut copy) = self.copy else {
             return;
         };
-        // Runs of zero blocks (most of a new store) go as one message each.
-        let mut zero_run: Option<(u64, u64)> = None;
-        for (index, block) in data.chunks_exact(BLOCK_BYTES).enumerate() {
+        // Runs of zero blocks (most of a new store) go as one message each, the blocks
+        // between them together.
+        let mut index = 0;
+        let blocks = data.len() / BLOCK_BYTES;
+        let is_zero = |index: usize| {
+            copy.phase != CopyPhase::Markers && data[index * BLOCK_BYTES..][..BLOCK_BYTES].iter().all(|&byte| byte == 0)
+        };
+        while index < blocks {
+            let zero = is_zero(index);
+            let end = (index + 1..blocks).find(|&next| is_zero(next) != zero).unwrap_or(blocks);
             let block_number = first_block + index as u64;
-            if copy.phase != CopyPhase::Markers && block.iter().all(|&byte| byte == 0) {
-                zero_run = Some(zero_run.map_or((block_number, 1), |(first, count)| (first, count + 1)));
-                continue;
+            if zero {
+                self.push_zeros(block_number, (end - index) as u64, now_ms);
+            } else {
+                self.push_blocks(block_number, &data[index * BLOCK_BYTES..end * BLOCK_BYTES], now_ms);
             }
-            if let Some((first, count)) = zero_run.take() {
-                self.push_zeros(first, count, now_ms);
-            }
-            self.push_block(block_number, block, now_ms);
-        }
-        if let Some((first, count)) = zero_run {
-            self.push_zeros(first, count, now_ms);
+            index = end;
         }
         let blocks = (data.len() / BLOCK_BYTES) as u64;
         copy.phase = match copy.phase {
@@ -424,7 +429,7 @@ impl Sender {
         self.send_next = self.send_next.max(self.received + 1);
         while self.ring_first <= self.durable {
             if let Some(entry) = self.ring.pop_front() {
-                self.retained_parts -= u64::from(entry.payload.is_some());
+                self.retained_blocks -= blocks_in(&entry.payload);
             }
             self.ring_first += 1;
         }
@@ -503,4 +508,8 @@ impl Sender {
     pub fn is_degraded(&self) -> bool {
         self.degraded
     }
+}
+
+fn blocks_in(payload: &Option<Box<[u8]>>) -> u64 {
+    payload.as_ref().map_or(0, |blocks| (blocks.len() / BLOCK_BYTES) as u64)
 }

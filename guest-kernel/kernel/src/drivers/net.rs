@@ -30,9 +30,10 @@ const TRANSMIT_WAIT_MICROSECONDS: u64 = 10_000;
 /// The longest frame sent: an Ethernet header and a 1500-byte payload.
 const FRAME_BYTES_MAX: usize = 1514;
 /// On the pair's link ([`super::LINK_MAC_PREFIX`]), a point-to-point wire between two
-/// Holdfast VMs through the host, frames carry a whole 4 KiB block and its message header
-/// (`holdfast_replication::wire`): a quarter of the frames, each costing a notification
-/// and a trip through the host, that 1500-byte ones would take.
+/// Holdfast VMs through the host, frames carry up to 16 consecutive 4 KiB blocks and their
+/// message header (`holdfast_replication::wire`): each frame costs a notification and a
+/// trip through the host, so a commit's record goes in one or two rather than one per
+/// block. The buffers (16 of about 64 KiB) are the link device's alone.
 const LINK_FRAME_BYTES_MAX: usize = 14 + holdfast_replication::wire::MESSAGE_BYTES_MAX;
 /// The shortest: an Ethernet header.
 const FRAME_BYTES_MIN: usize = 14;

@@ -78,6 +78,12 @@ fn now_ms() -> u64 {
     timer::tsc_to_microseconds(arch::read_tsc()) / 1000
 }
 
+/// A zeroed frame buffer, made on the heap: at 64 KiB it is too large to build on the
+/// kernel stack first, as `Box::new` of an array may.
+fn frame_buffer() -> alloc::boxed::Box<[u8; FRAME_BYTES_MAX]> {
+    alloc::vec![0u8; FRAME_BYTES_MAX].into_boxed_slice().try_into().expect("FRAME_BYTES_MAX bytes")
+}
+
 /// Sends one message (already encoded after the Ethernet header in `frame`); returns
 /// whether the link took it. A link that cannot (every buffer in flight: the host is not
 /// reading) loses it; the protocol sends stream messages again and heartbeats every

@@ -46,7 +46,7 @@ pub fn install(link: Net, options: &PairOptions, store: &mut Store<Block>) {
     *PRIMARY.lock() = Some(Primary {
         sender: Sender::new(stream, options.term, options.mode, options.lag_bytes_max, now),
         link,
-        frame: Box::new([0; FRAME_BYTES_MAX]),
+        frame: super::frame_buffer(),
         block_count: store.layout().block_count,
         heartbeat_ms: 0,
         checkpoint_generation: store.checkpoint_generation(),

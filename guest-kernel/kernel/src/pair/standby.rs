@@ -4,14 +4,13 @@
 //! loop — only once the disks hold a whole copy — and the boot goes on to open the store
 //! and restart from it as the primary.
 
-use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use holdfast_replication::receiver::{Action, Receiver};
 use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Message, StandbyState};
 use holdfast_store::{BLOCK_SIZE, BlockDevice};
 
-use super::{ETHERNET_HEADER_BYTES, FRAME_BYTES_MAX, PairOptions, message_of, now_ms, send};
+use super::{ETHERNET_HEADER_BYTES, PairOptions, message_of, now_ms, send};
 use crate::drivers::{Block, Net};
 use crate::println;
 
@@ -29,15 +28,20 @@ struct Disks {
 }
 
 impl Disks {
-    fn write(&mut self, block: u64, data: &[u8]) {
-        let run_blocks = (self.run.len() / BLOCK_SIZE) as u64;
-        if !self.run.is_empty() && (block != self.run_first + run_blocks || run_blocks as usize == RUN_BLOCKS_MAX) {
-            self.write_run();
+    /// Gathers whole blocks from `first_block` into the run, which never passes
+    /// [`RUN_BLOCKS_MAX`] (a message of several blocks may end a run and begin the next).
+    fn write(&mut self, first_block: u64, data: &[u8]) {
+        for (index, block) in data.chunks_exact(BLOCK_SIZE).enumerate() {
+            let block_number = first_block + index as u64;
+            let run_blocks = (self.run.len() / BLOCK_SIZE) as u64;
+            if !self.run.is_empty() && (block_number != self.run_first + run_blocks || run_blocks as usize >= RUN_BLOCKS_MAX) {
+                self.write_run();
+            }
+            if self.run.is_empty() {
+                self.run_first = block_number;
+            }
+            self.run.extend_from_slice(block);
         }
-        if self.run.is_empty() {
-            self.run_first = block;
-        }
-        self.run.extend_from_slice(data);
     }
 
     /// Hands the gathered run to every disk at once: they write it side by side, and the
@@ -111,7 +115,7 @@ pub fn run(disks: Vec<Block>, mut link: Net, options: &PairOptions) -> (Vec<Bloc
         run_first: 0,
         failed: false,
     };
-    let mut frame = Box::new([0u8; FRAME_BYTES_MAX]);
+    let mut frame = super::frame_buffer();
     let length = receiver.hello(&mut frame[ETHERNET_HEADER_BYTES..]);
     send(&mut link, &mut frame, length);
     let mut heartbeat_ms = 0;
@@ -176,8 +180,8 @@ fn take(bytes: &[u8], receiver: &mut Receiver, disks: &mut Disks, now: u64) -> R
     };
     match receiver.receive(&message, now) {
         Action::Nothing => Reply::Nothing,
-        Action::Write { block, data } => {
-            disks.write(block, data);
+        Action::Write { first_block, data } => {
+            disks.write(first_block, data);
             Reply::Nothing
         }
         Action::Zeros { first_block, blocks } => {
