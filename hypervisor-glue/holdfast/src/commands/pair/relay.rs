@@ -254,9 +254,15 @@ impl Link {
     }
 
     /// Reads node `from`'s frames from `source` until it closes, hands each message to
-    /// `observe` and relays the frame to the other node, unless it is damaged (counted, not
-    /// relayed) or the link is cut (dropped). Returns why it stopped.
-    pub fn relay_from(&self, from: usize, mut source: impl Read, mut observe: impl FnMut(&Message)) -> io::Error {
+    /// `observe` and relays the frame to the other node, unless it is damaged (counted, handed
+    /// to `damaged` and not relayed) or the link is cut (dropped). Returns why it stopped.
+    pub fn relay_from(
+        &self,
+        from: usize,
+        mut source: impl Read,
+        mut observe: impl FnMut(&Message),
+        mut damaged: impl FnMut(&Damage),
+    ) -> io::Error {
         let to = 1 - from;
         let mut reader = FrameReader::default();
         // Large enough for a burst of block frames in one read.
@@ -282,8 +288,9 @@ impl Link {
                 }
                 match inspect(&frame) {
                     Ok(message) => observe(&message),
-                    Err(_) => {
+                    Err(damage) => {
                         self.counters.damaged.fetch_add(1, Ordering::Relaxed);
+                        damaged(&damage);
                         continue;
                     }
                 }
@@ -378,7 +385,7 @@ mod tests {
         let (link, written) = link_to_node_1();
         let frames: Vec<Vec<u8>> = (0..20u64).map(|sequence| frame_from(1, &Message::new(Kind::Flush, 7, sequence, 0))).collect();
         let mut seen = Vec::new();
-        let stopped = link.relay_from(0, Trickle { bytes: stream_of(&frames), at: 0, step: 0 }, |message| seen.push(message.sequence));
+        let stopped = link.relay_from(0, Trickle { bytes: stream_of(&frames), at: 0, step: 0 }, |message| seen.push(message.sequence), |_| {});
         assert_eq!(stopped.kind(), io::ErrorKind::UnexpectedEof);
         assert_eq!(seen, (0..20).collect::<Vec<_>>());
         assert_eq!(written.frames(20, Duration::from_secs(10)), frames);
@@ -386,7 +393,7 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_frame_is_counted_and_not_relayed() {
+    fn a_damaged_frame_is_counted_reported_with_its_reason_and_not_relayed() {
         let (link, written) = link_to_node_1();
         let good = frame_from(1, &Message::new(Kind::Ack, 1, 2, 3));
         let mut damaged = good.clone();
@@ -394,10 +401,11 @@ mod tests {
         let mut other_ethertype = good.clone();
         other_ethertype[12] = 0x08;
         let frames = [damaged, good.clone(), other_ethertype, vec![1, 2, 3]];
-        let mut observed = 0;
-        link.relay_from(0, io::Cursor::new(stream_of(&frames)), |_| observed += 1);
+        let (mut observed, mut reasons) = (0, Vec::new());
+        link.relay_from(0, io::Cursor::new(stream_of(&frames)), |_| observed += 1, |damage| reasons.push(damage.to_string()));
         assert_eq!(observed, 1);
         assert_eq!(link.counters.damaged.load(Ordering::Relaxed), 3);
+        assert_eq!(reasons, ["checksum mismatch", "not the replication EtherType", "shorter than an Ethernet header"]);
         assert_eq!(written.frames(1, Duration::from_secs(10)), vec![good]);
     }
 
@@ -407,7 +415,7 @@ mod tests {
         link.set(LinkSettings { cut: true, ..LinkSettings::default() });
         let heartbeat = frame_from(1, &Message::new(Kind::Heartbeat, 1, 0, 0));
         let mut observed = 0;
-        link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat.clone(), heartbeat.clone()])), |_| observed += 1);
+        link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat.clone(), heartbeat.clone()])), |_| observed += 1, |_| {});
         assert_eq!(observed, 2);
         assert_eq!(link.counters.cut.load(Ordering::Relaxed), 2);
         // The supervisor's own messages still go through.
@@ -418,7 +426,7 @@ mod tests {
         assert_eq!(&frames[0][6..12], &link_mac(0));
 
         link.set(LinkSettings::default());
-        link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat])), |_| {});
+        link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat])), |_| {}, |_| {});
         assert_eq!(written.frames(2, Duration::from_secs(10)).len(), 2, "a restored link relays again");
     }
 
@@ -428,12 +436,12 @@ mod tests {
         let heartbeat = frame_from(1, &Message::new(Kind::Heartbeat, 1, 0, 0));
         link.set(LinkSettings { isolated: Some(0), ..LinkSettings::default() });
         let mut observed = 0;
-        link.relay_from(0, io::Cursor::new(stream_of(std::slice::from_ref(&heartbeat))), |_| observed += 1);
+        link.relay_from(0, io::Cursor::new(stream_of(std::slice::from_ref(&heartbeat))), |_| observed += 1, |_| {});
         assert_eq!(observed, 0, "the supervisor must not hear an isolated node");
         // Node 1 is not isolated: it is heard, but nothing of it reaches node 0.
         link.set(LinkSettings { isolated: Some(1), ..LinkSettings::default() });
         assert!(!link.send_from_supervisor(1, &Message::new(Kind::Degrade, 0, 1, 0)));
-        link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat])), |_| observed += 1);
+        link.relay_from(0, io::Cursor::new(stream_of(&[heartbeat])), |_| observed += 1, |_| {});
         assert_eq!(observed, 1);
         assert_eq!(link.counters.cut.load(Ordering::Relaxed), 3);
         assert!(written.frames(1, Duration::from_millis(300)).is_empty());
@@ -445,7 +453,7 @@ mod tests {
         link.set(LinkSettings { hold_ms: 300, ..LinkSettings::default() });
         let frames: Vec<Vec<u8>> = (0..3u64).map(|sequence| frame_from(1, &Message::new(Kind::Flush, 7, sequence, 0))).collect();
         let started = Instant::now();
-        link.relay_from(0, io::Cursor::new(stream_of(&frames)), |_| {});
+        link.relay_from(0, io::Cursor::new(stream_of(&frames)), |_| {}, |_| {});
         assert!(written.frames(1, Duration::ZERO).is_empty(), "a held frame went out at once");
         assert_eq!(written.frames(3, Duration::from_secs(10)), frames);
         assert!(started.elapsed() >= Duration::from_millis(300));
@@ -476,7 +484,7 @@ mod tests {
         let link = Link::default();
         link.attach(1, Some(Outbox::start(socket.clone()).unwrap()));
         let frames: Vec<Vec<u8>> = (0..50u64).map(|sequence| frame_from(1, &Message::new(Kind::Flush, 7, sequence, 0))).collect();
-        link.relay_from(0, io::Cursor::new(stream_of(&frames)), |_| {});
+        link.relay_from(0, io::Cursor::new(stream_of(&frames)), |_| {}, |_| {});
         assert_eq!(socket.written.frames(50, Duration::from_secs(10)), frames);
         // The first write takes what was queued when the writer woke (at least the first
         // frame); the next takes everything queued behind it meanwhile.
@@ -488,7 +496,7 @@ mod tests {
     fn frames_for_a_vm_not_connected_are_counted() {
         let link = Link::default();
         let frame = frame_from(1, &Message::new(Kind::Flush, 7, 1, 0));
-        link.relay_from(0, io::Cursor::new(stream_of(&[frame])), |_| {});
+        link.relay_from(0, io::Cursor::new(stream_of(&[frame])), |_| {}, |_| {});
         assert_eq!(link.counters.undeliverable.load(Ordering::Relaxed), 1);
         assert_eq!(link.counters.relayed.load(Ordering::Relaxed), 0);
     }

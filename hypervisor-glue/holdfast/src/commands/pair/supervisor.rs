@@ -62,6 +62,9 @@ enum Event {
     Exited { node: usize, launch: u64, ending: String },
     LinkUp { node: usize },
     LinkDown { node: usize, why: String },
+    /// Frames from the node that are not link messages: the first of a connection at once,
+    /// then at most one report per `DAMAGE_REPORT_INTERVAL`, with the count since the last.
+    LinkDamaged { node: usize, why: String, frames: u64 },
     /// `written` says when the answer is on the socket: the supervisor waits for it before
     /// it exits on `down`, so that the client gets its answer.
     Request { line: String, reply: Sender<Value>, written: mpsc::Receiver<()> },
@@ -504,6 +507,20 @@ impl Supervisor {
                 if !entry.health.gone {
                     self.say(&format!("node {} ({}) link closed: {why}", entry.number, entry.vm_name));
                 }
+            }
+            Event::LinkDamaged { node, why, frames } => {
+                let entry = &self.nodes[node];
+                self.say(&format!(
+                    "node {} ({}) sent {frames} link frame(s) that are not link messages ({why}); they are dropped, \
+                     not relayed{}",
+                    entry.number,
+                    entry.vm_name,
+                    if why.contains("protocol version") {
+                        ": the image and this CLI speak different replication protocols; build both from one tree"
+                    } else {
+                        ""
+                    }
+                ));
             }
             Event::Request { line, reply, written } => {
                 let (answer, flow) = self.request(&line);
@@ -1039,6 +1056,9 @@ fn serve_control(listener: UnixListener, events: Sender<Event>) -> Result<(), Fa
     Ok(())
 }
 
+/// How often a node's damaged link frames are reported at most.
+const DAMAGE_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Accepts node `index`'s link connections (QEMU's, one at a time) and relays each until it
 /// closes.
 fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, heartbeats: Heartbeats, events: Sender<Event>) -> Result<(), Failure> {
@@ -1051,11 +1071,22 @@ fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, heartbeats: 
             link.attach(index, Some(outbox));
             heartbeats[index].connected();
             let _ = events.send(Event::LinkUp { node: index });
-            let why = link.relay_from(index, stream, |message| {
+            let (mut damaged_unreported, mut damage_reported_at) = (0u64, None::<Instant>);
+            let observe = |message: &Message| {
                 if message.kind == Kind::Heartbeat
                     && let Some(status) = Status::decode(message.payload)
                 {
                     heartbeats[index].record(Instant::now(), status);
+                }
+            };
+            // Loud, because a damaged frame is never relayed: a node whose every frame is
+            // damaged (an image of another protocol version, say) replicates nothing.
+            let why = link.relay_from(index, stream, observe, |damage| {
+                damaged_unreported += 1;
+                if damage_reported_at.is_none_or(|at| at.elapsed() >= DAMAGE_REPORT_INTERVAL) {
+                    damage_reported_at = Some(Instant::now());
+                    let frames = std::mem::take(&mut damaged_unreported);
+                    let _ = events.send(Event::LinkDamaged { node: index, why: damage.to_string(), frames });
                 }
             });
             link.attach(index, None);
