@@ -4,7 +4,7 @@
 //! resend (a [`Kind::Hello`] with its position) when it sees a gap, and a stream it does
 //! not follow is ignored until a full copy of it begins.
 
-use crate::wire::{Kind, Message, Mode, Role, StandbyState, Status};
+use crate::wire::{FLUSH_ACK_ON_RECEIPT, Kind, Message, Mode, Role, StandbyState, Status};
 
 /// A gap is answered with one [`Kind::Hello`] per this interval at most: the primary
 /// resends everything after it anyway.
@@ -22,8 +22,9 @@ pub enum Action<'a> {
     /// Write `blocks` zero blocks from `first_block` to every disk.
     Zeros { first_block: u64, blocks: u64 },
     /// Make everything written durable, then call [`Receiver::durable_to`] with `sequence`
-    /// and send an acknowledgement.
-    Flush { sequence: u64 },
+    /// and send an acknowledgement; with `ack_on_receipt`, send one before the disks are
+    /// waited for, too (the primary waits for receipt only).
+    Flush { sequence: u64, ack_on_receipt: bool },
     /// A full copy of a store of `block_count` blocks begins: the disks must hold it.
     CopyBegin { block_count: u64 },
     /// The copy is whole once flushed: flush, then [`Receiver::durable_to`].
@@ -102,7 +103,10 @@ impl Receiver {
                 first_block: message.argument,
                 blocks: crate::wire::zero_run_blocks(message.payload).unwrap_or(0),
             },
-            Kind::Flush => Action::Flush { sequence: message.sequence },
+            Kind::Flush => Action::Flush {
+                sequence: message.sequence,
+                ack_on_receipt: message.argument & FLUSH_ACK_ON_RECEIPT != 0,
+            },
             Kind::CopyEnd => {
                 self.copy_end = Some(message.sequence);
                 Action::CopyEnd { sequence: message.sequence }

@@ -7,7 +7,7 @@
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 
-use crate::wire::{BLOCK_BYTES, BLOCKS_PER_MESSAGE_MAX, Kind, Message, Mode, StandbyState, Status};
+use crate::wire::{BLOCK_BYTES, BLOCKS_PER_MESSAGE_MAX, FLUSH_ACK_ON_RECEIPT, Kind, Message, Mode, StandbyState, Status};
 
 /// Stream messages sent and not yet acknowledged as received, at most.
 pub const WINDOW_MESSAGES: u64 = 512;
@@ -246,7 +246,8 @@ impl Sender {
     /// until [`Sender::satisfied`] says the mode is met for it.
     pub fn queue_flush(&mut self, now_ms: u64) -> u64 {
         self.blocks_since_flush = 0;
-        self.push(Kind::Flush, 0, 0, None, now_ms)
+        let argument = if self.mode == Mode::SynchronousReceived { FLUSH_ACK_ON_RECEIPT } else { 0 };
+        self.push(Kind::Flush, 0, argument, None, now_ms)
     }
 
     /// Whether the commit whose flush is `sequence` may be acknowledged: in a synchronous

@@ -133,7 +133,7 @@ impl Pair {
                         self.standby.written[block as usize] = [0; BLOCK_BYTES];
                     }
                 }
-                Action::Flush { sequence } | Action::CopyEnd { sequence } => {
+                Action::Flush { sequence, .. } | Action::CopyEnd { sequence } => {
                     self.standby.durable = self.standby.written.clone();
                     self.receiver.durable_to(sequence);
                     reply = Some(self.receiver.ack(&mut frame));
@@ -341,6 +341,33 @@ fn runs_of_blocks_travel_together_and_arrive_whole_over_a_lossy_link() {
             let flush = pair.flush();
             pair.run_until(|pair| pair.sender.is_protected() && pair.sender.satisfied(flush, pair.now_ms));
             assert!(pair.standby.durable == pair.primary.durable, "seed {seed} round {round}");
+        }
+    }
+}
+
+#[test]
+fn a_sync_received_flush_asks_for_its_receipt_and_the_receipt_alone_satisfies_it() {
+    for mode in [Mode::SynchronousReceived, Mode::SynchronousDurable, Mode::Asynchronous] {
+        let mut pair = Pair::new(mode, 8);
+        pair.hello();
+        pair.run_until(|pair| pair.sender.is_protected());
+        pair.write(4, 4);
+        let flush = pair.flush();
+        let mut frame = [0u8; MESSAGE_BYTES_MAX];
+        let mut asked = None;
+        while let Some(length) = pair.sender.next_to_send(&mut frame, pair.now_ms) {
+            let message = Message::decode(&frame[..length]).unwrap();
+            if let Action::Flush { sequence, ack_on_receipt } = pair.receiver.receive(&message, pair.now_ms) {
+                assert_eq!(sequence, flush);
+                asked = Some(ack_on_receipt);
+            }
+        }
+        assert_eq!(asked, Some(mode == Mode::SynchronousReceived), "{mode:?}");
+        // The acknowledgement a standby sends before its disks have flushed.
+        let length = pair.receiver.ack(&mut frame);
+        pair.sender.receive(&Message::decode(&frame[..length]).unwrap(), BLOCKS, pair.now_ms);
+        if mode != Mode::Asynchronous {
+            assert_eq!(pair.sender.satisfied(flush, pair.now_ms), mode == Mode::SynchronousReceived, "{mode:?}");
         }
     }
 }

@@ -29,6 +29,11 @@ pub const BLOCKS_PER_MESSAGE_MAX: usize = 16;
 pub const PAYLOAD_BYTES_MAX: usize = BLOCKS_PER_MESSAGE_MAX * BLOCK_BYTES;
 pub const MESSAGE_BYTES_MAX: usize = HEADER_BYTES + PAYLOAD_BYTES_MAX;
 
+/// A [`Kind::Flush`]'s `argument` bit asking the standby to acknowledge its receipt at
+/// once, before its disks flush: the primary waits for receipt only (`sync-received`), and
+/// would otherwise wait for the flush it does not need.
+pub const FLUSH_ACK_ON_RECEIPT: u64 = 1;
+
 /// What a message is. The stream's own messages (from the primary, numbered by
 /// `sequence`) are [`Kind::Blocks`], [`Kind::Flush`], [`Kind::CopyBegin`] and
 /// [`Kind::CopyEnd`]; the rest are not numbered and never resent.
@@ -40,7 +45,7 @@ pub enum Kind {
     Blocks = 1,
     /// Primary → standby. Everything before it in the stream is being made durable on the
     /// primary (its disks flush meanwhile); the standby makes it durable on its disks too
-    /// and says so in its next [`Kind::Ack`].
+    /// and says so in its next [`Kind::Ack`]. `argument`: [`FLUSH_ACK_ON_RECEIPT`] or 0.
     Flush = 2,
     /// Primary → standby: a full copy starts. `argument`: the store's size in blocks. The
     /// standby marks its disks incomplete until the matching [`Kind::CopyEnd`].

@@ -96,6 +96,9 @@ enum Reply {
     Nothing,
     Hello,
     Ack,
+    /// Make the stream durable to `sequence`, then acknowledge it; with `ack_on_receipt`,
+    /// acknowledge it as received as soon as the disks' writes are under way, too.
+    Flush { sequence: u64, ack_on_receipt: bool },
     Promote(u64),
 }
 
@@ -131,6 +134,18 @@ pub fn run(disks: Vec<Block>, mut link: Net, options: &PairOptions) -> (Vec<Bloc
                 send(&mut link, &mut frame, length);
             }
             Reply::Ack => {
+                let length = receiver.ack(&mut frame[ETHERNET_HEADER_BYTES..]);
+                send(&mut link, &mut frame, length);
+            }
+            Reply::Flush { sequence, ack_on_receipt } => {
+                if ack_on_receipt {
+                    // The primary waits for receipt only: told while the disks work.
+                    disks.write_run();
+                    let length = receiver.ack(&mut frame[ETHERNET_HEADER_BYTES..]);
+                    send(&mut link, &mut frame, length);
+                }
+                disks.flush();
+                receiver.durable_to(sequence);
                 let length = receiver.ack(&mut frame[ETHERNET_HEADER_BYTES..]);
                 send(&mut link, &mut frame, length);
             }
@@ -190,11 +205,7 @@ fn take(bytes: &[u8], receiver: &mut Receiver, disks: &mut Disks, now: u64) -> R
             }
             Reply::Nothing
         }
-        Action::Flush { sequence } => {
-            disks.flush();
-            receiver.durable_to(sequence);
-            Reply::Ack
-        }
+        Action::Flush { sequence, ack_on_receipt } => Reply::Flush { sequence, ack_on_receipt },
         Action::CopyBegin { block_count } => {
             // What the last stream left unwritten no longer matters: the copy rewrites all.
             disks.run.clear();
