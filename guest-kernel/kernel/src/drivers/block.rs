@@ -683,7 +683,9 @@ impl BlockDevice for Block {
     }
 
     fn flush_submit(&mut self) -> Result<(), DeviceError> {
-        self.complete_all();
+        // Halting: a commit's (or the standby's) wait for its writes, which a spinning vCPU
+        // only slows under emulation (see `wait_for_answer`).
+        self.complete_all_by(Self::halt_for_answer);
         self.take_failure()?;
         self.check_not_given_up()?;
         if !self.flush_supported {
