@@ -172,6 +172,8 @@ pub struct PairBenchOptions {
     pub seed: u64,
     /// The ledgers.
     pub run_dir: PathBuf,
+    /// The unreplicated appliance: the pair's image on two store mirrors, as each node of
+    /// the pair has, so that the ratio prices the standby and nothing else.
     pub single: HoldfastSide,
     pub pair: PairSide,
 }

@@ -185,7 +185,10 @@ pub fn render(options: &PairBenchOptions, report: &PairReport) -> String {
     );
     let mut notes = Vec::new();
     match &report.single {
-        Measurement::Measured(_) => notes.push(format!("single: {}", report.single_about)),
+        Measurement::Measured(_) => notes.push(format!(
+            "single: {}, on two store mirrors as each node of the pair (so the ratio prices the standby, not the second disk)",
+            report.single_about
+        )),
         Measurement::NotRun(why) => notes.push(format!("single not run: {why}")),
         Measurement::Failed(error) => notes.push(format!("single failed: {}", first_line(error))),
     }

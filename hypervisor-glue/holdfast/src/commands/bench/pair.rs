@@ -77,7 +77,9 @@ pub fn pair(arguments: BenchPairArguments) -> Result<ExitCode, Failure> {
             let pair_image = image_dir.clone();
             (
                 HoldfastSide::Launcher(Box::new(move |request| {
-                    tp1::boot(&single_image, tp1::fresh_state_dir("pair-single")?, request)
+                    // Mirrored like each node of the pair: the table's ratio is what the
+                    // standby costs, not what the second disk does.
+                    tp1::boot(&single_image, tp1::fresh_state_dir("pair-single")?, request, tp1::Mirrors::Two)
                 })),
                 PairSide::Launcher(Box::new(move |request| {
                     Ok(Box::new(CliPair::up(&pair_image, request)?) as Box<dyn RunningPair>)

@@ -105,7 +105,16 @@ fn launch(manifest: &Path, request: &ApplianceRequest) -> anyhow::Result<Applian
     let state_dir = fresh_state_dir("tp1")?;
     let image_dir = state_dir.join("image");
     build_image(manifest, &image_dir, &state_dir)?;
-    boot(&image_dir, state_dir, request)
+    // One disk, as PostgreSQL's columns have.
+    boot(&image_dir, state_dir, request, Mirrors::One)
+}
+
+/// How many store images an appliance the benchmarks boot has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mirrors {
+    One,
+    /// Mirrored, as each node of a pair (and the Terraform example's appliance).
+    Two,
 }
 
 /// An empty folder for a benchmark's `HOLDFAST_STATE_DIR` (VM sockets, stores), named by
@@ -146,17 +155,19 @@ pub(super) fn build_image(manifest: &Path, image_dir: &Path, state_dir: &Path) -
     .map(drop)
 }
 
-/// Formats a store in `state_dir` and boots the image in `image_dir` on it with `holdfast
-/// run --tp1-port`, then mints a client and an admin token with `holdfast tp1 token`,
+/// Formats a store in `state_dir` (on one image or two mirrors) and boots the image in
+/// `image_dir` on it with `holdfast run --tp1-port`, then mints a client and an admin token with `holdfast tp1 token`,
 /// retried until the appliance answers. Its counters come from `holdfast vm counters`. The
 /// appliance owns `state_dir` and removes it when it stops.
-pub(super) fn boot(image_dir: &Path, state_dir: PathBuf, request: &ApplianceRequest) -> anyhow::Result<Appliance> {
+pub(super) fn boot(image_dir: &Path, state_dir: PathBuf, request: &ApplianceRequest, mirrors: Mirrors) -> anyhow::Result<Appliance> {
     let exe = std::env::current_exe().context("finding this program")?;
-    let store = state_dir.join("store.img");
-    holdfast_step(
-        &state_dir,
-        &["store".as_ref(), "format".as_ref(), "--size-mib".as_ref(), STORE_MIB.as_ref(), store.as_os_str()],
-    )?;
+    let stores = match mirrors {
+        Mirrors::One => vec![state_dir.join("store.img")],
+        Mirrors::Two => vec![state_dir.join("store-a.img"), state_dir.join("store-b.img")],
+    };
+    let mut format: Vec<&std::ffi::OsStr> = vec!["store".as_ref(), "format".as_ref(), "--size-mib".as_ref(), STORE_MIB.as_ref()];
+    format.extend(stores.iter().map(|store| store.as_os_str()));
+    holdfast_step(&state_dir, &format)?;
     let port = holdfast_bench::tp1::free_port()?;
     let accel = accel_name(request.accelerator);
     let name = format!("bench-tp1-{}", std::process::id());
@@ -166,8 +177,7 @@ pub(super) fn boot(image_dir: &Path, state_dir: PathBuf, request: &ApplianceRequ
         .args(["--tp1-port", &port.to_string()])
         .arg("--image-dir")
         .arg(image_dir)
-        .arg("--disk")
-        .arg(&store)
+        .args(stores.iter().flat_map(|store| [std::ffi::OsStr::new("--disk"), store.as_os_str()]))
         .args(["--accel", accel])
         .args(["--memory-mib", &request.memory_mib.to_string()])
         .env("HOLDFAST_STATE_DIR", &state_dir)
