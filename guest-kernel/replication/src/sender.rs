@@ -28,7 +28,6 @@ const FLUSH_EVERY_BLOCKS: u64 = 1024;
 
 struct Entry {
     kind: Kind,
-    part: u8,
     argument: u64,
     /// A [`Kind::Blocks`] message's blocks.
     payload: Option<Box<[u8]>>,
@@ -137,7 +136,7 @@ impl Sender {
         self.ring_first + self.ring.len() as u64
     }
 
-    fn push(&mut self, kind: Kind, part: u8, argument: u64, payload: Option<Box<[u8]>>, now_ms: u64) -> u64 {
+    fn push(&mut self, kind: Kind, argument: u64, payload: Option<Box<[u8]>>, now_ms: u64) -> u64 {
         let sequence = self.next_sequence();
         if !self.followed {
             // No standby follows the stream: the one that comes gets a full copy, so
@@ -151,7 +150,6 @@ impl Sender {
         self.retained_blocks += blocks_in(&payload);
         self.ring.push_back(Entry {
             kind,
-            part,
             argument,
             payload,
             zero_run_blocks: 0,
@@ -172,12 +170,12 @@ impl Sender {
             }
             self.blocks_since_flush += (chunk.len() / BLOCK_BYTES) as u64;
             let block = first_block + (index * BLOCKS_PER_MESSAGE_MAX) as u64;
-            self.push(Kind::Blocks, 0, block, Some(chunk.into()), now_ms);
+            self.push(Kind::Blocks, block, Some(chunk.into()), now_ms);
         }
     }
 
     fn push_zeros(&mut self, first_block: u64, blocks: u64, now_ms: u64) {
-        let sequence = self.push(Kind::Zeros, 0, first_block, None, now_ms);
+        let sequence = self.push(Kind::Zeros, first_block, None, now_ms);
         if let Some(entry) = sequence
             .checked_sub(self.ring_first)
             .and_then(|index| self.ring.get_mut(index as usize))
@@ -247,7 +245,7 @@ impl Sender {
     pub fn queue_flush(&mut self, now_ms: u64) -> u64 {
         self.blocks_since_flush = 0;
         let argument = if self.mode == Mode::SynchronousReceived { FLUSH_ACK_ON_RECEIPT } else { 0 };
-        self.push(Kind::Flush, 0, argument, None, now_ms)
+        self.push(Kind::Flush, argument, None, now_ms)
     }
 
     /// Whether the commit whose flush is `sequence` may be acknowledged: in a synchronous
@@ -327,7 +325,7 @@ impl Sender {
             CopyPhase::Body { next } => CopyPhase::Body { next: next + blocks },
             CopyPhase::Superblocks => {
                 self.copy = None;
-                self.copy_end = Some(self.push(Kind::CopyEnd, 0, 0, None, now_ms));
+                self.copy_end = Some(self.push(Kind::CopyEnd, 0, None, now_ms));
                 return;
             }
         };
@@ -344,7 +342,7 @@ impl Sender {
             block_count,
             phase: CopyPhase::Markers,
         });
-        let begin = self.push(Kind::CopyBegin, 0, block_count, None, now_ms);
+        let begin = self.push(Kind::CopyBegin, block_count, None, now_ms);
         // Nothing before the copy matters to the standby: it starts reading there.
         self.send_next = begin;
         self.received = begin - 1;
@@ -464,7 +462,6 @@ impl Sender {
             (None, _) => &[],
         };
         let length = Message {
-            part: entry.part,
             payload,
             ..Message::new(entry.kind, self.stream, sequence, entry.argument)
         }

@@ -157,8 +157,8 @@ pub(super) fn build_image(manifest: &Path, image_dir: &Path, state_dir: &Path) -
 
 /// Formats a store in `state_dir` (on one image or two mirrors) and boots the image in
 /// `image_dir` on it with `holdfast run --tp1-port`, then mints a client and an admin token
-/// with `holdfast tp1 token`, retried until the appliance answers. Its counters come from `holdfast vm counters`. The
-/// appliance owns `state_dir` and removes it when it stops.
+/// with `holdfast tp1 token`, retried until the appliance answers. Its counters come from
+/// `holdfast vm counters`. The appliance owns `state_dir` and removes it when it stops.
 pub(super) fn boot(image_dir: &Path, state_dir: PathBuf, request: &ApplianceRequest, mirrors: Mirrors) -> anyhow::Result<Appliance> {
     let exe = std::env::current_exe().context("finding this program")?;
     let stores = match mirrors {

@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 use holdfast_image_builder::ImageDir;
 use holdfast_libvirt::{DomainHandle, DomainSpec, Hypervisor};
 use holdfast_qemu::{Accelerator, Boot, LinkConnect, NetConnect, QemuBinary, RunningVm, VmSpec};
-use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Kind, Message, Mode, Role, StandbyState, Status};
+use holdfast_replication::wire::{HEARTBEAT_INTERVAL_MS, Kind, Message, Mode, Role, StandbyState, Status, WireError};
 use serde_json::{Value, json};
 
 use super::detect::{self, Action, Episode, NodeHealth, Policy};
 use crate::commands::endpoint::{self, Endpoint};
-use super::relay::{Link, LinkSettings, Outbox};
+use super::relay::{Damage, Link, LinkSettings, Outbox};
 use super::state::{PairState, Promotion, STATE_VERSION, unix_ms_now, utc_text};
 use super::{PairPaths, mode_of};
 use crate::cli::PairUpArguments;
@@ -64,7 +64,8 @@ enum Event {
     LinkDown { node: usize, why: String },
     /// Frames from the node that are not link messages: the first of a connection at once,
     /// then at most one report per `DAMAGE_REPORT_INTERVAL`, with the count since the last.
-    LinkDamaged { node: usize, why: String, frames: u64 },
+    /// `other_version`: the frame was a link message of another protocol version.
+    LinkDamaged { node: usize, why: String, frames: u64, other_version: bool },
     /// `written` says when the answer is on the socket: the supervisor waits for it before
     /// it exits on `down`, so that the client gets its answer.
     Request { line: String, reply: Sender<Value>, written: mpsc::Receiver<()> },
@@ -508,14 +509,14 @@ impl Supervisor {
                     self.say(&format!("node {} ({}) link closed: {why}", entry.number, entry.vm_name));
                 }
             }
-            Event::LinkDamaged { node, why, frames } => {
+            Event::LinkDamaged { node, why, frames, other_version } => {
                 let entry = &self.nodes[node];
                 self.say(&format!(
                     "node {} ({}) sent {frames} link frame(s) that are not link messages ({why}); they are dropped, \
                      not relayed{}",
                     entry.number,
                     entry.vm_name,
-                    if why.contains("protocol version") {
+                    if other_version {
                         ": the image and this CLI speak different replication protocols; build both from one tree"
                     } else {
                         ""
@@ -1086,7 +1087,8 @@ fn serve_link(index: usize, listener: TcpListener, link: Arc<Link>, heartbeats: 
                 if damage_reported_at.is_none_or(|at| at.elapsed() >= DAMAGE_REPORT_INTERVAL) {
                     damage_reported_at = Some(Instant::now());
                     let frames = std::mem::take(&mut damaged_unreported);
-                    let _ = events.send(Event::LinkDamaged { node: index, why: damage.to_string(), frames });
+                    let other_version = matches!(damage, Damage::Message(WireError::Version(_)));
+                    let _ = events.send(Event::LinkDamaged { node: index, why: damage.to_string(), frames, other_version });
                 }
             });
             link.attach(index, None);
