@@ -136,6 +136,14 @@ impl LogReadAhead {
     pub(crate) fn new(mirror_count: usize) -> Self {
         Self { windows: (0..mirror_count).map(|_| None).collect() }
     }
+
+    /// `block_count` blocks from `first_block` as mirror `index`'s window holds them, if it
+    /// holds them all.
+    fn slice(&self, index: usize, first_block: u64, block_count: u64) -> Option<&[u8]> {
+        let (start, window) = self.windows[index].as_ref()?;
+        let offset = usize::try_from(first_block.checked_sub(*start)?).ok()? * BLOCK_SIZE;
+        window.get(offset..offset + block_count as usize * BLOCK_SIZE)
+    }
 }
 
 /// A record found by the recovery scan.
@@ -383,17 +391,21 @@ impl<D: BlockDevice> Store<D> {
         let expected = self.expected_at(cursor);
         let first_block = self.layout.log_first_block + cursor.position;
         let mut lacking = Vec::new();
-        let mut found: Option<(ScannedRecord, Vec<u8>)> = None;
+        // The record, and the mirror whose window holds it whole.
+        let mut found: Option<(ScannedRecord, usize, u64)> = None;
         let readable = self.mirrors.readable(first_block, 1);
         for &index in &readable {
-            if let Some((_, record)) = &found {
+            if let Some((_, holder, record_blocks)) = &found {
                 // A record that reached only some mirrors before a crash must be copied to
                 // the others now, or losing the first mirror later would cut the log here.
-                let record_blocks = (record.len() / BLOCK_SIZE) as u64;
+                // Compared where both windows hold it: no copy of every record scanned.
+                let (holder, record_blocks) = (*holder, *record_blocks);
                 let in_place = self.mirrors.readable(first_block, record_blocks).contains(&index)
-                    && self
-                        .log_blocks(ahead, index, first_block, record_blocks)
-                        .is_ok_and(|copy| copy == &record[..]);
+                    && self.log_blocks(ahead, index, first_block, record_blocks).is_ok()
+                    && matches!(
+                        (ahead.slice(index, first_block, record_blocks), ahead.slice(holder, first_block, record_blocks)),
+                        (Some(copy), Some(record)) if copy == record
+                    );
                 if !in_place {
                     lacking.push(index);
                 }
@@ -411,32 +423,27 @@ impl<D: BlockDevice> Store<D> {
                 RecordKind::Padding => 0,
                 _ => u64::from(header.data_block_count),
             };
-            let record = if self.mirrors.readable(first_block, 1 + data_blocks).contains(&index) {
-                self.log_blocks(ahead, index, first_block, 1 + data_blocks).ok()
-            } else {
-                None
-            };
-            let Some(record) = record.filter(|record| data_matches(&header, &record[BLOCK_SIZE..])) else {
+            let whole = self.mirrors.readable(first_block, 1 + data_blocks).contains(&index)
+                && self
+                    .log_blocks(ahead, index, first_block, 1 + data_blocks)
+                    .is_ok_and(|record| data_matches(&header, &record[BLOCK_SIZE..]));
+            if !whole {
                 lacking.push(index);
                 continue;
-            };
-            let record = record.to_vec();
-            found = Some((
-                ScannedRecord {
-                    header,
-                    header_checksum,
-                    lacking: Vec::new(),
-                },
-                record,
-            ));
+            }
+            let scanned = ScannedRecord { header, header_checksum, lacking: Vec::new() };
+            found = Some((scanned, index, 1 + data_blocks));
         }
-        let Some((mut scanned, record)) = found else {
+        let Some((mut scanned, holder, record_blocks)) = found else {
             return Ok(None);
         };
-        for &index in &lacking {
-            self.mirrors.write_to(index, first_block, &record)?;
-            // Its window no longer holds what the mirror does.
-            ahead.windows[index] = None;
+        if !lacking.is_empty() {
+            let record = ahead.slice(holder, first_block, record_blocks).map(<[u8]>::to_vec).expect("the holder's window");
+            for &index in &lacking {
+                self.mirrors.write_to(index, first_block, &record)?;
+                // Its window no longer holds what the mirror does.
+                ahead.windows[index] = None;
+            }
         }
         scanned.lacking = lacking;
         Ok(Some(scanned))
