@@ -350,13 +350,7 @@ impl<D: BlockDevice> Store<D> {
         first_block: u64,
         block_count: u64,
     ) -> Result<&'a [u8], DeviceError> {
-        let in_window = matches!(
-            &ahead.windows[index],
-            Some((start, window))
-                if first_block >= *start
-                    && first_block + block_count <= start + (window.len() / BLOCK_SIZE) as u64
-        );
-        if !in_window {
+        if ahead.slice(index, first_block, block_count).is_none() {
             let log_end = self.layout.log_first_block + self.layout.log_block_count;
             let window_blocks = READ_AHEAD_BLOCKS.max(block_count).min(log_end.saturating_sub(first_block));
             // The last window's buffer, reused: a fresh one was zeroed first, which under
@@ -371,11 +365,7 @@ impl<D: BlockDevice> Store<D> {
             }
             ahead.windows[index] = Some((first_block, window));
         }
-        let Some((start, window)) = &ahead.windows[index] else {
-            unreachable!("the window was just read")
-        };
-        let offset = (first_block - start) as usize * BLOCK_SIZE;
-        Ok(&window[offset..offset + block_count as usize * BLOCK_SIZE])
+        Ok(ahead.slice(index, first_block, block_count).expect("the window was just read"))
     }
 
     /// Reads the record `cursor` expects from the first mirror that holds it whole (header
