@@ -10,7 +10,7 @@ use crate::arch::timer;
 use crate::drivers::Block;
 use crate::objects::{OBJECTS, Objects};
 use crate::objects::StoreAccess;
-use super::checkpoint::{STEP_OBJECTS, interval_ticks};
+use super::checkpoint::{STEP_OBJECTS, interval_ticks, restart_migration_pace};
 use super::eviction::make_room;
 use super::metrics::KernelCounters;
 use super::restore::{load_node, load_page_version, read_page};
@@ -68,6 +68,7 @@ pub fn attach(mut store: Store<Block>, interval_ms: u64, on_journal_durable: fn(
     let table_cache_tables = crate::memory::heap_bytes() / 64 / holdfast_store::TABLE_CACHE_BYTES_PER_TABLE;
     store.set_table_cache_max(table_cache_tables.min(holdfast_store::TABLE_CACHE_MAX));
     BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
+    let migration_pace = restart_migration_pace(&store);
     let mut objects = OBJECTS.lock();
     objects.set_store_backed(StoreAccess { make_room, read_page });
     objects.cache.set_node_loader(load_node);
@@ -80,7 +81,7 @@ pub fn attach(mut store: Store<Block>, interval_ms: u64, on_journal_durable: fn(
         next_snapshot_tick: timer::ticks(),
         retry_tick: 0,
         stabilization: None,
-        migration_pace: None,
+        migration_pace,
         journal_submitted: BTreeMap::new(),
         journal_newest_ticket: BTreeMap::new(),
         journal_awaiting_standby: alloc::collections::VecDeque::new(),
