@@ -130,13 +130,16 @@ static mut INDEX_COVERED: u64 = 0;
 
 static mut STATE: State = State::new();
 
+/// A connection's state, apart from its buffers ([`Buffers`]): every round looks at each
+/// slot's, and kept beside its 69 KiB of buffers each slot's was on a page of its own. After
+/// a restart, when no page is in memory, the first round's look at 128 slots waited for
+/// 128 page loads (30-100 ms of a failover's outage under TCG); here they share a page or two.
 struct Connection {
     /// The network service's id for it; 0 when the slot is free.
     id: u32,
-    decoder: RequestFrameDecoder,
     /// When it last sent anything, or opened (see [`QUIET_EVICT_US`]).
     active_us: u64,
-    out: [u8; OUT_BYTES],
+    /// Bytes of replies waiting in its [`Buffers::out`].
     out_length: usize,
     /// Close once its replies are out (it sent a frame it could not be framed from, or it
     /// sends no more).
@@ -144,22 +147,24 @@ struct Connection {
     /// Its first request's token is not in yet (the appliance's service only): its bytes
     /// wait in `head`, which go to a tenant's service if the token is the tenant's.
     undecided: bool,
-    head: [u8; HEAD_BYTES_MAX],
+    /// Bytes waiting in its [`Buffers::head`].
     head_length: usize,
 }
 
 impl Connection {
-    const FREE: Connection = Connection {
-        id: 0,
-        decoder: RequestFrameDecoder::for_requests(),
-        active_us: 0,
-        out: [0; OUT_BYTES],
-        out_length: 0,
-        closing: false,
-        undecided: false,
-        head: [0; HEAD_BYTES_MAX],
-        head_length: 0,
-    };
+    const FREE: Connection = Connection { id: 0, active_us: 0, out_length: 0, closing: false, undecided: false, head_length: 0 };
+}
+
+/// A connection slot's buffers, touched only when it has bytes to decode or send.
+struct Buffers {
+    decoder: RequestFrameDecoder,
+    out: [u8; OUT_BYTES],
+    /// Its first bytes, while it is `undecided`.
+    head: [u8; HEAD_BYTES_MAX],
+}
+
+impl Buffers {
+    const EMPTY: Buffers = Buffers { decoder: RequestFrameDecoder::for_requests(), out: [0; OUT_BYTES], head: [0; HEAD_BYTES_MAX] };
 }
 
 #[derive(Clone, Copy)]
@@ -172,6 +177,8 @@ struct Pending {
 
 struct State {
     connections: [Connection; CONNECTIONS_MAX],
+    /// Slot `i`'s buffers are `connections[i]`'s.
+    buffers: [Buffers; CONNECTIONS_MAX],
     pending: [Pending; PENDING_MAX],
     pending_count: usize,
     /// Whose tokens this service serves: the appliance's, or a tenant's (its instance).
@@ -201,6 +208,7 @@ impl State {
         };
         Self {
             connections: [Connection::FREE; CONNECTIONS_MAX],
+            buffers: [Buffers::EMPTY; CONNECTIONS_MAX],
             pending: [NONE; PENDING_MAX],
             pending_count: 0,
             owner: tokens::Owner::Appliance,
@@ -390,9 +398,9 @@ impl State {
         if self.connections[slot].id != 0 {
             let _ = net::close(LISTENER, self.connections[slot].id);
         }
+        self.buffers[slot].decoder = RequestFrameDecoder::for_requests();
         let fresh = &mut self.connections[slot];
         fresh.id = connection;
-        fresh.decoder = RequestFrameDecoder::for_requests();
         fresh.out_length = 0;
         fresh.closing = false;
         fresh.active_us = self.now_us;
@@ -428,14 +436,14 @@ impl State {
             return;
         }
         for attempt in 0..2 {
-            let target = &mut self.connections[slot];
-            match Reply::encode(&mut target.out[target.out_length..], request_id, payload) {
+            let (target, buffers) = (&mut self.connections[slot], &mut self.buffers[slot]);
+            match Reply::encode(&mut buffers.out[target.out_length..], request_id, payload) {
                 Ok(length) => {
                     target.out_length += length;
                     return;
                 }
                 // Full: hand what waits to the network service and try once more.
-                Err(_) if attempt == 0 => flush(target),
+                Err(_) if attempt == 0 => flush(target, buffers),
                 // It does not read its replies: close it rather than let it hold memory.
                 Err(_) => {
                     let _ = net::close(LISTENER, connection);
@@ -453,19 +461,19 @@ impl State {
         if !self.connections[slot].undecided {
             return self.decode(slot, connection, input);
         }
-        let target = &mut self.connections[slot];
+        let (target, buffers) = (&mut self.connections[slot], &mut self.buffers[slot]);
         let fits = target.head_length + input.len() <= HEAD_BYTES_MAX;
         if fits {
-            target.head[target.head_length..target.head_length + input.len()].copy_from_slice(input);
+            buffers.head[target.head_length..target.head_length + input.len()].copy_from_slice(input);
             target.head_length += input.len();
-            if !head_decides(&target.head[..target.head_length]) {
+            if !head_decides(&buffers.head[..target.head_length]) {
                 return;
             }
         }
         // It sent more than can be handed over before its first token: a tenant's token in
         // it is refused here.
         target.undecided = false;
-        let head = target.head;
+        let head = buffers.head;
         let head_length = target.head_length;
         // Only a first frame long enough to hold a token has one (a shorter one is refused
         // by the decoder here; the bytes after it are the next frame's).
@@ -510,7 +518,7 @@ impl State {
     fn decode(&mut self, slot: usize, connection: u32, mut input: &[u8]) {
         let mut body = [0u8; protocol::REQUEST_BODY_BYTES_MAX as usize];
         while !input.is_empty() && self.connections[slot].id == connection && !self.connections[slot].closing {
-            let decoded = match self.connections[slot].decoder.decode(&mut input) {
+            let decoded = match self.buffers[slot].decoder.decode(&mut input) {
                 Ok(Some(frame)) => {
                     body[..frame.len()].copy_from_slice(frame);
                     Ok(Some(frame.len()))
@@ -744,22 +752,22 @@ impl State {
 
     /// Hands each connection's waiting replies to the network service.
     fn flush(&mut self) {
-        for connection in &mut self.connections {
-            flush(connection);
+        for (connection, buffers) in self.connections.iter_mut().zip(&mut self.buffers) {
+            flush(connection, buffers);
         }
     }
 }
 
 /// Hands `connection`'s waiting replies to the network service, as much as it takes; closes
 /// it once they are out if it is closing.
-fn flush(connection: &mut Connection) {
+fn flush(connection: &mut Connection, buffers: &mut Buffers) {
     if connection.id == 0 {
         return;
     }
     let mut sent = 0;
     while sent < connection.out_length {
         let end = connection.out_length.min(sent + net::WAIT_BYTES_MAX);
-        match net::send(LISTENER, connection.id, &connection.out[sent..end]) {
+        match net::send(LISTENER, connection.id, &buffers.out[sent..end]) {
             Ok(0) => break,
             Ok(taken) => sent += taken,
             Err(_) => {
@@ -768,7 +776,7 @@ fn flush(connection: &mut Connection) {
             }
         }
     }
-    connection.out.copy_within(sent..connection.out_length, 0);
+    buffers.out.copy_within(sent..connection.out_length, 0);
     connection.out_length -= sent;
     if connection.id != 0 && connection.closing && connection.out_length == 0 {
         let _ = net::close(LISTENER, connection.id);
