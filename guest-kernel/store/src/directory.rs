@@ -136,17 +136,27 @@ impl Directory {
 
     /// Makes `entry` block `key`'s copy, whatever was there.
     pub(crate) fn insert(&mut self, key: BlockKey, entry: DirectoryEntry) {
-        self.remove(&key);
-        self.block_count += 1;
         let copy = BlockCopy {
             checksum: entry.checksum,
             versions: entry.versions,
         };
-        if let Some(index_before) = key.1.checked_sub(1)
-            && let Some((first, offset)) = self.find((key.0, index_before))
+        // A block alone in its extent (a page that journal commits write again and again:
+        // a TP1 branch, its tellers, the history page in use) takes the new copy in place:
+        // a restart enters every journal commit in the log, and removing and inserting its
+        // extent each time was most of building the directory.
+        if self.extents.get(&key).is_some_and(|extent| extent.copies.len() == 1)
+            && self.extent_joined(key, &entry).is_none()
+            && let Some(alone) = self.extents.get_mut(&key)
+        {
+            alone.position = entry.position;
+            alone.order = entry.order;
+            alone.copies[0] = copy;
+            return;
+        }
+        self.remove(&key);
+        self.block_count += 1;
+        if let Some(first) = self.extent_joined(key, &entry)
             && let Some(extent) = self.extents.get_mut(&first)
-            && offset + 1 == extent.copies.len()
-            && extent.continues_with(&entry)
         {
             extent.copies.push(copy);
             return;
@@ -159,6 +169,14 @@ impl Directory {
                 copies: vec![copy],
             },
         );
+    }
+
+    /// The extent that `entry`, as block `key`'s copy, would extend: the one ending with
+    /// the block before `key`, whose last block is the one before `entry` in the same record.
+    fn extent_joined(&self, key: BlockKey, entry: &DirectoryEntry) -> Option<BlockKey> {
+        let (first, offset) = self.find((key.0, key.1.checked_sub(1)?))?;
+        let extent = &self.extents[&first];
+        (offset + 1 == extent.copies.len() && extent.continues_with(entry)).then_some(first)
     }
 
     /// Enters `entry` as block `key`'s copy where it is newer than the copy here. A journal
