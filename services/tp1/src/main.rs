@@ -145,7 +145,7 @@ struct Connection {
     /// sends no more).
     closing: bool,
     /// Its first request's token is not in yet (the appliance's service only): its bytes
-    /// wait in `head`, which go to a tenant's service if the token is the tenant's.
+    /// wait in [`Buffers::head`], which go to a tenant's service if the token is the tenant's.
     undecided: bool,
     /// Bytes waiting in its [`Buffers::head`].
     head_length: usize,

@@ -64,7 +64,8 @@ pub struct Persistence {
     /// Until when no new checkpoint is begun after a failure ([`Persistence::retry_pending`]).
     retry_tick: u64,
     stabilization: Option<Stabilization>,
-    /// The pace of the migration under way, set at its checkpoint's commit ([`checkpoint`]).
+    /// The pace of the migration under way, set at its checkpoint's commit or the store's open
+    /// ([`checkpoint`]).
     migration_pace: Option<holdfast_store::Pace>,
     /// Each journal commit not yet acknowledged, by ticket: when it was made (TSC, for its
     /// latency) and its pages.

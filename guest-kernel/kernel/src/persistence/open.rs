@@ -68,7 +68,7 @@ pub fn attach(mut store: Store<Block>, interval_ms: u64, on_journal_durable: fn(
     let table_cache_tables = crate::memory::heap_bytes() / 64 / holdfast_store::TABLE_CACHE_BYTES_PER_TABLE;
     store.set_table_cache_max(table_cache_tables.min(holdfast_store::TABLE_CACHE_MAX));
     BOOT_COUNT.store(store.inspect().boot_count, core::sync::atomic::Ordering::Relaxed);
-    let migration_pace = restart_migration_pace(&store);
+    let migration_pace = restart_migration_pace(&store, interval_ticks(interval_ms));
     let mut objects = OBJECTS.lock();
     objects.set_store_backed(StoreAccess { make_room, read_page });
     objects.cache.set_node_loader(load_node);
