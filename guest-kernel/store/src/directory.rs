@@ -143,7 +143,7 @@ impl Directory {
         // A block alone in its extent (a page that journal commits write again and again:
         // a TP1 branch, its tellers, the history page in use) takes the new copy in place:
         // a restart enters every journal commit in the log, and removing and inserting its
-        // extent each time was most of building the directory.
+        // extent each time was about half of building the directory.
         if self.extents.get(&key).is_some_and(|extent| extent.copies.len() == 1)
             && self.extent_joined(key, &entry).is_none()
             && let Some(alone) = self.extents.get_mut(&key)

@@ -150,9 +150,9 @@ fn tick_budget(pace: &Pace, backlog_blocks: u64) -> usize {
 }
 
 /// The pace of a migration the store began at its open (a restart's log holds blocks not
-/// home yet), at ticks: three quarters of an interval, at most [`PACE_TICKS_MAX`], as a
-/// committed checkpoint's is done a quarter of an interval before the next snapshot (the
-/// restart's first checkpoint, due at once, waits for it). At full pace at every tick it
+/// home yet), at ticks: three quarters of an interval, at most [`PACE_TICKS_MAX`]. A
+/// committed checkpoint's migration is paced to end a quarter of an interval before the
+/// next snapshot; the restart's first checkpoint is due at once and waits for this one. At full pace at every tick it
 /// took 3-6 ms of each 10 ms tick under TCG just when a promoted standby's processes fault
 /// their pages in and its clients come back (1,800 blocks after a 16-client failover drill).
 pub(super) fn restart_migration_pace(store: &holdfast_store::Store<crate::drivers::Block>, interval_ticks: u64) -> Option<Pace> {
